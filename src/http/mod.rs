@@ -1,0 +1,15 @@
+//! HTTP/1.1 + WebSocket server machinery on OS threads, shared by the
+//! simulated cluster and the daemon's front door. It knows no domain: it
+//! parses requests (with limits), routes nothing itself, and hands each
+//! request to a [`Handler`], which answers with a full response, a chunked
+//! stream, or a WebSocket upgrade.
+//!
+//! Shape: one listener thread; one thread per connection, bounded in number;
+//! keep-alive; a streaming response runs on its connection's thread; an
+//! upgraded WebSocket is driven by [`ws::run`], which waits in poll(2) on the
+//! socket and on an eventfd waker signalled by the senders of its bounded
+//! outbound channel.
+
+pub mod types;
+pub mod ws;
+pub use types::*;

@@ -1,0 +1,6 @@
+//! Kubernetes wire formats shared by the client and the simulated cluster:
+//! object metadata helpers, Status, watch event encoding and decoding, the
+//! exec/attach channel framing and channel-3 statuses, and time formatting.
+//! Everything here is sans-IO: bytes and values in, bytes and values out.
+
+pub mod time;

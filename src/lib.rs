@@ -1,0 +1,16 @@
+//! kubegate: a synchronous, threaded gateway between developer tools and a
+//! Kubernetes cluster, plus the simulated cluster it is tested against.
+//!
+//! Module map and the invariants between modules: docs/ARCHITECTURE.md.
+//! Dependencies point one way: `http` knows no domain; `kube` knows nothing
+//! above it; `sim` uses only `kube`'s wire formats and `http`.
+
+pub mod http;
+pub mod kube;
+pub mod sim;
+
+/// Entry point of the `kubegate` binary; returns the process exit code.
+pub fn cli_main() -> i32 {
+    eprintln!("kubegate: no command yet");
+    2
+}

@@ -1,0 +1,5 @@
+//! The simulated cluster (`kubegate sim`): an in-memory Kubernetes API server,
+//! controllers, and a kubelet that runs containers as local processes.
+//! Spec: shared/spec/sim.md. Uses only `kube`'s wire formats and `http`.
+
+pub mod resources;

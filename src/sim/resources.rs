@@ -1,0 +1,215 @@
+//! The resource kinds the sim serves: one table that the store, the REST
+//! router and discovery all read, so a kind is described in exactly one place.
+
+/// A kind of object the sim stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resource {
+    Namespace,
+    Pod,
+    Service,
+    ConfigMap,
+    Secret,
+    Deployment,
+    ReplicaSet,
+    Ingress,
+}
+
+/// Static facts about a resource kind, as discovery reports them.
+#[derive(Debug, Clone, Copy)]
+pub struct ResourceInfo {
+    pub resource: Resource,
+    /// API group; "" for core.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    /// Subresources served, e.g. `status`, `exec`.
+    pub subresources: &'static [&'static str],
+    /// True when `metadata.generation` is maintained (spec changes bump it).
+    pub has_generation: bool,
+}
+
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+impl ResourceInfo {
+    pub fn verbs(&self) -> &'static [&'static str] {
+        VERBS
+    }
+
+    /// `v1` for core, `apps/v1` otherwise.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The kind of the list object, e.g. `PodList`.
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+}
+
+pub const ALL: &[ResourceInfo] = &[
+    ResourceInfo {
+        resource: Resource::Namespace,
+        group: "",
+        version: "v1",
+        kind: "Namespace",
+        plural: "namespaces",
+        singular: "namespace",
+        namespaced: false,
+        short_names: &["ns"],
+        subresources: &["status"],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::Pod,
+        group: "",
+        version: "v1",
+        kind: "Pod",
+        plural: "pods",
+        singular: "pod",
+        namespaced: true,
+        short_names: &["po"],
+        subresources: &["status", "exec", "attach", "log", "proxy"],
+        has_generation: true,
+    },
+    ResourceInfo {
+        resource: Resource::Service,
+        group: "",
+        version: "v1",
+        kind: "Service",
+        plural: "services",
+        singular: "service",
+        namespaced: true,
+        short_names: &["svc"],
+        subresources: &["status"],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::ConfigMap,
+        group: "",
+        version: "v1",
+        kind: "ConfigMap",
+        plural: "configmaps",
+        singular: "configmap",
+        namespaced: true,
+        short_names: &["cm"],
+        subresources: &[],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::Secret,
+        group: "",
+        version: "v1",
+        kind: "Secret",
+        plural: "secrets",
+        singular: "secret",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::Deployment,
+        group: "apps",
+        version: "v1",
+        kind: "Deployment",
+        plural: "deployments",
+        singular: "deployment",
+        namespaced: true,
+        short_names: &["deploy"],
+        subresources: &["status", "scale"],
+        has_generation: true,
+    },
+    ResourceInfo {
+        resource: Resource::ReplicaSet,
+        group: "apps",
+        version: "v1",
+        kind: "ReplicaSet",
+        plural: "replicasets",
+        singular: "replicaset",
+        namespaced: true,
+        short_names: &["rs"],
+        subresources: &["status", "scale"],
+        has_generation: true,
+    },
+    ResourceInfo {
+        resource: Resource::Ingress,
+        group: "networking.k8s.io",
+        version: "v1",
+        kind: "Ingress",
+        plural: "ingresses",
+        singular: "ingress",
+        namespaced: true,
+        short_names: &["ing"],
+        subresources: &["status"],
+        has_generation: true,
+    },
+];
+
+impl Resource {
+    pub fn info(self) -> &'static ResourceInfo {
+        // The table lists every variant once; the index is its position.
+        let i = match self {
+            Resource::Namespace => 0,
+            Resource::Pod => 1,
+            Resource::Service => 2,
+            Resource::ConfigMap => 3,
+            Resource::Secret => 4,
+            Resource::Deployment => 5,
+            Resource::ReplicaSet => 6,
+            Resource::Ingress => 7,
+        };
+        &ALL[i]
+    }
+
+    /// Finds a kind by group and plural name as it appears in a URL.
+    pub fn from_path(group: &str, plural: &str) -> Option<Resource> {
+        ALL.iter()
+            .find(|r| r.group == group && r.plural == plural)
+            .map(|r| r.resource)
+    }
+
+    /// Finds a kind by `apiVersion` and `kind` as they appear in an object.
+    pub fn from_kind(api_version: &str, kind: &str) -> Option<Resource> {
+        ALL.iter()
+            .find(|r| r.kind == kind && r.api_version() == api_version)
+            .map(|r| r.resource)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_matches_variants() {
+        for info in ALL {
+            assert_eq!(info.resource.info().kind, info.kind);
+            assert_eq!(
+                Resource::from_path(info.group, info.plural),
+                Some(info.resource)
+            );
+            assert_eq!(
+                Resource::from_kind(&info.api_version(), info.kind),
+                Some(info.resource)
+            );
+        }
+        assert_eq!(Resource::from_path("apps", "pods"), None);
+    }
+}
