@@ -1,3 +1,150 @@
+//! The `kubegate` command line: parses arguments and calls one function per
+//! command. Exit codes (contract.md): 0 success, 2 usage or configuration
+//! error, 1 any other failure.
+
+use kubegate::sim::cluster::{Sim, SimError, SimOptions};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+const USAGE: &str = "usage: kubegate <command> [options]
+
+commands:
+  sim     run the simulated Kubernetes cluster
+          kubegate sim [--listen ADDR] [--kubeconfig-out PATH] [--tls] [--token T]
+                       [--client-ca] [--state-dir DIR] [--namespace NAME]...
+                       [--fail-image GLOB]... [--allow-remote]
+";
+
 fn main() {
-    std::process::exit(kubegate::cli_main());
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match args.first().map(String::as_str) {
+        // Internal: the per-container guardian the sim's kubelet runs
+        // (see sim/runtime). Not a user command.
+        Some("__shim") => kubegate::sim::runtime::shim_main(&args[1..]),
+        Some("sim") => {
+            init_logging();
+            cmd_sim(&args[1..])
+        }
+        Some("-h") | Some("--help") | Some("help") => {
+            print!("{USAGE}");
+            0
+        }
+        Some("--version") | Some("version") => {
+            println!("kubegate {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        Some(other) => usage_error(&format!("unknown command {other:?}")),
+        None => usage_error("missing command"),
+    };
+    std::process::exit(code);
+}
+
+fn init_logging() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .target(env_logger::Target::Stderr)
+        .init();
+}
+
+fn usage_error(msg: &str) -> i32 {
+    eprintln!("kubegate: {msg}\n\n{USAGE}");
+    2
+}
+
+/// Takes the value of a flag given as `--flag VALUE` or `--flag=VALUE`.
+fn flag_value(
+    args: &[String],
+    i: &mut usize,
+    flag: &str,
+) -> Result<Option<String>, String> {
+    let a = &args[*i];
+    if a == flag {
+        *i += 1;
+        return args
+            .get(*i)
+            .cloned()
+            .map(Some)
+            .ok_or_else(|| format!("{flag} needs a value"));
+    }
+    if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+        return Ok(Some(v.to_string()));
+    }
+    Ok(None)
+}
+
+fn parse_sim_args(args: &[String]) -> Result<SimOptions, String> {
+    let mut o = SimOptions::default();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        match a {
+            "--tls" => o.tls = true,
+            "--client-ca" => o.client_ca = true,
+            "--allow-remote" => o.allow_remote = true,
+            _ => {
+                if let Some(v) = flag_value(args, &mut i, "--listen")? {
+                    o.listen = v
+                        .parse::<SocketAddr>()
+                        .map_err(|e| format!("--listen {v:?}: {e} (expected IP:PORT)"))?;
+                } else if let Some(v) = flag_value(args, &mut i, "--kubeconfig-out")? {
+                    o.kubeconfig_out = Some(PathBuf::from(v));
+                } else if let Some(v) = flag_value(args, &mut i, "--token")? {
+                    if v.is_empty() {
+                        return Err("--token must not be empty".into());
+                    }
+                    o.token = Some(v);
+                } else if let Some(v) = flag_value(args, &mut i, "--state-dir")? {
+                    o.state_dir = Some(PathBuf::from(v));
+                } else if let Some(v) = flag_value(args, &mut i, "--namespace")? {
+                    o.namespaces.push(v);
+                } else if let Some(v) = flag_value(args, &mut i, "--fail-image")? {
+                    o.fail_images.push(v);
+                } else {
+                    return Err(format!("unknown option {a:?}"));
+                }
+            }
+        }
+        i += 1;
+    }
+    Ok(o)
+}
+
+fn cmd_sim(args: &[String]) -> i32 {
+    let opts = match parse_sim_args(args) {
+        Ok(o) => o,
+        Err(m) => return usage_error(&m),
+    };
+    // Install the signal handler before anything is started, so a signal
+    // that arrives during start-up still leads to a clean stop.
+    let mut signals = match signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kubegate: installing signal handlers: {e}");
+            return 1;
+        }
+    };
+    let sim = match Sim::start(opts) {
+        Ok(s) => s,
+        Err(SimError::Usage(m)) => {
+            eprintln!("kubegate: {m}");
+            return 2;
+        }
+        Err(SimError::Failed(m)) => {
+            eprintln!("kubegate: {m}");
+            return 1;
+        }
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "kubegate sim listening on {}", sim.url);
+        let _ = out.flush();
+    }
+    if let Some(sig) = signals.forever().next() {
+        log::info!("signal {sig}: stopping the sim");
+    }
+    sim.shutdown();
+    0
 }

@@ -2,4 +2,16 @@
 //! controllers, and a kubelet that runs containers as local processes.
 //! Spec: shared/spec/sim.md. Uses only `kube`'s wire formats and `http`.
 
+pub mod api;
+pub mod cluster;
+pub mod controllers;
+pub mod discovery;
+pub mod faults;
+pub mod gc;
+pub mod kubeconfig;
+pub mod kubelet;
+pub mod lifecycle;
+pub mod podio;
+pub mod proxy;
 pub mod resources;
+pub mod tls;

@@ -1,0 +1,882 @@
+//! The sim's REST surface: routes Kubernetes API paths to the store, turns
+//! store errors into Status responses, streams watches, and hands pod
+//! subresources (exec, attach, log, proxy) to the kubelet's [`PodStreams`].
+//! It owns no objects: everything lives in the [`Store`]; it never blocks
+//! the store's lock while writing to a socket.
+
+use super::discovery;
+use super::lifecycle::{self, DeleteOptions};
+use super::faults::Faults;
+use super::resources::{Resource, ResourceInfo};
+use super::selector::{FieldSelector, LabelSelector};
+use super::store::{
+    Event, EventType, PatchType, Selectors, Store, StoreError, Subresource,
+    WatchFrom,
+};
+use crate::http::{ChunkSink, Handler, HttpError, Reply, Request, Response};
+use crate::kube::status::Status;
+use crossbeam_channel::RecvTimeoutError;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Streams served on behalf of pods: implemented by the kubelet.
+pub trait PodStreams: Send + Sync {
+    fn exec(&self, req: &Request, ns: &str, pod: &str) -> Reply;
+    fn attach(&self, req: &Request, ns: &str, pod: &str) -> Reply;
+    fn log(&self, req: &Request, ns: &str, pod: &str) -> Reply;
+    fn proxy(&self, req: &Request, ns: &str, pod: &str, port: u16, path: &str) -> Reply;
+}
+
+/// How clients prove who they are.
+#[derive(Default)]
+pub struct Auth {
+    /// SHA-256 of the required bearer token, when one is configured.
+    pub token_sha256: Option<[u8; 32]>,
+    /// True when a verified client certificate is enough (`--client-ca`).
+    pub accept_client_cert: bool,
+}
+
+impl Auth {
+    fn required(&self) -> bool {
+        self.token_sha256.is_some() || self.accept_client_cert
+    }
+
+    fn admits(&self, req: &Request) -> bool {
+        if !self.required() {
+            return true;
+        }
+        if self.accept_client_cert && req.client_cert_der.is_some() {
+            // rustls only hands us a certificate its verifier accepted
+            // against the sim's own CA.
+            return true;
+        }
+        match (&self.token_sha256, req.bearer_token()) {
+            (Some(want), Some(got)) => {
+                use sha2::Digest;
+                use subtle::ConstantTimeEq;
+                let got: [u8; 32] = sha2::Sha256::digest(got.as_bytes()).into();
+                bool::from(got.ct_eq(want))
+            }
+            _ => false,
+        }
+    }
+}
+
+pub struct ApiConfig {
+    /// Interval between BOOKMARK events on watches that asked for them.
+    pub bookmark_interval: Duration,
+    /// Bounds of the server-chosen timeout of a watch without timeoutSeconds.
+    pub default_watch_timeout: (Duration, Duration),
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            bookmark_interval: Duration::from_secs(10),
+            default_watch_timeout: (Duration::from_secs(1800), Duration::from_secs(3600)),
+        }
+    }
+}
+
+pub struct ApiServer {
+    store: Arc<Store>,
+    streams: Option<Arc<dyn PodStreams>>,
+    faults: Arc<Faults>,
+    auth: Auth,
+    cfg: ApiConfig,
+    /// `host:port` reported by `/api`, known once the listener is bound.
+    server_address: std::sync::OnceLock<String>,
+}
+
+/// A parsed API path.
+#[derive(Debug, PartialEq)]
+enum Route<'a> {
+    Version,
+    Health,
+    ApiVersions,
+    GroupList,
+    Group(&'a str),
+    ResourceList(&'a str, &'a str),
+    Faults,
+    /// A collection, in a namespace or across all namespaces (ns None).
+    Collection(Resource, Option<&'a str>),
+    Object(Resource, &'a str, &'a str),
+    Sub(Resource, &'a str, &'a str, &'a str),
+    /// `pods/{name}[:port]/proxy/{rest}`
+    Proxy(&'a str, &'a str, &'a str),
+    NotFound,
+}
+
+fn route(path: &str) -> Route<'_> {
+    let segs: Vec<&str> = path
+        .trim_start_matches('/')
+        .trim_end_matches('/')
+        .split('/')
+        .collect();
+    match segs.as_slice() {
+        ["version"] => Route::Version,
+        ["healthz"] | ["readyz"] | ["livez"] => Route::Health,
+        ["sim", "faults"] => Route::Faults,
+        ["api"] => Route::ApiVersions,
+        ["apis"] => Route::GroupList,
+        ["apis", g] => Route::Group(g),
+        ["api", "v1"] => Route::ResourceList("", "v1"),
+        ["apis", g, v] => Route::ResourceList(g, v),
+        ["api", "v1", rest @ ..] => resource_route("", rest),
+        ["apis", g, "v1", rest @ ..] => resource_route(g, rest),
+        _ => Route::NotFound,
+    }
+}
+
+fn resource_route<'a>(group: &'a str, rest: &[&'a str]) -> Route<'a> {
+    let namespaced = |plural: &str| {
+        Resource::from_path(group, plural).filter(|r| r.info().namespaced)
+    };
+    if rest.len() >= 3 && rest[0] == "namespaces" {
+        if let Some(res) = namespaced(rest[2]) {
+            let ns = rest[1];
+            return match &rest[3..] {
+                [] => Route::Collection(res, Some(ns)),
+                [name] => Route::Object(res, ns, name),
+                [name, "proxy", tail @ ..] if res == Resource::Pod => {
+                    // The tail keeps its slashes: rejoin what the split took apart.
+                    let start = tail.first().map(|t| *t).unwrap_or("");
+                    let _ = start;
+                    Route::Proxy(ns, name, "")
+                }
+                [name, sub] => Route::Sub(res, ns, name, sub),
+                _ => Route::NotFound,
+            };
+        }
+    }
+    let Some(res) = Resource::from_path(group, rest.first().copied().unwrap_or("")) else {
+        return Route::NotFound;
+    };
+    match &rest[1..] {
+        [] => Route::Collection(res, None),
+        [name] if !res.info().namespaced => Route::Object(res, "", name),
+        [name, sub] if !res.info().namespaced => Route::Sub(res, "", name, sub),
+        _ => Route::NotFound,
+    }
+}
+
+/// The part of a pod proxy path after `/proxy`, with its slashes.
+fn proxy_tail(path: &str) -> &str {
+    match path.find("/proxy") {
+        Some(i) => &path[i + "/proxy".len()..],
+        None => "",
+    }
+}
+
+fn status_response(s: &Status) -> Response {
+    let mut r = Response::json(s.http_code(), s.to_json());
+    if let Some(secs) = s.retry_after_seconds() {
+        r = r.with_header("Retry-After", &secs.to_string());
+    }
+    r
+}
+
+/// The one place store errors become Status responses.
+fn store_error(e: StoreError) -> Response {
+    status_response(&status_of(e))
+}
+
+fn status_of(e: StoreError) -> Status {
+    match e {
+        StoreError::NotFound { resource, name } => {
+            let i = resource.info();
+            Status::not_found(i.group, i.plural, &name)
+        }
+        StoreError::AlreadyExists { resource, name } => {
+            let i = resource.info();
+            Status::already_exists(i.group, i.plural, &name)
+        }
+        StoreError::Conflict {
+            resource,
+            name,
+            message,
+        } => {
+            let i = resource.info();
+            Status::conflict(i.group, i.plural, &name, &message)
+        }
+        StoreError::Invalid {
+            resource,
+            name,
+            causes,
+        } => {
+            let i = resource.info();
+            Status::invalid(i.group, i.kind, &name, causes.iter().map(|c| c.to_cause()).collect())
+        }
+        StoreError::BadRequest(m) => Status::bad_request(&m),
+        StoreError::Expired(m) => Status::expired(&m),
+        StoreError::Forbidden {
+            resource,
+            name,
+            message,
+        } => {
+            let i = resource.info();
+            Status::forbidden(i.group, i.plural, &name, &message)
+        }
+    }
+}
+
+fn json_response<T: serde::Serialize>(code: u16, v: &T) -> Response {
+    match serde_json::to_vec(v) {
+        Ok(mut b) => {
+            b.push(b'\n');
+            Response::json(code, b)
+        }
+        Err(e) => status_response(&Status::internal_error(&format!("encoding response: {e}"))),
+    }
+}
+
+fn bad_request(msg: &str) -> Response {
+    status_response(&Status::bad_request(msg))
+}
+
+fn method_not_allowed() -> Response {
+    status_response(&Status::method_not_allowed())
+}
+
+/// Decodes a request body as a JSON object for `info`'s kind.
+fn body_object(req: &Request, info: &ResourceInfo) -> Result<Value, Response> {
+    if let Some(ct) = req.header("content-type") {
+        let base = ct.split(';').next().unwrap_or("").trim();
+        if !base.is_empty() && base != "application/json" && base != "*/*" {
+            return Err(status_response(&Status::unsupported_media_type(base)));
+        }
+    }
+    let v: Value = serde_json::from_slice(&req.body).map_err(|e| {
+        bad_request(&format!(
+            "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json parse error: {e}",
+            info.kind
+        ))
+    })?;
+    if !v.is_object() {
+        return Err(bad_request(&format!(
+            "the object provided is unrecognized (must be of type {}): not a JSON object",
+            info.kind
+        )));
+    }
+    Ok(v)
+}
+
+fn patch_type(req: &Request) -> Result<PatchType, Response> {
+    let ct = req.header("content-type").unwrap_or("");
+    let base = ct.split(';').next().unwrap_or("").trim();
+    match base {
+        "application/merge-patch+json" => Ok(PatchType::Merge),
+        "application/json-patch+json" => Ok(PatchType::Json),
+        "application/strategic-merge-patch+json" => Ok(PatchType::StrategicMerge),
+        other => Err(status_response(&Status::unsupported_media_type(other))),
+    }
+}
+
+fn selectors(req: &Request, res: Resource) -> Result<Selectors, Response> {
+    let label = match req.query("labelSelector") {
+        Some(s) => LabelSelector::parse(s).map_err(store_error)?,
+        None => LabelSelector::default(),
+    };
+    let field = match req.query("fieldSelector") {
+        Some(s) => FieldSelector::parse(res, s).map_err(store_error)?,
+        None => FieldSelector::default(),
+    };
+    Ok(Selectors { label, field })
+}
+
+fn delete_options(req: &Request) -> Result<DeleteOptions, Response> {
+    let mut o = DeleteOptions::default();
+    let body = String::from_utf8_lossy(&req.body);
+    if !body.trim().is_empty() {
+        let v: Value = serde_json::from_str(&body)
+            .map_err(|e| bad_request(&format!("invalid DeleteOptions: {e}")))?;
+        o.grace = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+        o.propagation = v
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if let Some(p) = v.get("preconditions") {
+            o.pre.uid = p.get("uid").and_then(Value::as_str).map(str::to_string);
+            o.pre.resource_version = p
+                .get("resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+        }
+    }
+    if let Some(g) = req.query("gracePeriodSeconds") {
+        o.grace = Some(
+            g.parse()
+                .map_err(|_| bad_request(&format!("invalid gracePeriodSeconds {g:?}")))?,
+        );
+    }
+    if let Some(p) = req.query("propagationPolicy") {
+        o.propagation = Some(p.to_string());
+    }
+    if let Some(p) = &o.propagation {
+        if !matches!(p.as_str(), "Orphan" | "Background" | "Foreground") {
+            return Err(status_response(&Status::invalid_simple(
+                &format!("propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""),
+            )));
+        }
+    }
+    if let Some(g) = o.grace {
+        if g < 0 {
+            return Err(status_response(&Status::invalid_simple(
+                "gracePeriodSeconds: Invalid value: must be >= 0",
+            )));
+        }
+    }
+    Ok(o)
+}
+
+/// A list response. Items in real list responses carry no kind/apiVersion.
+fn list_json(info: &ResourceInfo, items: Vec<Value>, rv: u64) -> Value {
+    let items: Vec<Value> = items
+        .into_iter()
+        .map(|mut o| {
+            if let Value::Object(m) = &mut o {
+                m.remove("kind");
+                m.remove("apiVersion");
+            }
+            o
+        })
+        .collect();
+    json!({
+        "kind": info.list_kind(),
+        "apiVersion": info.api_version(),
+        "metadata": {"resourceVersion": rv.to_string()},
+        "items": items,
+    })
+}
+
+fn scale_of(obj: &Value, info: &ResourceInfo) -> Value {
+    let m = &obj["metadata"];
+    let selector = obj["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .map(|l| {
+            l.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    let _ = info;
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": m["name"], "namespace": m["namespace"], "uid": m["uid"],
+            "resourceVersion": m["resourceVersion"], "creationTimestamp": m["creationTimestamp"],
+        },
+        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
+        "status": {
+            "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0),
+            "selector": selector,
+        },
+    })
+}
+
+impl ApiServer {
+    pub fn new(
+        store: Arc<Store>,
+        streams: Option<Arc<dyn PodStreams>>,
+        faults: Arc<Faults>,
+        auth: Auth,
+        cfg: ApiConfig,
+    ) -> ApiServer {
+        ApiServer {
+            store,
+            streams,
+            faults,
+            auth,
+            cfg,
+            server_address: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Records the bound address that `/api` reports.
+    pub fn set_server_address(&self, addr: String) {
+        let _ = self.server_address.set(addr);
+    }
+
+    fn dispatch(&self, req: &Request) -> Reply {
+        let path = req.path.as_str();
+        let r = route(path);
+        let m = req.method.as_str();
+        match r {
+            Route::Version if m == "GET" => json_response(200, &discovery::version()).into(),
+            Route::Health if m == "GET" => Response::text(200, "ok").into(),
+            Route::Faults => self.faults.handle(req).into(),
+            Route::ApiVersions if m == "GET" => {
+                json_response(200, &discovery::api_versions(self.server_address.get().map(String::as_str).unwrap_or("127.0.0.1:6443"))).into()
+            }
+            Route::GroupList if m == "GET" => json_response(200, &discovery::api_group_list()).into(),
+            Route::Group(g) if m == "GET" => match discovery::api_group(g) {
+                Some(v) => json_response(200, &v).into(),
+                None => not_found_path(path).into(),
+            },
+            Route::ResourceList(g, v) if m == "GET" => match discovery::resource_list(g, v) {
+                Some(v) => json_response(200, &v).into(),
+                None => not_found_path(path).into(),
+            },
+            Route::Collection(res, ns) => self.collection(req, res, ns),
+            Route::Object(res, ns, name) => self.object(req, res, ns, name).into(),
+            Route::Sub(res, ns, name, sub) => self.subresource(req, res, ns, name, sub),
+            Route::Proxy(ns, name, _) => self.proxy(req, ns, name),
+            Route::NotFound => not_found_path(path).into(),
+            _ => method_not_allowed().into(),
+        }
+    }
+
+    fn check_namespace(&self, ns: &str) -> Result<(), Response> {
+        self.store
+            .get(Resource::Namespace, "", ns)
+            .map(|_| ())
+            .map_err(store_error)
+    }
+
+    fn collection(&self, req: &Request, res: Resource, ns: Option<&str>) -> Reply {
+        let info = res.info();
+        match req.method.as_str() {
+            "GET" => {
+                if let Some(ns) = ns {
+                    if let Err(r) = self.check_namespace(ns) {
+                        // Listing in a missing namespace is an empty list upstream;
+                        // watching it is fine too. Only writes need it to exist.
+                        let _ = r;
+                    }
+                }
+                let sel = match selectors(req, res) {
+                    Ok(s) => s,
+                    Err(r) => return r.into(),
+                };
+                if req.query_flag("watch") {
+                    return self.watch(req, res, ns, sel).into();
+                }
+                let (items, rv) = self.store.list(res, ns, &sel);
+                json_response(200, &list_json(info, items, rv)).into()
+            }
+            "POST" => {
+                let Some(ns) = ns.or((!info.namespaced).then_some("")) else {
+                    return method_not_allowed().into();
+                };
+                let obj = match body_object(req, info) {
+                    Ok(o) => o,
+                    Err(r) => return r.into(),
+                };
+                if dry_run(req) {
+                    return json_response(201, &obj).into();
+                }
+                match self.store.create(res, ns, obj) {
+                    Ok(o) => json_response(201, &o).into(),
+                    Err(e) => store_error(e).into(),
+                }
+            }
+            "DELETE" => {
+                let Some(ns) = ns.or((!info.namespaced).then_some("")) else {
+                    return method_not_allowed().into();
+                };
+                let sel = match selectors(req, res) {
+                    Ok(s) => s,
+                    Err(r) => return r.into(),
+                };
+                let opts = match delete_options(req) {
+                    Ok(o) => o,
+                    Err(r) => return r.into(),
+                };
+                let (items, _) = self.store.list(res, Some(ns), &sel);
+                let mut deleted = Vec::new();
+                for o in items {
+                    let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    match self.delete_one(res, ns, &name, &opts) {
+                        Ok(v) => deleted.push(v),
+                        Err(StoreError::NotFound { .. }) => {}
+                        Err(e) => return store_error(e).into(),
+                    }
+                }
+                let rv = self.store.current_rv();
+                json_response(200, &list_json(info, deleted, rv)).into()
+            }
+            _ => method_not_allowed().into(),
+        }
+    }
+
+    fn object(&self, req: &Request, res: Resource, ns: &str, name: &str) -> Response {
+        let info = res.info();
+        match req.method.as_str() {
+            "GET" => match self.store.get(res, ns, name) {
+                Ok(o) => json_response(200, &o),
+                Err(e) => store_error(e),
+            },
+            "PUT" => {
+                let obj = match body_object(req, info) {
+                    Ok(o) => o,
+                    Err(r) => return r,
+                };
+                if dry_run(req) {
+                    return json_response(200, &obj);
+                }
+                match self.store.update(res, ns, name, obj, Subresource::Main) {
+                    Ok(o) => json_response(200, &o),
+                    Err(e) => store_error(e),
+                }
+            }
+            "PATCH" => {
+                let pt = match patch_type(req) {
+                    Ok(p) => p,
+                    Err(r) => return r,
+                };
+                match self
+                    .store
+                    .patch(res, ns, name, pt, &req.body, Subresource::Main)
+                {
+                    Ok(o) => json_response(200, &o),
+                    Err(e) => store_error(e),
+                }
+            }
+            "DELETE" => {
+                let opts = match delete_options(req) {
+                    Ok(o) => o,
+                    Err(r) => return r,
+                };
+                match self.delete_one(res, ns, name, &opts) {
+                    Ok(o) => {
+                        if matches!(res, Resource::Pod | Resource::Service | Resource::Namespace) {
+                            json_response(200, &o)
+                        } else {
+                            let uid = o["metadata"]["uid"].as_str().unwrap_or("");
+                            status_response(&Status::success_delete(info.group, info.plural, name, uid))
+                        }
+                    }
+                    Err(e) => store_error(e),
+                }
+            }
+            _ => method_not_allowed(),
+        }
+    }
+
+    fn delete_one(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Value, StoreError> {
+        lifecycle::delete(&self.store, res, ns, name, opts)
+    }
+
+    fn subresource(&self, req: &Request, res: Resource, ns: &str, name: &str, sub: &str) -> Reply {
+        let info = res.info();
+        if !info.subresources.contains(&sub) {
+            return not_found_path(&req.path).into();
+        }
+        match (sub, req.method.as_str()) {
+            ("status", "GET") => self.object(req, res, ns, name).into(),
+            ("status", "PUT") => {
+                let obj = match body_object(req, info) {
+                    Ok(o) => o,
+                    Err(r) => return r.into(),
+                };
+                match self.store.update(res, ns, name, obj, Subresource::Status) {
+                    Ok(o) => json_response(200, &o).into(),
+                    Err(e) => store_error(e).into(),
+                }
+            }
+            ("status", "PATCH") => {
+                let pt = match patch_type(req) {
+                    Ok(p) => p,
+                    Err(r) => return r.into(),
+                };
+                match self
+                    .store
+                    .patch(res, ns, name, pt, &req.body, Subresource::Status)
+                {
+                    Ok(o) => json_response(200, &o).into(),
+                    Err(e) => store_error(e).into(),
+                }
+            }
+            ("scale", _) => self.scale(req, res, ns, name).into(),
+            ("exec", "GET" | "POST") => match &self.streams {
+                Some(s) => s.exec(req, ns, name),
+                None => no_kubelet(),
+            },
+            ("attach", "GET" | "POST") => match &self.streams {
+                Some(s) => s.attach(req, ns, name),
+                None => no_kubelet(),
+            },
+            ("log", "GET") => match &self.streams {
+                Some(s) => s.log(req, ns, name),
+                None => no_kubelet(),
+            },
+            _ => method_not_allowed().into(),
+        }
+    }
+
+    fn scale(&self, req: &Request, res: Resource, ns: &str, name: &str) -> Response {
+        let info = res.info();
+        let current = match self.store.get(res, ns, name) {
+            Ok(o) => o,
+            Err(e) => return store_error(e),
+        };
+        let desired: i64 = match req.method.as_str() {
+            "GET" => return json_response(200, &scale_of(&current, info)),
+            "PUT" => {
+                let v: Value = match serde_json::from_slice(&req.body) {
+                    Ok(v) => v,
+                    Err(e) => return bad_request(&format!("invalid Scale: {e}")),
+                };
+                if let Some(rv) = v["metadata"]["resourceVersion"].as_str() {
+                    if Some(rv) != current["metadata"]["resourceVersion"].as_str() {
+                        return store_error(StoreError::Conflict {
+                            resource: res,
+                            name: name.to_string(),
+                            message: "the object has been modified; please apply your changes to the latest version and try again".into(),
+                        });
+                    }
+                }
+                match v["spec"]["replicas"].as_i64() {
+                    Some(n) => n,
+                    None => return bad_request("Scale spec.replicas is required"),
+                }
+            }
+            "PATCH" => {
+                let pt = match patch_type(req) {
+                    Ok(p) => p,
+                    Err(r) => return r,
+                };
+                let scale = scale_of(&current, info);
+                match super::patch::apply(pt, &scale, &req.body) {
+                    Ok(v) => match v["spec"]["replicas"].as_i64() {
+                        Some(n) => n,
+                        None => return bad_request("Scale spec.replicas is required"),
+                    },
+                    Err(e) => return store_error(e),
+                }
+            }
+            _ => return method_not_allowed(),
+        };
+        if desired < 0 {
+            return status_response(&Status::invalid_simple(
+                "spec.replicas: Invalid value: must be greater than or equal to 0",
+            ));
+        }
+        match self.store.modify(res, ns, name, &mut |o: &mut Value| {
+            o["spec"]["replicas"] = json!(desired);
+            Ok(())
+        }) {
+            Ok(o) => json_response(200, &scale_of(&o, info)),
+            Err(e) => store_error(e),
+        }
+    }
+
+    fn proxy(&self, req: &Request, ns: &str, name_port: &str) -> Reply {
+        let Some(streams) = &self.streams else {
+            return no_kubelet();
+        };
+        // `name`, `name:port` or `scheme:name:port`.
+        let parts: Vec<&str> = name_port.split(':').collect();
+        let (name, port) = match parts.as_slice() {
+            [n] => (*n, None),
+            [n, p] => (*n, Some(*p)),
+            [_scheme, n, p] => (*n, Some(*p)),
+            _ => return bad_request(&format!("invalid pod proxy target {name_port:?}")).into(),
+        };
+        let port: u16 = match port {
+            None => 80,
+            Some(p) => match p.parse() {
+                Ok(p) => p,
+                Err(_) => return bad_request(&format!("invalid port {p:?}")).into(),
+            },
+        };
+        streams.proxy(req, ns, name, port, proxy_tail(&req.path))
+    }
+
+    fn watch(&self, req: &Request, res: Resource, ns: Option<&str>, sel: Selectors) -> Response {
+        let from = match req.query("resourceVersion") {
+            None | Some("") | Some("0") => WatchFrom::InitialAdded,
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) => WatchFrom::Rv(n),
+                Err(_) => {
+                    return status_response(&Status::invalid_simple(&format!(
+                        "resourceVersion: Invalid value: {v:?}: must be a valid resource version"
+                    )))
+                }
+            },
+        };
+        if req.query_flag("sendInitialEvents") {
+            return status_response(&Status::invalid_simple(
+                "sendInitialEvents: Forbidden: sendInitialEvents is not supported by this server",
+            ));
+        }
+        let timeout = match req.query("timeoutSeconds") {
+            Some(t) => match t.parse::<u64>() {
+                Ok(s) => Duration::from_secs(s),
+                Err(_) => return bad_request(&format!("invalid timeoutSeconds {t:?}")),
+            },
+            None => {
+                let (lo, hi) = self.cfg.default_watch_timeout;
+                let span = hi.saturating_sub(lo).as_secs().max(1);
+                lo + Duration::from_secs(rand::random::<u64>() % span)
+            }
+        };
+        let bookmarks = req.query_flag("allowWatchBookmarks");
+        let info = res.info();
+        let start_rv = self.store.current_rv();
+        let stream = match self.store.watch(res, ns, sel, from) {
+            Ok(s) => s,
+            Err(StoreError::Expired(msg)) => {
+                let ev = crate::kube::watch::error_event(&Status::expired(&msg));
+                return Response::stream(
+                    200,
+                    "application/json",
+                    Box::new(move |sink: &mut dyn ChunkSink| sink.send(&ev)),
+                );
+            }
+            Err(e) => return store_error(e),
+        };
+        let interval = self.cfg.bookmark_interval;
+        let faults = self.faults.clone();
+        let epoch = faults.watch_epoch();
+        let api_version = info.api_version();
+        let kind = info.kind;
+        Response::stream(
+            200,
+            "application/json",
+            Box::new(move |sink: &mut dyn ChunkSink| {
+                let started = Instant::now();
+                let deadline = started + timeout;
+                let mut last_rv = start_rv;
+                let mut last_bookmark = Instant::now();
+                loop {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        if bookmarks {
+                            let _ = sink.send(&crate::kube::watch::bookmark_event(
+                                &api_version,
+                                kind,
+                                &last_rv.to_string(),
+                            ));
+                        }
+                        return Ok(());
+                    }
+                    let wait = (deadline - now).min(Duration::from_millis(500));
+                    match stream.recv_timeout(wait) {
+                        Ok(ev) => {
+                            last_rv = last_rv.max(ev.rv);
+                            sink.send(&encode(&ev))?;
+                        }
+                        Err(RecvTimeoutError::Timeout) => {
+                            if sink.peer_closed() || faults.watch_epoch() != epoch {
+                                return Ok(());
+                            }
+                            last_rv = last_rv.max(stream.rv());
+                            if bookmarks && last_bookmark.elapsed() >= interval {
+                                last_bookmark = Instant::now();
+                                sink.send(&crate::kube::watch::bookmark_event(
+                                    &api_version,
+                                    kind,
+                                    &last_rv.to_string(),
+                                ))?;
+                            }
+                        }
+                        // The store ended this watcher (its queue overflowed):
+                        // end cleanly, the client re-watches from its last RV.
+                        Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                    }
+                    if faults.watch_epoch() != epoch {
+                        return Ok(());
+                    }
+                }
+            }),
+        )
+    }
+}
+
+fn encode(ev: &Event) -> Vec<u8> {
+    let ty = match ev.ty {
+        EventType::Added => crate::kube::watch::EventType::Added,
+        EventType::Modified => crate::kube::watch::EventType::Modified,
+        EventType::Deleted => crate::kube::watch::EventType::Deleted,
+    };
+    crate::kube::watch::encode_event_raw(ty, ev.object_json())
+}
+
+fn dry_run(req: &Request) -> bool {
+    req.query("dryRun").is_some_and(|v| v == "All")
+}
+
+fn not_found_path(path: &str) -> Response {
+    let _ = path;
+    status_response(&Status::not_found_plain("the server could not find the requested resource"))
+}
+
+fn no_kubelet() -> Reply {
+    status_response(&Status::internal_error("no kubelet is attached to this API server")).into()
+}
+
+impl Handler for ApiServer {
+    fn handle(&self, req: Request) -> Reply {
+        if !self.auth.admits(&req) {
+            return status_response(&Status::unauthorized()).into();
+        }
+        if let Some(r) = self.faults.before_request(&req) {
+            return r.into();
+        }
+        self.dispatch(&req)
+    }
+
+    fn error_response(&self, err: &HttpError) -> Response {
+        let s = match err {
+            HttpError::BodyTooLarge { limit } => Status::request_entity_too_large(&format!(
+                "the request body is larger than the limit of {limit} bytes"
+            )),
+            HttpError::HeadersTooLarge => Status::bad_request("request headers too large"),
+            HttpError::BadRequest(m) => Status::bad_request(m),
+            HttpError::Overloaded => Status::too_many_requests(1),
+            HttpError::Internal => Status::internal_error("internal error"),
+        };
+        let mut r = status_response(&s);
+        r.status = err.status();
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_paths() {
+        assert_eq!(route("/version"), Route::Version);
+        assert_eq!(route("/api"), Route::ApiVersions);
+        assert_eq!(route("/api/v1"), Route::ResourceList("", "v1"));
+        assert_eq!(route("/apis/apps/v1"), Route::ResourceList("apps", "v1"));
+        assert_eq!(route("/api/v1/pods"), Route::Collection(Resource::Pod, None));
+        assert_eq!(
+            route("/api/v1/namespaces/default/pods"),
+            Route::Collection(Resource::Pod, Some("default"))
+        );
+        assert_eq!(
+            route("/api/v1/namespaces/default/pods/x/exec"),
+            Route::Sub(Resource::Pod, "default", "x", "exec")
+        );
+        assert_eq!(route("/api/v1/namespaces"), Route::Collection(Resource::Namespace, None));
+        assert_eq!(route("/api/v1/namespaces/demo"), Route::Object(Resource::Namespace, "", "demo"));
+        assert_eq!(
+            route("/api/v1/namespaces/demo/status"),
+            Route::Sub(Resource::Namespace, "", "demo", "status")
+        );
+        assert_eq!(
+            route("/apis/apps/v1/namespaces/d/deployments/web/scale"),
+            Route::Sub(Resource::Deployment, "d", "web", "scale")
+        );
+        assert_eq!(
+            route("/api/v1/namespaces/d/pods/web:8080/proxy/a/b"),
+            Route::Proxy("d", "web:8080", "")
+        );
+        assert_eq!(proxy_tail("/api/v1/namespaces/d/pods/web:8080/proxy/a/b"), "/a/b");
+        assert_eq!(route("/apis/apps/v1/pods"), Route::NotFound);
+        assert_eq!(route("/api/v1/namespaces/d/widgets"), Route::NotFound);
+    }
+}

@@ -1,0 +1,226 @@
+//! One running simulated cluster: the store, the controllers, the kubelet
+//! and the API server, started together and stopped together. Used by
+//! `kubegate sim` and (later) embedded in the daemon.
+
+use super::api::{ApiConfig, ApiServer, Auth, PodStreams};
+use super::controllers::Controllers;
+use super::faults::Faults;
+use super::kubeconfig::{self, KubeconfigSpec};
+use super::resources::Resource;
+use super::store::{Store, StoreConfig};
+use crate::http::{Server, ServerConfig};
+use serde_json::json;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    pub listen: SocketAddr,
+    pub kubeconfig_out: Option<PathBuf>,
+    pub tls: bool,
+    pub token: Option<String>,
+    pub client_ca: bool,
+    pub state_dir: Option<PathBuf>,
+    pub namespaces: Vec<String>,
+    pub fail_images: Vec<String>,
+    pub allow_remote: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            kubeconfig_out: None,
+            tls: false,
+            token: None,
+            client_ca: false,
+            state_dir: None,
+            namespaces: Vec::new(),
+            fail_images: Vec::new(),
+            allow_remote: false,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum SimError {
+    /// A usage or configuration problem (exit code 2).
+    Usage(String),
+    /// Anything else (exit code 1).
+    Failed(String),
+}
+
+impl std::fmt::Display for SimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SimError::Usage(m) | SimError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+pub struct Sim {
+    pub url: String,
+    pub kubeconfig: String,
+    pub store: Arc<Store>,
+    pub faults: Arc<Faults>,
+    server: Option<Server>,
+    controllers: Option<Controllers>,
+    kubelet: Option<Arc<super::kubelet::Kubelet>>,
+    /// The temporary state folder to remove at shutdown, when we made it.
+    temp_dir: Option<PathBuf>,
+}
+
+impl Sim {
+    pub fn start(opts: SimOptions) -> Result<Sim, SimError> {
+        if !opts.listen.ip().is_loopback() && !opts.allow_remote {
+            return Err(SimError::Usage(format!(
+                "refusing to listen on {}: the sim runs arbitrary commands on this host as the current user; use a loopback address or pass --allow-remote",
+                opts.listen
+            )));
+        }
+        if opts.client_ca && !opts.tls {
+            return Err(SimError::Usage("--client-ca needs --tls".into()));
+        }
+        let (state_dir, temp_dir) = match &opts.state_dir {
+            Some(d) => (d.clone(), None),
+            None => {
+                let d = std::env::temp_dir().join(format!(
+                    "kubegate-sim-{}-{:08x}",
+                    std::process::id(),
+                    rand::random::<u32>()
+                ));
+                (d.clone(), Some(d))
+            }
+        };
+        std::fs::create_dir_all(&state_dir).map_err(|e| {
+            SimError::Failed(format!("creating state folder {}: {e}", state_dir.display()))
+        })?;
+
+        let store = Store::new(StoreConfig::default());
+        for ns in &opts.namespaces {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            match store.create(Resource::Namespace, "", obj) {
+                Ok(_) | Err(super::store::StoreError::AlreadyExists { .. }) => {}
+                Err(e) => return Err(SimError::Usage(format!("--namespace {ns}: {e:?}"))),
+            }
+        }
+        let faults = Faults::new();
+
+        let certs = if opts.tls {
+            let mut hosts = Vec::new();
+            if !opts.listen.ip().is_unspecified() {
+                hosts.push(opts.listen.ip().to_string());
+            }
+            Some(super::tls::generate(&hosts, opts.client_ca).map_err(SimError::Failed)?)
+        } else {
+            None
+        };
+        let tls_config = match &certs {
+            Some(c) => Some(
+                crate::http::tls::server_config_from_pem(
+                    c.server_cert_pem.as_bytes(),
+                    c.server_key_pem.as_bytes(),
+                    opts.client_ca.then_some(c.ca_pem.as_bytes()),
+                )
+                .map_err(SimError::Failed)?,
+            ),
+            None => None,
+        };
+
+        let kubelet = super::kubelet::Kubelet::start(super::kubelet::KubeletConfig {
+            store: store.clone(),
+            faults: faults.clone(),
+            state_dir: state_dir.clone(),
+            fail_images: opts.fail_images.clone(),
+        })
+        .map_err(|e| SimError::Failed(format!("starting the kubelet: {e}")))?;
+        let controllers = Controllers::start(store.clone())
+            .map_err(|e| SimError::Failed(format!("starting controllers: {e}")))?;
+
+        let auth = Auth {
+            token_sha256: opts.token.as_ref().map(|t| {
+                use sha2::Digest;
+                sha2::Sha256::digest(t.as_bytes()).into()
+            }),
+            accept_client_cert: opts.client_ca,
+        };
+        let api = Arc::new(ApiServer::new(
+            store.clone(),
+            Some(kubelet.clone() as Arc<dyn PodStreams>),
+            faults.clone(),
+            auth,
+            ApiConfig::default(),
+        ));
+        let server_cfg = ServerConfig {
+            max_connections: 4096,
+            tls: tls_config,
+            name: "sim-http",
+            ..ServerConfig::default()
+        };
+        let server = Server::bind(opts.listen, server_cfg, api.clone())
+            .map_err(|e| SimError::Failed(format!("listening on {}: {e}", opts.listen)))?;
+        let addr = server.local_addr();
+        api.set_server_address(addr.to_string());
+        let scheme = if opts.tls { "https" } else { "http" };
+        let host = if addr.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else if addr.is_ipv6() {
+            format!("[{}]", addr.ip())
+        } else {
+            addr.ip().to_string()
+        };
+        let url = format!("{scheme}://{host}:{}", addr.port());
+        let client = certs.as_ref().and_then(|c| c.client.as_ref());
+        let kubeconfig = kubeconfig::render(&KubeconfigSpec {
+            server_url: &url,
+            ca_pem: certs.as_ref().map(|c| c.ca_pem.as_str()),
+            token: opts.token.as_deref(),
+            client_cert_pem: client.map(|c| c.cert_pem.as_str()),
+            client_key_pem: client.map(|c| c.key_pem.as_str()),
+            namespace: "default",
+        });
+        if let Some(path) = &opts.kubeconfig_out {
+            kubeconfig::write(path, &kubeconfig).map_err(|e| {
+                SimError::Failed(format!("writing kubeconfig {}: {e}", path.display()))
+            })?;
+        }
+        Ok(Sim {
+            url,
+            kubeconfig,
+            store,
+            faults,
+            server: Some(server),
+            controllers: Some(controllers),
+            kubelet: Some(kubelet),
+            temp_dir,
+        })
+    }
+
+    /// Stops accepting, stops the controllers, kills every container
+    /// process and removes the temporary state folder.
+    pub fn shutdown(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+        if let Some(c) = self.controllers.take() {
+            c.stop();
+        }
+        if let Some(k) = self.kubelet.take() {
+            k.shutdown();
+        }
+        if let Some(d) = self.temp_dir.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}

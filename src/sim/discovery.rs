@@ -1,0 +1,181 @@
+//! Discovery documents (kubernetes.md §5): `/api`, `/apis`, `/api/v1`,
+//! `/apis/{group}[/{version}]` and `/version`, built from the one resource
+//! table in `resources.rs`, so what is advertised is exactly what is served.
+//! Plain JSON only: kubectl falls back from aggregated discovery on its own.
+
+use super::resources::{ResourceInfo, ALL};
+use serde_json::{json, Value};
+
+/// `/version`: kubectl's dispatcher wrapper picks its binary by `minor`
+/// (contract.md: the sim reports 1.32, whose exec speaks WebSocket v5).
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "32",
+        "gitVersion": "v1.32.0-kubegate",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.23.0",
+        "compiler": "gc",
+        "platform": "linux/amd64"
+    })
+}
+
+/// `/api`.
+pub fn api_versions(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
+        ]
+    })
+}
+
+fn groups() -> Vec<&'static str> {
+    let mut g: Vec<&'static str> = ALL
+        .iter()
+        .map(|r| r.group)
+        .filter(|g| !g.is_empty())
+        .collect();
+    g.sort_unstable();
+    g.dedup();
+    g
+}
+
+fn group_json(name: &str) -> Value {
+    let gv = format!("{name}/v1");
+    json!({
+        "name": name,
+        "versions": [{"groupVersion": gv, "version": "v1"}],
+        "preferredVersion": {"groupVersion": gv, "version": "v1"}
+    })
+}
+
+/// `/apis`.
+pub fn api_group_list() -> Value {
+    let groups: Vec<Value> = groups().into_iter().map(group_json).collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/apis/{group}`, or None for an unknown group.
+pub fn api_group(group: &str) -> Option<Value> {
+    if !groups().contains(&group) {
+        return None;
+    }
+    let mut g = group_json(group);
+    if let Value::Object(m) = &mut g {
+        m.insert("kind".into(), json!("APIGroup"));
+        m.insert("apiVersion".into(), json!("v1"));
+    }
+    Some(g)
+}
+
+fn subresource_entry(r: &ResourceInfo, sub: &str) -> Value {
+    let (kind, verbs): (&str, &[&str]) = match sub {
+        "status" => (r.kind, &["get", "patch", "update"]),
+        "scale" => ("Scale", &["get", "patch", "update"]),
+        "exec" => ("PodExecOptions", &["create", "get"]),
+        "attach" => ("PodAttachOptions", &["create", "get"]),
+        "log" => ("Pod", &["get"]),
+        "proxy" => (
+            "PodProxyOptions",
+            &["create", "delete", "get", "patch", "update"],
+        ),
+        _ => (r.kind, &["get"]),
+    };
+    let mut e = json!({
+        "name": format!("{}/{}", r.plural, sub),
+        "singularName": "",
+        "namespaced": r.namespaced,
+        "kind": kind,
+        "verbs": verbs,
+    });
+    if sub == "scale" {
+        if let Value::Object(m) = &mut e {
+            m.insert("group".into(), json!("autoscaling"));
+            m.insert("version".into(), json!("v1"));
+        }
+    }
+    e
+}
+
+/// `/api/v1` (group "") or `/apis/{group}/v1`, or None when unknown.
+pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    if version != "v1" || (!group.is_empty() && !groups().contains(&group)) {
+        return None;
+    }
+    let mut resources = Vec::new();
+    for r in ALL.iter().filter(|r| r.group == group) {
+        let mut e = json!({
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": r.verbs(),
+        });
+        if !r.short_names.is_empty() {
+            if let Value::Object(m) = &mut e {
+                m.insert("shortNames".into(), json!(r.short_names));
+            }
+        }
+        if r.group == "apps" {
+            if let Value::Object(m) = &mut e {
+                m.insert("categories".into(), json!(["all"]));
+            }
+        }
+        if r.plural == "pods" || r.plural == "services" {
+            if let Value::Object(m) = &mut e {
+                m.insert("categories".into(), json!(["all"]));
+            }
+        }
+        resources.push(e);
+        for sub in r.subresources {
+            resources.push(subresource_entry(r, sub));
+        }
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": gv,
+        "resources": resources
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertises_every_served_resource() {
+        let core = resource_list("", "v1").expect("core");
+        let names: Vec<&str> = core["resources"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        for n in ["pods", "pods/exec", "pods/attach", "pods/status", "pods/log", "services", "configmaps", "secrets", "namespaces"] {
+            assert!(names.contains(&n), "{n} missing");
+        }
+        let apps = resource_list("apps", "v1").expect("apps");
+        assert_eq!(apps["groupVersion"], "apps/v1");
+        assert!(resource_list("batch", "v1").is_none());
+        assert!(resource_list("", "v2").is_none());
+        let groups = api_group_list();
+        let g: Vec<&str> = groups["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .filter_map(|g| g["name"].as_str())
+            .collect();
+        assert_eq!(g, vec!["apps", "networking.k8s.io"]);
+        assert_eq!(version()["minor"], "32");
+    }
+}

@@ -1,0 +1,280 @@
+//! Fault injection for reliability tests and soak runs (`/sim/faults`,
+//! loopback only). Faults are requested as JSON, drawn from a seeded RNG so a
+//! run can be repeated, and counted so a soak report can print them.
+//!
+//! `POST /sim/faults` takes any of these fields (each optional):
+//!
+//! ```json
+//! {"seed": 42,
+//!  "dropWatches": true,                 // end every open watch now
+//!  "dropWatchesEverySecs": 5,           // ... and again every 5 s (0 stops)
+//!  "failRequests": {"count": 10, "fraction": 0.5, "status": 503, "retryAfterSecs": 1},
+//!  "latencyMs": 100,                    // added to every API response (0 clears)
+//!  "cutStreams": true,                  // cut every open exec/attach stream now
+//!  "killContainer": {"namespace": "default", "pod": "web-x", "container": "main"},
+//!  "outageSecs": 10}                    // refuse connections for 10 s
+//! ```
+//!
+//! `GET /sim/faults` returns the counters; `DELETE /sim/faults` clears every
+//! pending fault. Failed requests answer a Status (500/503) or, for 429, the
+//! plain-text body and `Retry-After` header of the real API server's
+//! priority-and-fairness filter (kubernetes.md §1).
+
+use crate::http::{Request, Response};
+use crate::kube::status::Status;
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type KillFn = Box<dyn Fn(&str, &str, &str) -> Result<(), String> + Send + Sync>;
+type OutageFn = Box<dyn Fn(Duration) + Send + Sync>;
+
+#[derive(Default)]
+struct State {
+    rng: Option<rand::rngs::StdRng>,
+    fail_remaining: u64,
+    fail_fraction: f64,
+    fail_status: u16,
+    retry_after: u64,
+    latency: Duration,
+    drop_every: Option<Duration>,
+    next_drop: Option<Instant>,
+}
+
+#[derive(Default)]
+pub struct Counters {
+    pub failed_requests: AtomicU64,
+    pub dropped_watch_rounds: AtomicU64,
+    pub cut_stream_rounds: AtomicU64,
+    pub killed_containers: AtomicU64,
+    pub outages: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Faults {
+    state: Mutex<State>,
+    watch_epoch: AtomicU64,
+    stream_epoch: AtomicU64,
+    pub counters: Counters,
+    kill: Mutex<Option<KillFn>>,
+    outage: Mutex<Option<OutageFn>>,
+}
+
+impl Faults {
+    pub fn new() -> Arc<Faults> {
+        Arc::new(Faults::default())
+    }
+
+    /// Installs the kubelet's container killer.
+    pub fn set_killer(&self, f: KillFn) {
+        *self.kill.lock() = Some(f);
+    }
+
+    /// Installs the server's "refuse connections for a while" switch.
+    pub fn set_outage(&self, f: OutageFn) {
+        *self.outage.lock() = Some(f);
+    }
+
+    /// Changes whenever open watches must end (a watch loop compares it).
+    pub fn watch_epoch(&self) -> u64 {
+        self.tick();
+        self.watch_epoch.load(Ordering::Relaxed)
+    }
+
+    /// Changes whenever open exec/attach streams must be cut.
+    pub fn stream_epoch(&self) -> u64 {
+        self.stream_epoch.load(Ordering::Relaxed)
+    }
+
+    /// Advances the periodic watch drop, if one is scheduled.
+    fn tick(&self) {
+        let mut s = self.state.lock();
+        if let (Some(every), Some(next)) = (s.drop_every, s.next_drop) {
+            if Instant::now() >= next {
+                s.next_drop = Some(Instant::now() + every);
+                drop(s);
+                self.drop_watches();
+            }
+        }
+    }
+
+    fn drop_watches(&self) {
+        self.watch_epoch.fetch_add(1, Ordering::Relaxed);
+        self.counters.dropped_watch_rounds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Called for every API request before routing: may delay it, or answer
+    /// it with an injected failure.
+    pub fn before_request(&self, req: &Request) -> Option<Response> {
+        if req.path.starts_with("/sim/") {
+            return None;
+        }
+        self.tick();
+        let (latency, fail) = {
+            let mut s = self.state.lock();
+            let mut fail = None;
+            if s.fail_remaining > 0 {
+                let hit = if s.fail_fraction >= 1.0 {
+                    true
+                } else {
+                    let f = s.fail_fraction;
+                    s.rng
+                        .get_or_insert_with(|| rand::rngs::StdRng::seed_from_u64(0))
+                        .random_bool(f.clamp(0.0, 1.0))
+                };
+                if hit {
+                    s.fail_remaining -= 1;
+                    fail = Some((s.fail_status, s.retry_after));
+                }
+            }
+            (s.latency, fail)
+        };
+        if !latency.is_zero() {
+            std::thread::sleep(latency);
+        }
+        let (status, retry_after) = fail?;
+        self.counters.failed_requests.fetch_add(1, Ordering::Relaxed);
+        Some(match status {
+            429 => Response::text(429, "Too many requests, please try again later.\n")
+                .with_header("Retry-After", &retry_after.to_string()),
+            503 => {
+                let s = Status::service_unavailable("the server is currently unable to handle the request (injected fault)");
+                Response::json(503, s.to_json()).with_header("Retry-After", &retry_after.to_string())
+            }
+            code => {
+                let s = Status::internal_error("injected fault");
+                let mut r = Response::json(500, s.to_json());
+                r.status = code;
+                r
+            }
+        })
+    }
+
+    /// The admin endpoint.
+    pub fn handle(&self, req: &Request) -> Response {
+        if !req.peer.ip().is_loopback() {
+            return Response::json(
+                403,
+                Status::forbidden_plain("the fault endpoint only answers loopback clients").to_json(),
+            );
+        }
+        match req.method.as_str() {
+            "GET" => Response::json(200, self.report().to_string().into_bytes()),
+            "DELETE" => {
+                *self.state.lock() = State::default();
+                Response::json(200, self.report().to_string().into_bytes())
+            }
+            "POST" => match serde_json::from_slice::<Value>(&req.body) {
+                Ok(v) if v.is_object() => match self.apply(&v) {
+                    Ok(()) => Response::json(200, self.report().to_string().into_bytes()),
+                    Err(m) => Response::json(400, Status::bad_request(&m).to_json()),
+                },
+                Ok(_) => Response::json(400, Status::bad_request("expected a JSON object").to_json()),
+                Err(e) => Response::json(400, Status::bad_request(&format!("invalid JSON: {e}")).to_json()),
+            },
+            _ => Response::json(405, Status::method_not_allowed().to_json()),
+        }
+    }
+
+    fn apply(&self, v: &Value) -> Result<(), String> {
+        let known = [
+            "seed",
+            "dropWatches",
+            "dropWatchesEverySecs",
+            "failRequests",
+            "latencyMs",
+            "cutStreams",
+            "killContainer",
+            "outageSecs",
+        ];
+        if let Some(obj) = v.as_object() {
+            if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
+                return Err(format!("unknown fault {k:?}; known: {}", known.join(", ")));
+            }
+        }
+        let mut s = self.state.lock();
+        if let Some(seed) = v.get("seed") {
+            let seed = seed.as_u64().ok_or("seed must be an unsigned integer")?;
+            s.rng = Some(rand::rngs::StdRng::seed_from_u64(seed));
+        }
+        if let Some(f) = v.get("failRequests") {
+            let count = f.get("count").and_then(Value::as_u64).unwrap_or(u64::MAX);
+            let fraction = f.get("fraction").and_then(Value::as_f64).unwrap_or(1.0);
+            let status = f.get("status").and_then(Value::as_u64).unwrap_or(503);
+            if !matches!(status, 429 | 500 | 502 | 503 | 504) {
+                return Err(format!("failRequests.status {status} is not one of 429, 500, 502, 503, 504"));
+            }
+            if !(0.0..=1.0).contains(&fraction) {
+                return Err("failRequests.fraction must be within 0..1".into());
+            }
+            if f.get("count").is_none() && f.get("fraction").is_none() {
+                return Err("failRequests needs count or fraction".into());
+            }
+            s.fail_remaining = count;
+            s.fail_fraction = fraction;
+            s.fail_status = status as u16;
+            s.retry_after = f.get("retryAfterSecs").and_then(Value::as_u64).unwrap_or(1);
+        }
+        if let Some(ms) = v.get("latencyMs") {
+            s.latency = Duration::from_millis(ms.as_u64().ok_or("latencyMs must be an unsigned integer")?);
+        }
+        if let Some(secs) = v.get("dropWatchesEverySecs") {
+            let secs = secs.as_u64().ok_or("dropWatchesEverySecs must be an unsigned integer")?;
+            if secs == 0 {
+                s.drop_every = None;
+                s.next_drop = None;
+            } else {
+                s.drop_every = Some(Duration::from_secs(secs));
+                s.next_drop = Some(Instant::now() + Duration::from_secs(secs));
+            }
+        }
+        drop(s);
+        if v.get("dropWatches").and_then(Value::as_bool) == Some(true) {
+            self.drop_watches();
+        }
+        if v.get("cutStreams").and_then(Value::as_bool) == Some(true) {
+            self.stream_epoch.fetch_add(1, Ordering::Relaxed);
+            self.counters.cut_stream_rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(k) = v.get("killContainer") {
+            let get = |f: &str| k.get(f).and_then(Value::as_str).unwrap_or("");
+            let (ns, pod, c) = (get("namespace"), get("pod"), get("container"));
+            if pod.is_empty() {
+                return Err("killContainer.pod is required".into());
+            }
+            let ns = if ns.is_empty() { "default" } else { ns };
+            match &*self.kill.lock() {
+                Some(kill) => kill(ns, pod, c)?,
+                None => return Err("no kubelet is running".into()),
+            }
+            self.counters.killed_containers.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(secs) = v.get("outageSecs") {
+            let secs = secs.as_u64().ok_or("outageSecs must be an unsigned integer")?;
+            match &*self.outage.lock() {
+                Some(f) => f(Duration::from_secs(secs)),
+                None => return Err("outages are not supported by this server".into()),
+            }
+            self.counters.outages.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    pub fn report(&self) -> Value {
+        let c = &self.counters;
+        let s = self.state.lock();
+        json!({
+            "failedRequests": c.failed_requests.load(Ordering::Relaxed),
+            "droppedWatchRounds": c.dropped_watch_rounds.load(Ordering::Relaxed),
+            "cutStreamRounds": c.cut_stream_rounds.load(Ordering::Relaxed),
+            "killedContainers": c.killed_containers.load(Ordering::Relaxed),
+            "outages": c.outages.load(Ordering::Relaxed),
+            "pendingFailures": if s.fail_remaining == u64::MAX { json!("unlimited") } else { json!(s.fail_remaining) },
+            "latencyMs": s.latency.as_millis() as u64,
+            "dropWatchesEverySecs": s.drop_every.map(|d| d.as_secs()),
+        })
+    }
+}

@@ -1,0 +1,1093 @@
+//! The sim's kubelet: binds every pod to the one node `sim-node`, gives it a
+//! loopback pod IP and a host folder, runs its containers as local processes
+//! (through `runtime`), and keeps the pod's status true: phase, conditions,
+//! container states, restart counts. It restarts containers by policy with
+//! CrashLoopBackOff back-off, enforces activeDeadlineSeconds, and finishes
+//! graceful deletes (SIGTERM, SIGKILL after the grace period, then removal).
+//!
+//! Threads: one watcher thread ("sim-kubelet") routes pod events by uid to
+//! one owner thread per pod ("sim-pod-…"), which alone changes that pod's
+//! processes and status; one small waiter thread per running process turns
+//! its exit into a message for the owner. Pods annotated
+//! `sim.kubegate.dev/simulate: "true"` run no processes at all (their
+//! containers are reported running), so the API server can be measured with
+//! thousands of pods.
+
+use super::faults::Faults;
+use super::podspec::{self, PlanContext};
+use super::resources::Resource;
+use super::runtime::{Process, Runtime};
+use super::store::{Selectors, Store, StoreError, WatchFrom};
+use crate::kube::time::{now_rfc3339, parse_rfc3339, rfc3339};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+pub const NODE_NAME: &str = "sim-node";
+pub const HOST_IP: &str = "127.0.0.1";
+/// Annotation that makes a pod's containers simulated (no processes).
+pub const SIMULATE_ANNOTATION: &str = "sim.kubegate.dev/simulate";
+
+pub struct KubeletConfig {
+    pub store: Arc<Store>,
+    pub faults: Arc<Faults>,
+    pub state_dir: PathBuf,
+    pub fail_images: Vec<String>,
+}
+
+/// A running container, as exec/attach/log see it.
+#[derive(Clone)]
+pub struct ContainerHandle {
+    pub name: String,
+    pub process: Option<Arc<Process>>,
+    /// Every process this container has run, oldest first (for `--previous` logs).
+    pub previous: Option<Arc<Process>>,
+    pub spec: Value,
+    pub pod: Value,
+    pub pod_dir: PathBuf,
+    pub pod_ip: String,
+}
+
+enum PodMsg {
+    Updated(Value),
+    Deleted,
+    Exited { container: String, generation: u64 },
+    Kill { container: String },
+}
+
+struct PodEntry {
+    tx: Sender<PodMsg>,
+    shared: Arc<PodShared>,
+}
+
+/// What other threads may read about a pod's containers.
+#[derive(Default)]
+struct PodShared {
+    containers: Mutex<BTreeMap<String, ContainerHandle>>,
+}
+
+pub struct Kubelet {
+    pub(crate) store: Arc<Store>,
+    pub(crate) runtime: Arc<Runtime>,
+    state_dir: PathBuf,
+    fail_images: Vec<String>,
+    pub(crate) self_exe: PathBuf,
+    pods: Mutex<HashMap<String, PodEntry>>,
+    ips: Mutex<IpPool>,
+    stop: AtomicBool,
+    watcher: Mutex<Option<std::thread::JoinHandle<()>>>,
+    pub(crate) faults: Arc<Faults>,
+}
+
+/// Loopback pod IPs 127.0.x.y (x >= 1), handed out round-robin so an
+/// address is reused as late as possible.
+struct IpPool {
+    next: u32,
+    used: std::collections::HashSet<u32>,
+}
+
+impl IpPool {
+    const FIRST: u32 = 256; // 127.0.1.0
+    const LAST: u32 = 65_534; // 127.0.255.254
+
+    fn alloc(&mut self) -> Option<String> {
+        for _ in 0..(Self::LAST - Self::FIRST) {
+            let n = self.next;
+            self.next = if n >= Self::LAST { Self::FIRST } else { n + 1 };
+            let (x, y) = (n >> 8, n & 0xff);
+            if y == 0 || y == 255 || self.used.contains(&n) {
+                continue;
+            }
+            self.used.insert(n);
+            return Some(format!("127.0.{x}.{y}"));
+        }
+        None
+    }
+
+    fn free(&mut self, ip: &str) {
+        let parts: Vec<u32> = ip.split('.').filter_map(|p| p.parse().ok()).collect();
+        if let [127, 0, x, y] = parts.as_slice() {
+            self.used.remove(&((x << 8) | y));
+        }
+    }
+}
+
+impl Kubelet {
+    pub fn start(cfg: KubeletConfig) -> std::io::Result<Arc<Kubelet>> {
+        let runtime = Runtime::new(cfg.state_dir.join("runtime"))?;
+        let self_exe = std::env::current_exe()?;
+        let k = Arc::new(Kubelet {
+            store: cfg.store,
+            runtime,
+            state_dir: cfg.state_dir,
+            fail_images: cfg.fail_images,
+            self_exe,
+            pods: Mutex::new(HashMap::new()),
+            ips: Mutex::new(IpPool {
+                next: IpPool::FIRST,
+                used: Default::default(),
+            }),
+            stop: AtomicBool::new(false),
+            watcher: Mutex::new(None),
+            faults: cfg.faults,
+        });
+        let weak = Arc::downgrade(&k);
+        k.faults.set_killer(Box::new(move |ns, pod, container| {
+            let k = weak.upgrade().ok_or("the kubelet has stopped")?;
+            k.kill_container(ns, pod, container)
+        }));
+        let k2 = k.clone();
+        let h = std::thread::Builder::new()
+            .name("sim-kubelet".into())
+            .spawn(move || k2.watch_loop())?;
+        *k.watcher.lock() = Some(h);
+        Ok(k)
+    }
+
+    /// Kills every container process and stops every pod thread.
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let pods: Vec<PodEntry> = self.pods.lock().drain().map(|(_, e)| e).collect();
+        for p in &pods {
+            let _ = p.tx.try_send(PodMsg::Deleted);
+        }
+        self.runtime.kill_all(Duration::from_secs(5));
+        if let Some(h) = self.watcher.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    /// Looks up a container of a pod for exec/attach/log.
+    pub fn container(&self, pod_uid: &str, container: &str) -> Option<ContainerHandle> {
+        let pods = self.pods.lock();
+        let e = pods.get(pod_uid)?;
+        let c = e.shared.containers.lock().get(container).cloned();
+        c
+    }
+
+    fn kill_container(&self, ns: &str, pod: &str, container: &str) -> Result<(), String> {
+        let obj = self
+            .store
+            .get(Resource::Pod, ns, pod)
+            .map_err(|_| format!("pod {ns}/{pod} not found"))?;
+        let uid = obj["metadata"]["uid"].as_str().unwrap_or("").to_string();
+        let container = if container.is_empty() {
+            obj["spec"]["containers"][0]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        } else {
+            container.to_string()
+        };
+        let pods = self.pods.lock();
+        let e = pods.get(&uid).ok_or("the pod has no containers running")?;
+        e.tx.try_send(PodMsg::Kill { container })
+            .map_err(|_| "the pod is busy".to_string())
+    }
+
+    fn watch_loop(self: Arc<Self>) {
+        while !self.stop.load(Ordering::Relaxed) {
+            let stream = match self.store.watch(
+                Resource::Pod,
+                None,
+                Selectors::default(),
+                WatchFrom::InitialAdded,
+            ) {
+                Ok(s) => s,
+                Err(e) => {
+                    log::warn!("kubelet: watch failed: {e:?}");
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+            };
+            loop {
+                if self.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                match stream.recv_timeout(Duration::from_millis(200)) {
+                    Ok(ev) => {
+                        let deleted = matches!(ev.ty, super::store::EventType::Deleted);
+                        self.route(ev.object.clone(), deleted);
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            // Re-armed with InitialAdded: every current pod is routed again;
+            // pods that vanished meanwhile are noticed by their owner threads
+            // on their next status write (NotFound) — and here:
+            let live: std::collections::HashSet<String> = self
+                .store
+                .list(Resource::Pod, None, &Selectors::default())
+                .0
+                .iter()
+                .filter_map(|p| p["metadata"]["uid"].as_str().map(str::to_string))
+                .collect();
+            let gone: Vec<Sender<PodMsg>> = self
+                .pods
+                .lock()
+                .iter()
+                .filter(|(uid, _)| !live.contains(*uid))
+                .map(|(_, e)| e.tx.clone())
+                .collect();
+            for tx in gone {
+                let _ = tx.send(PodMsg::Deleted);
+            }
+        }
+    }
+
+    fn route(self: &Arc<Self>, pod: Value, deleted: bool) {
+        let Some(uid) = pod["metadata"]["uid"].as_str().map(str::to_string) else {
+            return;
+        };
+        let mut pods = self.pods.lock();
+        if let Some(e) = pods.get(&uid) {
+            let msg = if deleted {
+                PodMsg::Deleted
+            } else {
+                PodMsg::Updated(pod)
+            };
+            // Blocking send outside the lock would be nicer; the queue is
+            // generous and owner threads drain it promptly.
+            let tx = e.tx.clone();
+            drop(pods);
+            let _ = tx.send(msg);
+            return;
+        }
+        if deleted {
+            return;
+        }
+        let (tx, rx) = bounded(256);
+        let shared = Arc::new(PodShared::default());
+        pods.insert(
+            uid.clone(),
+            PodEntry {
+                tx: tx.clone(),
+                shared: shared.clone(),
+            },
+        );
+        drop(pods);
+        let k = self.clone();
+        let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let spawned = std::thread::Builder::new()
+            .name(format!("sim-pod-{}", truncate(&name, 20)))
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let mut w = PodWorker::new(k.clone(), pod, tx, rx, shared);
+                w.run();
+                k.pods.lock().remove(&uid);
+            });
+        if let Err(e) = spawned {
+            log::error!("kubelet: cannot start a thread for pod {name}: {e}");
+        }
+    }
+
+    fn image_fails(&self, image: &str) -> bool {
+        self.fail_images.iter().any(|g| glob_match(g, image))
+    }
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Shell-style glob: `*`, `?`, and `[...]` classes (with `!`/`^` negation).
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    fn go(p: &[char], t: &[char]) -> bool {
+        match p.first() {
+            None => t.is_empty(),
+            Some('*') => (0..=t.len()).any(|i| go(&p[1..], &t[i..])),
+            Some('?') => !t.is_empty() && go(&p[1..], &t[1..]),
+            Some('[') => {
+                let Some(end) = p.iter().skip(1).position(|&c| c == ']').map(|i| i + 1) else {
+                    return t.first() == Some(&'[') && go(&p[1..], &t[1..]);
+                };
+                let Some(&c) = t.first() else { return false };
+                let mut class = &p[1..end];
+                let negate = matches!(class.first(), Some('!') | Some('^'));
+                if negate {
+                    class = &class[1..];
+                }
+                let mut hit = false;
+                let mut i = 0;
+                while i < class.len() {
+                    if i + 2 < class.len() && class[i + 1] == '-' {
+                        hit |= class[i] <= c && c <= class[i + 2];
+                        i += 3;
+                    } else {
+                        hit |= class[i] == c;
+                        i += 1;
+                    }
+                }
+                hit != negate && go(&p[end + 1..], &t[1..])
+            }
+            Some(&c) => t.first() == Some(&c) && go(&p[1..], &t[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    go(&p, &t)
+}
+
+#[derive(Clone, Default)]
+struct CState {
+    name: String,
+    image: String,
+    /// running | waiting | terminated
+    state: Value,
+    last_state: Value,
+    restart_count: u64,
+    ready: bool,
+    started: bool,
+    /// Bumped at every start, so a stale exit message is recognised.
+    generation: u64,
+    process: Option<Arc<Process>>,
+    /// When the current back-off ends (CrashLoopBackOff).
+    restart_at: Option<Instant>,
+    backoff: Duration,
+    started_at: Option<Instant>,
+    done: bool,
+}
+
+struct PodWorker {
+    k: Arc<Kubelet>,
+    pod: Value,
+    ns: String,
+    name: String,
+    uid: String,
+    tx: Sender<PodMsg>,
+    rx: Receiver<PodMsg>,
+    shared: Arc<PodShared>,
+    simulated: bool,
+    pod_ip: Option<String>,
+    pod_dir: PathBuf,
+    init: Vec<CState>,
+    containers: Vec<CState>,
+    /// Index of the init container now running, or init.len() when done.
+    init_index: usize,
+    start_time: Option<SystemTime>,
+    started_instant: Option<Instant>,
+    phase: String,
+    reason: Option<String>,
+    message: Option<String>,
+    terminating_until: Option<Instant>,
+    deleted: bool,
+    image_error: bool,
+}
+
+impl PodWorker {
+    fn new(
+        k: Arc<Kubelet>,
+        pod: Value,
+        tx: Sender<PodMsg>,
+        rx: Receiver<PodMsg>,
+        shared: Arc<PodShared>,
+    ) -> PodWorker {
+        let meta = &pod["metadata"];
+        let ns = meta["namespace"].as_str().unwrap_or("").to_string();
+        let name = meta["name"].as_str().unwrap_or("").to_string();
+        let uid = meta["uid"].as_str().unwrap_or("").to_string();
+        let simulated = meta["annotations"][SIMULATE_ANNOTATION].as_str() == Some("true");
+        let pod_dir = k.state_dir.join("pods").join(format!("{ns}_{name}_{}", truncate(&uid, 8)));
+        let mk = |c: &Value| CState {
+            name: c["name"].as_str().unwrap_or("").to_string(),
+            image: c["image"].as_str().unwrap_or("").to_string(),
+            state: json!({"waiting": {"reason": "ContainerCreating"}}),
+            last_state: json!({}),
+            backoff: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let init: Vec<CState> = pod["spec"]["initContainers"]
+            .as_array()
+            .map(|a| a.iter().map(mk).collect())
+            .unwrap_or_default();
+        let mut containers: Vec<CState> = pod["spec"]["containers"]
+            .as_array()
+            .map(|a| a.iter().map(mk).collect())
+            .unwrap_or_default();
+        if !init.is_empty() {
+            for c in &mut containers {
+                c.state = json!({"waiting": {"reason": "PodInitializing"}});
+            }
+        }
+        PodWorker {
+            k,
+            pod,
+            ns,
+            name,
+            uid,
+            tx,
+            rx,
+            shared,
+            simulated,
+            pod_ip: None,
+            pod_dir,
+            init,
+            containers,
+            init_index: 0,
+            start_time: None,
+            started_instant: None,
+            phase: "Pending".into(),
+            reason: None,
+            message: None,
+            terminating_until: None,
+            deleted: false,
+            image_error: false,
+        }
+    }
+
+    fn restart_policy(&self) -> &str {
+        self.pod["spec"]["restartPolicy"].as_str().unwrap_or("Always")
+    }
+
+    fn run(&mut self) {
+        if !self.bind() {
+            return;
+        }
+        self.start_pod();
+        self.publish();
+        loop {
+            if self.deleted {
+                break;
+            }
+            let timeout = self.next_timer();
+            let msg = match self.rx.recv_timeout(timeout) {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let mut changed = false;
+            match msg {
+                Some(PodMsg::Updated(p)) => changed |= self.on_update(p),
+                Some(PodMsg::Deleted) => {
+                    self.deleted = true;
+                    self.kill_all(Duration::ZERO);
+                    break;
+                }
+                Some(PodMsg::Exited {
+                    container,
+                    generation,
+                }) => changed |= self.on_exit(&container, generation),
+                Some(PodMsg::Kill { container }) => {
+                    if let Some(c) = self.find(&container) {
+                        if let Some(p) = &c.process {
+                            p.signal_group(9);
+                        }
+                    }
+                }
+                None => {}
+            }
+            changed |= self.on_timers();
+            if self.terminating_until.is_some() && self.all_stopped() {
+                // Graceful delete finished: remove the object.
+                let pre = super::store::Preconditions {
+                    uid: Some(self.uid.clone()),
+                    resource_version: None,
+                };
+                let _ = self.k.store.delete(Resource::Pod, &self.ns, &self.name, &pre);
+                self.deleted = true;
+                break;
+            }
+            if changed {
+                self.publish();
+            }
+        }
+        self.kill_all(Duration::ZERO);
+        self.cleanup();
+    }
+
+    /// Binds the pod to the node (the sim's scheduler) and allocates its IP.
+    fn bind(&mut self) -> bool {
+        let ip = match self.k.ips.lock().alloc() {
+            Some(ip) => ip,
+            None => {
+                self.message = Some("no free pod IP".into());
+                return false;
+            }
+        };
+        self.pod_ip = Some(ip);
+        let r = self
+            .k
+            .store
+            .modify(Resource::Pod, &self.ns, &self.name, &mut |o: &mut Value| {
+                if o["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
+                    o["spec"]["nodeName"] = json!(NODE_NAME);
+                }
+                Ok(())
+            });
+        match r {
+            Ok(p) => {
+                self.pod = p;
+                self.start_time = Some(SystemTime::now());
+                self.started_instant = Some(Instant::now());
+                true
+            }
+            Err(_) => {
+                self.release_ip();
+                false
+            }
+        }
+    }
+
+    fn release_ip(&mut self) {
+        if let Some(ip) = self.pod_ip.take() {
+            self.k.ips.lock().free(&ip);
+        }
+    }
+
+    fn start_pod(&mut self) {
+        if self.simulated {
+            let now = now_rfc3339();
+            for c in self.init.iter_mut() {
+                c.state = json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}});
+                c.done = true;
+            }
+            self.init_index = self.init.len();
+            for c in self.containers.iter_mut() {
+                c.state = json!({"running": {"startedAt": now}});
+                c.ready = true;
+                c.started = true;
+            }
+            self.phase = "Running".into();
+            return;
+        }
+        if let Err(e) = std::fs::create_dir_all(&self.pod_dir) {
+            self.fail_all(&format!("creating the pod folder: {e}"));
+            return;
+        }
+        let lookup = self.lookup_fn();
+        if let Err(e) = podspec::materialize_volumes(&self.pod, &self.pod_dir, &*lookup) {
+            for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
+                c.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": e.to_string()}});
+            }
+            return;
+        }
+        // Images that must fail never start anything.
+        let failing: Vec<String> = self
+            .init
+            .iter()
+            .chain(self.containers.iter())
+            .filter(|c| self.k.image_fails(&c.image))
+            .map(|c| c.name.clone())
+            .collect();
+        if !failing.is_empty() {
+            self.image_error = true;
+            for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
+                if failing.contains(&c.name) {
+                    c.state = json!({"waiting": {"reason": "ErrImagePull", "message": format!("failed to pull and unpack image \"{}\": simulated pull failure (--fail-image)", c.image)}});
+                }
+            }
+            return;
+        }
+        self.advance();
+    }
+
+    /// Starts what should run now: the next init container, or (init done)
+    /// every app container not yet started.
+    fn advance(&mut self) {
+        while self.init_index < self.init.len() {
+            let i = self.init_index;
+            if self.init[i].done {
+                self.init_index += 1;
+                continue;
+            }
+            if self.init[i].process.is_none() && self.init[i].restart_at.is_none() {
+                self.start_container(true, i);
+            }
+            return;
+        }
+        for i in 0..self.containers.len() {
+            let c = &self.containers[i];
+            if c.process.is_none() && !c.done && c.restart_at.is_none() {
+                self.start_container(false, i);
+            }
+        }
+        if self.phase == "Pending" && self.containers.iter().all(|c| c.started || c.done) {
+            self.phase = "Running".into();
+        }
+    }
+
+    fn lookup_fn(&self) -> Box<dyn Fn(&str, &str, &str) -> Option<String>> {
+        let store = self.k.store.clone();
+        let ns = self.ns.clone();
+        Box::new(move |kind: &str, name: &str, key: &str| {
+            let res = match kind {
+                "ConfigMap" => Resource::ConfigMap,
+                "Secret" => Resource::Secret,
+                _ => return None,
+            };
+            let o = store.get(res, &ns, name).ok()?;
+            if res == Resource::Secret {
+                let b64 = o["data"][key].as_str()?;
+                use base64::Engine;
+                let raw = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+                String::from_utf8(raw).ok()
+            } else if key.is_empty() {
+                Some(String::new())
+            } else {
+                o["data"][key].as_str().map(str::to_string)
+            }
+        })
+    }
+
+    fn start_container(&mut self, init: bool, i: usize) {
+        let spec_list = if init { "initContainers" } else { "containers" };
+        let spec = self.pod["spec"][spec_list][i].clone();
+        let lookup = self.lookup_fn();
+        let ctx = PlanContext {
+            pod_ip: self.pod_ip.clone().unwrap_or_default(),
+            host_ip: HOST_IP.to_string(),
+            node_name: NODE_NAME.to_string(),
+            pod_dir: self.pod_dir.clone(),
+            self_exe: self.k.self_exe.clone(),
+            lookup: &*lookup,
+        };
+        let plan = podspec::plan_container(&self.pod, &spec, &ctx);
+        let c = if init {
+            &mut self.init[i]
+        } else {
+            &mut self.containers[i]
+        };
+        let plan = match plan {
+            Ok(p) => p,
+            Err(e) => {
+                c.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": e.to_string()}});
+                return;
+            }
+        };
+        match self.k.runtime.start(plan) {
+            Ok(p) => {
+                c.generation += 1;
+                c.state = json!({"running": {"startedAt": now_rfc3339()}});
+                c.started = true;
+                c.ready = !init;
+                c.started_at = Some(Instant::now());
+                c.process = Some(p.clone());
+                let (tx, name, generation) = (self.tx.clone(), c.name.clone(), c.generation);
+                let waiter = std::thread::Builder::new()
+                    .name("sim-wait".into())
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let _ = p.wait();
+                        let _ = tx.send(PodMsg::Exited {
+                            container: name,
+                            generation,
+                        });
+                    });
+                if let Err(e) = waiter {
+                    log::error!("kubelet: cannot start a waiter thread: {e}");
+                }
+                self.share();
+            }
+            Err(e) => {
+                c.state = json!({"waiting": {"reason": "CreateContainerError", "message": e.to_string()}});
+            }
+        }
+    }
+
+    /// Publishes the current processes for exec/attach/log.
+    fn share(&self) {
+        let mut map = self.shared.containers.lock();
+        for (list, c) in self
+            .init
+            .iter()
+            .map(|c| ("initContainers", c))
+            .chain(self.containers.iter().map(|c| ("containers", c)))
+        {
+            let spec = self.pod["spec"][list]
+                .as_array()
+                .and_then(|a| a.iter().find(|s| s["name"] == c.name.as_str()))
+                .cloned()
+                .unwrap_or(Value::Null);
+            let prev = map.get(&c.name).and_then(|h| h.process.clone());
+            let previous = match (&prev, &c.process) {
+                (Some(old), Some(new)) if !Arc::ptr_eq(old, new) => Some(old.clone()),
+                _ => map.get(&c.name).and_then(|h| h.previous.clone()),
+            };
+            map.insert(
+                c.name.clone(),
+                ContainerHandle {
+                    name: c.name.clone(),
+                    process: c.process.clone(),
+                    previous,
+                    spec,
+                    pod: self.pod.clone(),
+                    pod_dir: self.pod_dir.clone(),
+                    pod_ip: self.pod_ip.clone().unwrap_or_default(),
+                },
+            );
+        }
+    }
+
+    fn find(&self, name: &str) -> Option<&CState> {
+        self.containers
+            .iter()
+            .chain(self.init.iter())
+            .find(|c| c.name == name)
+    }
+
+    fn on_update(&mut self, p: Value) -> bool {
+        let was_terminating = self.terminating_until.is_some();
+        self.pod = p;
+        if let Some(ts) = self.pod["metadata"]["deletionTimestamp"].as_str() {
+            let grace = self.pod["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .unwrap_or(30)
+                .max(0) as u64;
+            let until = Instant::now() + Duration::from_secs(grace);
+            let _ = parse_rfc3339(ts);
+            let sooner = self.terminating_until.is_none_or(|t| until < t);
+            if sooner {
+                self.terminating_until = Some(until);
+                for c in self.containers.iter_mut().chain(self.init.iter_mut()) {
+                    c.restart_at = None;
+                    if let Some(p) = &c.process {
+                        p.terminate(Duration::from_secs(grace));
+                    }
+                }
+            }
+            return !was_terminating;
+        }
+        false
+    }
+
+    fn on_exit(&mut self, name: &str, generation: u64) -> bool {
+        let policy = self.restart_policy().to_string();
+        let terminating = self.terminating_until.is_some();
+        let is_init = self.init.iter().any(|c| c.name == name);
+        let c = match self
+            .containers
+            .iter_mut()
+            .chain(self.init.iter_mut())
+            .find(|c| c.name == name)
+        {
+            Some(c) if c.generation == generation => c,
+            _ => return false,
+        };
+        let Some(p) = c.process.take() else {
+            return false;
+        };
+        let info = p.wait();
+        let code = info.code;
+        let started = c.state["running"]["startedAt"].clone();
+        let mut term = json!({
+            "exitCode": code,
+            "reason": if code == 0 { "Completed" } else { "Error" },
+            "startedAt": started,
+            "finishedAt": rfc3339(info.finished_at),
+            "containerID": format!("sim://{}", p.pid()),
+        });
+        if let Some(sig) = info.signal {
+            term["signal"] = json!(sig);
+        }
+        c.ready = false;
+        let ran_long = c
+            .started_at
+            .is_some_and(|t| t.elapsed() >= Duration::from_secs(600));
+        if ran_long {
+            c.backoff = Duration::from_secs(10);
+        }
+        let restart = !terminating
+            && match policy.as_str() {
+                "Always" => !is_init || code != 0,
+                "OnFailure" => code != 0,
+                _ => false,
+            };
+        if restart {
+            c.last_state = json!({"terminated": term});
+            c.restart_count += 1;
+            if c.restart_count == 1 {
+                // The first restart is immediate, as on a real kubelet.
+                c.restart_at = Some(Instant::now());
+                c.state = json!({"terminated": c.last_state["terminated"].clone()});
+            } else {
+                let wait = c.backoff;
+                c.backoff = (c.backoff * 2).min(Duration::from_secs(300));
+                c.restart_at = Some(Instant::now() + wait);
+                c.state = json!({"waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": format!("back-off {}s restarting failed container={} pod={}_{}({})",
+                        wait.as_secs(), c.name, self.name, self.ns, self.uid),
+                }});
+            }
+        } else {
+            c.state = json!({"terminated": term});
+            c.done = true;
+        }
+        if is_init && !restart {
+            if code == 0 {
+                self.advance();
+            } else if policy == "Never" {
+                self.phase = "Failed".into();
+                for c in self.containers.iter_mut() {
+                    c.done = true;
+                }
+            }
+        }
+        self.update_phase();
+        self.share();
+        true
+    }
+
+    fn update_phase(&mut self) {
+        if self.phase == "Failed" && self.reason.is_some() {
+            return;
+        }
+        if self.init_index < self.init.len() {
+            return;
+        }
+        if !self.containers.is_empty() && self.containers.iter().all(|c| c.done) {
+            let ok = self
+                .containers
+                .iter()
+                .all(|c| c.state["terminated"]["exitCode"].as_i64() == Some(0));
+            self.phase = if ok { "Succeeded" } else { "Failed" }.into();
+        }
+    }
+
+    /// Time until the next timer: a restart back-off, the active deadline,
+    /// or the grace period's end; capped so image-pull states alternate.
+    fn next_timer(&self) -> Duration {
+        let mut t = Duration::from_secs(5);
+        let now = Instant::now();
+        for c in self.containers.iter().chain(self.init.iter()) {
+            if let Some(at) = c.restart_at {
+                t = t.min(at.saturating_duration_since(now));
+            }
+        }
+        if let Some(d) = self.active_deadline() {
+            t = t.min(d.saturating_duration_since(now));
+        }
+        t.max(Duration::from_millis(1))
+    }
+
+    fn active_deadline(&self) -> Option<Instant> {
+        let secs = self.pod["spec"]["activeDeadlineSeconds"].as_u64()?;
+        Some(self.started_instant? + Duration::from_secs(secs))
+    }
+
+    fn on_timers(&mut self) -> bool {
+        let now = Instant::now();
+        let mut changed = false;
+        if self.terminating_until.is_none() {
+            if let Some(d) = self.active_deadline() {
+                if now >= d && self.phase != "Failed" && self.phase != "Succeeded" {
+                    self.phase = "Failed".into();
+                    self.reason = Some("DeadlineExceeded".into());
+                    self.message =
+                        Some("Pod was active on the node longer than the specified deadline".into());
+                    for c in self.containers.iter_mut().chain(self.init.iter_mut()) {
+                        c.restart_at = None;
+                        c.done = true;
+                        if let Some(p) = &c.process {
+                            p.terminate(Duration::from_secs(2));
+                        }
+                    }
+                    changed = true;
+                }
+            }
+        }
+        if self.image_error {
+            // ErrImagePull and ImagePullBackOff alternate, as on a real node.
+            for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
+                let reason = c.state["waiting"]["reason"].as_str().unwrap_or("");
+                let next = match reason {
+                    "ErrImagePull" => "ImagePullBackOff",
+                    "ImagePullBackOff" => "ErrImagePull",
+                    _ => continue,
+                };
+                let message = if next == "ImagePullBackOff" {
+                    format!("Back-off pulling image \"{}\"", c.image)
+                } else {
+                    format!("failed to pull and unpack image \"{}\": simulated pull failure (--fail-image)", c.image)
+                };
+                c.state = json!({"waiting": {"reason": next, "message": message}});
+                changed = true;
+            }
+        }
+        let due: Vec<(bool, usize)> = self
+            .init
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (true, i, c))
+            .chain(self.containers.iter().enumerate().map(|(i, c)| (false, i, c)))
+            .filter(|(_, _, c)| c.restart_at.is_some_and(|t| t <= now))
+            .map(|(init, i, _)| (init, i))
+            .collect();
+        for (init, i) in due {
+            if self.phase == "Failed" && self.reason.is_some() {
+                break;
+            }
+            let c = if init {
+                &mut self.init[i]
+            } else {
+                &mut self.containers[i]
+            };
+            c.restart_at = None;
+            self.start_container(init, i);
+            changed = true;
+        }
+        changed
+    }
+
+    fn all_stopped(&self) -> bool {
+        self.containers
+            .iter()
+            .chain(self.init.iter())
+            .all(|c| c.process.is_none())
+    }
+
+    fn kill_all(&mut self, grace: Duration) {
+        for c in self.containers.iter_mut().chain(self.init.iter_mut()) {
+            if let Some(p) = c.process.take() {
+                p.terminate(grace);
+            }
+        }
+    }
+
+    fn fail_all(&mut self, message: &str) {
+        self.phase = "Failed".into();
+        self.message = Some(message.to_string());
+    }
+
+    fn cleanup(&mut self) {
+        self.release_ip();
+        self.shared.containers.lock().clear();
+        if !self.simulated {
+            let _ = std::fs::remove_dir_all(&self.pod_dir);
+        }
+    }
+
+    /// Writes the pod's status to the store.
+    fn publish(&mut self) {
+        let now = now_rfc3339();
+        let statuses = |list: &[CState]| -> Vec<Value> {
+            list.iter()
+                .map(|c| {
+                    let mut s = json!({
+                        "name": c.name,
+                        "image": c.image,
+                        "imageID": format!("sim://{}", c.image),
+                        "ready": c.ready,
+                        "restartCount": c.restart_count,
+                        "started": c.state.get("running").is_some(),
+                        "state": c.state,
+                        "lastState": c.last_state,
+                    });
+                    if let Some(p) = &c.process {
+                        s["containerID"] = json!(format!("sim://{}", p.pid()));
+                    }
+                    s
+                })
+                .collect()
+        };
+        let init_done = self.init_index >= self.init.len();
+        let ready = self.phase == "Running"
+            && self.terminating_until.is_none()
+            && self.containers.iter().all(|c| c.ready);
+        let cond = |ty: &str, ok: bool| json!({"type": ty, "status": if ok {"True"} else {"False"}, "lastProbeTime": null, "lastTransitionTime": now});
+        let mut status = json!({
+            "phase": self.phase,
+            "hostIP": HOST_IP,
+            "hostIPs": [{"ip": HOST_IP}],
+            "qosClass": "BestEffort",
+            "conditions": [
+                cond("PodReadyToStartContainers", true),
+                cond("Initialized", init_done),
+                cond("Ready", ready),
+                cond("ContainersReady", ready),
+                cond("PodScheduled", true),
+            ],
+            "containerStatuses": statuses(&self.containers),
+        });
+        if !self.init.is_empty() {
+            status["initContainerStatuses"] = json!(statuses(&self.init));
+        }
+        if let Some(ip) = &self.pod_ip {
+            if self.phase != "Pending" || self.simulated || init_done {
+                status["podIP"] = json!(ip);
+                status["podIPs"] = json!([{"ip": ip}]);
+            }
+        }
+        if let Some(t) = self.start_time {
+            status["startTime"] = json!(rfc3339(t));
+        }
+        if let Some(r) = &self.reason {
+            status["reason"] = json!(r);
+        }
+        if let Some(m) = &self.message {
+            status["message"] = json!(m);
+        }
+        let r = self
+            .k
+            .store
+            .modify(Resource::Pod, &self.ns, &self.name, &mut |o: &mut Value| {
+                if o["metadata"]["uid"].as_str() != Some(self.uid.as_str()) {
+                    return Err(StoreError::NotFound {
+                        resource: Resource::Pod,
+                        name: self.name.clone(),
+                    });
+                }
+                // Keep lastTransitionTime stable when a condition is unchanged.
+                let mut st = status.clone();
+                if let (Some(old), Some(new)) = (
+                    o["status"]["conditions"].as_array(),
+                    st["conditions"].as_array_mut(),
+                ) {
+                    for c in new.iter_mut() {
+                        if let Some(prev) = old
+                            .iter()
+                            .find(|p| p["type"] == c["type"] && p["status"] == c["status"])
+                        {
+                            c["lastTransitionTime"] = prev["lastTransitionTime"].clone();
+                        }
+                    }
+                }
+                o["status"] = st;
+                Ok(())
+            });
+        match r {
+            Ok(p) => self.pod = p,
+            Err(StoreError::NotFound { .. }) => self.deleted = true,
+            Err(e) => log::warn!("kubelet: status of {}/{}: {e:?}", self.ns, self.name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("bad/*", "bad/image:1"));
+        assert!(glob_match("*:broken", "x/y:broken"));
+        assert!(glob_match("img?", "img1"));
+        assert!(glob_match("img[0-3]", "img2"));
+        assert!(!glob_match("img[!0-3]", "img2"));
+        assert!(!glob_match("bad/*", "good/image"));
+        assert!(glob_match("*", ""));
+    }
+
+    #[test]
+    fn ip_pool_round_robin_and_free() {
+        let mut p = IpPool {
+            next: IpPool::FIRST,
+            used: Default::default(),
+        };
+        let a = p.alloc().expect("ip");
+        let b = p.alloc().expect("ip");
+        assert_eq!(a, "127.0.1.1");
+        assert_eq!(b, "127.0.1.2");
+        p.free(&a);
+        assert_eq!(p.alloc().as_deref(), Some("127.0.1.3"));
+    }
+}

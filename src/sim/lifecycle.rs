@@ -1,0 +1,116 @@
+//! Deletion with Kubernetes semantics, shared by the REST layer, the
+//! controllers and the garbage collector so every path deletes the same way:
+//! a pod bound to a node and still running is terminated gracefully
+//! (deletionTimestamp set; the kubelet kills it and removes the object); a
+//! namespace becomes Terminating (the namespace controller empties it); every
+//! other object goes at once. Orphan propagation strips the owner references
+//! of dependents first; background and foreground propagation are left to
+//! the garbage collector, which reacts to the owner's DELETED event.
+
+use super::resources::Resource;
+use super::store::{Preconditions, Store, StoreError};
+use crate::kube::time::{now_rfc3339, rfc3339};
+use serde_json::{json, Value};
+use std::time::{Duration, SystemTime};
+
+/// What a DELETE asked for (body or query parameters).
+#[derive(Debug, Default, Clone)]
+pub struct DeleteOptions {
+    pub grace: Option<i64>,
+    pub propagation: Option<String>,
+    pub pre: Preconditions,
+}
+
+/// Deletes one object; returns the object as the API answers it (for a
+/// graceful pod delete, the pod carrying its deletionTimestamp).
+pub fn delete(
+    store: &Store,
+    res: Resource,
+    ns: &str,
+    name: &str,
+    opts: &DeleteOptions,
+) -> Result<Value, StoreError> {
+    let current = store.get(res, ns, name)?;
+    check_preconditions(res, name, &current, &opts.pre)?;
+    if opts.propagation.as_deref() == Some("Orphan") {
+        if let Some(uid) = current["metadata"]["uid"].as_str() {
+            super::gc::orphan_dependents(store, uid);
+        }
+    }
+    match res {
+        Resource::Pod => {
+            let bound = current["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty());
+            let phase = current["status"]["phase"].as_str().unwrap_or("");
+            let finished = phase == "Succeeded" || phase == "Failed";
+            let spec_grace = current["spec"]["terminationGracePeriodSeconds"]
+                .as_i64()
+                .unwrap_or(30);
+            let grace = opts.grace.unwrap_or(spec_grace).max(0);
+            if !bound || finished || grace == 0 {
+                return store.delete(res, ns, name, &opts.pre);
+            }
+            let deadline = SystemTime::now() + Duration::from_secs(grace as u64);
+            store.modify(res, ns, name, &mut |o: &mut Value| {
+                let meta = &mut o["metadata"];
+                let existing = meta["deletionGracePeriodSeconds"].as_i64();
+                if existing.is_none_or(|g| grace < g) {
+                    meta["deletionTimestamp"] = json!(rfc3339(deadline));
+                    meta["deletionGracePeriodSeconds"] = json!(grace);
+                }
+                Ok(())
+            })
+        }
+        Resource::Namespace => {
+            if name == "default" || name == "kube-system" {
+                return Err(StoreError::Forbidden {
+                    resource: res,
+                    name: name.to_string(),
+                    message: "this namespace may not be deleted".into(),
+                });
+            }
+            store.modify(res, ns, name, &mut |o: &mut Value| {
+                if o["metadata"]["deletionTimestamp"].is_null() {
+                    o["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+                }
+                o["status"]["phase"] = json!("Terminating");
+                Ok(())
+            })
+        }
+        _ => store.delete(res, ns, name, &opts.pre),
+    }
+}
+
+fn check_preconditions(
+    res: Resource,
+    name: &str,
+    obj: &Value,
+    pre: &Preconditions,
+) -> Result<(), StoreError> {
+    if let Some(uid) = &pre.uid {
+        let have = obj["metadata"]["uid"].as_str().unwrap_or("");
+        if uid != have {
+            return Err(StoreError::Conflict {
+                resource: res,
+                name: name.to_string(),
+                message: format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {have}"
+                ),
+            });
+        }
+    }
+    if let Some(rv) = &pre.resource_version {
+        let have = obj["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if rv != have {
+            return Err(StoreError::Conflict {
+                resource: res,
+                name: name.to_string(),
+                message: format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {have}"
+                ),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,638 @@
+//! The streaming pod subresources the kubelet serves: `exec` and `attach`
+//! over the WebSocket channel protocol (v5 and v4, kubernetes.md §4), `log`
+//! (plain and followed), and `proxy`.
+//!
+//! Each exec/attach socket is driven by `http::ws::run` on its connection
+//! thread; one "out" thread moves process output into the socket's bounded
+//! outbox (waiting when it is full: backpressure reaches the process through
+//! its pipe, nothing is dropped) and one "in" thread moves stdin, resize and
+//! close frames to the process. The exit status goes on channel 3 only after
+//! every output byte, then a normal close (1000): kubectl waits for it.
+
+use super::api::PodStreams;
+use super::kubelet::{ContainerHandle, Kubelet};
+use super::podspec::{self, PlanContext};
+use super::resources::Resource;
+use super::runtime::{LogQuery, Process, ProcessSpec, Stream};
+use crate::http::ws::{self, Outbox, WsConn, WsOptions};
+use crate::http::{ChunkSink, Reply, Request, Response, Upgrade};
+use crate::kube::channel::{self, Frame, Protocol, ResizeDecoder};
+use crate::kube::status::Status;
+use crate::kube::time::{parse_rfc3339, rfc3339_nanos};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::CloseFrame;
+use tungstenite::Message;
+
+/// Largest message accepted from an exec/attach client: kubectl sends stdin
+/// in frames of at most 32 KiB + 1.
+const MAX_MESSAGE: usize = 1 << 20;
+const OUTBOX: usize = 64;
+
+fn status(s: Status) -> Reply {
+    Response::json(s.http_code(), s.to_json()).into()
+}
+
+fn bad_request(msg: &str) -> Reply {
+    status(Status::bad_request(msg))
+}
+
+/// Which container of `pod` a request names, with upstream's messages.
+fn pick_container(pod: &Value, req: &Request) -> Result<String, Reply> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("");
+    let names: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(pod["spec"]["initContainers"].as_array().into_iter().flatten())
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    match req.query("container").filter(|c| !c.is_empty()) {
+        Some(c) if names.contains(&c) => Ok(c.to_string()),
+        Some(c) => Err(bad_request(&format!(
+            "container {c} is not valid for pod {name}"
+        ))),
+        None => {
+            let main: Vec<&str> = pod["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["name"].as_str())
+                .collect();
+            match main.as_slice() {
+                [only] => Ok(only.to_string()),
+                _ => Err(bad_request(&format!(
+                    "a container name must be specified for pod {name}, choose one of: [{}]",
+                    main.join(" ")
+                ))),
+            }
+        }
+    }
+}
+
+struct Target {
+    pod: Value,
+    container: String,
+    handle: Option<ContainerHandle>,
+}
+
+impl Kubelet {
+    fn target(&self, req: &Request, ns: &str, pod_name: &str) -> Result<Target, Reply> {
+        let pod = self
+            .store
+            .get(Resource::Pod, ns, pod_name)
+            .map_err(|_| status(Status::not_found("", "pods", pod_name)))?;
+        let container = pick_container(&pod, req)?;
+        if pod["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
+            return Err(bad_request(&format!(
+                "pod {pod_name} does not have a host assigned"
+            )));
+        }
+        let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+        let handle = self.container(uid, &container);
+        Ok(Target {
+            pod,
+            container,
+            handle,
+        })
+    }
+
+    fn upgrade_checks(req: &Request) -> Result<Protocol, Reply> {
+        if !req.is_websocket_upgrade() {
+            return Err(bad_request("Upgrade request required"));
+        }
+        channel::server_negotiate(&req.websocket_protocols()).ok_or_else(|| {
+            bad_request(&format!(
+                "requested protocol(s) are not supported: {:?}; supported protocols: [\"v5.channel.k8s.io\" \"v4.channel.k8s.io\"]",
+                req.websocket_protocols()
+            ))
+        })
+    }
+
+    /// The process an exec runs: the container's environment, working
+    /// directory and mount mapping, with the requested command.
+    fn exec_plan(&self, t: &Target, command: &[String], tty: bool, stdin: bool) -> Result<ProcessSpec, String> {
+        let h = t.handle.as_ref().ok_or("container not found")?;
+        let mut spec = h.spec.clone();
+        spec["command"] = Value::from(command.to_vec());
+        if let Some(m) = spec.as_object_mut() {
+            m.remove("args");
+        }
+        let store = self.store.clone();
+        let ns = t.pod["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+        let lookup = move |kind: &str, name: &str, key: &str| -> Option<String> {
+            let res = if kind == "Secret" { Resource::Secret } else { Resource::ConfigMap };
+            let o = store.get(res, &ns, name).ok()?;
+            if res == Resource::Secret {
+                use base64::Engine;
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(o["data"][key].as_str()?)
+                    .ok()?;
+                String::from_utf8(raw).ok()
+            } else {
+                o["data"][key].as_str().map(str::to_string)
+            }
+        };
+        let ctx = PlanContext {
+            pod_ip: h.pod_ip.clone(),
+            host_ip: super::kubelet::HOST_IP.to_string(),
+            node_name: super::kubelet::NODE_NAME.to_string(),
+            pod_dir: h.pod_dir.clone(),
+            self_exe: self.self_exe.clone(),
+            lookup: &lookup,
+        };
+        let mut plan = podspec::plan_container(&h.pod, &spec, &ctx).map_err(|e| e.to_string())?;
+        plan.tty = tty;
+        plan.stdin = stdin;
+        plan.log = false;
+        Ok(plan)
+    }
+}
+
+/// Sends a message, reporting whether the socket is still there.
+fn send(out: &Outbox, m: Message) -> bool {
+    out.send(m).is_ok()
+}
+
+fn close_normal() -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    }))
+}
+
+/// A cut stream (fault injection): no status, an abnormal close reason.
+fn close_cut() -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::Error,
+        reason: "stream cut (injected fault)".into(),
+    }))
+}
+
+/// Channel-3 status then close, for a request that cannot run.
+fn fail_socket(conn: WsConn, first: u8, msg: String) {
+    let Ok((out, rx)) = ws::try_outbox(4) else {
+        return;
+    };
+    let (in_tx, _in_rx) = bounded(4);
+    let _ = out.send(Message::Binary(vec![first].into()));
+    let _ = out.send(Message::Binary(
+        channel::encode_frame(channel::ERROR, &channel::internal_error_status_json(&msg)).into(),
+    ));
+    let _ = out.send(close_normal());
+    drop(out);
+    ws::run(conn, rx, in_tx, WsOptions::default());
+}
+
+/// Moves client frames to a process: stdin data, v5 stdin close, resizes.
+fn pump_input(proto: Protocol, rx: Receiver<Message>, p: Arc<Process>, stdin: bool, close_stdin_on_eof: bool) {
+    let mut resize = ResizeDecoder::new();
+    for m in rx.iter() {
+        let data: &[u8] = match &m {
+            Message::Binary(b) => b,
+            Message::Text(t) => t.as_bytes(),
+            Message::Close(_) => break,
+            _ => continue,
+        };
+        match Frame::parse(proto, data) {
+            Frame::Empty => {}
+            Frame::Data {
+                channel: channel::STDIN,
+                payload,
+            } => {
+                if stdin && p.write_stdin(payload).is_err() {
+                    // The process closed its stdin; keep reading frames so
+                    // the socket stays serviced.
+                }
+            }
+            Frame::Data {
+                channel: channel::RESIZE,
+                payload,
+            } => {
+                resize.push(payload);
+                while let Some(r) = resize.next_size() {
+                    match r {
+                        Ok(sz) => {
+                            let _ = p.resize(sz.width, sz.height);
+                        }
+                        Err(e) => {
+                            log::debug!("exec: {e}");
+                            if matches!(e, channel::ResizeError::Framing(_)) {
+                                resize = ResizeDecoder::new();
+                            }
+                        }
+                    }
+                }
+            }
+            Frame::Data { .. } => {}
+            Frame::Close {
+                channel: channel::STDIN,
+            } => {
+                if close_stdin_on_eof {
+                    p.close_stdin();
+                }
+            }
+            Frame::Close { .. } => {}
+            Frame::BadClose => break,
+        }
+    }
+    if close_stdin_on_eof {
+        p.close_stdin();
+    }
+}
+
+fn out_channel(s: Stream, stdout: bool, stderr: bool) -> Option<u8> {
+    match s {
+        Stream::Tty | Stream::Stdout if stdout => Some(channel::STDOUT),
+        Stream::Stderr if stderr => Some(channel::STDERR),
+        _ => None,
+    }
+}
+
+struct Flags {
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+}
+
+fn flags(req: &Request) -> Result<Flags, Reply> {
+    let f = Flags {
+        stdin: req.query_flag("stdin"),
+        stdout: req.query_flag("stdout"),
+        stderr: req.query_flag("stderr"),
+        tty: req.query_flag("tty"),
+    };
+    if !f.stdin && !f.stdout && !f.stderr {
+        return Err(bad_request("you must specify at least 1 of stdin, stdout, stderr"));
+    }
+    Ok(Flags {
+        // With a tty, stderr is merged into stdout.
+        stderr: f.stderr && !f.tty,
+        ..f
+    })
+}
+
+fn first_channel(f: &Flags) -> u8 {
+    if f.stdout {
+        channel::STDOUT
+    } else if f.stderr {
+        channel::STDERR
+    } else {
+        channel::ERROR
+    }
+}
+
+impl PodStreams for Kubelet {
+    fn exec(&self, req: &Request, ns: &str, pod: &str) -> Reply {
+        let t = match self.target(req, ns, pod) {
+            Ok(t) => t,
+            Err(r) => return r,
+        };
+        let command: Vec<String> = req.query_all("command").iter().map(|s| s.to_string()).collect();
+        if command.is_empty() {
+            return bad_request("you must specify at least one command for the container");
+        }
+        let f = match flags(req) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let proto = match Self::upgrade_checks(req) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let running = t.handle.as_ref().and_then(|h| h.process.clone()).filter(|p| p.exited().is_none());
+        let plan = match running {
+            Some(_) => self.exec_plan(&t, &command, f.tty, f.stdin),
+            None => Err(format!("container {} is not running", t.container)),
+        };
+        let runtime = self.runtime.clone();
+        let faults = self.faults.clone();
+        Reply::Upgrade(Upgrade {
+            protocol: Some(proto.name().to_string()),
+            headers: Vec::new(),
+            max_message_bytes: MAX_MESSAGE,
+            on_open: Box::new(move |conn: WsConn| {
+                let first = first_channel(&f);
+                let plan = match plan {
+                    Ok(p) => p,
+                    Err(m) => return fail_socket(conn, first, m),
+                };
+                let process = match runtime.start(plan) {
+                    Ok(p) => p,
+                    Err(e) => return fail_socket(conn, first, format!("failed to start the command: {e}")),
+                };
+                let Some(output) = process.take_output() else {
+                    process.kill();
+                    return fail_socket(conn, first, "exec output unavailable".into());
+                };
+                let Ok((out, out_rx)) = ws::try_outbox(OUTBOX) else {
+                    process.kill();
+                    return;
+                };
+                let (in_tx, in_rx) = bounded::<Message>(OUTBOX);
+                let _ = out.send(Message::Binary(vec![first].into()));
+                let p_out = process.clone();
+                let epoch = faults.stream_epoch();
+                let out_thread = std::thread::Builder::new()
+                    .name("sim-exec-out".into())
+                    .spawn(move || {
+                        loop {
+                            match output.recv_timeout(Duration::from_millis(250)) {
+                                Ok(chunk) => {
+                                    if let Some(ch) = out_channel(chunk.stream, f.stdout, f.stderr) {
+                                        let frame = channel::encode_frame(ch, &chunk.data);
+                                        if !send(&out, Message::Binary(frame.into())) {
+                                            p_out.kill();
+                                            return;
+                                        }
+                                    }
+                                }
+                                Err(RecvTimeoutError::Timeout) => {}
+                                Err(RecvTimeoutError::Disconnected) => break,
+                            }
+                            if faults.stream_epoch() != epoch {
+                                p_out.kill();
+                                let _ = out.send(close_cut());
+                                return;
+                            }
+                        }
+                        let code = p_out.wait().code;
+                        let st = channel::exit_status_json(code);
+                        let _ = out.send(Message::Binary(channel::encode_frame(channel::ERROR, &st).into()));
+                        let _ = out.send(close_normal());
+                    });
+                let p_in = process.clone();
+                let stdin = f.stdin;
+                let in_thread = std::thread::Builder::new()
+                    .name("sim-exec-in".into())
+                    .spawn(move || pump_input(proto, in_rx, p_in, stdin, true));
+                ws::run(conn, out_rx, in_tx, WsOptions::default());
+                // The client is gone or the stream is over: nothing may
+                // outlive it.
+                if process.exited().is_none() {
+                    process.kill();
+                }
+                if let Ok(h) = out_thread {
+                    let _ = h.join();
+                }
+                if let Ok(h) = in_thread {
+                    let _ = h.join();
+                }
+            }),
+        })
+    }
+
+    fn attach(&self, req: &Request, ns: &str, pod: &str) -> Reply {
+        let t = match self.target(req, ns, pod) {
+            Ok(t) => t,
+            Err(r) => return r,
+        };
+        let f = match flags(req) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let proto = match Self::upgrade_checks(req) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let spec = t.handle.as_ref().map(|h| h.spec.clone()).unwrap_or(Value::Null);
+        let stdin_enabled = spec["stdin"].as_bool() == Some(true);
+        let stdin_once = spec["stdinOnce"].as_bool() == Some(true);
+        let running = t.handle.as_ref().and_then(|h| h.process.clone()).filter(|p| p.exited().is_none());
+        let container = t.container.clone();
+        let faults = self.faults.clone();
+        Reply::Upgrade(Upgrade {
+            protocol: Some(proto.name().to_string()),
+            headers: Vec::new(),
+            max_message_bytes: MAX_MESSAGE,
+            on_open: Box::new(move |conn: WsConn| {
+                let first = first_channel(&f);
+                let Some(process) = running else {
+                    return fail_socket(conn, first, format!("container {container} is not running"));
+                };
+                let sub = process.subscribe();
+                let Ok((out, out_rx)) = ws::try_outbox(OUTBOX) else {
+                    return;
+                };
+                let (in_tx, in_rx) = bounded::<Message>(OUTBOX);
+                let _ = out.send(Message::Binary(vec![first].into()));
+                let epoch = faults.stream_epoch();
+                let p_out = process.clone();
+                let out_thread = std::thread::Builder::new()
+                    .name("sim-attach-out".into())
+                    .spawn(move || {
+                        loop {
+                            match sub.recv_timeout(Duration::from_millis(250)) {
+                                Ok(chunk) => {
+                                    if let Some(ch) = out_channel(chunk.stream, f.stdout, f.stderr) {
+                                        let frame = channel::encode_frame(ch, &chunk.data);
+                                        if !send(&out, Message::Binary(frame.into())) {
+                                            return;
+                                        }
+                                    }
+                                }
+                                Err(RecvTimeoutError::Timeout) => {
+                                    if p_out.exited().is_some() && sub.is_empty() {
+                                        break;
+                                    }
+                                }
+                                Err(RecvTimeoutError::Disconnected) => break,
+                            }
+                            if faults.stream_epoch() != epoch {
+                                let _ = out.send(close_cut());
+                                return;
+                            }
+                        }
+                        // Attach reports Success whatever the container did.
+                        let st = channel::success_status_json();
+                        let _ = out.send(Message::Binary(channel::encode_frame(channel::ERROR, &st).into()));
+                        let _ = out.send(close_normal());
+                    });
+                let p_in = process.clone();
+                let in_thread = std::thread::Builder::new()
+                    .name("sim-attach-in".into())
+                    .spawn(move || {
+                        pump_input(proto, in_rx, p_in, f.stdin && stdin_enabled, stdin_once)
+                    });
+                ws::run(conn, out_rx, in_tx, WsOptions::default());
+                if let Ok(h) = out_thread {
+                    let _ = h.join();
+                }
+                if let Ok(h) = in_thread {
+                    let _ = h.join();
+                }
+            }),
+        })
+    }
+
+    fn log(&self, req: &Request, ns: &str, pod: &str) -> Reply {
+        let t = match self.target_for_log(req, ns, pod) {
+            Ok(t) => t,
+            Err(r) => return r,
+        };
+        let previous = req.query_flag("previous");
+        let h = t.handle.as_ref();
+        let process = if previous {
+            h.and_then(|h| h.previous.clone())
+        } else {
+            h.and_then(|h| h.process.clone().or_else(|| h.previous.clone()))
+        };
+        let pod_name = pod.to_string();
+        let Some(process) = process else {
+            let msg = if previous {
+                format!("previous terminated container \"{}\" in pod \"{pod_name}\" not found", t.container)
+            } else {
+                format!("container \"{}\" in pod \"{pod_name}\" is waiting to start: ContainerCreating", t.container)
+            };
+            return bad_request(&msg);
+        };
+        let mut q = LogQuery::default();
+        if let Some(n) = req.query("tailLines") {
+            match n.parse::<i64>() {
+                Ok(n) if n >= 0 => q.tail_lines = Some(n as usize),
+                _ => return bad_request(&format!("invalid tailLines {n:?}")),
+            }
+        }
+        if let Some(n) = req.query("limitBytes") {
+            match n.parse::<usize>() {
+                Ok(n) if n > 0 => q.limit_bytes = Some(n),
+                _ => return bad_request(&format!("invalid limitBytes {n:?}")),
+            }
+        }
+        if let Some(s) = req.query("sinceSeconds") {
+            match s.parse::<u64>() {
+                Ok(s) if s > 0 => q.since = SystemTime::now().checked_sub(Duration::from_secs(s)),
+                _ => return bad_request(&format!("invalid sinceSeconds {s:?}")),
+            }
+        }
+        if let Some(s) = req.query("sinceTime") {
+            match parse_rfc3339(s) {
+                Some(t) => q.since = Some(t),
+                None => return bad_request(&format!("invalid sinceTime {s:?}")),
+            }
+        }
+        let timestamps = req.query_flag("timestamps");
+        let follow = req.query_flag("follow") && !previous;
+        if !follow {
+            let mut body = Vec::new();
+            for line in process.log_snapshot(&q) {
+                if timestamps {
+                    body.extend_from_slice(rfc3339_nanos(line.ts).as_bytes());
+                    body.push(b' ');
+                }
+                body.extend_from_slice(&line.data);
+            }
+            return Response::new(200, "text/plain", body).into();
+        }
+        let (lines, rx) = process.log_follow(&q);
+        Response::stream(
+            200,
+            "text/plain",
+            Box::new(move |sink: &mut dyn ChunkSink| {
+                let mut at_start = true;
+                for line in lines {
+                    let mut b = Vec::new();
+                    if timestamps {
+                        b.extend_from_slice(rfc3339_nanos(line.ts).as_bytes());
+                        b.push(b' ');
+                    }
+                    b.extend_from_slice(&line.data);
+                    at_start = line.data.ends_with(b"\n");
+                    sink.send(&b)?;
+                }
+                loop {
+                    match rx.recv_timeout(Duration::from_millis(500)) {
+                        Ok(chunk) => {
+                            let data = if timestamps {
+                                stamp(&chunk.data, chunk.ts, &mut at_start)
+                            } else {
+                                chunk.data
+                            };
+                            sink.send(&data)?;
+                        }
+                        Err(RecvTimeoutError::Timeout) => {
+                            if sink.peer_closed() {
+                                return Ok(());
+                            }
+                            if process.exited().is_some() && rx.is_empty() {
+                                return Ok(());
+                            }
+                        }
+                        Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                    }
+                }
+            }),
+        )
+        .into()
+    }
+
+    fn proxy(&self, req: &Request, ns: &str, pod: &str, port: u16, path: &str) -> Reply {
+        let obj = match self.store.get(Resource::Pod, ns, pod) {
+            Ok(o) => o,
+            Err(_) => return status(Status::not_found("", "pods", pod)),
+        };
+        let Some(ip) = obj["status"]["podIP"].as_str().filter(|s| !s.is_empty()) else {
+            return status(Status::service_unavailable(&format!(
+                "pod {pod} has no IP address yet"
+            )));
+        };
+        super::proxy::forward(req, ip, port, path).into()
+    }
+}
+
+impl Kubelet {
+    /// Like `target`, but logs of an unbound pod are a plain "waiting" error.
+    fn target_for_log(&self, req: &Request, ns: &str, pod_name: &str) -> Result<Target, Reply> {
+        let pod = self
+            .store
+            .get(Resource::Pod, ns, pod_name)
+            .map_err(|_| status(Status::not_found("", "pods", pod_name)))?;
+        let container = pick_container(&pod, req)?;
+        let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+        let handle = self.container(uid, &container);
+        Ok(Target {
+            pod,
+            container,
+            handle,
+        })
+    }
+}
+
+/// Prefixes each line start in `data` with a timestamp.
+fn stamp(data: &[u8], ts: SystemTime, at_start: &mut bool) -> Vec<u8> {
+    let t = rfc3339_nanos(ts);
+    let mut out = Vec::with_capacity(data.len() + 40);
+    for &b in data {
+        if *at_start {
+            out.extend_from_slice(t.as_bytes());
+            out.push(b' ');
+            *at_start = false;
+        }
+        out.push(b);
+        if b == b'\n' {
+            *at_start = true;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_line_starts_across_chunks() {
+        let ts = SystemTime::UNIX_EPOCH;
+        let mut at = true;
+        let a = stamp(b"ab\ncd", ts, &mut at);
+        let b = stamp(b"e\n", ts, &mut at);
+        let t = rfc3339_nanos(ts);
+        assert_eq!(String::from_utf8_lossy(&a), format!("{t} ab\n{t} cd"));
+        assert_eq!(String::from_utf8_lossy(&b), "e\n");
+        assert!(at);
+    }
+}

@@ -1,0 +1,271 @@
+//! Test harness shared by the integration tests: starts `kubegate sim` as a
+//! real process on loopback, runs kubectl against it with its own cache dir,
+//! and waits on conditions with deadlines (never bare sleeps). A watchdog
+//! kills a hung child so a test fails instead of hanging CI.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub const KUBEGATE: &str = env!("CARGO_BIN_EXE_kubegate");
+
+/// A fresh, unique folder under the target dir (removed by `Drop` of the owner).
+pub fn temp_dir(tag: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let d = base.join(format!(
+        "{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create temp dir");
+    d
+}
+
+/// Polls `f` until it returns Some or the deadline passes.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+pub struct SimProc {
+    pub child: Child,
+    pub url: String,
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub state_dir: PathBuf,
+    pub cache_dir: PathBuf,
+}
+
+impl SimProc {
+    /// Starts `kubegate sim` with extra flags; waits for its listening line.
+    pub fn start(extra: &[&str]) -> SimProc {
+        let dir = temp_dir("sim");
+        let kubeconfig = dir.join("kubeconfig");
+        let state_dir = dir.join("state");
+        let cache_dir = dir.join("kube-cache");
+        let mut cmd = Command::new(KUBEGATE);
+        cmd.arg("sim")
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .arg("--state-dir")
+            .arg(&state_dir)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn kubegate sim");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            let mut line = String::new();
+            let _ = r.read_line(&mut line);
+            let _ = tx.send(line);
+            // Keep draining so the sim never blocks on stdout.
+            let mut sink = Vec::new();
+            let _ = r.read_to_end(&mut sink);
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("kubegate sim did not print its listening line within 30 s");
+            }
+        };
+        let url = line
+            .trim()
+            .strip_prefix("kubegate sim listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        SimProc {
+            child,
+            url,
+            dir,
+            kubeconfig,
+            state_dir,
+            cache_dir,
+        }
+    }
+
+    /// kubectl with this sim's kubeconfig and its own cache dir.
+    pub fn kubectl(&self) -> Command {
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache_dir)
+            .arg("--request-timeout=60s");
+        c
+    }
+
+    /// Runs kubectl to completion (watchdog: `timeout`), returning output.
+    pub fn kubectl_run(&self, args: &[&str], stdin: Option<&[u8]>, timeout: Duration) -> Output {
+        let mut c = self.kubectl();
+        c.args(args);
+        run_with_timeout(c, stdin, timeout)
+    }
+
+    /// kubectl that must succeed; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl_run(args, None, Duration::from_secs(60));
+        assert!(
+            out.code == Some(0),
+            "kubectl {args:?} failed ({:?}):\nstdout: {}\nstderr: {}",
+            out.code,
+            out.stdout_str(),
+            out.stderr_str()
+        );
+        out.stdout_str()
+    }
+
+    /// kubectl ... -o json, parsed.
+    pub fn kubectl_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        let s = self.kubectl_ok(&a);
+        serde_json::from_str(&s).unwrap_or_else(|e| panic!("kubectl {args:?}: bad JSON {e}: {s}"))
+    }
+
+    /// Processes whose working directory lies inside this sim's state dir:
+    /// every container and exec process the sim starts runs there.
+    pub fn processes_in_state_dir(&self) -> Vec<u32> {
+        processes_under(&self.state_dir)
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit; returns the exit code.
+    pub fn stop(&mut self) -> Option<i32> {
+        unsafe_kill(self.child.id(), 15);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return st.code();
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for SimProc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+/// Sends a signal with kill(1): tests keep `unsafe` out.
+pub fn unsafe_kill(pid: u32, sig: i32) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// Every process whose cwd is `dir` or below it.
+pub fn processes_under(dir: &Path) -> Vec<u32> {
+    let Ok(dir) = dir.canonicalize() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if let Ok(cwd) = std::fs::read_link(e.path().join("cwd")) {
+                if cwd.starts_with(&dir) {
+                    out.push(pid);
+                }
+            }
+        }
+    }
+    out
+}
+
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    pub fn stderr_str(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// Runs a command with optional stdin; kills it when `timeout` passes
+/// (and panics, so a hung client fails the test).
+pub fn run_with_timeout(mut c: Command, stdin: Option<&[u8]>, timeout: Duration) -> Output {
+    c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    let writer = stdin.map(|data| {
+        let data = data.to_vec();
+        let mut w = child.stdin.take().expect("stdin");
+        std::thread::spawn(move || {
+            let _ = w.write_all(&data);
+        })
+    });
+    let mut so = child.stdout.take().expect("stdout");
+    let mut se = child.stderr.take().expect("stderr");
+    let ro = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = so.read_to_end(&mut b);
+        b
+    });
+    let re = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = se.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = re.join().unwrap_or_default();
+            panic!(
+                "{c:?} timed out after {timeout:?}; stderr: {}",
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    Output {
+        code: status.code(),
+        stdout: ro.join().unwrap_or_default(),
+        stderr: re.join().unwrap_or_default(),
+    }
+}
