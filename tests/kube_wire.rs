@@ -2,6 +2,8 @@
 //! watch streams split at every byte offset and at random, and (in
 //! `meta_*`) typed object round-trips.
 
+use kubegate::kube::channel::{self, Frame, Protocol, ResizeDecoder, StatusCollector};
+use kubegate::kube::meta::{self, Object, ObjectMeta, OwnerReference};
 use kubegate::kube::status::Status;
 use kubegate::kube::watch::{
     bookmark_event, encode_event_raw, error_event, EventType, RawEvent, WatchDecoder,
@@ -189,4 +191,185 @@ fn oversized_event_is_an_error_not_oom() {
         }
     }
     assert!(saw_err);
+}
+
+fn object_fixtures() -> Vec<(String, Vec<u8>)> {
+    let root = format!("{}/tests/fixtures/kube", env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    for dir in ["pods", "workloads", "service", "ingress"] {
+        let mut files: Vec<_> = std::fs::read_dir(format!("{root}/{dir}"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        files.sort();
+        for f in files {
+            out.push((f.display().to_string(), std::fs::read(&f).unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn meta_every_object_fixture_round_trips_through_typed_structs() {
+    let fixtures = object_fixtures();
+    assert_eq!(fixtures.len(), 12);
+    for (name, bytes) in fixtures {
+        let want: Value = serde_json::from_slice(&bytes).unwrap();
+        // Whole object: typed metadata, the rest flattened.
+        let obj: Object = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(serde_json::to_value(&obj).unwrap(), want, "{name}");
+        // Metadata alone.
+        let m: ObjectMeta = serde_json::from_value(want["metadata"].clone()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            want["metadata"],
+            "{name}"
+        );
+        assert!(!m.name().is_empty(), "{name}");
+        assert!(m.uid.is_some() && m.resource_version.is_some(), "{name}");
+        assert!(m.creation_timestamp().is_some(), "{name}");
+        // Every owner reference alone.
+        for r in want["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let o: OwnerReference = serde_json::from_value(r.clone()).unwrap();
+            assert_eq!(&serde_json::to_value(&o).unwrap(), r, "{name}");
+        }
+        // Untouched fields survive a read-modify-write.
+        let mut edited = obj.clone();
+        edited
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("kubegate/test".into(), "1".into());
+        let mut back = serde_json::to_value(&edited).unwrap();
+        meta::remove_path(&mut back, &["metadata", "labels", "kubegate/test"]);
+        if want["metadata"].get("labels").is_none() {
+            meta::remove_path(&mut back, &["metadata", "labels"]);
+        }
+        assert_eq!(back, want, "{name}");
+    }
+}
+
+#[test]
+fn meta_watch_and_bookmark_objects_round_trip() {
+    for file in [
+        "watch/pods-watch-stream-kind-2023.ndjson",
+        "watch/bookmark-and-error-events.ndjson",
+    ] {
+        let bytes = fixture(file);
+        for ev in decode_chunks([&bytes[..]]) {
+            let obj: Object = serde_json::from_value(ev.object.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&obj).unwrap(), ev.object, "{file}");
+        }
+    }
+    let m: ObjectMeta = serde_json::from_value(
+        reference(&fixture("watch/bookmark-and-error-events.ndjson"))[0].1["metadata"].clone(),
+    )
+    .unwrap();
+    assert_eq!(m.resource_version.as_deref(), Some("3845"));
+    assert_eq!(m.creation_timestamp(), None);
+}
+
+#[test]
+fn meta_ownership_chain_pod_rs_deployment_by_uid() {
+    let dep: Value =
+        serde_json::from_slice(&fixture("workloads/deployment-dice-roller-2020.json")).unwrap();
+    let rs: Value = serde_json::from_slice(&fixture(
+        "workloads/replicaset-dice-roller-6c8646bfd-2020.json",
+    ))
+    .unwrap();
+    let owner = meta::controller_ref(&rs).unwrap();
+    assert_eq!(owner.kind, "Deployment");
+    assert_eq!(Some(owner.uid.as_str()), meta::meta_str(&dep, "uid"));
+    assert_eq!(meta::labels(&rs)["pod-template-hash"], "6c8646bfd");
+
+    let pod: Value =
+        serde_json::from_slice(&fixture("pods/pod-running-rs-owned-2024.json")).unwrap();
+    let owner = meta::controller_ref(&pod).unwrap();
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("ReplicaSet", Some(true))
+    );
+    assert_eq!(owner.name, "robusta-runner-6958c5bdd8");
+    assert_eq!(meta::get_str(&pod, &["status", "phase"]), Some("Running"));
+    let bare: Value =
+        serde_json::from_slice(&fixture("pods/pod-crashloopbackoff-2018.json")).unwrap();
+    assert!(meta::controller_ref(&bare).is_none());
+}
+
+/// Random and mutated input never panics any decoder (design.md: no panics on
+/// input bytes). Mutations of real events reach deeper than pure noise.
+#[test]
+fn decoders_never_panic_on_random_or_mutated_bytes() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut seeds: Vec<Vec<u8>> = fixture("watch/bookmark-and-error-events.ndjson")
+        .split(|b| *b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect();
+    seeds.push(channel::exit_status_json(3));
+    seeds.push(channel::internal_error_status_json("x"));
+    seeds.push(channel::resize_payload(channel::TermSize {
+        width: 1,
+        height: 2,
+    }));
+    seeds.push(b"{[\"\\\"]}".to_vec());
+    for round in 0..3000 {
+        let mut input = if round % 3 == 0 {
+            (0..rng.random_range(0..64))
+                .map(|_| rng.random::<u8>())
+                .collect::<Vec<u8>>()
+        } else {
+            seeds[rng.random_range(0..seeds.len())].clone()
+        };
+        for _ in 0..rng.random_range(0..4) {
+            if input.is_empty() {
+                break;
+            }
+            let i = rng.random_range(0..input.len());
+            match rng.random_range(0..3) {
+                0 => input[i] = rng.random(),
+                1 => {
+                    input.remove(i);
+                }
+                _ => input.insert(i, b"{}[]\"\\:,0"[rng.random_range(0..9)]),
+            }
+        }
+        let mut d = WatchDecoder::with_max_event_size(256);
+        for c in input.chunks(rng.random_range(1..8)) {
+            d.push(c);
+            for _ in 0..64 {
+                match d.next_event() {
+                    Some(Ok(ev)) => {
+                        let _ = (ev.resource_version(), ev.is_expired());
+                    }
+                    Some(Err(e)) if e.is_fatal() => break,
+                    Some(Err(_)) => {}
+                    None => break,
+                }
+            }
+        }
+        let _ = d.finish();
+        let mut r = ResizeDecoder::new();
+        r.push(&input);
+        for _ in 0..64 {
+            if r.next_size().is_none() {
+                break;
+            }
+        }
+        let _ = channel::decode_exit_status(&input);
+        let mut c = StatusCollector::new();
+        c.push(&input);
+        let _ = c.finish(false);
+        let _ = Status::from_response(rng.random_range(0..700), "application/json", &input);
+        let _ = Status::from_response(429, "text/plain", &input);
+        let _ = (
+            Frame::parse(Protocol::V5, &input),
+            Frame::parse(Protocol::V4, &input),
+        );
+        let _ = channel::decode_frame(&input);
+    }
 }
