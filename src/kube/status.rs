@@ -286,6 +286,23 @@ impl Status {
         }
     }
 
+    /// 404 with only a message: the answer to a path that names no resource
+    /// (`the server could not find the requested resource`).
+    pub fn not_found_message(msg: &str) -> Status {
+        Status::failure(404, StatusReason::NotFound, msg.to_string())
+    }
+
+    /// 422 Invalid with only a message, for request options (not objects)
+    /// that fail validation.
+    pub fn invalid_message(msg: &str) -> Status {
+        Status::failure(422, StatusReason::Invalid, msg.to_string())
+    }
+
+    /// 403 Forbidden with only a message.
+    pub fn forbidden_message_only(msg: &str) -> Status {
+        Status::failure(403, StatusReason::Forbidden, msg.to_string())
+    }
+
     /// 404 `pods "x" not found` / `deployments.apps "x" not found` (`NewNotFound`).
     pub fn not_found(group: &str, plural: &str, name: &str) -> Status {
         Status::failure(

@@ -236,7 +236,9 @@ fn bad_request(msg: &str) -> Response {
 }
 
 fn method_not_allowed() -> Response {
-    status_response(&Status::method_not_allowed())
+    let mut s = Status::method_not_allowed("", "", "this method");
+    s.message = "the server does not allow this method on the requested resource".into();
+    status_response(&s)
 }
 
 /// Decodes a request body as a JSON object for `info`'s kind.
@@ -244,7 +246,7 @@ fn body_object(req: &Request, info: &ResourceInfo) -> Result<Value, Response> {
     if let Some(ct) = req.header("content-type") {
         let base = ct.split(';').next().unwrap_or("").trim();
         if !base.is_empty() && base != "application/json" && base != "*/*" {
-            return Err(status_response(&Status::unsupported_media_type(base)));
+            return Err(status_response(&Status::unsupported_media_type(&["application/json"])));
         }
     }
     let v: Value = serde_json::from_slice(&req.body).map_err(|e| {
@@ -269,7 +271,11 @@ fn patch_type(req: &Request) -> Result<PatchType, Response> {
         "application/merge-patch+json" => Ok(PatchType::Merge),
         "application/json-patch+json" => Ok(PatchType::Json),
         "application/strategic-merge-patch+json" => Ok(PatchType::StrategicMerge),
-        other => Err(status_response(&Status::unsupported_media_type(other))),
+        _ => Err(status_response(&Status::unsupported_media_type(&[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+        ]))),
     }
 }
 
@@ -315,14 +321,14 @@ fn delete_options(req: &Request) -> Result<DeleteOptions, Response> {
     }
     if let Some(p) = &o.propagation {
         if !matches!(p.as_str(), "Orphan" | "Background" | "Foreground") {
-            return Err(status_response(&Status::invalid_simple(
+            return Err(status_response(&Status::invalid_message(
                 &format!("propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""),
             )));
         }
     }
     if let Some(g) = o.grace {
         if g < 0 {
-            return Err(status_response(&Status::invalid_simple(
+            return Err(status_response(&Status::invalid_message(
                 "gracePeriodSeconds: Invalid value: must be >= 0",
             )));
         }
@@ -657,7 +663,7 @@ impl ApiServer {
             _ => return method_not_allowed(),
         };
         if desired < 0 {
-            return status_response(&Status::invalid_simple(
+            return status_response(&Status::invalid_message(
                 "spec.replicas: Invalid value: must be greater than or equal to 0",
             ));
         }
@@ -698,14 +704,14 @@ impl ApiServer {
             Some(v) => match v.parse::<u64>() {
                 Ok(n) => WatchFrom::Rv(n),
                 Err(_) => {
-                    return status_response(&Status::invalid_simple(&format!(
+                    return status_response(&Status::invalid_message(&format!(
                         "resourceVersion: Invalid value: {v:?}: must be a valid resource version"
                     )))
                 }
             },
         };
         if req.query_flag("sendInitialEvents") {
-            return status_response(&Status::invalid_simple(
+            return status_response(&Status::invalid_message(
                 "sendInitialEvents: Forbidden: sendInitialEvents is not supported by this server",
             ));
         }
@@ -808,7 +814,7 @@ fn dry_run(req: &Request) -> bool {
 
 fn not_found_path(path: &str) -> Response {
     let _ = path;
-    status_response(&Status::not_found_plain("the server could not find the requested resource"))
+    status_response(&Status::not_found_message("the server could not find the requested resource"))
 }
 
 fn no_kubelet() -> Reply {

@@ -158,7 +158,7 @@ impl Faults {
         if !req.peer.ip().is_loopback() {
             return Response::json(
                 403,
-                Status::forbidden_plain("the fault endpoint only answers loopback clients").to_json(),
+                Status::forbidden_message_only("the fault endpoint only answers loopback clients").to_json(),
             );
         }
         match req.method.as_str() {
@@ -175,7 +175,7 @@ impl Faults {
                 Ok(_) => Response::json(400, Status::bad_request("expected a JSON object").to_json()),
                 Err(e) => Response::json(400, Status::bad_request(&format!("invalid JSON: {e}")).to_json()),
             },
-            _ => Response::json(405, Status::method_not_allowed().to_json()),
+            _ => Response::json(405, Status::method_not_allowed("", "", "this method").to_json()),
         }
     }
 

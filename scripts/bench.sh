@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Benchmarks: builds in release mode, runs each benchmark once, prints a
+# table per benchmark. Timings on shared machines are noisy: read medians
+# over several runs (BENCH_RUNS) rather than one figure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${BENCH_RUNS:-1}"
+cargo build --release --tests --locked
+for i in $(seq 1 "$runs"); do
+  echo "## sim scale (run $i of $runs)"
+  cargo test --release --locked --test bench_sim -- --ignored --nocapture --test-threads 1 2>&1 \
+    | grep -E '^\|' || { echo "bench_sim failed"; exit 1; }
+done
