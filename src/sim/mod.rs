@@ -2,4 +2,6 @@
 //! controllers, and a kubelet that runs containers as local processes.
 //! Spec: shared/spec/sim.md. Uses only `kube`'s wire formats and `http`.
 
+pub mod podspec;
 pub mod resources;
+pub mod runtime;
