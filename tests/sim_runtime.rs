@@ -488,6 +488,30 @@ fn grandchildren_die_with_the_container_even_outside_its_group() {
 }
 
 #[test]
+fn orphans_of_an_externally_killed_shim_are_swept() {
+    deadline(60, || {
+        let rt = runtime("sweep");
+        let p = rt
+            .start(spec(
+                &["sh", "-c", "setsid sleep 302 & echo started; wait"],
+                true,
+            ))
+            .unwrap();
+        wait_for(Duration::from_secs(10), || {
+            let d = descendants(p.pid());
+            (d.len() >= 2).then_some(())
+        });
+        let ids = identities(&descendants(p.pid()));
+        // Someone else SIGKILLs the shim: its children become ours.
+        // SAFETY: kill on a pid that is alive (our unreaped child).
+        unsafe { libc::kill(p.pid(), libc::SIGKILL) };
+        let info = exit_within(&p, 20);
+        assert_eq!(info.code, 137);
+        all_gone(&ids);
+    });
+}
+
+#[test]
 fn leftovers_die_when_the_main_process_exits() {
     deadline(60, || {
         let rt = runtime("leftover");

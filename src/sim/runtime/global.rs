@@ -184,14 +184,40 @@ fn reaper_loop(global: Weak<Global>, kick: Receiver<()>) {
             .and_then(|g| g.procs.lock().get(&pid).cloned());
         match proc {
             Some(p) => {
-                p.reap(pid);
+                let killed = p.reap(pid);
                 if let Some(g) = global.upgrade() {
                     g.procs.lock().remove(&pid);
+                    if killed {
+                        sweep_orphans(&g);
+                    }
                 }
             }
             None => {
                 // An orphan reparented to us (already dead) or a stray: reap.
                 let _ = wait_pid(pid);
+            }
+        }
+    }
+}
+
+/// A shim that died by SIGKILL may have left descendants that were outside
+/// its process group; they were reparented to us (we are a subreaper), to our
+/// main thread. Any child of ours that is not a registered shim is such an
+/// orphan: SIGKILL it (the loop above reaps it). Our children cannot be
+/// reused pids: only this thread reaps them.
+fn sweep_orphans(g: &Global) {
+    let path = format!("/proc/self/task/{}/children", g.self_pid);
+    let Ok(list) = std::fs::read_to_string(path) else {
+        return;
+    };
+    let procs = g.procs.lock();
+    for pid in list
+        .split_whitespace()
+        .filter_map(|s| s.parse::<i32>().ok())
+    {
+        if !procs.contains_key(&pid) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             }
         }
     }

@@ -87,7 +87,8 @@ impl ProcShared {
     }
 
     /// Reaper side: collects the zombie `pid` (ours) and records the exit.
-    pub(super) fn reap(&self, pid: i32) {
+    /// Returns whether it died by SIGKILL (its orphans may need a sweep).
+    pub(super) fn reap(&self, pid: i32) -> bool {
         let mut st = self.state.lock();
         let info = match wait_pid(pid) {
             Ok(status) => ExitInfo::from_status(status),
@@ -102,6 +103,7 @@ impl ProcShared {
         };
         st.exit = Some(info);
         self.notify(&mut st);
+        info.signal == Some(libc::SIGKILL)
     }
 
     /// Reader side: every byte of output is in the ring.
