@@ -840,3 +840,67 @@ fn spawn_latency_figures() {
         );
     });
 }
+
+// ---------------------------------------------------------------------------
+// podspec + runtime: a pod written for a real cluster runs unmodified.
+
+#[test]
+fn a_planned_pod_runs_with_its_volumes_mapped() {
+    use kubegate::sim::podspec::{materialize_volumes, plan_container, PlanContext};
+    use std::collections::BTreeMap;
+    deadline(60, || {
+        let rt = runtime("podspec");
+        let pod_dir = rt.root().join("pod");
+        std::fs::create_dir_all(&pod_dir).unwrap();
+        let pod = serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "dev", "uid": "u1"},
+            "spec": {
+                "volumes": [
+                    {"name": "work", "emptyDir": {}},
+                    {"name": "cfg", "configMap": {"name": "app"}}
+                ],
+                "containers": [{
+                    "name": "app",
+                    "command": ["sh", "-c"],
+                    "args": ["cat /etc/app/greeting; echo $(POD) > /work/name; pwd; echo $HOME"],
+                    "workingDir": "/work",
+                    "env": [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                    "volumeMounts": [
+                        {"name": "work", "mountPath": "/work"},
+                        {"name": "cfg", "mountPath": "/etc/app", "readOnly": true}
+                    ]
+                }]
+            }
+        });
+        let lookup = |kind: &str, name: &str| -> Option<BTreeMap<String, Vec<u8>>> {
+            (kind == "ConfigMap" && name == "app")
+                .then(|| BTreeMap::from([("greeting".to_string(), b"hello\n".to_vec())]))
+        };
+        materialize_volumes(&pod, &pod_dir, &lookup).unwrap();
+        let ctx = PlanContext {
+            pod_ip: "127.0.1.2".into(),
+            host_ip: "127.0.0.1".into(),
+            node_name: "sim-node".into(),
+            pod_dir: pod_dir.clone(),
+            self_exe: std::env::current_exe().unwrap(),
+            lookup: &lookup,
+        };
+        let spec = plan_container(&pod, &pod["spec"]["containers"][0], &ctx).unwrap();
+        let p = rt.start(spec).unwrap();
+        assert_eq!(exit_within(&p, 20).code, 0);
+        let out: String = p
+            .log_snapshot(&LogQuery::default())
+            .iter()
+            .map(|l| String::from_utf8_lossy(&l.data).into_owned())
+            .collect();
+        let work = pod_dir.join("volumes/work");
+        assert_eq!(
+            out,
+            format!("hello\n{}\n{}\n", work.display(), pod_dir.display())
+        );
+        assert_eq!(
+            std::fs::read_to_string(work.join("name")).unwrap(),
+            "web-1\n"
+        );
+    });
+}
