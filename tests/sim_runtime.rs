@@ -838,6 +838,43 @@ fn spawn_latency_figures() {
             "spawn: {n} `true` execs from 8 threads: {:.0}/s",
             n as f64 / t.elapsed().as_secs_f64()
         );
+
+        // Raw exec output throughput (consumer discards).
+        let total: u64 = 256 << 20;
+        let t = Instant::now();
+        let p = rt
+            .start(spec(
+                &["head", "-c", &total.to_string(), "/dev/zero"],
+                false,
+            ))
+            .unwrap();
+        let got: u64 = p
+            .take_output()
+            .unwrap()
+            .iter()
+            .map(|c| c.data.len() as u64)
+            .sum();
+        assert_eq!(got, total);
+        eprintln!(
+            "exec output: 256 MiB in {:.2} s = {:.0} MiB/s",
+            t.elapsed().as_secs_f64(),
+            256.0 / t.elapsed().as_secs_f64()
+        );
+
+        // Many idle containers (no pipes, no reader thread each).
+        let n = 300;
+        let t = Instant::now();
+        let idle: Vec<_> = (0..n).map(|_| rt.start(spec(&[], true)).unwrap()).collect();
+        let started = t.elapsed();
+        let t = Instant::now();
+        assert_eq!(rt.kill_all(Duration::from_secs(10)), 0);
+        assert!(idle.iter().all(|p| p.exited().is_some_and(|e| e.code == 0)));
+        eprintln!(
+            "idle containers: {n} started in {:?} ({:.0}/s), all terminated and reaped in {:?}",
+            started,
+            n as f64 / started.as_secs_f64(),
+            t.elapsed()
+        );
     });
 }
 
@@ -902,5 +939,20 @@ fn a_planned_pod_runs_with_its_volumes_mapped() {
             std::fs::read_to_string(work.join("name")).unwrap(),
             "web-1\n"
         );
+    });
+}
+
+#[test]
+fn a_tty_exec_whose_consumer_left_is_not_blocked() {
+    deadline(60, || {
+        let rt = runtime("ttydrop");
+        let mut s = spec(
+            &["sh", "-c", "head -c 5000000 /dev/zero | od; echo end"],
+            false,
+        );
+        s.tty = true;
+        let p = rt.start(s).unwrap();
+        drop(p.take_output());
+        assert_eq!(exit_within(&p, 30).code, 0);
     });
 }

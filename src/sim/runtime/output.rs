@@ -87,6 +87,10 @@ pub(super) fn spawn_reader(
 
 fn reader_loop(mut open: Vec<(Arc<OwnedFd>, Stream)>, sink: Sink, proc: Arc<ProcShared>) {
     let mut buf = vec![0u8; READ_BUF];
+    // An exec's consumer went away while the process has a pty: the master
+    // stays open (stdin, resize), so output is read and dropped rather than
+    // left to fill the terminal and block the process.
+    let mut discard = false;
     while !open.is_empty() {
         let timeout = match &sink {
             Sink::Log(ring) if ring.has_pending() => Some(timespec(Duration::from_millis(50))),
@@ -117,6 +121,7 @@ fn reader_loop(mut open: Vec<(Arc<OwnedFd>, Stream)>, sink: Sink, proc: Arc<Proc
             match rustix::io::read(&**fd, &mut buf) {
                 // EOF; a pty master reads EIO once no slave fd is left.
                 Ok(0) | Err(Errno::IO) => closed.push(i),
+                Ok(_) if discard => {}
                 Ok(n) => {
                     let chunk = OutputChunk {
                         stream: *stream,
@@ -127,9 +132,14 @@ fn reader_loop(mut open: Vec<(Arc<OwnedFd>, Stream)>, sink: Sink, proc: Arc<Proc
                         Sink::Log(ring) => ring.push(chunk),
                         Sink::Exec(tx) => {
                             if tx.send(chunk).is_err() {
-                                // The consumer is gone: close our ends.
-                                closed = (0..open.len()).collect();
-                                break;
+                                if *stream == Stream::Tty {
+                                    discard = true;
+                                } else {
+                                    // The consumer is gone: close our ends
+                                    // (the command gets EPIPE/SIGPIPE).
+                                    closed = (0..open.len()).collect();
+                                    break;
+                                }
                             }
                         }
                     }

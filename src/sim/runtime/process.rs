@@ -385,7 +385,8 @@ impl Process {
     /// disconnects once all output was sent AND the process has exited, so
     /// the exit code can then be read knowing every byte came first.
     /// Dropping the receiver closes the output pipes (the command gets
-    /// EPIPE/SIGPIPE, as when a real exec stream is cut).
+    /// EPIPE/SIGPIPE, as when a real exec stream is cut); with a tty, the
+    /// output is read and discarded from then on.
     pub fn take_output(&self) -> Option<Receiver<OutputChunk>> {
         self.output.lock().take()
     }

@@ -68,6 +68,16 @@ fn parse(args: &[String]) -> Result<Args, String> {
 /// Entry point of `kubegate __shim`; `args` are the arguments after
 /// `__shim`. Returns the exit code (it may also end by re-raising the
 /// command's terminating signal).
+///
+/// main.rs must route it FIRST, before a logger, threads or signal handlers
+/// exist (the shim must be single-threaded and print nothing):
+///
+/// ```text
+/// let args: Vec<String> = std::env::args().collect();
+/// if args.get(1).map(String::as_str) == Some(kubegate::sim::runtime::SHIM_SUBCOMMAND) {
+///     std::process::exit(kubegate::sim::runtime::shim_main(&args[2..]));
+/// }
+/// ```
 pub fn shim_main(args: &[String]) -> i32 {
     let args = match parse(args) {
         Ok(a) => a,
