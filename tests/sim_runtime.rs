@@ -116,8 +116,18 @@ fn root(name: &str) -> PathBuf {
     p
 }
 
-fn runtime(name: &str) -> Arc<Runtime> {
-    Runtime::new(root(name)).expect("runtime")
+/// Removes a test's folder when the test ends.
+struct TempRoot(PathBuf);
+
+impl Drop for TempRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn runtime(name: &str) -> (Arc<Runtime>, TempRoot) {
+    let dir = root(name);
+    (Runtime::new(dir.clone()).expect("runtime"), TempRoot(dir))
 }
 
 fn spec(argv: &[&str], log: bool) -> ProcessSpec {
@@ -227,7 +237,7 @@ fn all_gone(ids: &[(i32, u64)]) {
 #[test]
 fn stdout_stderr_are_separate_and_exit_code_is_reported() {
     deadline(60, || {
-        let rt = runtime("basic");
+        let (rt, _dir) = runtime("basic");
         let p = rt
             .start(spec(
                 &["sh", "-c", "echo out; echo err >&2; echo out2; exit 3"],
@@ -248,7 +258,7 @@ fn stdout_stderr_are_separate_and_exit_code_is_reported() {
 #[test]
 fn killed_by_a_signal_reports_128_plus_n() {
     deadline(60, || {
-        let rt = runtime("sig");
+        let (rt, _dir) = runtime("sig");
         let p = rt.start(spec(&["sh", "-c", "kill -9 $$"], false)).unwrap();
         let _ = collect(p.take_output().unwrap());
         let info = p.wait();
@@ -264,7 +274,7 @@ fn killed_by_a_signal_reports_128_plus_n() {
 #[test]
 fn environment_is_exactly_the_spec() {
     deadline(60, || {
-        let rt = runtime("env");
+        let (rt, _dir) = runtime("env");
         let mut s = spec(&["env"], false);
         s.env.push(("A".into(), "1 2".into()));
         let p = rt.start(s).unwrap();
@@ -287,7 +297,7 @@ fn environment_is_exactly_the_spec() {
 #[test]
 fn start_errors_are_reported_synchronously() {
     deadline(60, || {
-        let rt = runtime("errors");
+        let (rt, _dir) = runtime("errors");
         let e = rt
             .start(spec(&["no-such-command-kubegate"], false))
             .err()
@@ -308,7 +318,7 @@ fn start_errors_are_reported_synchronously() {
 fn large_output_through_a_slow_consumer_loses_nothing() {
     deadline(120, || {
         const TOTAL: usize = 50_000_000;
-        let rt = runtime("large");
+        let (rt, _dir) = runtime("large");
         let p = rt
             .start(spec(
                 &[
@@ -357,7 +367,7 @@ fn large_output_through_a_slow_consumer_loses_nothing() {
 #[test]
 fn dropping_the_output_receiver_closes_the_pipes() {
     deadline(60, || {
-        let rt = runtime("drop");
+        let (rt, _dir) = runtime("drop");
         let p = rt.start(spec(&["yes"], false)).unwrap();
         drop(p.take_output());
         // `yes` gets SIGPIPE: 128 + 13.
@@ -368,7 +378,7 @@ fn dropping_the_output_receiver_closes_the_pipes() {
 #[test]
 fn stdin_to_eof_and_output_after_it() {
     deadline(60, || {
-        let rt = runtime("stdin");
+        let (rt, _dir) = runtime("stdin");
         let mut s = spec(&["sh", "-c", "cat; echo after-eof"], false);
         s.stdin = true;
         let p = rt.start(s).unwrap();
@@ -401,7 +411,7 @@ fn stdin_to_eof_and_output_after_it() {
 #[test]
 fn without_stdin_the_child_reads_dev_null() {
     deadline(60, || {
-        let rt = runtime("nostdin");
+        let (rt, _dir) = runtime("nostdin");
         let p = rt
             .start(spec(&["sh", "-c", "cat; echo eof"], false))
             .unwrap();
@@ -417,7 +427,7 @@ fn without_stdin_the_child_reads_dev_null() {
 #[test]
 fn idle_process_exits_0_on_sigterm() {
     deadline(60, || {
-        let rt = runtime("idle");
+        let (rt, _dir) = runtime("idle");
         let p = rt.start(spec(&[], true)).unwrap();
         assert!(p.wait_timeout(Duration::from_millis(100)).is_none());
         assert_eq!(rt.live(), 1);
@@ -434,7 +444,7 @@ fn idle_process_exits_0_on_sigterm() {
 #[test]
 fn terminate_escalates_to_sigkill_when_term_is_trapped() {
     deadline(60, || {
-        let rt = runtime("trap");
+        let (rt, _dir) = runtime("trap");
         let p = rt
             .start(spec(
                 &[
@@ -461,7 +471,7 @@ fn terminate_escalates_to_sigkill_when_term_is_trapped() {
 #[test]
 fn grandchildren_die_with_the_container_even_outside_its_group() {
     deadline(60, || {
-        let rt = runtime("grand");
+        let (rt, _dir) = runtime("grand");
         // One child in the group, one in a new session (left the group).
         let p = rt
             .start(spec(
@@ -490,7 +500,7 @@ fn grandchildren_die_with_the_container_even_outside_its_group() {
 #[test]
 fn orphans_of_an_externally_killed_shim_are_swept() {
     deadline(60, || {
-        let rt = runtime("sweep");
+        let (rt, _dir) = runtime("sweep");
         let p = rt
             .start(spec(
                 &["sh", "-c", "setsid sleep 302 & echo started; wait"],
@@ -514,7 +524,7 @@ fn orphans_of_an_externally_killed_shim_are_swept() {
 #[test]
 fn leftovers_die_when_the_main_process_exits() {
     deadline(60, || {
-        let rt = runtime("leftover");
+        let (rt, _dir) = runtime("leftover");
         let p = rt
             .start(spec(&["sh", "-c", "sleep 300 & echo $!"], false))
             .unwrap();
@@ -529,7 +539,7 @@ fn leftovers_die_when_the_main_process_exits() {
 #[test]
 fn signal_group_and_kill() {
     deadline(60, || {
-        let rt = runtime("signal");
+        let (rt, _dir) = runtime("signal");
         let p = rt
             .start(spec(
                 &[
@@ -557,7 +567,7 @@ fn signal_group_and_kill() {
 #[test]
 fn kill_all_reaps_everything() {
     deadline(60, || {
-        let rt = runtime("killall");
+        let (rt, _dir) = runtime("killall");
         let mut procs = Vec::new();
         for _ in 0..3 {
             procs.push(
@@ -586,6 +596,7 @@ fn nothing_outlives_a_sigkilled_sim() {
         // The runtime's reaper (process-wide) collects the killed child; a
         // `Child::wait` would race it, so the child is never waited for here.
         let _reaper = runtime("sigkill-parent");
+        let _child_dir = TempRoot(dir.clone());
         #[allow(clippy::zombie_processes)]
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .arg("__runtime_child")
@@ -627,7 +638,7 @@ fn nothing_outlives_a_sigkilled_sim() {
 #[test]
 fn tty_carries_everything_and_resize_shows_in_stty() {
     deadline(60, || {
-        let rt = runtime("tty");
+        let (rt, _dir) = runtime("tty");
         let mut s = spec(
             &[
                 "sh",
@@ -663,7 +674,7 @@ fn tty_carries_everything_and_resize_shows_in_stty() {
 #[test]
 fn tty_without_a_resize_has_a_default_size_and_is_a_terminal() {
     deadline(60, || {
-        let rt = runtime("tty2");
+        let (rt, _dir) = runtime("tty2");
         let mut s = spec(
             &["sh", "-c", "stty size; tty >/dev/null && echo is-tty"],
             false,
@@ -687,7 +698,7 @@ fn tty_without_a_resize_has_a_default_size_and_is_a_terminal() {
 #[test]
 fn tty_stdin_close_sends_eof() {
     deadline(60, || {
-        let rt = runtime("tty3");
+        let (rt, _dir) = runtime("tty3");
         let mut s = spec(&["sh", "-c", "cat; echo done"], false);
         s.tty = true;
         s.stdin = true;
@@ -709,7 +720,7 @@ fn tty_stdin_close_sends_eof() {
 #[test]
 fn container_log_ring_and_two_subscribers() {
     deadline(60, || {
-        let rt = runtime("logs");
+        let (rt, _dir) = runtime("logs");
         let mut s = spec(
             &[
                 "sh",
@@ -769,7 +780,7 @@ fn container_log_ring_and_two_subscribers() {
 #[test]
 fn a_stalled_subscriber_never_blocks_the_container() {
     deadline(90, || {
-        let rt = runtime("stall");
+        let (rt, _dir) = runtime("stall");
         let p = rt
             .start(spec(
                 &["sh", "-c", "sleep 0.2; head -c 30000000 /dev/zero"],
@@ -801,7 +812,7 @@ fn a_stalled_subscriber_never_blocks_the_container() {
 #[test]
 fn spawn_latency_figures() {
     deadline(120, || {
-        let rt = runtime("latency");
+        let (rt, _dir) = runtime("latency");
         let mut times = Vec::new();
         for _ in 0..100 {
             let t = Instant::now();
@@ -886,7 +897,7 @@ fn a_planned_pod_runs_with_its_volumes_mapped() {
     use kubegate::sim::podspec::{materialize_volumes, plan_container, PlanContext};
     use std::collections::BTreeMap;
     deadline(60, || {
-        let rt = runtime("podspec");
+        let (rt, _dir) = runtime("podspec");
         let pod_dir = rt.root().join("pod");
         std::fs::create_dir_all(&pod_dir).unwrap();
         let pod = serde_json::json!({
@@ -945,7 +956,7 @@ fn a_planned_pod_runs_with_its_volumes_mapped() {
 #[test]
 fn a_tty_exec_whose_consumer_left_is_not_blocked() {
     deadline(60, || {
-        let rt = runtime("ttydrop");
+        let (rt, _dir) = runtime("ttydrop");
         let mut s = spec(
             &["sh", "-c", "head -c 5000000 /dev/zero | od; echo end"],
             false,
