@@ -12,6 +12,8 @@ pub mod kubeconfig;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod podio;
+pub mod podspec;
 pub mod proxy;
 pub mod resources;
+pub mod runtime;
 pub mod tls;
