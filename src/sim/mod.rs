@@ -3,3 +3,7 @@
 //! Spec: shared/spec/sim.md. Uses only `kube`'s wire formats and `http`.
 
 pub mod resources;
+pub mod admission;
+pub mod patch;
+pub mod selector;
+pub mod store;
