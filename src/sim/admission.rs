@@ -126,7 +126,10 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
             workload_defaults(res, new);
             validate_workload(res, new, &mut causes);
             if new.pointer("/spec/selector") != old.pointer("/spec/selector") {
-                let sel = new.pointer("/spec/selector").cloned().unwrap_or(Value::Null);
+                let sel = new
+                    .pointer("/spec/selector")
+                    .cloned()
+                    .unwrap_or(Value::Null);
                 causes.push(FieldCause::invalid_raw(
                     "spec.selector",
                     go_selector(&sel),
@@ -149,7 +152,9 @@ fn set(obj: &mut Obj, field: &str, v: Value) {
 
 /// The object at `obj[field]`, created (replacing a non-object) if needed.
 fn obj_field<'a>(obj: &'a mut Map<String, Value>, field: &str) -> &'a mut Map<String, Value> {
-    let v = obj.entry(field).or_insert_with(|| Value::Object(Map::new()));
+    let v = obj
+        .entry(field)
+        .or_insert_with(|| Value::Object(Map::new()));
     if !v.is_object() {
         *v = Value::Object(Map::new());
     }
@@ -213,7 +218,9 @@ fn go_map(m: Option<&Map<String, Value>>) -> String {
 fn go_selector(sel: &Value) -> String {
     let ml = go_map(sel.get("matchLabels").and_then(Value::as_object));
     let me = match sel.get("matchExpressions").and_then(Value::as_array) {
-        Some(a) if !a.is_empty() => format!("[]v1.LabelSelectorRequirement{}", Value::Array(a.clone())),
+        Some(a) if !a.is_empty() => {
+            format!("[]v1.LabelSelectorRequirement{}", Value::Array(a.clone()))
+        }
         _ => "[]v1.LabelSelectorRequirement(nil)".into(),
     };
     format!("v1.LabelSelector{{MatchLabels:{ml}, MatchExpressions:{me}}}")
@@ -228,7 +235,8 @@ const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alp
 fn is_label_chars(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
@@ -273,8 +281,14 @@ fn check_port_name(s: &str) -> Result<(), String> {
         return Err("must be no more than 15 characters".into());
     }
     let b = s.as_bytes();
-    if b.is_empty() || !b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-') {
-        return Err("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".into());
+    if b.is_empty()
+        || !b
+            .iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    {
+        return Err(
+            "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".into(),
+        );
     }
     if !b.iter().any(u8::is_ascii_lowercase) {
         return Err("must contain at least one letter (a-z)".into());
@@ -308,7 +322,10 @@ fn name_check(res: Resource) -> fn(&str) -> Result<(), String> {
 fn validate_meta(res: Resource, obj: &Obj, causes: &mut Causes) {
     let name = meta_str(obj, "name");
     if name.is_empty() {
-        causes.push(FieldCause::required("metadata.name", "name or generateName is required"));
+        causes.push(FieldCause::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
     } else if let Err(e) = name_check(res)(name) {
         causes.push(FieldCause::invalid("metadata.name", name, e));
     }
@@ -373,7 +390,11 @@ fn default_pull_policy(image: &str) -> &'static str {
 
 fn container_defaults(c: &mut Value) {
     let Some(m) = c.as_object_mut() else { return };
-    let image = m.get("image").and_then(Value::as_str).unwrap_or("").to_string();
+    let image = m
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     default_field(m, "imagePullPolicy", json!(default_pull_policy(&image)));
     default_field(m, "terminationMessagePath", json!("/dev/termination-log"));
     default_field(m, "terminationMessagePolicy", json!("File"));
@@ -385,7 +406,10 @@ fn container_defaults(c: &mut Value) {
     }
     if let Some(env) = m.get_mut("env").and_then(Value::as_array_mut) {
         for e in env.iter_mut() {
-            if let Some(fr) = e.pointer_mut("/valueFrom/fieldRef").and_then(Value::as_object_mut) {
+            if let Some(fr) = e
+                .pointer_mut("/valueFrom/fieldRef")
+                .and_then(Value::as_object_mut)
+            {
                 default_field(fr, "apiVersion", json!("v1"));
             }
         }
@@ -498,10 +522,17 @@ fn validate_pod_spec(spec: Option<&Value>, p: &str, causes: &mut Causes) {
     let dp = str_at(spec, &["dnsPolicy"]);
     let dns = ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"];
     if !dns.contains(&dp) {
-        causes.push(FieldCause::not_supported(format!("{p}.dnsPolicy"), dp, &dns));
+        causes.push(FieldCause::not_supported(
+            format!("{p}.dnsPolicy"),
+            dp,
+            &dns,
+        ));
     }
     if let Some(ads) = spec.get("activeDeadlineSeconds").filter(|v| !v.is_null()) {
-        if !ads.as_i64().is_some_and(|n| (1..=i64::from(i32::MAX)).contains(&n)) {
+        if !ads
+            .as_i64()
+            .is_some_and(|n| (1..=i64::from(i32::MAX)).contains(&n))
+        {
             causes.push(FieldCause::invalid_raw(
                 format!("{p}.activeDeadlineSeconds"),
                 render(ads),
@@ -509,7 +540,10 @@ fn validate_pod_spec(spec: Option<&Value>, p: &str, causes: &mut Causes) {
             ));
         }
     }
-    if let Some(t) = spec.get("terminationGracePeriodSeconds").filter(|v| !v.is_null()) {
+    if let Some(t) = spec
+        .get("terminationGracePeriodSeconds")
+        .filter(|v| !v.is_null())
+    {
         if t.as_i64().is_none() {
             causes.push(FieldCause::invalid_raw(
                 format!("{p}.terminationGracePeriodSeconds"),
@@ -520,7 +554,13 @@ fn validate_pod_spec(spec: Option<&Value>, p: &str, causes: &mut Causes) {
     }
 }
 
-fn validate_container(c: &Value, p: &str, names: &mut HashSet<String>, volumes: &HashSet<String>, causes: &mut Causes) {
+fn validate_container(
+    c: &Value,
+    p: &str,
+    names: &mut HashSet<String>,
+    volumes: &HashSet<String>,
+    causes: &mut Causes,
+) {
     let name = str_at(c, &["name"]);
     if name.is_empty() {
         causes.push(FieldCause::required(format!("{p}.name"), ""));
@@ -551,10 +591,20 @@ fn validate_container(c: &Value, p: &str, names: &mut HashSet<String>, volumes: 
     for (j, port) in arr(c.get("ports")).iter().enumerate() {
         let f = format!("{p}.ports[{j}]");
         match port.get("containerPort") {
-            None | Some(Value::Null) => causes.push(FieldCause::required(format!("{f}.containerPort"), "")),
+            None | Some(Value::Null) => {
+                causes.push(FieldCause::required(format!("{f}.containerPort"), ""))
+            }
             Some(v) => {
-                if let Err(e) = v.as_i64().ok_or_else(|| "must be an integer".to_string()).and_then(check_port_number) {
-                    causes.push(FieldCause::invalid_raw(format!("{f}.containerPort"), render(v), e));
+                if let Err(e) = v
+                    .as_i64()
+                    .ok_or_else(|| "must be an integer".to_string())
+                    .and_then(check_port_number)
+                {
+                    causes.push(FieldCause::invalid_raw(
+                        format!("{f}.containerPort"),
+                        render(v),
+                        e,
+                    ));
                 }
             }
         }
@@ -568,7 +618,11 @@ fn validate_container(c: &Value, p: &str, names: &mut HashSet<String>, volumes: 
         }
         let proto = str_at(port, &["protocol"]);
         if !["TCP", "UDP", "SCTP"].contains(&proto) {
-            causes.push(FieldCause::not_supported(format!("{f}.protocol"), proto, &["SCTP", "TCP", "UDP"]));
+            causes.push(FieldCause::not_supported(
+                format!("{f}.protocol"),
+                proto,
+                &["SCTP", "TCP", "UDP"],
+            ));
         }
     }
     for (j, e) in arr(c.get("env")).iter().enumerate() {
@@ -586,7 +640,10 @@ fn validate_container(c: &Value, p: &str, names: &mut HashSet<String>, volumes: 
     for (j, m) in arr(c.get("volumeMounts")).iter().enumerate() {
         let n = str_at(m, &["name"]);
         if n.is_empty() {
-            causes.push(FieldCause::required(format!("{p}.volumeMounts[{j}].name"), ""));
+            causes.push(FieldCause::required(
+                format!("{p}.volumeMounts[{j}].name"),
+                "",
+            ));
         } else if !volumes.contains(n) {
             causes.push(FieldCause::new(
                 CauseKind::NotFound,
@@ -596,7 +653,10 @@ fn validate_container(c: &Value, p: &str, names: &mut HashSet<String>, volumes: 
             ));
         }
         if str_at(m, &["mountPath"]).is_empty() {
-            causes.push(FieldCause::required(format!("{p}.volumeMounts[{j}].mountPath"), ""));
+            causes.push(FieldCause::required(
+                format!("{p}.volumeMounts[{j}].mountPath"),
+                "",
+            ));
         }
     }
 }
@@ -614,13 +674,18 @@ fn validate_pod_update(new: &Obj, old: &Obj, causes: &mut Causes) {
         let new_list = arr(ns.get(list));
         if let Some(ml) = munged.get_mut(list).and_then(Value::as_array_mut) {
             for (i, c) in ml.iter_mut().enumerate() {
-                if let (Some(m), Some(img)) = (c.as_object_mut(), new_list.get(i).and_then(|n| n.get("image"))) {
+                if let (Some(m), Some(img)) = (
+                    c.as_object_mut(),
+                    new_list.get(i).and_then(|n| n.get("image")),
+                ) {
                     m.insert("image".into(), img.clone());
                 }
             }
         }
     }
-    let Some(mm) = munged.as_object_mut() else { return };
+    let Some(mm) = munged.as_object_mut() else {
+        return;
+    };
     let ads_new = ns.get("activeDeadlineSeconds").and_then(Value::as_i64);
     let ads_old = os.get("activeDeadlineSeconds").and_then(Value::as_i64);
     match (ads_old, ads_new) {
@@ -663,7 +728,11 @@ fn service_defaults(obj: &mut Obj) {
     let spec = obj_field(m, "spec");
     default_field(spec, "type", json!("ClusterIP"));
     default_field(spec, "sessionAffinity", json!("None"));
-    let ty = spec.get("type").and_then(Value::as_str).unwrap_or("").to_string();
+    let ty = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for p in ports.iter_mut().filter_map(Value::as_object_mut) {
             default_field(p, "protocol", json!("TCP"));
@@ -694,7 +763,11 @@ fn service_defaults(obj: &mut Obj) {
         default_field(spec, "allocateLoadBalancerNodePorts", json!(true));
     }
     // clusterIPs mirrors a given clusterIP.
-    let cip = spec.get("clusterIP").and_then(Value::as_str).unwrap_or("").to_string();
+    let cip = spec
+        .get("clusterIP")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     if !cip.is_empty() && arr(spec.get("clusterIPs")).is_empty() {
         spec.insert("clusterIPs".into(), json!([cip]));
     }
@@ -706,10 +779,17 @@ fn service_fill_from_old(new: &mut Obj, old: &Obj) {
     if !needs_cluster_ip(new) || !needs_cluster_ip(old) {
         return;
     }
-    let Some(os) = old.get("spec").cloned() else { return };
+    let Some(os) = old.get("spec").cloned() else {
+        return;
+    };
     let Some(m) = new.as_object_mut() else { return };
     let spec = obj_field(m, "spec");
-    if spec.get("clusterIP").and_then(Value::as_str).unwrap_or("").is_empty() {
+    if spec
+        .get("clusterIP")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .is_empty()
+    {
         for f in ["clusterIP", "clusterIPs"] {
             if let Some(v) = os.get(f) {
                 spec.insert(f.into(), v.clone());
@@ -732,9 +812,14 @@ fn service_fill_from_old(new: &mut Obj, old: &Obj) {
                 continue;
             }
             let port = p.get("port").cloned();
-            let proto = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP").to_string();
+            let proto = p
+                .get("protocol")
+                .and_then(Value::as_str)
+                .unwrap_or("TCP")
+                .to_string();
             let same = old_ports.iter().find(|o| {
-                o.get("port").cloned() == port && o.get("protocol").and_then(Value::as_str).unwrap_or("TCP") == proto
+                o.get("port").cloned() == port
+                    && o.get("protocol").and_then(Value::as_str).unwrap_or("TCP") == proto
             });
             if let Some(np) = same.and_then(|o| o.get("nodePort")) {
                 p.insert("nodePort".into(), np.clone());
@@ -760,7 +845,10 @@ fn validate_service(obj: &Obj, causes: &mut Causes) {
             causes.push(FieldCause::invalid("spec.externalName", en, e));
         }
         if !cip.is_empty() {
-            causes.push(FieldCause::forbidden("spec.clusterIP", "may not be set for ExternalName services"));
+            causes.push(FieldCause::forbidden(
+                "spec.clusterIP",
+                "may not be set for ExternalName services",
+            ));
         }
     } else if !cip.is_empty() && cip != "None" && cip.parse::<Ipv4Addr>().is_err() {
         causes.push(FieldCause::invalid(
@@ -800,21 +888,40 @@ fn validate_service(obj: &Obj, causes: &mut Causes) {
             Some(n) if check_port_number(n).is_ok() => {}
             _ => causes.push(FieldCause::invalid_raw(
                 format!("{f}.port"),
-                if port.is_null() { "0".into() } else { render(&port) },
+                if port.is_null() {
+                    "0".into()
+                } else {
+                    render(&port)
+                },
                 "must be between 1 and 65535, inclusive",
             )),
         }
         let proto = str_at(p, &["protocol"]);
         if !["TCP", "UDP", "SCTP"].contains(&proto) {
-            causes.push(FieldCause::not_supported(format!("{f}.protocol"), proto, &["SCTP", "TCP", "UDP"]));
+            causes.push(FieldCause::not_supported(
+                format!("{f}.protocol"),
+                proto,
+                &["SCTP", "TCP", "UDP"],
+            ));
         }
         if !seen.insert((port.as_i64(), proto.to_string())) {
-            causes.push(FieldCause::duplicate(format!("{f}"), &format!("{}/{proto}", render(&port))));
+            causes.push(FieldCause::duplicate(
+                f.clone(),
+                &format!("{}/{proto}", render(&port)),
+            ));
         }
         match p.get("targetPort") {
             Some(Value::Number(n)) => {
-                if let Err(e) = n.as_i64().ok_or_else(|| "must be an integer".to_string()).and_then(check_port_number) {
-                    causes.push(FieldCause::invalid_raw(format!("{f}.targetPort"), n.to_string(), e));
+                if let Err(e) = n
+                    .as_i64()
+                    .ok_or_else(|| "must be an integer".to_string())
+                    .and_then(check_port_number)
+                {
+                    causes.push(FieldCause::invalid_raw(
+                        format!("{f}.targetPort"),
+                        n.to_string(),
+                        e,
+                    ));
                 }
             }
             Some(Value::String(s)) => {
@@ -838,7 +945,11 @@ fn validate_service(obj: &Obj, causes: &mut Causes) {
                 causes.push(FieldCause::invalid("spec.selector", k, e));
             }
             if let Err(e) = validate_label_value(v.as_str().unwrap_or("")) {
-                causes.push(FieldCause::invalid("spec.selector", v.as_str().unwrap_or(""), e));
+                causes.push(FieldCause::invalid(
+                    "spec.selector",
+                    v.as_str().unwrap_or(""),
+                    e,
+                ));
             }
         }
     }
@@ -848,14 +959,21 @@ fn validate_service_update(new: &Obj, old: &Obj, causes: &mut Causes) {
     if !needs_cluster_ip(new) || !needs_cluster_ip(old) {
         return;
     }
-    let (nc, oc) = (str_at(new, &["spec", "clusterIP"]), str_at(old, &["spec", "clusterIP"]));
+    let (nc, oc) = (
+        str_at(new, &["spec", "clusterIP"]),
+        str_at(old, &["spec", "clusterIP"]),
+    );
     if !oc.is_empty() && nc != oc {
         causes.push(FieldCause::invalid_raw(
             "spec.clusterIPs[0]",
             format!("[]string{{{}}}", quote(nc)),
             "may not change once set",
         ));
-        causes.push(FieldCause::invalid("spec.clusterIP", nc, "field is immutable"));
+        causes.push(FieldCause::invalid(
+            "spec.clusterIP",
+            nc,
+            "field is immutable",
+        ));
     }
 }
 
@@ -907,7 +1025,11 @@ impl Allocator {
     fn take_port(&mut self, exclude: &HashSet<u16>) -> Option<u16> {
         for _ in NODE_PORTS {
             let p = self.next_port;
-            self.next_port = if p >= *NODE_PORTS.end() { *NODE_PORTS.start() } else { p + 1 };
+            self.next_port = if p >= *NODE_PORTS.end() {
+                *NODE_PORTS.start()
+            } else {
+                p + 1
+            };
             if !self.ports.contains(&p) && !exclude.contains(&p) {
                 self.ports.insert(p);
                 return Some(p);
@@ -926,7 +1048,10 @@ fn svc_ip(svc: &Obj) -> Option<u32> {
     if !needs_cluster_ip(svc) {
         return None;
     }
-    str_at(svc, &["spec", "clusterIP"]).parse::<Ipv4Addr>().ok().map(u32::from)
+    str_at(svc, &["spec", "clusterIP"])
+        .parse::<Ipv4Addr>()
+        .ok()
+        .map(u32::from)
 }
 
 fn svc_node_ports(svc: &Obj) -> Vec<u16> {
@@ -945,12 +1070,21 @@ fn svc_node_ports(svc: &Obj) -> Vec<u16> {
 /// Allocates what a valid Service needs (its ClusterIP and NodePorts), given
 /// the stored version on update. Checks everything before taking anything,
 /// so a rejection leaves the allocator as it was. Other kinds: no-op.
-pub fn allocate(res: Resource, obj: &mut Obj, old: Option<&Obj>, alloc: &mut Allocator) -> Result<(), Rejection> {
+pub fn allocate(
+    res: Resource,
+    obj: &mut Obj,
+    old: Option<&Obj>,
+    alloc: &mut Allocator,
+) -> Result<(), Rejection> {
     if res != Resource::Service {
         return Ok(());
     }
     let old_ip = old.and_then(svc_ip);
-    let old_ports: HashSet<u16> = old.map(svc_node_ports).unwrap_or_default().into_iter().collect();
+    let old_ports: HashSet<u16> = old
+        .map(svc_node_ports)
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
     let cip = str_at(obj, &["spec", "clusterIP"]).to_string();
     let mut causes = Causes::new();
     let mut want_ip = None;
@@ -979,7 +1113,11 @@ pub fn allocate(res: Resource, obj: &mut Obj, old: Option<&Obj>, alloc: &mut All
     }
     let mut want_ports = HashSet::new();
     for (i, np) in arr(obj.pointer("/spec/ports")).iter().enumerate() {
-        let Some(n) = np.get("nodePort").and_then(Value::as_i64).filter(|n| *n != 0) else {
+        let Some(n) = np
+            .get("nodePort")
+            .and_then(Value::as_i64)
+            .filter(|n| *n != 0)
+        else {
             continue;
         };
         let ok_range = u16::try_from(n).ok().filter(|p| NODE_PORTS.contains(p));
@@ -989,7 +1127,10 @@ pub fn allocate(res: Resource, obj: &mut Obj, old: Option<&Obj>, alloc: &mut All
                 n.to_string(),
                 "provided port is not in the valid range. The range of valid ports is 30000-32767",
             )),
-            Some(p) if !old_ports.contains(&p) && (alloc.ports.contains(&p) || !want_ports.insert(p)) => {
+            Some(p)
+                if !old_ports.contains(&p)
+                    && (alloc.ports.contains(&p) || !want_ports.insert(p)) =>
+            {
                 causes.push(FieldCause::invalid_raw(
                     format!("spec.ports[{i}].nodePort"),
                     n.to_string(),
@@ -1063,7 +1204,11 @@ pub fn release(res: Resource, obj: &Obj, keep: Option<&Obj>, alloc: &mut Allocat
             alloc.ips.remove(&ip);
         }
     }
-    let kept: HashSet<u16> = keep.map(svc_node_ports).unwrap_or_default().into_iter().collect();
+    let kept: HashSet<u16> = keep
+        .map(svc_node_ports)
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
     for p in svc_node_ports(obj) {
         if !kept.contains(&p) {
             alloc.ports.remove(&p);
@@ -1097,12 +1242,18 @@ fn validate_int_or_percent(v: &Value, field: &str, causes: &mut Causes) -> Optio
         Value::Number(n) => match n.as_i64() {
             Some(i) if i >= 0 => Some(i),
             _ => {
-                causes.push(FieldCause::invalid_raw(field, n.to_string(), "must be greater than or equal to 0"));
+                causes.push(FieldCause::invalid_raw(
+                    field,
+                    n.to_string(),
+                    "must be greater than or equal to 0",
+                ));
                 None
             }
         },
         Value::String(s) => {
-            let digits = s.strip_suffix('%').filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+            let digits = s
+                .strip_suffix('%')
+                .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
             match digits.and_then(|d| d.parse::<i64>().ok()) {
                 Some(n) => Some(n),
                 None => {
@@ -1121,20 +1272,30 @@ fn validate_int_or_percent(v: &Value, field: &str, causes: &mut Causes) -> Optio
 
 fn validate_workload(res: Resource, obj: &Obj, causes: &mut Causes) {
     let Some(spec) = obj.get("spec") else { return };
-    let kind = if res == Resource::Deployment { "deployment" } else { "replicaset" };
+    let kind = if res == Resource::Deployment {
+        "deployment"
+    } else {
+        "replicaset"
+    };
     match spec.get("replicas") {
-        Some(r) if !r.as_i64().is_some_and(|n| n >= 0) => causes.push(FieldCause::invalid_raw(
+        Some(r) if r.as_i64().is_none_or(|n| n < 0) => causes.push(FieldCause::invalid_raw(
             "spec.replicas",
             render(r),
             "must be greater than or equal to 0",
         )),
         _ => {}
     }
-    let template_labels = spec.pointer("/template/metadata/labels").and_then(Value::as_object);
+    let template_labels = spec
+        .pointer("/template/metadata/labels")
+        .and_then(Value::as_object);
     match spec.get("selector").filter(|s| !s.is_null()) {
         None => causes.push(FieldCause::required("spec.selector", "")),
         Some(sel) => match LabelSelector::from_struct(sel) {
-            Err(e) => causes.push(FieldCause::invalid_raw("spec.selector", go_selector(sel), e)),
+            Err(e) => causes.push(FieldCause::invalid_raw(
+                "spec.selector",
+                go_selector(sel),
+                e,
+            )),
             Ok(s) if s.is_everything() => causes.push(FieldCause::invalid_raw(
                 "spec.selector",
                 go_selector(sel),
@@ -1157,7 +1318,11 @@ fn validate_workload(res: Resource, obj: &Obj, causes: &mut Causes) {
                 causes.push(FieldCause::invalid("spec.template.metadata.labels", k, e));
             }
             if let Err(e) = validate_label_value(v.as_str().unwrap_or("")) {
-                causes.push(FieldCause::invalid("spec.template.metadata.labels", v.as_str().unwrap_or(""), e));
+                causes.push(FieldCause::invalid(
+                    "spec.template.metadata.labels",
+                    v.as_str().unwrap_or(""),
+                    e,
+                ));
             }
         }
     }
@@ -1165,7 +1330,11 @@ fn validate_workload(res: Resource, obj: &Obj, causes: &mut Causes) {
     validate_pod_spec(tspec, "spec.template.spec", causes);
     let rp = tspec.map_or("", |s| str_at(s, &["restartPolicy"]));
     if !rp.is_empty() && rp != "Always" {
-        causes.push(FieldCause::not_supported("spec.template.spec.restartPolicy", rp, &["Always"]));
+        causes.push(FieldCause::not_supported(
+            "spec.template.spec.restartPolicy",
+            rp,
+            &["Always"],
+        ));
     }
     if res != Resource::Deployment {
         return;
@@ -1174,14 +1343,17 @@ fn validate_workload(res: Resource, obj: &Obj, causes: &mut Causes) {
     match ty {
         "RollingUpdate" => {
             let ru = spec.pointer("/strategy/rollingUpdate");
-            let mu = ru
-                .and_then(|r| r.get("maxUnavailable"))
-                .and_then(|v| validate_int_or_percent(v, "spec.strategy.rollingUpdate.maxUnavailable", causes));
-            let ms = ru
-                .and_then(|r| r.get("maxSurge"))
-                .and_then(|v| validate_int_or_percent(v, "spec.strategy.rollingUpdate.maxSurge", causes));
+            let mu = ru.and_then(|r| r.get("maxUnavailable")).and_then(|v| {
+                validate_int_or_percent(v, "spec.strategy.rollingUpdate.maxUnavailable", causes)
+            });
+            let ms = ru.and_then(|r| r.get("maxSurge")).and_then(|v| {
+                validate_int_or_percent(v, "spec.strategy.rollingUpdate.maxSurge", causes)
+            });
             if mu == Some(0) && ms == Some(0) {
-                let v = ru.and_then(|r| r.get("maxUnavailable")).map(render).unwrap_or_default();
+                let v = ru
+                    .and_then(|r| r.get("maxUnavailable"))
+                    .map(render)
+                    .unwrap_or_default();
                 causes.push(FieldCause::invalid_raw(
                     "spec.strategy.rollingUpdate.maxUnavailable",
                     v,
@@ -1190,14 +1362,21 @@ fn validate_workload(res: Resource, obj: &Obj, causes: &mut Causes) {
             }
         }
         "Recreate" => {
-            if spec.pointer("/strategy/rollingUpdate").is_some_and(|v| !v.is_null()) {
+            if spec
+                .pointer("/strategy/rollingUpdate")
+                .is_some_and(|v| !v.is_null())
+            {
                 causes.push(FieldCause::forbidden(
                     "spec.strategy.rollingUpdate",
                     "may not be specified when strategy `type` is 'Recreate'",
                 ));
             }
         }
-        other => causes.push(FieldCause::not_supported("spec.strategy.type", other, &["Recreate", "RollingUpdate"])),
+        other => causes.push(FieldCause::not_supported(
+            "spec.strategy.type",
+            other,
+            &["Recreate", "RollingUpdate"],
+        )),
     }
 }
 
@@ -1240,12 +1419,24 @@ fn validate_backend(b: &Value, p: &str, causes: &mut Causes) {
                 )),
                 (false, None) => {
                     if let Err(e) = check_port_name(pname) {
-                        causes.push(FieldCause::invalid(format!("{p}.service.port.name"), pname, e));
+                        causes.push(FieldCause::invalid(
+                            format!("{p}.service.port.name"),
+                            pname,
+                            e,
+                        ));
                     }
                 }
                 (true, Some(n)) => {
-                    if let Err(e) = n.as_i64().ok_or_else(|| "must be an integer".to_string()).and_then(check_port_number) {
-                        causes.push(FieldCause::invalid_raw(format!("{p}.service.port.number"), render(n), e));
+                    if let Err(e) = n
+                        .as_i64()
+                        .ok_or_else(|| "must be an integer".to_string())
+                        .and_then(check_port_number)
+                    {
+                        causes.push(FieldCause::invalid_raw(
+                            format!("{p}.service.port.number"),
+                            render(n),
+                            e,
+                        ));
                     }
                 }
             }
@@ -1272,12 +1463,19 @@ fn validate_ingress(obj: &Obj, causes: &mut Causes) {
         let host = str_at(r, &["host"]);
         if !host.is_empty() {
             if host.parse::<std::net::IpAddr>().is_ok() {
-                causes.push(FieldCause::invalid(format!("{rp}.host"), host, "must be a DNS name, not an IP address"));
-            } else if let Err(e) = check_dns1123_subdomain(host.strip_prefix("*.").unwrap_or(host)) {
+                causes.push(FieldCause::invalid(
+                    format!("{rp}.host"),
+                    host,
+                    "must be a DNS name, not an IP address",
+                ));
+            } else if let Err(e) = check_dns1123_subdomain(host.strip_prefix("*.").unwrap_or(host))
+            {
                 causes.push(FieldCause::invalid(format!("{rp}.host"), host, e));
             }
         }
-        let Some(http) = r.get("http").filter(|v| !v.is_null()) else { continue };
+        let Some(http) = r.get("http").filter(|v| !v.is_null()) else {
+            continue;
+        };
         let paths = arr(http.get("paths"));
         if paths.is_empty() {
             causes.push(FieldCause::required(format!("{rp}.http.paths"), ""));
@@ -1288,11 +1486,22 @@ fn validate_ingress(obj: &Obj, causes: &mut Causes) {
             let path = str_at(p, &["path"]);
             let types = ["Exact", "ImplementationSpecific", "Prefix"];
             if pt.is_empty() {
-                causes.push(FieldCause::required(format!("{pp}.pathType"), "pathType must be specified"));
+                causes.push(FieldCause::required(
+                    format!("{pp}.pathType"),
+                    "pathType must be specified",
+                ));
             } else if !types.contains(&pt) {
-                causes.push(FieldCause::not_supported(format!("{pp}.pathType"), pt, &types));
+                causes.push(FieldCause::not_supported(
+                    format!("{pp}.pathType"),
+                    pt,
+                    &types,
+                ));
             } else if pt != "ImplementationSpecific" && !path.starts_with('/') {
-                causes.push(FieldCause::invalid(format!("{pp}.path"), path, "must be an absolute path"));
+                causes.push(FieldCause::invalid(
+                    format!("{pp}.path"),
+                    path,
+                    "must be an absolute path",
+                ));
             }
             match p.get("backend").filter(|v| !v.is_null()) {
                 Some(b) => validate_backend(b, &format!("{pp}.backend"), causes),
@@ -1310,7 +1519,11 @@ fn check_config_key(k: &str) -> Result<(), String> {
     if k.len() > 253 {
         return Err("must be no more than 253 characters".into());
     }
-    if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+    if k.is_empty()
+        || !k
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
         return Err(CONFIG_KEY_MSG.into());
     }
     if k == "." {
@@ -1326,17 +1539,25 @@ fn check_config_key(k: &str) -> Result<(), String> {
 }
 
 fn decode_error(res: &str, what: String) -> Rejection {
-    Rejection::BadRequest(format!("{res} in version \"v1\" cannot be handled as a {res}: {what}"))
+    Rejection::BadRequest(format!(
+        "{res} in version \"v1\" cannot be handled as a {res}: {what}"
+    ))
 }
 
 /// Key syntax of `data`/`binaryData`, values' JSON types, keys unique across
 /// both maps; for secrets, `data` values must be base64.
 fn validate_config_data(obj: &Obj, secret: bool, causes: &mut Causes) -> Result<(), Rejection> {
     let kind = if secret { "Secret" } else { "ConfigMap" };
-    let maps: &[&str] = if secret { &["data"] } else { &["data", "binaryData"] };
+    let maps: &[&str] = if secret {
+        &["data"]
+    } else {
+        &["data", "binaryData"]
+    };
     let mut keys = HashSet::new();
     for field in maps {
-        let Some(v) = obj.get(*field).filter(|v| !v.is_null()) else { continue };
+        let Some(v) = obj.get(*field).filter(|v| !v.is_null()) else {
+            continue;
+        };
         let Some(m) = v.as_object() else {
             return Err(decode_error(kind, format!("{field} must be a map")));
         };
@@ -1344,8 +1565,13 @@ fn validate_config_data(obj: &Obj, secret: bool, causes: &mut Causes) -> Result<
             let Some(s) = v.as_str() else {
                 return Err(decode_error(kind, format!("{field}[{k}] must be a string")));
             };
-            if (secret || *field == "binaryData") && base64::engine::general_purpose::STANDARD.decode(s).is_err() {
-                return Err(decode_error(kind, format!("illegal base64 data in {field}[{k}]")));
+            if (secret || *field == "binaryData")
+                && base64::engine::general_purpose::STANDARD.decode(s).is_err()
+            {
+                return Err(decode_error(
+                    kind,
+                    format!("illegal base64 data in {field}[{k}]"),
+                ));
             }
             if let Err(e) = check_config_key(k) {
                 causes.push(FieldCause::invalid(format!("{field}[{k}]"), k, e));
@@ -1360,9 +1586,13 @@ fn validate_config_data(obj: &Obj, secret: bool, causes: &mut Causes) -> Result<
 /// `stringData` is write-only: merged into `data` as base64 (winning over
 /// `data` on the same key), then dropped. `type` defaults to Opaque.
 fn secret_defaults(obj: &mut Obj) -> Result<(), Rejection> {
-    let Some(m) = obj.as_object_mut() else { return Ok(()) };
+    let Some(m) = obj.as_object_mut() else {
+        return Ok(());
+    };
     default_field(m, "type", json!("Opaque"));
-    let Some(sd) = m.remove("stringData") else { return Ok(()) };
+    let Some(sd) = m.remove("stringData") else {
+        return Ok(());
+    };
     if sd.is_null() {
         return Ok(());
     }
@@ -1372,9 +1602,15 @@ fn secret_defaults(obj: &mut Obj) -> Result<(), Rejection> {
     let data = obj_field(m, "data");
     for (k, v) in sd {
         let Some(s) = v.as_str() else {
-            return Err(decode_error("Secret", format!("stringData[{k}] must be a string")));
+            return Err(decode_error(
+                "Secret",
+                format!("stringData[{k}] must be a string"),
+            ));
         };
-        data.insert(k.clone(), json!(base64::engine::general_purpose::STANDARD.encode(s)));
+        data.insert(
+            k.clone(),
+            json!(base64::engine::general_purpose::STANDARD.encode(s)),
+        );
     }
     Ok(())
 }
@@ -1406,11 +1642,17 @@ fn validate_immutable_data(new: &Obj, old: &Obj, causes: &mut Causes) {
         return;
     }
     if new.get("immutable").and_then(Value::as_bool) != Some(true) {
-        causes.push(FieldCause::forbidden("immutable", "field is immutable when `immutable` is set"));
+        causes.push(FieldCause::forbidden(
+            "immutable",
+            "field is immutable when `immutable` is set",
+        ));
     }
     for f in ["data", "binaryData"] {
         if new.get(f) != old.get(f) {
-            causes.push(FieldCause::forbidden(f, "field is immutable when `immutable` is set"));
+            causes.push(FieldCause::forbidden(
+                f,
+                "field is immutable when `immutable` is set",
+            ));
         }
     }
 }

@@ -24,6 +24,7 @@
 //!   values, `$setElementOrder/<field>` reorders the merged list (elements it
 //!   does not name keep their relative order after the named ones). Unknown
 //!   `$` keys are dropped so they never reach the stored object.
+//!
 //! The merge key is chosen by field name alone, not by the object's schema;
 //! a field sharing a name with a keyed list (say a CRD's `containers`) would be
 //! merged by key here — harmless for the kinds the sim serves.
@@ -65,18 +66,23 @@ pub enum PatchError {
 
 /// Applies a patch of the given type to `target`, returning the result.
 pub fn apply(pt: PatchType, target: &Value, patch: &[u8]) -> Result<Value, PatchError> {
-    let p: Value = serde_json::from_slice(patch).map_err(|e| PatchError::BadRequest(format!("error decoding patch: {e}")))?;
+    let p: Value = serde_json::from_slice(patch)
+        .map_err(|e| PatchError::BadRequest(format!("error decoding patch: {e}")))?;
     let mut out = target.clone();
     match pt {
         PatchType::Merge => {
             if !p.is_object() {
-                return Err(PatchError::BadRequest("merge patch must be a JSON object".into()));
+                return Err(PatchError::BadRequest(
+                    "merge patch must be a JSON object".into(),
+                ));
             }
             merge_patch(&mut out, &p);
         }
         PatchType::StrategicMerge => {
             let Some(pm) = p.as_object() else {
-                return Err(PatchError::BadRequest("strategic merge patch must be a JSON object".into()));
+                return Err(PatchError::BadRequest(
+                    "strategic merge patch must be a JSON object".into(),
+                ));
             };
             if !out.is_object() {
                 out = Value::Object(Map::new());
@@ -101,7 +107,9 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     if !target.is_object() {
         *target = Value::Object(Map::new());
     }
-    let Some(tm) = target.as_object_mut() else { return };
+    let Some(tm) = target.as_object_mut() else {
+        return;
+    };
     for (k, v) in pm {
         if v.is_null() {
             tm.remove(k);
@@ -118,24 +126,38 @@ fn parse_pointer(p: &str) -> Result<Vec<String>, PatchError> {
         return Ok(vec![]);
     }
     let Some(rest) = p.strip_prefix('/') else {
-        return Err(PatchError::BadRequest(format!("JSON pointer must be empty or start with a \"/\": {p:?}")));
+        return Err(PatchError::BadRequest(format!(
+            "JSON pointer must be empty or start with a \"/\": {p:?}"
+        )));
     };
-    Ok(rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect())
+    Ok(rest
+        .split('/')
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect())
 }
 
 fn missing(op: &str, path: &str) -> PatchError {
-    PatchError::Unprocessable(format!("{op} operation does not apply: doc is missing path: {path:?}: missing value"))
+    PatchError::Unprocessable(format!(
+        "{op} operation does not apply: doc is missing path: {path:?}: missing value"
+    ))
 }
 
 fn array_index(tok: &str, len: usize, allow_end: bool) -> Option<usize> {
     if tok == "-" {
         return allow_end.then_some(len);
     }
-    if tok.is_empty() || (tok.len() > 1 && tok.starts_with('0')) || !tok.bytes().all(|b| b.is_ascii_digit()) {
+    if tok.is_empty()
+        || (tok.len() > 1 && tok.starts_with('0'))
+        || !tok.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     let i: usize = tok.parse().ok()?;
-    let max = if allow_end { len } else { len.saturating_sub(1) };
+    let max = if allow_end {
+        len
+    } else {
+        len.saturating_sub(1)
+    };
     (i <= max && (allow_end || len > 0)).then_some(i)
 }
 
@@ -187,7 +209,9 @@ fn add(doc: &mut Value, path: &str, toks: &[String], v: Value) -> Result<(), Pat
 
 fn remove(doc: &mut Value, op: &str, path: &str, toks: &[String]) -> Result<Value, PatchError> {
     let Some(last) = toks.last() else {
-        return Err(PatchError::Unprocessable(format!("{op} operation does not apply: cannot remove the whole document")));
+        return Err(PatchError::Unprocessable(format!(
+            "{op} operation does not apply: cannot remove the whole document"
+        )));
     };
     match parent_mut(doc, toks) {
         Some(Value::Object(m)) => m.remove(last).ok_or_else(|| missing(op, path)),
@@ -204,7 +228,9 @@ fn remove(doc: &mut Value, op: &str, path: &str, toks: &[String]) -> Result<Valu
 /// All-or-nothing: on error `doc` is left as it was.
 pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), PatchError> {
     let Some(ops) = ops.as_array() else {
-        return Err(PatchError::BadRequest("json patch must be a JSON array of operations".into()));
+        return Err(PatchError::BadRequest(
+            "json patch must be a JSON array of operations".into(),
+        ));
     };
     let mut work = doc.clone();
     for op in ops {
@@ -214,9 +240,9 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), PatchError> {
                 .ok_or_else(|| PatchError::BadRequest(format!("operation {op} is missing {f:?}")))
         };
         let value = || -> Result<Value, PatchError> {
-            op.get("value")
-                .cloned()
-                .ok_or_else(|| PatchError::BadRequest(format!("operation {op} is missing \"value\"")))
+            op.get("value").cloned().ok_or_else(|| {
+                PatchError::BadRequest(format!("operation {op} is missing \"value\""))
+            })
         };
         let kind = field("op")?;
         let path = field("path")?;
@@ -260,14 +286,18 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), PatchError> {
                     }
                     remove(&mut work, kind, from, &ftoks)?
                 } else {
-                    get_path(&work, &ftoks).cloned().ok_or_else(|| missing(kind, from))?
+                    get_path(&work, &ftoks)
+                        .cloned()
+                        .ok_or_else(|| missing(kind, from))?
                 };
                 add(&mut work, path, &toks, v)?;
             }
             "test" => {
                 let v = value()?;
                 if get_path(&work, &toks) != Some(&v) {
-                    return Err(PatchError::Unprocessable(format!("testing value {path} failed: test failed")));
+                    return Err(PatchError::Unprocessable(format!(
+                        "testing value {path} failed: test failed"
+                    )));
                 }
             }
             other => return Err(PatchError::BadRequest(format!("Unexpected kind: {other}"))),
@@ -282,8 +312,14 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), PatchError> {
 /// The merge key of a list field, by field name; `None`: replace the list.
 fn merge_key(field: &str, live: &[Value], patch: &[Value]) -> Option<&'static str> {
     Some(match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets"
-        | "resourceClaims" | "schedulingGates" => "name",
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "resourceClaims"
+        | "schedulingGates" => "name",
         "volumeMounts" => "mountPath",
         "volumeDevices" => "devicePath",
         "conditions" => "type",
@@ -333,7 +369,8 @@ fn strip_directives(v: &Value) -> Value {
 }
 
 fn is_directive_element(e: &Value) -> bool {
-    e.as_object().is_some_and(|m| m.contains_key("$patch") && m.len() == 1)
+    e.as_object()
+        .is_some_and(|m| m.contains_key("$patch") && m.len() == 1)
 }
 
 fn smp_map(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
@@ -389,7 +426,8 @@ fn smp_map(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
         }
     }
     for (field, order) in orders {
-        if let (Some(Value::Array(list)), Some(order)) = (target.get_mut(&field), order.as_array()) {
+        if let (Some(Value::Array(list)), Some(order)) = (target.get_mut(&field), order.as_array())
+        {
             reorder(&field, list, order);
         }
     }
@@ -400,7 +438,10 @@ fn smp_map(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
 }
 
 fn smp_list(field: &str, mut live: Vec<Value>, patch: &[Value]) -> Vec<Value> {
-    if patch.iter().any(|e| e.get("$patch").and_then(Value::as_str) == Some("replace")) {
+    if patch
+        .iter()
+        .any(|e| e.get("$patch").and_then(Value::as_str) == Some("replace"))
+    {
         return patch
             .iter()
             .filter(|e| !is_directive_element(e))
@@ -416,7 +457,11 @@ fn smp_list(field: &str, mut live: Vec<Value>, patch: &[Value]) -> Vec<Value> {
         return live;
     }
     let Some(key) = merge_key(field, &live, patch) else {
-        return patch.iter().filter(|e| !is_directive_element(e)).map(strip_directives).collect();
+        return patch
+            .iter()
+            .filter(|e| !is_directive_element(e))
+            .map(strip_directives)
+            .collect();
     };
     for pe in patch {
         let Some(pm) = pe.as_object() else {
@@ -458,7 +503,10 @@ fn reorder(field: &str, list: &mut Vec<Value>, order: &[Value]) {
         .into_iter()
         .enumerate()
         .map(|(i, v)| {
-            let rank = wanted.iter().position(|w| *w == ident(&v)).unwrap_or(usize::MAX);
+            let rank = wanted
+                .iter()
+                .position(|w| *w == ident(&v))
+                .unwrap_or(usize::MAX);
             (rank, i, v)
         })
         .collect();
@@ -482,19 +530,37 @@ mod tests {
             (json!({"a":"b"}), json!({"a":"c"}), json!({"a":"c"})),
             (json!({"a":"b"}), json!({"b":"c"}), json!({"a":"b","b":"c"})),
             (json!({"a":"b"}), json!({"a":null}), json!({})),
-            (json!({"a":"b","b":"c"}), json!({"a":null}), json!({"b":"c"})),
+            (
+                json!({"a":"b","b":"c"}),
+                json!({"a":null}),
+                json!({"b":"c"}),
+            ),
             (json!({"a":["b"]}), json!({"a":"c"}), json!({"a":"c"})),
             (json!({"a":"c"}), json!({"a":["b"]}), json!({"a":["b"]})),
-            (json!({"a":{"b":"c"}}), json!({"a":{"b":"d","c":null}}), json!({"a":{"b":"d"}})),
+            (
+                json!({"a":{"b":"c"}}),
+                json!({"a":{"b":"d","c":null}}),
+                json!({"a":{"b":"d"}}),
+            ),
             (json!({"a":[{"b":"c"}]}), json!({"a":[1]}), json!({"a":[1]})),
             (json!({"e":null}), json!({"a":1}), json!({"e":null,"a":1})),
-            (json!({}), json!({"a":{"bb":{"ccc":null}}}), json!({"a":{"bb":{}}})),
+            (
+                json!({}),
+                json!({"a":{"bb":{"ccc":null}}}),
+                json!({"a":{"bb":{}}}),
+            ),
         ];
         for (t, p, want) in cases {
             assert_eq!(ap(PatchType::Merge, t, p).unwrap(), want);
         }
-        assert!(matches!(ap(PatchType::Merge, json!({}), json!([1])), Err(PatchError::BadRequest(_))));
-        assert!(matches!(apply(PatchType::Merge, &json!({}), b"{nope"), Err(PatchError::BadRequest(_))));
+        assert!(matches!(
+            ap(PatchType::Merge, json!({}), json!([1])),
+            Err(PatchError::BadRequest(_))
+        ));
+        assert!(matches!(
+            apply(PatchType::Merge, &json!({}), b"{nope"),
+            Err(PatchError::BadRequest(_))
+        ));
     }
 
     #[test]
@@ -519,8 +585,16 @@ mod tests {
             r,
             json!({"metadata": {"labels": {"new": "x", "c~d": "3"}}, "list": [0, 2, 3, 4], "moved": 1, "copied": 1})
         );
-        let e = ap(PatchType::Json, doc.clone(), json!([{"op": "test", "path": "/list/0", "value": 9}])).unwrap_err();
-        assert_eq!(e, PatchError::Unprocessable("testing value /list/0 failed: test failed".into()));
+        let e = ap(
+            PatchType::Json,
+            doc.clone(),
+            json!([{"op": "test", "path": "/list/0", "value": 9}]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            PatchError::Unprocessable("testing value /list/0 failed: test failed".into())
+        );
         for bad in [
             json!([{"op": "remove", "path": "/nope"}]),
             json!([{"op": "replace", "path": "/nope", "value": 1}]),
@@ -529,7 +603,13 @@ mod tests {
             json!([{"op": "remove", "path": "/list/01"}]),
             json!([{"op": "move", "from": "/metadata", "path": "/metadata/x"}]),
         ] {
-            assert!(matches!(ap(PatchType::Json, doc.clone(), bad.clone()), Err(PatchError::Unprocessable(_))), "{bad}");
+            assert!(
+                matches!(
+                    ap(PatchType::Json, doc.clone(), bad.clone()),
+                    Err(PatchError::Unprocessable(_))
+                ),
+                "{bad}"
+            );
         }
         for bad in [
             json!({"op": "add"}),
@@ -538,10 +618,24 @@ mod tests {
             json!([{"path": "/a"}]),
             json!([{"op": "add", "path": "a", "value": 1}]),
         ] {
-            assert!(matches!(ap(PatchType::Json, doc.clone(), bad.clone()), Err(PatchError::BadRequest(_))), "{bad}");
+            assert!(
+                matches!(
+                    ap(PatchType::Json, doc.clone(), bad.clone()),
+                    Err(PatchError::BadRequest(_))
+                ),
+                "{bad}"
+            );
         }
         // Whole-document replace and root test.
-        assert_eq!(ap(PatchType::Json, json!({"a": 1}), json!([{"op": "replace", "path": "", "value": {"b": 2}}])).unwrap(), json!({"b": 2}));
+        assert_eq!(
+            ap(
+                PatchType::Json,
+                json!({"a": 1}),
+                json!([{"op": "replace", "path": "", "value": {"b": 2}}])
+            )
+            .unwrap(),
+            json!({"b": 2})
+        );
     }
 
     fn deploy() -> Value {
@@ -561,7 +655,11 @@ mod tests {
             json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}}}}),
         )
         .unwrap();
-        let cs = r.pointer("/spec/template/spec/containers").unwrap().as_array().unwrap();
+        let cs = r
+            .pointer("/spec/template/spec/containers")
+            .unwrap()
+            .as_array()
+            .unwrap();
         assert_eq!(cs.len(), 2);
         assert_eq!(cs[0]["image"], "nginx:2");
         assert_eq!(cs[0]["env"].as_array().unwrap().len(), 2);
@@ -577,9 +675,16 @@ mod tests {
             ]}}}}),
         )
         .unwrap();
-        let cs = r.pointer("/spec/template/spec/containers").unwrap().as_array().unwrap();
+        let cs = r
+            .pointer("/spec/template/spec/containers")
+            .unwrap()
+            .as_array()
+            .unwrap();
         assert_eq!(cs.len(), 1);
-        assert_eq!(cs[0]["env"], json!([{"name": "B", "value": "3"}, {"name": "C", "value": "4"}]));
+        assert_eq!(
+            cs[0]["env"],
+            json!([{"name": "B", "value": "3"}, {"name": "C", "value": "4"}])
+        );
         assert_eq!(cs[0]["ports"].as_array().unwrap().len(), 2);
     }
 
@@ -596,12 +701,21 @@ mod tests {
         });
         let r = ap(PatchType::StrategicMerge, deploy(), patch).unwrap();
         assert_eq!(r["spec"]["replicas"], 3);
-        let cs = r.pointer("/spec/template/spec/containers").unwrap().as_array().unwrap();
+        let cs = r
+            .pointer("/spec/template/spec/containers")
+            .unwrap()
+            .as_array()
+            .unwrap();
         assert_eq!(cs[0]["name"], "side");
         assert_eq!(cs[1]["name"], "web");
         assert_eq!(cs[1]["image"], "nginx:3");
-        assert!(r.pointer("/spec/template/spec/$setElementOrder~1containers").is_none());
-        assert!(r["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].is_string());
+        assert!(r
+            .pointer("/spec/template/spec/$setElementOrder~1containers")
+            .is_none());
+        assert!(
+            r["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+                .is_string()
+        );
         assert!(!r.to_string().contains('$'));
     }
 
@@ -621,7 +735,12 @@ mod tests {
         assert_eq!(r["spec"]["args"], json!(["c"]));
         assert_eq!(r["metadata"]["finalizers"], json!(["b", "c"]));
         assert_eq!(r["metadata"]["labels"], json!({"n": "1"}));
-        let r = ap(PatchType::StrategicMerge, t.clone(), json!({"metadata": {"labels": {"$patch": "delete"}}, "spec": null})).unwrap();
+        let r = ap(
+            PatchType::StrategicMerge,
+            t.clone(),
+            json!({"metadata": {"labels": {"$patch": "delete"}}, "spec": null}),
+        )
+        .unwrap();
         assert_eq!(r, json!({"metadata": {"finalizers": ["a", "b"]}}));
         // list-level replace
         let r = ap(
@@ -630,19 +749,45 @@ mod tests {
             json!({"spec": {"template": {"spec": {"containers": [{"$patch": "replace"}, {"name": "only", "image": "x"}]}}}}),
         )
         .unwrap();
-        assert_eq!(r.pointer("/spec/template/spec/containers").unwrap(), &json!([{"name": "only", "image": "x"}]));
+        assert_eq!(
+            r.pointer("/spec/template/spec/containers").unwrap(),
+            &json!([{"name": "only", "image": "x"}])
+        );
         // Service ports merge on `port`.
         let svc = json!({"spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
-        let r = ap(PatchType::StrategicMerge, svc, json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}})).unwrap();
-        assert_eq!(r["spec"]["ports"], json!([{"port": 80, "targetPort": 9090}, {"port": 443}]));
-        assert!(matches!(ap(PatchType::StrategicMerge, json!({}), json!([])), Err(PatchError::BadRequest(_))));
+        let r = ap(
+            PatchType::StrategicMerge,
+            svc,
+            json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            r["spec"]["ports"],
+            json!([{"port": 80, "targetPort": 9090}, {"port": 443}])
+        );
+        assert!(matches!(
+            ap(PatchType::StrategicMerge, json!({}), json!([])),
+            Err(PatchError::BadRequest(_))
+        ));
     }
 
     #[test]
     fn content_types() {
-        assert_eq!(PatchType::from_content_type("application/merge-patch+json; charset=utf-8"), Some(PatchType::Merge));
-        assert_eq!(PatchType::from_content_type("application/json-patch+json"), Some(PatchType::Json));
-        assert_eq!(PatchType::from_content_type("application/strategic-merge-patch+json"), Some(PatchType::StrategicMerge));
-        assert_eq!(PatchType::from_content_type("application/apply-patch+yaml"), None);
+        assert_eq!(
+            PatchType::from_content_type("application/merge-patch+json; charset=utf-8"),
+            Some(PatchType::Merge)
+        );
+        assert_eq!(
+            PatchType::from_content_type("application/json-patch+json"),
+            Some(PatchType::Json)
+        );
+        assert_eq!(
+            PatchType::from_content_type("application/strategic-merge-patch+json"),
+            Some(PatchType::StrategicMerge)
+        );
+        assert_eq!(
+            PatchType::from_content_type("application/apply-patch+yaml"),
+            None
+        );
     }
 }

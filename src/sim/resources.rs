@@ -250,7 +250,10 @@ mod tests {
         for (i, info) in ALL.iter().enumerate() {
             assert_eq!(info.resource.index(), i);
         }
-        assert_eq!(Resource::Deployment.qualified_resource(), "deployments.apps");
+        assert_eq!(
+            Resource::Deployment.qualified_resource(),
+            "deployments.apps"
+        );
         assert_eq!(Resource::Pod.qualified_kind(), "Pod");
     }
 }

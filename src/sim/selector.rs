@@ -36,10 +36,14 @@ pub struct Requirement {
 
 impl Requirement {
     fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
-        let v = labels.and_then(|l| l.get(&self.key)).and_then(Value::as_str);
+        let v = labels
+            .and_then(|l| l.get(&self.key))
+            .and_then(Value::as_str);
         match self.op {
             LabelOp::Equals | LabelOp::In => v.is_some_and(|v| self.values.iter().any(|x| x == v)),
-            LabelOp::NotEquals | LabelOp::NotIn => !v.is_some_and(|v| self.values.iter().any(|x| x == v)),
+            LabelOp::NotEquals | LabelOp::NotIn => {
+                !v.is_some_and(|v| self.values.iter().any(|x| x == v))
+            }
             LabelOp::Exists => v.is_some(),
             LabelOp::DoesNotExist => v.is_none(),
             LabelOp::GreaterThan | LabelOp::LessThan => {
@@ -98,18 +102,28 @@ impl LabelSelector {
                 return Err("matchExpressions must be a list".into());
             };
             for e in me {
-                let key = e.get("key").and_then(Value::as_str).unwrap_or("").to_string();
+                let key = e
+                    .get("key")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
                 let values: Vec<String> = e
                     .get("values")
                     .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let op = match e.get("operator").and_then(Value::as_str).unwrap_or("") {
                     "In" => LabelOp::In,
                     "NotIn" => LabelOp::NotIn,
                     "Exists" => LabelOp::Exists,
                     "DoesNotExist" => LabelOp::DoesNotExist,
-                    other => return Err(format!("{other:?} is not a valid label selector operator")),
+                    other => {
+                        return Err(format!("{other:?} is not a valid label selector operator"))
+                    }
                 };
                 requirements.push(Requirement { key, op, values });
             }
@@ -235,7 +249,10 @@ struct Parser {
 
 impl Parser {
     fn new(s: &str) -> Parser {
-        Parser { toks: lex(s), pos: 0 }
+        Parser {
+            toks: lex(s),
+            pos: 0,
+        }
     }
 
     /// Looks ahead; in value position `in`/`notin` are plain identifiers.
@@ -265,9 +282,19 @@ impl Parser {
                         Tok::End => break,
                         Tok::Comma => match self.peek(true) {
                             Tok::Ident(_) | Tok::Bang => {}
-                            t => return Err(format!("found '{}', expected: identifier after ','", t.lit())),
+                            t => {
+                                return Err(format!(
+                                    "found '{}', expected: identifier after ','",
+                                    t.lit()
+                                ))
+                            }
                         },
-                        t => return Err(format!("found '{}', expected: ',' or 'end of string'", t.lit())),
+                        t => {
+                            return Err(format!(
+                                "found '{}', expected: ',' or 'end of string'",
+                                t.lit()
+                            ))
+                        }
                     }
                 }
                 Tok::End => break,
@@ -296,13 +323,24 @@ impl Parser {
             return Err(format!("key: Invalid value: {}: {e}", quote(&key)));
         }
         if matches!(self.peek(true), Tok::End | Tok::Comma) {
-            let op = if bang { LabelOp::DoesNotExist } else { LabelOp::Exists };
-            return Ok(Requirement { key, op, values: vec![] });
+            let op = if bang {
+                LabelOp::DoesNotExist
+            } else {
+                LabelOp::Exists
+            };
+            return Ok(Requirement {
+                key,
+                op,
+                values: vec![],
+            });
         }
         if bang {
             // `!key` must stand alone.
             let t = self.peek(true);
-            return Err(format!("found '{}', expected: ',' or 'end of string'", t.lit()));
+            return Err(format!(
+                "found '{}', expected: ',' or 'end of string'",
+                t.lit()
+            ));
         }
         let op = match self.next(false) {
             Tok::Eq | Tok::DoubleEq => LabelOp::Equals,
@@ -332,7 +370,10 @@ impl Parser {
                     ));
                 }
             } else if let Err(e) = validate_label_value(v) {
-                return Err(format!("values[{i}][{key}]: Invalid value: {}: {e}", quote(v)));
+                return Err(format!(
+                    "values[{i}][{key}]: Invalid value: {}: {e}",
+                    quote(v)
+                ));
             }
         }
         Ok(Requirement { key, op, values })
@@ -377,7 +418,12 @@ impl Parser {
                         return Ok(values);
                     }
                 }
-                t => return Err(format!("found '{}', expected: ',', ')' or identifier", t.lit())),
+                t => {
+                    return Err(format!(
+                        "found '{}', expected: ',', ')' or identifier",
+                        t.lit()
+                    ))
+                }
             }
         }
     }
@@ -409,7 +455,8 @@ fn is_qualified_name_part(s: &str) -> bool {
     !b.is_empty()
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
 /// Validates a label/annotation key (`prefix/name` qualified name); the error
@@ -487,7 +534,12 @@ fn supported_fields(res: Resource) -> &'static [&'static str] {
         ],
         Resource::Namespace => &["metadata.name", "status.phase"],
         Resource::Secret => &["metadata.name", "metadata.namespace", "type"],
-        Resource::Service => &["metadata.name", "metadata.namespace", "spec.clusterIP", "spec.type"],
+        Resource::Service => &[
+            "metadata.name",
+            "metadata.namespace",
+            "spec.clusterIP",
+            "spec.type",
+        ],
         Resource::ReplicaSet => &["metadata.name", "metadata.namespace", "status.replicas"],
         Resource::ConfigMap | Resource::Deployment | Resource::Ingress => {
             &["metadata.name", "metadata.namespace"]
@@ -560,7 +612,9 @@ impl FieldSelector {
                 continue;
             }
             let Some((at, len, negate)) = find_op(&term) else {
-                return Err(format!("invalid selector: '{s}'; can't understand '{term}'"));
+                return Err(format!(
+                    "invalid selector: '{s}'; can't understand '{term}'"
+                ));
             };
             let field = unescape(term[..at].trim());
             let value = unescape(&term[at + len..]);
@@ -599,15 +653,17 @@ impl FieldSelector {
                 Some(Value::Bool(b)) => r.value == if *b { "true" } else { "false" },
                 Some(Value::Number(n)) => n.to_string() == r.value,
                 // Missing booleans read as false, missing strings as "".
-                None | Some(Value::Null) => r.value.is_empty() || (r.field == "spec.hostNetwork" && r.value == "false"),
+                None | Some(Value::Null) => {
+                    r.value.is_empty() || (r.field == "spec.hostNetwork" && r.value == "false")
+                }
                 Some(_) => false,
             };
             eq != r.negate
         })
     }
 
-    /// The name a `metadata.name=X` selector pins, if it is the only term
-    /// that could exclude objects by name (lets watchers be indexed by name).
+    /// The name a positive `metadata.name=X` term pins: every object this
+    /// selector matches has that name (lets watchers be indexed by name).
     pub fn exact_name(&self) -> Option<&str> {
         self.requirements
             .iter()
@@ -626,9 +682,15 @@ pub struct Selectors {
 impl Selectors {
     /// Parses the two query parameters for a kind; absent or empty strings
     /// select everything. Errors are `BadRequest` with upstream's text.
-    pub fn parse(res: Resource, label: Option<&str>, field: Option<&str>) -> Result<Selectors, StoreError> {
+    pub fn parse(
+        res: Resource,
+        label: Option<&str>,
+        field: Option<&str>,
+    ) -> Result<Selectors, StoreError> {
         let label = match label {
-            Some(s) if !s.trim().is_empty() => LabelSelector::parse(s).map_err(StoreError::BadRequest)?,
+            Some(s) if !s.trim().is_empty() => {
+                LabelSelector::parse(s).map_err(StoreError::BadRequest)?
+            }
             _ => LabelSelector::default(),
         };
         let field = match field {
@@ -738,8 +800,13 @@ mod tests {
         assert!(s.matches(&pod(json!({"app": "web", "env": "a"}))));
         assert!(!s.matches(&pod(json!({"app": "web", "env": "c"}))));
         assert!(!s.matches(&pod(json!({"app": "web", "env": "a", "x": "1"}))));
-        assert!(LabelSelector::from_struct(&json!({"matchExpressions": [{"key": "a", "operator": "Foo"}]})).is_err());
-        assert!(LabelSelector::from_struct(&json!({})).unwrap().is_everything());
+        assert!(LabelSelector::from_struct(
+            &json!({"matchExpressions": [{"key": "a", "operator": "Foo"}]})
+        )
+        .is_err());
+        assert!(LabelSelector::from_struct(&json!({}))
+            .unwrap()
+            .is_everything());
     }
 
     #[test]
@@ -771,11 +838,17 @@ mod tests {
             r#""status.phase" is not a known field selector: only "metadata.name", "metadata.namespace""#
         );
         let e = FieldSelector::parse("metadata.name", Resource::Pod).unwrap_err();
-        assert_eq!(e, "invalid selector: 'metadata.name'; can't understand 'metadata.name'");
+        assert_eq!(
+            e,
+            "invalid selector: 'metadata.name'; can't understand 'metadata.name'"
+        );
         assert!(FieldSelector::parse("status.phase=Active", Resource::Namespace).is_ok());
         assert!(FieldSelector::parse("type=Opaque", Resource::Secret).is_ok());
         let e = Selectors::parse(Resource::Pod, None, Some("x=y")).unwrap_err();
-        assert_eq!(e, StoreError::BadRequest("field label not supported: x".into()));
+        assert_eq!(
+            e,
+            StoreError::BadRequest("field label not supported: x".into())
+        );
     }
 
     #[test]

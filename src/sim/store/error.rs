@@ -64,7 +64,12 @@ pub struct FieldCause {
 }
 
 impl FieldCause {
-    pub fn new(kind: CauseKind, field: impl Into<String>, value: Option<String>, detail: impl Into<String>) -> Self {
+    pub fn new(
+        kind: CauseKind,
+        field: impl Into<String>,
+        value: Option<String>,
+        detail: impl Into<String>,
+    ) -> Self {
         FieldCause {
             kind,
             field: field.into(),
@@ -83,7 +88,11 @@ impl FieldCause {
     }
 
     /// An `Invalid value` cause with a value rendered by the caller.
-    pub fn invalid_raw(field: impl Into<String>, value: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub fn invalid_raw(
+        field: impl Into<String>,
+        value: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> Self {
         Self::new(CauseKind::Invalid, field, Some(value.into()), detail)
     }
 
@@ -150,15 +159,27 @@ pub enum StoreError {
     AlreadyExists { resource: Resource, name: String },
     /// 409 Conflict: stale resourceVersion or a failed precondition.
     /// `message` is the part after `Operation cannot be fulfilled on …: `.
-    Conflict { resource: Resource, name: String, message: String },
+    Conflict {
+        resource: Resource,
+        name: String,
+        message: String,
+    },
     /// 422 with field causes.
-    Invalid { resource: Resource, name: String, causes: Vec<FieldCause> },
+    Invalid {
+        resource: Resource,
+        name: String,
+        causes: Vec<FieldCause>,
+    },
     /// 400 with the full message.
     BadRequest(String),
     /// 410 Expired (watch resourceVersion older than the history window).
     Expired(String),
     /// 403; `message` is the part after `… is forbidden: `.
-    Forbidden { resource: Resource, name: String, message: String },
+    Forbidden {
+        resource: Resource,
+        name: String,
+        message: String,
+    },
 }
 
 /// The message a stale resourceVersion gets (upstream `OptimisticLockErrorMsg`).
@@ -207,30 +228,59 @@ impl StoreError {
     pub fn message(&self) -> String {
         match self {
             StoreError::NotFound { resource, name } => {
-                format!("{} {} not found", resource.qualified_resource(), quote(name))
+                format!(
+                    "{} {} not found",
+                    resource.qualified_resource(),
+                    quote(name)
+                )
             }
             StoreError::AlreadyExists { resource, name } => {
-                format!("{} {} already exists", resource.qualified_resource(), quote(name))
+                format!(
+                    "{} {} already exists",
+                    resource.qualified_resource(),
+                    quote(name)
+                )
             }
-            StoreError::Conflict { resource, name, message } => format!(
+            StoreError::Conflict {
+                resource,
+                name,
+                message,
+            } => format!(
                 "Operation cannot be fulfilled on {} {}: {}",
                 resource.qualified_resource(),
                 quote(name),
                 message
             ),
-            StoreError::Invalid { resource, name, causes } => {
+            StoreError::Invalid {
+                resource,
+                name,
+                causes,
+            } => {
                 let errs: Vec<String> = causes.iter().map(FieldCause::message).collect();
                 let joined = if errs.len() == 1 {
                     errs[0].clone()
                 } else {
                     format!("[{}]", errs.join(", "))
                 };
-                format!("{} {} is invalid: {}", resource.qualified_kind(), quote(name), joined)
+                format!(
+                    "{} {} is invalid: {}",
+                    resource.qualified_kind(),
+                    quote(name),
+                    joined
+                )
             }
             StoreError::BadRequest(m) | StoreError::Expired(m) => m.clone(),
-            StoreError::Forbidden { resource, name, message } => {
+            StoreError::Forbidden {
+                resource,
+                name,
+                message,
+            } => {
                 if name.is_empty() {
-                    format!("{} is forbidden: {}", resource.qualified_resource(), message)
+                    format!(
+                        "{} is forbidden: {}",
+                        resource.qualified_resource(),
+                        message
+                    )
                 } else {
                     format!(
                         "{} {} is forbidden: {}",
@@ -283,7 +333,10 @@ mod tests {
             name: "x".into(),
             causes: vec![FieldCause::required("spec.containers", "")],
         };
-        assert_eq!(e.message(), r#"Pod "x" is invalid: spec.containers: Required value"#);
+        assert_eq!(
+            e.message(),
+            r#"Pod "x" is invalid: spec.containers: Required value"#
+        );
         let e = StoreError::Invalid {
             resource: Resource::Service,
             name: "s".into(),
@@ -303,6 +356,9 @@ mod tests {
         };
         assert_eq!(e.message(), "pods is forbidden: m");
         assert_eq!(FieldCause::forbidden("spec", "no").body(), "Forbidden: no");
-        assert_eq!(FieldCause::duplicate("a", "b").body(), r#"Duplicate value: "b""#);
+        assert_eq!(
+            FieldCause::duplicate("a", "b").body(),
+            r#"Duplicate value: "b""#
+        );
     }
 }

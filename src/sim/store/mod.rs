@@ -150,7 +150,13 @@ impl Store {
                     "resourceVersion should not be set on objects to be created".into(),
                 ));
             }
-            for k in ["deletionTimestamp", "deletionGracePeriodSeconds", "uid", "generation", "resourceVersion"] {
+            for k in [
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "uid",
+                "generation",
+                "resourceVersion",
+            ] {
                 meta.remove(k);
             }
         }
@@ -161,17 +167,22 @@ impl Store {
         if name_of(&obj).is_empty() {
             let base = meta_str(&obj, "generateName").to_string();
             if !base.is_empty() {
-                let name = generate_name(&base, |n| g.objects[res.index()].contains_key(&key(ns, n)));
+                let name =
+                    generate_name(&base, |n| g.objects[res.index()].contains_key(&key(ns, n)));
                 meta_mut(&mut obj).insert("name".into(), Value::String(name));
             }
         }
         let name = name_of(&obj).to_string();
         admission::admit_create(res, &mut obj).map_err(|r| reject(res, &name, r))?;
         if g.objects[res.index()].contains_key(&key(ns, &name)) {
-            return Err(StoreError::AlreadyExists { resource: res, name });
+            return Err(StoreError::AlreadyExists {
+                resource: res,
+                name,
+            });
         }
         let inner = &mut *g;
-        admission::allocate(res, &mut obj, None, &mut inner.alloc).map_err(|r| reject(res, &name, r))?;
+        admission::allocate(res, &mut obj, None, &mut inner.alloc)
+            .map_err(|r| reject(res, &name, r))?;
         g.rv += 1;
         let rv = g.rv;
         {
@@ -184,7 +195,15 @@ impl Store {
             }
         }
         g.objects[res.index()].insert(key(ns, &name), obj.clone());
-        self.publish(g, Change::new(res, ns.to_string(), Event::new(EventType::Added, rv, obj.clone()), None));
+        self.publish(
+            g,
+            Change::new(
+                res,
+                ns.to_string(),
+                Event::new(EventType::Added, rv, obj.clone()),
+                None,
+            ),
+        );
         Ok(obj)
     }
 
@@ -206,7 +225,14 @@ impl Store {
 
     /// Replaces an object (PUT), or its status (`Subresource::Status`).
     /// A write that changes nothing returns the stored object untouched.
-    pub fn update(&self, res: Resource, ns: &str, name: &str, obj: Obj, sub: Subresource) -> Result<Obj, StoreError> {
+    pub fn update(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        obj: Obj,
+        sub: Subresource,
+    ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
         let obj = check_body(res, obj)?;
         check_identity(res, ns, name, &obj)?;
@@ -265,7 +291,9 @@ impl Store {
         let mut obj = stored.clone();
         f(&mut obj)?;
         if !obj.is_object() {
-            return Err(StoreError::BadRequest("modify produced a non-object".into()));
+            return Err(StoreError::BadRequest(
+                "modify produced a non-object".into(),
+            ));
         }
         restore_identity(&mut obj, stored);
         copy_meta(&mut obj, stored, "resourceVersion");
@@ -281,7 +309,13 @@ impl Store {
 
     /// Removes an object now; watchers get DELETED with the final state at a
     /// new RV, which is also what is returned.
-    pub fn delete(&self, res: Resource, ns: &str, name: &str, pre: &Preconditions) -> Result<Obj, StoreError> {
+    pub fn delete(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        pre: &Preconditions,
+    ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
         let mut g = self.inner.write();
         let stored = g.objects[res.index()]
@@ -338,6 +372,7 @@ impl Store {
             WatchFrom::Rv(rv) if rv < now => Some(rv),
             _ => None,
         };
+        let pinned = sel.field.exact_name().map(str::to_string);
         let (rx, id, backlog) = hub
             .register(res, ns, sel, replay_after)
             .map_err(StoreError::Expired)?;
@@ -347,7 +382,17 @@ impl Store {
             WatchFrom::Now => (backlog, now, now),
             WatchFrom::Rv(rv) => (backlog, rv, rv.min(now)),
         };
-        Ok(WatchStream::new(rx, backlog, skip, now, before, Arc::downgrade(&self.hub), res, id))
+        Ok(WatchStream::new(
+            rx,
+            backlog,
+            skip,
+            now,
+            before,
+            Arc::downgrade(&self.hub),
+            res,
+            id,
+            pinned,
+        ))
     }
 
     /// Ends every open watch of a kind, or of every kind (fault injection,
@@ -432,13 +477,20 @@ impl Store {
         }
         let stored = stored.clone();
         let inner = &mut *g;
-        admission::allocate(res, &mut new, Some(&stored), &mut inner.alloc).map_err(|r| reject(res, name, r))?;
+        admission::allocate(res, &mut new, Some(&stored), &mut inner.alloc)
+            .map_err(|r| reject(res, name, r))?;
         admission::release(res, &stored, Some(&new), &mut inner.alloc);
         Ok(Outcome::Changed(new, stored))
     }
 
     /// Commits an update outcome: bumps the RV, stores, publishes.
-    fn finish_update(&self, mut g: RwLockWriteGuard<'_, Inner>, res: Resource, ns: &str, outcome: Outcome) -> Obj {
+    fn finish_update(
+        &self,
+        mut g: RwLockWriteGuard<'_, Inner>,
+        res: Resource,
+        ns: &str,
+        outcome: Outcome,
+    ) -> Obj {
         match outcome {
             Outcome::Unchanged(o) => o,
             Outcome::Changed(mut new, prev) => {
@@ -454,7 +506,13 @@ impl Store {
         }
     }
 
-    fn remove_locked(&self, mut g: RwLockWriteGuard<'_, Inner>, res: Resource, ns: &str, mut obj: Obj) -> Obj {
+    fn remove_locked(
+        &self,
+        mut g: RwLockWriteGuard<'_, Inner>,
+        res: Resource,
+        ns: &str,
+        mut obj: Obj,
+    ) -> Obj {
         admission::release(res, &obj, None, &mut g.alloc);
         g.rv += 1;
         let rv = g.rv;
@@ -514,7 +572,10 @@ fn not_found(res: Resource, name: &str) -> StoreError {
 }
 
 fn namespace_mismatch() -> StoreError {
-    StoreError::BadRequest("the namespace of the provided object does not match the namespace sent on the request".into())
+    StoreError::BadRequest(
+        "the namespace of the provided object does not match the namespace sent on the request"
+            .into(),
+    )
 }
 
 fn reject(res: Resource, name: &str, r: Rejection) -> StoreError {
@@ -529,7 +590,12 @@ fn reject(res: Resource, name: &str, r: Rejection) -> StoreError {
 }
 
 /// The namespace must exist and not be terminating.
-fn check_namespace_usable(g: &Inner, res: Resource, ns: &str, name: &str) -> Result<(), StoreError> {
+fn check_namespace_usable(
+    g: &Inner,
+    res: Resource,
+    ns: &str,
+    name: &str,
+) -> Result<(), StoreError> {
     let Some(nso) = g.objects[Resource::Namespace.index()].get(&key("", ns)) else {
         return Err(not_found(Resource::Namespace, ns));
     };
@@ -539,7 +605,9 @@ fn check_namespace_usable(g: &Inner, res: Resource, ns: &str, name: &str) -> Res
         return Err(StoreError::Forbidden {
             resource: res,
             name: name.to_string(),
-            message: format!("unable to create new content in namespace {ns} because it is being terminated"),
+            message: format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
         });
     }
     Ok(())
@@ -560,7 +628,9 @@ fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) if s.is_empty() || *s == av => {}
         Some(other) => {
-            let got = other.as_str().map_or_else(|| other.to_string(), str::to_string);
+            let got = other
+                .as_str()
+                .map_or_else(|| other.to_string(), str::to_string);
             return Err(StoreError::BadRequest(format!(
                 "the API version in the data ({got}) does not match the expected API version ({av})"
             )));
@@ -570,7 +640,9 @@ fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) if s.is_empty() || s == info.kind => {}
         Some(other) => {
-            let got = other.as_str().map_or_else(|| other.to_string(), str::to_string);
+            let got = other
+                .as_str()
+                .map_or_else(|| other.to_string(), str::to_string);
             return Err(StoreError::BadRequest(format!(
                 "the kind in the data ({got}) does not match the expected kind ({})",
                 info.kind
@@ -590,7 +662,13 @@ fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
             m.insert("metadata".into(), Value::Object(Map::new()));
         }
         Some(Value::Object(meta)) => {
-            for f in ["name", "generateName", "namespace", "resourceVersion", "uid"] {
+            for f in [
+                "name",
+                "generateName",
+                "namespace",
+                "resourceVersion",
+                "uid",
+            ] {
                 if meta.get(f).is_some_and(|v| !v.is_string() && !v.is_null()) {
                     return Err(bad(&format!("metadata.{f} must be a string")));
                 }
@@ -626,7 +704,12 @@ fn check_identity(res: Resource, ns: &str, name: &str, obj: &Obj) -> Result<(), 
     Ok(())
 }
 
-fn check_preconditions(res: Resource, name: &str, stored: &Obj, pre: &Preconditions) -> Result<(), StoreError> {
+fn check_preconditions(
+    res: Resource,
+    name: &str,
+    stored: &Obj,
+    pre: &Preconditions,
+) -> Result<(), StoreError> {
     let fail = |message: String| StoreError::Conflict {
         resource: res,
         name: name.to_string(),
@@ -661,7 +744,9 @@ pub(crate) fn meta_mut(obj: &mut Obj) -> &mut Map<String, Value> {
         *obj = Value::Object(Map::new());
     }
     let m = obj.as_object_mut().expect("object ensured above");
-    let meta = m.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let meta = m
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !meta.is_object() {
         *meta = Value::Object(Map::new());
     }
@@ -669,7 +754,10 @@ pub(crate) fn meta_mut(obj: &mut Obj) -> &mut Map<String, Value> {
 }
 
 pub(crate) fn meta_str<'a>(obj: &'a Obj, field: &str) -> &'a str {
-    meta_of(obj).and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
+    meta_of(obj)
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 fn name_of(obj: &Obj) -> &str {
@@ -726,9 +814,13 @@ fn bump_generation(res: Resource, new: &mut Obj, old: &Obj) {
     }
     let mut changed = new.get("spec") != old.get("spec");
     if res == Resource::Deployment {
-        changed |= meta_of(new).and_then(|m| m.get("annotations")) != meta_of(old).and_then(|m| m.get("annotations"));
+        changed |= meta_of(new).and_then(|m| m.get("annotations"))
+            != meta_of(old).and_then(|m| m.get("annotations"));
     }
-    let old_gen = meta_of(old).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(1);
+    let old_gen = meta_of(old)
+        .and_then(|m| m.get("generation"))
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
     let gen = if changed { old_gen + 1 } else { old_gen };
     meta_mut(new).insert("generation".into(), Value::from(gen));
 }
@@ -739,7 +831,14 @@ fn new_uid() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// `base` + 5 random characters, retried while `taken` says so. The base is

@@ -63,7 +63,10 @@ fn starts_with_default_namespaces() {
     let names: Vec<&str> = items.iter().map(name).collect();
     assert_eq!(names, ["default", "kube-system"]);
     assert_eq!(items[0]["status"]["phase"], "Active");
-    assert_eq!(items[0]["metadata"]["labels"]["kubernetes.io/metadata.name"], "default");
+    assert_eq!(
+        items[0]["metadata"]["labels"]["kubernetes.io/metadata.name"],
+        "default"
+    );
     assert_eq!(items[0]["kind"], "Namespace");
 }
 
@@ -79,7 +82,10 @@ fn create_fills_identity_and_defaults() {
     assert_eq!(uid.len(), 36);
     assert_eq!(&uid[14..15], "4");
     assert!(m["creationTimestamp"].as_str().unwrap().ends_with('Z'));
-    assert_eq!(p["status"], json!({"phase": "Pending", "qosClass": "BestEffort"}));
+    assert_eq!(
+        p["status"],
+        json!({"phase": "Pending", "qosClass": "BestEffort"})
+    );
     assert_eq!(p["spec"]["restartPolicy"], "Always");
     assert_eq!(s.get(Resource::Pod, "default", "p1").unwrap(), p);
     assert_eq!(s.current_rv(), 3);
@@ -113,7 +119,10 @@ fn create_errors() {
     assert_eq!(e.message(), r#"namespaces "nope" not found"#);
     let mut bad = pod("p");
     bad["kind"] = json!("Service");
-    assert!(matches!(s.create(Resource::Pod, "default", bad), Err(StoreError::BadRequest(_))));
+    assert!(matches!(
+        s.create(Resource::Pod, "default", bad),
+        Err(StoreError::BadRequest(_))
+    ));
     let mut bad = pod("p");
     bad["apiVersion"] = json!("apps/v1");
     let e = s.create(Resource::Pod, "default", bad).unwrap_err();
@@ -121,25 +130,47 @@ fn create_errors() {
         e.message(),
         "the API version in the data (apps/v1) does not match the expected API version (v1)"
     );
-    assert!(matches!(s.create(Resource::Pod, "default", json!([1])), Err(StoreError::BadRequest(_))));
+    assert!(matches!(
+        s.create(Resource::Pod, "default", json!([1])),
+        Err(StoreError::BadRequest(_))
+    ));
     assert!(matches!(
         s.create(Resource::Pod, "default", json!({"metadata": {"name": 5}})),
         Err(StoreError::BadRequest(_))
     ));
     assert!(matches!(
-        s.create(Resource::Pod, "default", json!({"metadata": {"name": "x", "labels": {"a": 1}}})),
+        s.create(
+            Resource::Pod,
+            "default",
+            json!({"metadata": {"name": "x", "labels": {"a": 1}}})
+        ),
         Err(StoreError::BadRequest(_))
     ));
     let mut with_ns = pod("p");
     with_ns["metadata"]["namespace"] = json!("kube-system");
-    assert!(matches!(s.create(Resource::Pod, "default", with_ns), Err(StoreError::BadRequest(_))));
+    assert!(matches!(
+        s.create(Resource::Pod, "default", with_ns),
+        Err(StoreError::BadRequest(_))
+    ));
     let mut with_rv = pod("p");
     with_rv["metadata"]["resourceVersion"] = json!("7");
-    assert!(matches!(s.create(Resource::Pod, "default", with_rv), Err(StoreError::BadRequest(_))));
-    let e = s.create(Resource::Pod, "default", json!({"metadata": {}})).unwrap_err();
-    let StoreError::Invalid { causes, .. } = &e else { panic!("{e:?}") };
-    assert_eq!(causes[0].message(), "metadata.name: Required value: name or generateName is required");
-    let e = s.create(Resource::ConfigMap, "default", cm("Bad_Name")).unwrap_err();
+    assert!(matches!(
+        s.create(Resource::Pod, "default", with_rv),
+        Err(StoreError::BadRequest(_))
+    ));
+    let e = s
+        .create(Resource::Pod, "default", json!({"metadata": {}}))
+        .unwrap_err();
+    let StoreError::Invalid { causes, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        causes[0].message(),
+        "metadata.name: Required value: name or generateName is required"
+    );
+    let e = s
+        .create(Resource::ConfigMap, "default", cm("Bad_Name"))
+        .unwrap_err();
     assert!(
         e.message().starts_with(r#"ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain must consist of"#),
         "{}",
@@ -174,17 +205,27 @@ fn generate_name() {
     let mut names = std::collections::HashSet::new();
     for _ in 0..50 {
         let o = s
-            .create(Resource::ConfigMap, "default", json!({"metadata": {"generateName": "web-"}}))
+            .create(
+                Resource::ConfigMap,
+                "default",
+                json!({"metadata": {"generateName": "web-"}}),
+            )
             .unwrap();
         let n = name(&o).to_string();
         assert!(n.starts_with("web-") && n.len() == 9, "{n}");
-        assert!(n[4..].chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+        assert!(n[4..]
+            .chars()
+            .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
         assert!(names.insert(n));
     }
     // A long base is cut so the name stays a valid 63-char label.
     let o = s
-        .create(Resource::Pod, "default", json!({"metadata": {"generateName": "a".repeat(70)},
-            "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+        .create(
+            Resource::Pod,
+            "default",
+            json!({"metadata": {"generateName": "a".repeat(70)},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        )
         .unwrap();
     assert_eq!(name(&o).len(), 63);
 }
@@ -192,10 +233,22 @@ fn generate_name() {
 #[test]
 fn namespaces_cluster_scoped_and_terminating() {
     let s = store();
-    let n = s.create(Resource::Namespace, "ignored", json!({"metadata": {"name": "team-a", "namespace": "x"}})).unwrap();
+    let n = s
+        .create(
+            Resource::Namespace,
+            "ignored",
+            json!({"metadata": {"name": "team-a", "namespace": "x"}}),
+        )
+        .unwrap();
     assert!(n["metadata"].get("namespace").is_none());
     assert!(s.get(Resource::Namespace, "whatever", "team-a").is_ok());
-    let e = s.create(Resource::Namespace, "", json!({"metadata": {"name": "a.b"}})).unwrap_err();
+    let e = s
+        .create(
+            Resource::Namespace,
+            "",
+            json!({"metadata": {"name": "a.b"}}),
+        )
+        .unwrap_err();
     assert!(e.message().contains("RFC 1123 label"), "{}", e.message());
     s.modify(Resource::Namespace, "", "team-a", &mut |o| {
         o["status"]["phase"] = json!("Terminating");
@@ -219,45 +272,90 @@ fn update_semantics() {
     // name mismatch
     let mut other = p.clone();
     other["metadata"]["name"] = json!("q");
-    let e = s.update(Resource::Pod, "default", "p", other, Subresource::Main).unwrap_err();
+    let e = s
+        .update(Resource::Pod, "default", "p", other, Subresource::Main)
+        .unwrap_err();
     assert_eq!(
         e,
-        StoreError::BadRequest("the name of the object (q) does not match the name on the URL (p)".into())
+        StoreError::BadRequest(
+            "the name of the object (q) does not match the name on the URL (p)".into()
+        )
     );
     // label change with the current RV
     let mut up = p.clone();
     up["metadata"]["labels"]["x"] = json!("1");
     up["status"] = json!({"phase": "Running"});
     up["metadata"]["creationTimestamp"] = json!("1999-01-01T00:00:00Z");
-    let u = s.update(Resource::Pod, "default", "p", up.clone(), Subresource::Main).unwrap();
+    let u = s
+        .update(Resource::Pod, "default", "p", up.clone(), Subresource::Main)
+        .unwrap();
     assert_eq!(u["metadata"]["resourceVersion"], "4");
     assert_eq!(u["metadata"]["labels"]["x"], "1");
-    assert_eq!(u["status"]["phase"], "Pending", "status ignored on the main resource");
-    assert_eq!(u["metadata"]["creationTimestamp"], p["metadata"]["creationTimestamp"]);
+    assert_eq!(
+        u["status"]["phase"], "Pending",
+        "status ignored on the main resource"
+    );
+    assert_eq!(
+        u["metadata"]["creationTimestamp"],
+        p["metadata"]["creationTimestamp"]
+    );
     assert_eq!(u["metadata"]["uid"], p["metadata"]["uid"]);
-    assert_eq!(u["metadata"]["generation"], 1, "metadata-only change keeps generation");
+    assert_eq!(
+        u["metadata"]["generation"], 1,
+        "metadata-only change keeps generation"
+    );
     // stale RV
-    let e = s.update(Resource::Pod, "default", "p", up.clone(), Subresource::Main).unwrap_err();
+    let e = s
+        .update(Resource::Pod, "default", "p", up.clone(), Subresource::Main)
+        .unwrap_err();
     assert!(matches!(e, StoreError::Conflict { .. }));
     assert!(e.message().contains("the object has been modified"));
     // no RV: unconditional
     let mut no_rv = up.clone();
-    no_rv["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    no_rv["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
     no_rv["metadata"]["labels"]["y"] = json!("2");
-    let u2 = s.update(Resource::Pod, "default", "p", no_rv.clone(), Subresource::Main).unwrap();
+    let u2 = s
+        .update(
+            Resource::Pod,
+            "default",
+            "p",
+            no_rv.clone(),
+            Subresource::Main,
+        )
+        .unwrap();
     assert_eq!(u2["metadata"]["resourceVersion"], "5");
     // no-op: no RV bump
-    let same = s.update(Resource::Pod, "default", "p", no_rv, Subresource::Main).unwrap();
+    let same = s
+        .update(Resource::Pod, "default", "p", no_rv, Subresource::Main)
+        .unwrap();
     assert_eq!(same, u2);
     assert_eq!(s.current_rv(), 5);
     // a different uid is a precondition conflict
     let mut wrong_uid = u2.clone();
     wrong_uid["metadata"]["uid"] = json!("x");
-    let e = s.update(Resource::Pod, "default", "p", wrong_uid, Subresource::Main).unwrap_err();
-    assert!(e.message().contains("Precondition failed: UID in precondition: x"), "{}", e.message());
+    let e = s
+        .update(Resource::Pod, "default", "p", wrong_uid, Subresource::Main)
+        .unwrap_err();
+    assert!(
+        e.message()
+            .contains("Precondition failed: UID in precondition: x"),
+        "{}",
+        e.message()
+    );
     // missing
     assert_eq!(
-        s.update(Resource::Pod, "default", "nope", pod("nope"), Subresource::Main).unwrap_err().code(),
+        s.update(
+            Resource::Pod,
+            "default",
+            "nope",
+            pod("nope"),
+            Subresource::Main
+        )
+        .unwrap_err()
+        .code(),
         404
     );
 }
@@ -270,18 +368,32 @@ fn status_subresource_takes_only_status() {
     st["status"] = json!({"phase": "Running", "podIP": "127.0.1.1"});
     st["metadata"]["labels"]["ignored"] = json!("1");
     st["spec"]["containers"][0]["image"] = json!("other");
-    let u = s.update(Resource::Pod, "default", "p", st, Subresource::Status).unwrap();
+    let u = s
+        .update(Resource::Pod, "default", "p", st, Subresource::Status)
+        .unwrap();
     assert_eq!(u["status"]["phase"], "Running");
     assert!(u["metadata"]["labels"].get("ignored").is_none());
     assert_eq!(u["spec"]["containers"][0]["image"], "busybox");
     assert_eq!(u["metadata"]["generation"], 1);
     let e = s
-        .update(Resource::ConfigMap, "default", "c", cm("c"), Subresource::Status)
+        .update(
+            Resource::ConfigMap,
+            "default",
+            "c",
+            cm("c"),
+            Subresource::Status,
+        )
         .unwrap_err();
     assert_eq!(e.code(), 404);
     s.create(Resource::ConfigMap, "default", cm("c")).unwrap();
     let e = s
-        .update(Resource::ConfigMap, "default", "c", cm("c"), Subresource::Status)
+        .update(
+            Resource::ConfigMap,
+            "default",
+            "c",
+            cm("c"),
+            Subresource::Status,
+        )
         .unwrap_err();
     assert_eq!(e.code(), 400);
 }
@@ -296,18 +408,30 @@ fn generation_follows_spec() {
     assert_eq!(d["spec"]["replicas"], 1);
     let mut up = d.clone();
     up["spec"]["replicas"] = json!(3);
-    let u = s.update(Resource::Deployment, "default", "d", up, Subresource::Main).unwrap();
+    let u = s
+        .update(Resource::Deployment, "default", "d", up, Subresource::Main)
+        .unwrap();
     assert_eq!(u["metadata"]["generation"], 2);
     // status writes never bump it
     let mut st = u.clone();
     st["status"] = json!({"observedGeneration": 2, "replicas": 3});
-    let u = s.update(Resource::Deployment, "default", "d", st, Subresource::Status).unwrap();
+    let u = s
+        .update(
+            Resource::Deployment,
+            "default",
+            "d",
+            st,
+            Subresource::Status,
+        )
+        .unwrap();
     assert_eq!(u["metadata"]["generation"], 2);
     assert_eq!(u["status"]["replicas"], 3);
     // a client cannot set generation
     let mut g = u.clone();
     g["metadata"]["generation"] = json!(40);
-    let u = s.update(Resource::Deployment, "default", "d", g, Subresource::Main).unwrap();
+    let u = s
+        .update(Resource::Deployment, "default", "d", g, Subresource::Main)
+        .unwrap();
     assert_eq!(u["metadata"]["generation"], 2);
     // modify also follows spec
     let m = s
@@ -324,7 +448,13 @@ fn unconditional_update_of_configmap() {
     let s = store();
     s.create(Resource::ConfigMap, "default", cm("c")).unwrap();
     let u = s
-        .update(Resource::ConfigMap, "default", "c", json!({"metadata": {"name": "c"}, "data": {"k": "w"}}), Subresource::Main)
+        .update(
+            Resource::ConfigMap,
+            "default",
+            "c",
+            json!({"metadata": {"name": "c"}, "data": {"k": "w"}}),
+            Subresource::Main,
+        )
         .unwrap();
     assert_eq!(u["data"]["k"], "w");
     assert_eq!(u["kind"], "ConfigMap");
@@ -338,7 +468,14 @@ fn patches_through_the_store() {
     let s = store();
     s.create(Resource::Pod, "default", pod("p")).unwrap();
     let p = s
-        .patch(Resource::Pod, "default", "p", PatchType::Merge, br#"{"metadata":{"labels":{"x":"1"}}}"#, Subresource::Main)
+        .patch(
+            Resource::Pod,
+            "default",
+            "p",
+            PatchType::Merge,
+            br#"{"metadata":{"labels":{"x":"1"}}}"#,
+            Subresource::Main,
+        )
         .unwrap();
     assert_eq!(p["metadata"]["labels"], json!({"app": "web", "x": "1"}));
     let p = s
@@ -364,42 +501,114 @@ fn patches_through_the_store() {
         )
         .unwrap();
     assert_eq!(p["spec"]["containers"][0]["image"], "busybox:2");
-    assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "Always", "other fields kept");
+    assert_eq!(
+        p["spec"]["containers"][0]["imagePullPolicy"], "Always",
+        "other fields kept"
+    );
     assert_eq!(p["metadata"]["generation"], 2);
     // validation runs on the result: pod spec is otherwise immutable
     let e = s
-        .patch(Resource::Pod, "default", "p", PatchType::Merge, br#"{"spec":{"restartPolicy":"Never"}}"#, Subresource::Main)
+        .patch(
+            Resource::Pod,
+            "default",
+            "p",
+            PatchType::Merge,
+            br#"{"spec":{"restartPolicy":"Never"}}"#,
+            Subresource::Main,
+        )
         .unwrap_err();
-    assert!(e.message().contains("pod updates may not change fields other than"), "{}", e.message());
+    assert!(
+        e.message()
+            .contains("pod updates may not change fields other than"),
+        "{}",
+        e.message()
+    );
     // a stale RV in the patch is a conflict; none is unconditional
     let e = s
-        .patch(Resource::Pod, "default", "p", PatchType::Merge, br#"{"metadata":{"resourceVersion":"3"}}"#, Subresource::Main)
+        .patch(
+            Resource::Pod,
+            "default",
+            "p",
+            PatchType::Merge,
+            br#"{"metadata":{"resourceVersion":"3"}}"#,
+            Subresource::Main,
+        )
         .unwrap_err();
     assert!(matches!(e, StoreError::Conflict { .. }));
     // a failed test is 422, malformed JSON 400, a missing object 404
     let e = s
-        .patch(Resource::Pod, "default", "p", PatchType::Json, br#"[{"op":"test","path":"/kind","value":"X"}]"#, Subresource::Main)
+        .patch(
+            Resource::Pod,
+            "default",
+            "p",
+            PatchType::Json,
+            br#"[{"op":"test","path":"/kind","value":"X"}]"#,
+            Subresource::Main,
+        )
         .unwrap_err();
     assert_eq!(e.code(), 422);
-    assert_eq!(e.message(), r#"Pod "p" is invalid: Invalid value: testing value /kind failed: test failed"#);
-    let e = s.patch(Resource::Pod, "default", "p", PatchType::Merge, b"{", Subresource::Main).unwrap_err();
+    assert_eq!(
+        e.message(),
+        r#"Pod "p" is invalid: Invalid value: testing value /kind failed: test failed"#
+    );
+    let e = s
+        .patch(
+            Resource::Pod,
+            "default",
+            "p",
+            PatchType::Merge,
+            b"{",
+            Subresource::Main,
+        )
+        .unwrap_err();
     assert_eq!(e.code(), 400);
-    let e = s.patch(Resource::Pod, "default", "q", PatchType::Merge, b"{}", Subresource::Main).unwrap_err();
+    let e = s
+        .patch(
+            Resource::Pod,
+            "default",
+            "q",
+            PatchType::Merge,
+            b"{}",
+            Subresource::Main,
+        )
+        .unwrap_err();
     assert_eq!(e.code(), 404);
     // renaming through a patch is refused
     let e = s
-        .patch(Resource::Pod, "default", "p", PatchType::Merge, br#"{"metadata":{"name":"z"}}"#, Subresource::Main)
+        .patch(
+            Resource::Pod,
+            "default",
+            "p",
+            PatchType::Merge,
+            br#"{"metadata":{"name":"z"}}"#,
+            Subresource::Main,
+        )
         .unwrap_err();
     assert_eq!(e.code(), 400);
     // status patch
     let p = s
-        .patch(Resource::Pod, "default", "p", PatchType::Merge, br#"{"status":{"phase":"Running"}}"#, Subresource::Status)
+        .patch(
+            Resource::Pod,
+            "default",
+            "p",
+            PatchType::Merge,
+            br#"{"status":{"phase":"Running"}}"#,
+            Subresource::Status,
+        )
         .unwrap();
     assert_eq!(p["status"]["phase"], "Running");
     assert_eq!(p["status"]["qosClass"], "BestEffort");
     // an empty patch is a no-op
     let rv = s.current_rv();
-    s.patch(Resource::Pod, "default", "p", PatchType::Merge, b"{}", Subresource::Main).unwrap();
+    s.patch(
+        Resource::Pod,
+        "default",
+        "p",
+        PatchType::Merge,
+        b"{}",
+        Subresource::Main,
+    )
+    .unwrap();
     assert_eq!(s.current_rv(), rv);
 }
 
@@ -413,14 +622,26 @@ fn kubectl_apply_patch_on_deployment() {
     s.create(Resource::Deployment, "default", d).unwrap();
     let patch = br#"{"metadata":{"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"new\":1}\n"}},"spec":{"replicas":2,"template":{"spec":{"$setElementOrder/containers":[{"name":"web"},{"name":"log"}],"containers":[{"image":"nginx:2","name":"web"},{"image":"busybox","name":"log"}]}}}}"#;
     let u = s
-        .patch(Resource::Deployment, "default", "web", PatchType::StrategicMerge, patch, Subresource::Main)
+        .patch(
+            Resource::Deployment,
+            "default",
+            "web",
+            PatchType::StrategicMerge,
+            patch,
+            Subresource::Main,
+        )
         .unwrap();
-    let cs = u["spec"]["template"]["spec"]["containers"].as_array().unwrap();
+    let cs = u["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
     assert_eq!(cs.len(), 2);
     assert_eq!(cs[0]["image"], "nginx:2");
     assert_eq!(cs[0]["ports"][0]["protocol"], "TCP");
     assert_eq!(cs[1]["name"], "log");
-    assert_eq!(cs[1]["terminationMessagePath"], "/dev/termination-log", "defaults applied to the new container");
+    assert_eq!(
+        cs[1]["terminationMessagePath"], "/dev/termination-log",
+        "defaults applied to the new container"
+    );
     assert_eq!(u["spec"]["replicas"], 2);
     assert_eq!(u["metadata"]["generation"], 2);
     assert!(!u.to_string().contains("$setElementOrder"));
@@ -433,7 +654,9 @@ fn modify_semantics() {
     let s = store();
     s.create(Resource::Pod, "default", pod("p")).unwrap();
     let rv = s.current_rv();
-    let same = s.modify(Resource::Pod, "default", "p", &mut |_| Ok(())).unwrap();
+    let same = s
+        .modify(Resource::Pod, "default", "p", &mut |_| Ok(()))
+        .unwrap();
     assert_eq!(s.current_rv(), rv);
     assert_eq!(obj_rv(&same), rv);
     let m = s
@@ -455,8 +678,16 @@ fn modify_semantics() {
         })
         .unwrap_err();
     assert_eq!(e, StoreError::BadRequest("no".into()));
-    assert_eq!(s.get(Resource::Pod, "default", "p").unwrap()["status"]["phase"], "Running");
-    assert_eq!(s.modify(Resource::Pod, "default", "q", &mut |_| Ok(())).unwrap_err().code(), 404);
+    assert_eq!(
+        s.get(Resource::Pod, "default", "p").unwrap()["status"]["phase"],
+        "Running"
+    );
+    assert_eq!(
+        s.modify(Resource::Pod, "default", "q", &mut |_| Ok(()))
+            .unwrap_err()
+            .code(),
+        404
+    );
 }
 
 // ---------------------------------------------------------------- delete and list
@@ -490,14 +721,26 @@ fn delete_semantics() {
     let d = s.delete(Resource::Pod, "default", "p", &pre).unwrap();
     assert_eq!(obj_rv(&d), 4);
     assert_eq!(s.current_rv(), 4);
-    assert_eq!(s.get(Resource::Pod, "default", "p").unwrap_err().code(), 404);
-    assert_eq!(s.delete(Resource::Pod, "default", "p", &Preconditions::default()).unwrap_err().code(), 404);
+    assert_eq!(
+        s.get(Resource::Pod, "default", "p").unwrap_err().code(),
+        404
+    );
+    assert_eq!(
+        s.delete(Resource::Pod, "default", "p", &Preconditions::default())
+            .unwrap_err()
+            .code(),
+        404
+    );
 }
 
 #[test]
 fn list_filters_and_orders() {
     let s = store();
-    for (ns, n, app) in [("default", "b", "web"), ("default", "a", "db"), ("kube-system", "c", "web")] {
+    for (ns, n, app) in [
+        ("default", "b", "web"),
+        ("default", "a", "db"),
+        ("kube-system", "c", "web"),
+    ] {
         let mut p = pod(n);
         p["metadata"]["labels"]["app"] = json!(app);
         s.create(Resource::Pod, ns, p).unwrap();
@@ -509,11 +752,19 @@ fn list_filters_and_orders() {
     assert_eq!(d.iter().map(name).collect::<Vec<_>>(), ["a", "b"]);
     let (w, _) = s.list(Resource::Pod, None, &sel(Resource::Pod, "app=web", ""));
     assert_eq!(w.iter().map(name).collect::<Vec<_>>(), ["b", "c"]);
-    let (f, _) = s.list(Resource::Pod, None, &sel(Resource::Pod, "", "metadata.namespace=kube-system"));
+    let (f, _) = s.list(
+        Resource::Pod,
+        None,
+        &sel(Resource::Pod, "", "metadata.namespace=kube-system"),
+    );
     assert_eq!(f.iter().map(name).collect::<Vec<_>>(), ["c"]);
     let (none, _) = s.list(Resource::Pod, Some("nope"), &everything());
     assert!(none.is_empty());
-    let gone = s.delete_collection(Resource::Pod, Some("default"), &sel(Resource::Pod, "app=web", ""));
+    let gone = s.delete_collection(
+        Resource::Pod,
+        Some("default"),
+        &sel(Resource::Pod, "app=web", ""),
+    );
     assert_eq!(gone.len(), 1);
     assert_eq!(s.list(Resource::Pod, None, &everything()).0.len(), 2);
 }
@@ -530,36 +781,58 @@ fn service_cluster_ip_lifecycle() {
     let a = s.create(Resource::Service, "default", svc("a")).unwrap();
     assert_eq!(a["spec"]["clusterIP"], "10.96.0.11");
     assert_eq!(a["spec"]["clusterIPs"], json!(["10.96.0.11"]));
-    assert_eq!(a["spec"]["ports"][0], json!({"port": 80, "protocol": "TCP", "targetPort": 80}));
+    assert_eq!(
+        a["spec"]["ports"][0],
+        json!({"port": 80, "protocol": "TCP", "targetPort": 80})
+    );
     assert_eq!(a["spec"]["type"], "ClusterIP");
     let b = s.create(Resource::Service, "default", svc("b")).unwrap();
     assert_eq!(b["spec"]["clusterIP"], "10.96.0.12");
     // PUT without clusterIP keeps it (echoed back)
     let mut put = svc("a");
     put["spec"]["ports"][0]["port"] = json!(81);
-    let u = s.update(Resource::Service, "default", "a", put, Subresource::Main).unwrap();
+    let u = s
+        .update(Resource::Service, "default", "a", put, Subresource::Main)
+        .unwrap();
     assert_eq!(u["spec"]["clusterIP"], "10.96.0.11");
     assert_eq!(u["spec"]["clusterIPs"], json!(["10.96.0.11"]));
     // changing it is 422
     let mut put = svc("a");
     put["spec"]["clusterIP"] = json!("10.96.0.99");
-    let e = s.update(Resource::Service, "default", "a", put, Subresource::Main).unwrap_err();
+    let e = s
+        .update(Resource::Service, "default", "a", put, Subresource::Main)
+        .unwrap_err();
     assert_eq!(e.code(), 422);
     let msg = e.message();
-    assert!(msg.contains(r#"spec.clusterIP: Invalid value: "10.96.0.99": field is immutable"#), "{msg}");
+    assert!(
+        msg.contains(r#"spec.clusterIP: Invalid value: "10.96.0.99": field is immutable"#),
+        "{msg}"
+    );
     assert!(msg.contains("may not change once set"), "{msg}");
     // a taken IP cannot be requested; a freed one can
     let mut c = svc("c");
     c["spec"]["clusterIP"] = json!("10.96.0.12");
-    let e = s.create(Resource::Service, "default", c.clone()).unwrap_err();
-    assert!(e.message().contains("provided IP is already allocated"), "{}", e.message());
-    s.delete(Resource::Service, "default", "b", &Preconditions::default()).unwrap();
+    let e = s
+        .create(Resource::Service, "default", c.clone())
+        .unwrap_err();
+    assert!(
+        e.message().contains("provided IP is already allocated"),
+        "{}",
+        e.message()
+    );
+    s.delete(Resource::Service, "default", "b", &Preconditions::default())
+        .unwrap();
     let c = s.create(Resource::Service, "default", c).unwrap();
     assert_eq!(c["spec"]["clusterIP"], "10.96.0.12");
     let mut out = svc("d");
     out["spec"]["clusterIP"] = json!("192.168.0.1");
     let e = s.create(Resource::Service, "default", out).unwrap_err();
-    assert!(e.message().contains("not in the valid range. The range of valid IPs is 10.96.0.0/12"), "{}", e.message());
+    assert!(
+        e.message()
+            .contains("not in the valid range. The range of valid IPs is 10.96.0.0/12"),
+        "{}",
+        e.message()
+    );
     // headless
     let mut h = svc("h");
     h["spec"]["clusterIP"] = json!("None");
@@ -578,8 +851,13 @@ fn service_cluster_ip_lifecycle() {
     assert_eq!(np["spec"]["ports"][0]["nodePort"], 30000);
     let mut put = svc("np");
     put["spec"]["type"] = json!("NodePort");
-    let u = s.update(Resource::Service, "default", "np", put, Subresource::Main).unwrap();
-    assert_eq!(u["spec"]["ports"][0]["nodePort"], 30000, "nodePort kept on PUT");
+    let u = s
+        .update(Resource::Service, "default", "np", put, Subresource::Main)
+        .unwrap();
+    assert_eq!(
+        u["spec"]["ports"][0]["nodePort"], 30000,
+        "nodePort kept on PUT"
+    );
 }
 
 // ---------------------------------------------------------------- watch
@@ -587,17 +865,22 @@ fn service_cluster_ip_lifecycle() {
 #[test]
 fn watch_now_sees_changes_in_order() {
     let s = store();
-    let w = s.watch(Resource::Pod, Some("default"), everything(), WatchFrom::Now).unwrap();
+    let w = s
+        .watch(Resource::Pod, Some("default"), everything(), WatchFrom::Now)
+        .unwrap();
     assert_eq!(w.rv(), 2);
     s.create(Resource::Pod, "default", pod("p")).unwrap();
-    s.create(Resource::Pod, "kube-system", pod("other-ns")).unwrap();
-    s.create(Resource::ConfigMap, "default", cm("other-kind")).unwrap();
+    s.create(Resource::Pod, "kube-system", pod("other-ns"))
+        .unwrap();
+    s.create(Resource::ConfigMap, "default", cm("other-kind"))
+        .unwrap();
     s.modify(Resource::Pod, "default", "p", &mut |o| {
         o["status"]["phase"] = json!("Running");
         Ok(())
     })
     .unwrap();
-    s.delete(Resource::Pod, "default", "p", &Preconditions::default()).unwrap();
+    s.delete(Resource::Pod, "default", "p", &Preconditions::default())
+        .unwrap();
     let e1 = next(&w);
     assert_eq!((e1.ty, e1.rv), (EventType::Added, 3));
     let e2 = next(&w);
@@ -622,7 +905,9 @@ fn watch_initial_added_then_live() {
     let s = store();
     s.create(Resource::Pod, "default", pod("b")).unwrap();
     s.create(Resource::Pod, "default", pod("a")).unwrap();
-    let w = s.watch(Resource::Pod, None, everything(), WatchFrom::InitialAdded).unwrap();
+    let w = s
+        .watch(Resource::Pod, None, everything(), WatchFrom::InitialAdded)
+        .unwrap();
     let a = next(&w);
     let b = next(&w);
     assert_eq!((a.ty, name(&a.object)), (EventType::Added, "a"));
@@ -639,14 +924,19 @@ fn watch_resume_from_rv() {
     s.create(Resource::Pod, "default", pod("a")).unwrap(); // 3
     s.create(Resource::ConfigMap, "default", cm("c")).unwrap(); // 4
     s.create(Resource::Pod, "default", pod("b")).unwrap(); // 5
-    s.delete(Resource::Pod, "default", "a", &Preconditions::default()).unwrap(); // 6
-    let w = s.watch(Resource::Pod, None, everything(), WatchFrom::Rv(3)).unwrap();
+    s.delete(Resource::Pod, "default", "a", &Preconditions::default())
+        .unwrap(); // 6
+    let w = s
+        .watch(Resource::Pod, None, everything(), WatchFrom::Rv(3))
+        .unwrap();
     let got: Vec<(EventType, u64)> = (0..2).map(|_| next(&w)).map(|e| (e.ty, e.rv)).collect();
     assert_eq!(got, [(EventType::Added, 5), (EventType::Deleted, 6)]);
     none(&w);
     assert_eq!(w.rv(), 6);
     // resume at the current RV: nothing old
-    let w = s.watch(Resource::Pod, None, everything(), WatchFrom::Rv(6)).unwrap();
+    let w = s
+        .watch(Resource::Pod, None, everything(), WatchFrom::Rv(6))
+        .unwrap();
     none(&w);
     s.create(Resource::Pod, "default", pod("c")).unwrap();
     assert_eq!(next(&w).rv, 7);
@@ -655,7 +945,9 @@ fn watch_resume_from_rv() {
 #[test]
 fn watch_future_rv_waits() {
     let s = store();
-    let w = s.watch(Resource::Pod, None, everything(), WatchFrom::Rv(4)).unwrap();
+    let w = s
+        .watch(Resource::Pod, None, everything(), WatchFrom::Rv(4))
+        .unwrap();
     s.create(Resource::Pod, "default", pod("a")).unwrap(); // 3
     s.create(Resource::Pod, "default", pod("b")).unwrap(); // 4
     s.create(Resource::Pod, "default", pod("c")).unwrap(); // 5
@@ -668,28 +960,59 @@ fn watch_future_rv_waits() {
 fn watch_expired_outside_window() {
     let s = small(3, 100);
     for i in 0..6 {
-        s.create(Resource::ConfigMap, "default", cm(&format!("c{i}"))).unwrap(); // 3..=8
+        s.create(Resource::ConfigMap, "default", cm(&format!("c{i}")))
+            .unwrap(); // 3..=8
     }
     // ring holds 6,7,8; evicted up to 5: resuming after 5 is complete, 4 is not
-    let e = s.watch(Resource::ConfigMap, None, everything(), WatchFrom::Rv(4)).unwrap_err();
-    assert_eq!(e, StoreError::Expired("too old resource version: 4 (6)".into()));
+    let e = s
+        .watch(Resource::ConfigMap, None, everything(), WatchFrom::Rv(4))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        StoreError::Expired("too old resource version: 4 (6)".into())
+    );
     assert_eq!(e.code(), 410);
     assert_eq!(e.reason(), "Expired");
-    let w = s.watch(Resource::ConfigMap, None, everything(), WatchFrom::Rv(5)).unwrap();
+    let w = s
+        .watch(Resource::ConfigMap, None, everything(), WatchFrom::Rv(5))
+        .unwrap();
     assert_eq!((0..3).map(|_| next(&w).rv).collect::<Vec<_>>(), [6, 7, 8]);
     // RV 0 semantics are InitialAdded, never expired
-    let w = s.watch(Resource::ConfigMap, None, everything(), WatchFrom::InitialAdded).unwrap();
-    assert_eq!((0..6).map(|_| next(&w).ty).filter(|t| *t == EventType::Added).count(), 6);
+    let w = s
+        .watch(
+            Resource::ConfigMap,
+            None,
+            everything(),
+            WatchFrom::InitialAdded,
+        )
+        .unwrap();
+    assert_eq!(
+        (0..6)
+            .map(|_| next(&w).ty)
+            .filter(|t| *t == EventType::Added)
+            .count(),
+        6
+    );
 }
 
 #[test]
 fn selected_watch_transitions() {
     let s = store();
     let w = s
-        .watch(Resource::Pod, Some("default"), sel(Resource::Pod, "tier=fe", ""), WatchFrom::Now)
+        .watch(
+            Resource::Pod,
+            Some("default"),
+            sel(Resource::Pod, "tier=fe", ""),
+            WatchFrom::Now,
+        )
         .unwrap();
     let fw = s
-        .watch(Resource::Pod, None, sel(Resource::Pod, "", "status.phase=Running"), WatchFrom::Now)
+        .watch(
+            Resource::Pod,
+            None,
+            sel(Resource::Pod, "", "status.phase=Running"),
+            WatchFrom::Now,
+        )
         .unwrap();
     s.create(Resource::Pod, "default", pod("p")).unwrap(); // 3, not selected
     let set_tier = |v: Option<&str>| {
@@ -697,7 +1020,10 @@ fn selected_watch_transitions() {
             match v {
                 Some(v) => o["metadata"]["labels"]["tier"] = json!(v),
                 None => {
-                    o["metadata"]["labels"].as_object_mut().unwrap().remove("tier");
+                    o["metadata"]["labels"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("tier");
                 }
             }
             Ok(())
@@ -713,7 +1039,8 @@ fn selected_watch_transitions() {
     })
     .unwrap(); // 7: still selected -> MODIFIED; phase watcher: ADDED
     set_tier(None); // 8: out -> DELETED; phase watcher: MODIFIED
-    s.delete(Resource::Pod, "default", "p", &Preconditions::default()).unwrap(); // 9: phase watcher DELETED
+    s.delete(Resource::Pod, "default", "p", &Preconditions::default())
+        .unwrap(); // 9: phase watcher DELETED
     let got: Vec<(EventType, u64)> = (0..4).map(|_| next(&w)).map(|e| (e.ty, e.rv)).collect();
     assert_eq!(
         got,
@@ -726,20 +1053,41 @@ fn selected_watch_transitions() {
     );
     let del = next(&w);
     assert_eq!((del.ty, del.rv), (EventType::Deleted, 8));
-    assert_eq!(del.object["metadata"]["labels"]["tier"], "fe", "previous state");
+    assert_eq!(
+        del.object["metadata"]["labels"]["tier"], "fe",
+        "previous state"
+    );
     assert_eq!(obj_rv(&del.object), 8, "at the new RV");
     none(&w);
     let got: Vec<(EventType, u64)> = (0..3).map(|_| next(&fw)).map(|e| (e.ty, e.rv)).collect();
-    assert_eq!(got, [(EventType::Added, 7), (EventType::Modified, 8), (EventType::Deleted, 9)]);
+    assert_eq!(
+        got,
+        [
+            (EventType::Added, 7),
+            (EventType::Modified, 8),
+            (EventType::Deleted, 9)
+        ]
+    );
     none(&fw);
     // the same transitions replay from history
     let r = s
-        .watch(Resource::Pod, Some("default"), sel(Resource::Pod, "tier=fe", ""), WatchFrom::Rv(3))
+        .watch(
+            Resource::Pod,
+            Some("default"),
+            sel(Resource::Pod, "tier=fe", ""),
+            WatchFrom::Rv(3),
+        )
         .unwrap();
     let got: Vec<EventType> = (0..5).map(|_| next(&r).ty).collect();
     assert_eq!(
         got,
-        [EventType::Added, EventType::Deleted, EventType::Added, EventType::Modified, EventType::Deleted]
+        [
+            EventType::Added,
+            EventType::Deleted,
+            EventType::Added,
+            EventType::Modified,
+            EventType::Deleted
+        ]
     );
     none(&r);
 }
@@ -748,7 +1096,12 @@ fn selected_watch_transitions() {
 fn single_object_watch_by_name() {
     let s = store();
     let w = s
-        .watch(Resource::Pod, Some("default"), sel(Resource::Pod, "", "metadata.name=b"), WatchFrom::InitialAdded)
+        .watch(
+            Resource::Pod,
+            Some("default"),
+            sel(Resource::Pod, "", "metadata.name=b"),
+            WatchFrom::InitialAdded,
+        )
         .unwrap();
     s.create(Resource::Pod, "default", pod("a")).unwrap();
     s.create(Resource::Pod, "default", pod("b")).unwrap();
@@ -760,32 +1113,69 @@ fn single_object_watch_by_name() {
 #[test]
 fn full_queue_terminates_the_watcher_without_blocking() {
     let s = small(100, 3);
-    let slow = s.watch(Resource::ConfigMap, None, everything(), WatchFrom::Now).unwrap();
-    let fast = s.watch(Resource::ConfigMap, None, everything(), WatchFrom::Now).unwrap();
+    let slow = s
+        .watch(Resource::ConfigMap, None, everything(), WatchFrom::Now)
+        .unwrap();
+    let fast = s
+        .watch(Resource::ConfigMap, None, everything(), WatchFrom::Now)
+        .unwrap();
     for i in 0..5 {
-        s.create(Resource::ConfigMap, "default", cm(&format!("c{i}"))).unwrap();
+        s.create(Resource::ConfigMap, "default", cm(&format!("c{i}")))
+            .unwrap();
         assert_eq!(fast.recv_timeout(T).unwrap().rv, 3 + i);
     }
     // the slow one keeps what was queued, then is disconnected
-    assert_eq!((0..3).map(|_| next(&slow).rv).collect::<Vec<_>>(), [3, 4, 5]);
-    assert_eq!(slow.recv_timeout(SHORT).unwrap_err(), RecvTimeoutError::Disconnected);
+    assert_eq!(
+        (0..3).map(|_| next(&slow).rv).collect::<Vec<_>>(),
+        [3, 4, 5]
+    );
+    assert_eq!(
+        slow.recv_timeout(SHORT).unwrap_err(),
+        RecvTimeoutError::Disconnected
+    );
     assert_eq!(slow.rv(), 5, "the client re-watches from here");
     assert_eq!(s.watch_stats(), (1, 1));
-    let again = s.watch(Resource::ConfigMap, None, everything(), WatchFrom::Rv(slow.rv())).unwrap();
+    let again = s
+        .watch(
+            Resource::ConfigMap,
+            None,
+            everything(),
+            WatchFrom::Rv(slow.rv()),
+        )
+        .unwrap();
     assert_eq!((0..2).map(|_| next(&again).rv).collect::<Vec<_>>(), [6, 7]);
 }
 
 #[test]
 fn drop_deregisters_and_terminate_disconnects() {
     let s = store();
-    let w1 = s.watch(Resource::Pod, None, everything(), WatchFrom::Now).unwrap();
-    let w2 = s.watch(Resource::ConfigMap, None, everything(), WatchFrom::Now).unwrap();
-    assert_eq!(s.watch_stats().0, 2);
+    let w1 = s
+        .watch(Resource::Pod, None, everything(), WatchFrom::Now)
+        .unwrap();
+    let w2 = s
+        .watch(Resource::ConfigMap, None, everything(), WatchFrom::Now)
+        .unwrap();
+    let pinned: Vec<WatchStream> = (0..3)
+        .map(|_| {
+            s.watch(
+                Resource::Pod,
+                None,
+                sel(Resource::Pod, "", "metadata.name=x"),
+                WatchFrom::Now,
+            )
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(s.watch_stats().0, 5);
     drop(w1);
+    drop(pinned);
     assert_eq!(s.watch_stats().0, 1);
     assert_eq!(s.terminate_watches(Some(Resource::Pod)), 0);
     assert_eq!(s.terminate_watches(None), 1);
-    assert_eq!(w2.recv_timeout(SHORT).unwrap_err(), RecvTimeoutError::Disconnected);
+    assert_eq!(
+        w2.recv_timeout(SHORT).unwrap_err(),
+        RecvTimeoutError::Disconnected
+    );
     assert!(matches!(w2.try_recv(), Err(TryRecvError::Disconnected)));
 }
 
@@ -793,10 +1183,18 @@ fn drop_deregisters_and_terminate_disconnects() {
 fn concurrent_writers_lose_no_events() {
     let s = small(100_000, 100_000);
     let watchers: Vec<WatchStream> = (0..8)
-        .map(|_| s.watch(Resource::ConfigMap, None, everything(), WatchFrom::Now).unwrap())
+        .map(|_| {
+            s.watch(Resource::ConfigMap, None, everything(), WatchFrom::Now)
+                .unwrap()
+        })
         .collect();
     let named = s
-        .watch(Resource::ConfigMap, None, sel(Resource::ConfigMap, "", "metadata.name=t0-5"), WatchFrom::Now)
+        .watch(
+            Resource::ConfigMap,
+            None,
+            sel(Resource::ConfigMap, "", "metadata.name=t0-5"),
+            WatchFrom::Now,
+        )
         .unwrap();
     let threads = 4;
     let per = 250;
@@ -813,7 +1211,13 @@ fn concurrent_writers_lose_no_events() {
                     })
                     .unwrap();
                     if i % 2 == 0 {
-                        s.delete(Resource::ConfigMap, "default", &n, &Preconditions::default()).unwrap();
+                        s.delete(
+                            Resource::ConfigMap,
+                            "default",
+                            &n,
+                            &Preconditions::default(),
+                        )
+                        .unwrap();
                     }
                 }
             });
@@ -845,14 +1249,20 @@ fn watch_registration_races_writers_without_gaps() {
         sc.spawn(move || {
             let mut i = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                s2.create(Resource::ConfigMap, "default", cm(&format!("c{i}"))).unwrap();
+                s2.create(Resource::ConfigMap, "default", cm(&format!("c{i}")))
+                    .unwrap();
                 i += 1;
+                if i % 8 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
             }
         });
-        for _ in 0..50 {
+        for _ in 0..30 {
             let (items, rv) = s.list(Resource::ConfigMap, None, &everything());
-            let w = s.watch(Resource::ConfigMap, None, everything(), WatchFrom::Rv(rv)).unwrap();
-            let target = rv + 20;
+            let w = s
+                .watch(Resource::ConfigMap, None, everything(), WatchFrom::Rv(rv))
+                .unwrap();
+            let target = rv + 10;
             let mut seen = items.len() as u64;
             let mut last = rv;
             while last < target {
@@ -878,10 +1288,21 @@ fn perf_smoke_5000_pods_2000_watchers() {
     let mut named = Vec::new();
     for i in 0..1_990 {
         let f = format!("metadata.name=p{i}");
-        named.push(s.watch(Resource::Pod, Some("default"), sel(Resource::Pod, "", &f), WatchFrom::Now).unwrap());
+        named.push(
+            s.watch(
+                Resource::Pod,
+                Some("default"),
+                sel(Resource::Pod, "", &f),
+                WatchFrom::Now,
+            )
+            .unwrap(),
+        );
     }
     let all: Vec<WatchStream> = (0..10)
-        .map(|_| s.watch(Resource::Pod, None, everything(), WatchFrom::Now).unwrap())
+        .map(|_| {
+            s.watch(Resource::Pod, None, everything(), WatchFrom::Now)
+                .unwrap()
+        })
         .collect();
     let start = Instant::now();
     let counted = std::thread::scope(|sc| {
@@ -904,7 +1325,8 @@ fn perf_smoke_5000_pods_2000_watchers() {
             })
             .collect();
         for i in 0..5_000 {
-            s.create(Resource::Pod, "default", pod(&format!("p{i}"))).unwrap();
+            s.create(Resource::Pod, "default", pod(&format!("p{i}")))
+                .unwrap();
         }
         let created = start.elapsed();
         let counts: Vec<usize> = readers.into_iter().map(|r| r.join().unwrap()).collect();
@@ -917,7 +1339,9 @@ fn perf_smoke_5000_pods_2000_watchers() {
     let (items, _) = s.list(Resource::Pod, None, &everything());
     let list = t.elapsed();
     let t = Instant::now();
-    let w = s.watch(Resource::Pod, None, everything(), WatchFrom::InitialAdded).unwrap();
+    let w = s
+        .watch(Resource::Pod, None, everything(), WatchFrom::InitialAdded)
+        .unwrap();
     let initial = t.elapsed();
     drop(w);
     println!(

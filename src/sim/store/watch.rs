@@ -26,7 +26,7 @@ use crate::sim::selector::Selectors;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 pub use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 use parking_lot::Mutex;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -187,6 +187,51 @@ impl Watcher {
     }
 }
 
+/// The watchers of one kind. Watches pinned to one name by a
+/// `metadata.name=X` field selector (what `kubectl delete`/`wait` and
+/// single-object clients open, often by the thousand) are indexed by that
+/// name, so an event costs a hash lookup plus the unpinned watchers, not a
+/// match per watcher. A name never changes, so the index is exact even for
+/// selection transitions.
+#[derive(Default)]
+struct Registry {
+    general: Vec<Watcher>,
+    by_name: HashMap<String, Vec<Watcher>>,
+}
+
+impl Registry {
+    fn len(&self) -> usize {
+        self.general.len() + self.by_name.values().map(Vec::len).sum::<usize>()
+    }
+}
+
+/// Delivers to each watcher of a list; returns how many overflowed. Dead
+/// watchers (full or disconnected) are removed, which drops their sender.
+fn fan_out(list: &mut Vec<Watcher>, c: &Change) -> u64 {
+    let mut dead = false;
+    let mut overflowed = 0;
+    for w in list.iter_mut() {
+        let Some(ev) = w.wants(c) else { continue };
+        match w.tx.try_send(ev) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                log::debug!("watch {} on {:?} terminated: queue full", w.id, c.res);
+                overflowed += 1;
+                w.id = 0;
+                dead = true;
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                w.id = 0;
+                dead = true;
+            }
+        }
+    }
+    if dead {
+        list.retain(|w| w.id != 0);
+    }
+    overflowed
+}
+
 /// History ring plus watcher registry; guarded by one mutex in the store.
 pub(crate) struct Hub {
     history: VecDeque<Arc<Change>>,
@@ -194,7 +239,7 @@ pub(crate) struct Hub {
     /// RV of the newest change evicted from the ring (0: none yet). A resume
     /// from an RV below it may have missed events.
     evicted_rv: u64,
-    watchers: [Vec<Watcher>; COUNT],
+    watchers: [Registry; COUNT],
     next_id: u64,
     queue: usize,
     /// Watchers terminated because their queue was full (a metric).
@@ -217,28 +262,18 @@ impl Hub {
     /// Records a change and delivers it to every interested watcher.
     pub fn publish(&mut self, c: Change) {
         let c = Arc::new(c);
-        let list = &mut self.watchers[c.res.index()];
-        let mut dead = false;
-        for w in list.iter_mut() {
-            let Some(ev) = w.wants(&c) else { continue };
-            match w.tx.try_send(ev) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) => {
-                    log::debug!("watch {} on {:?} terminated: queue full", w.id, c.res);
-                    self.overflowed += 1;
-                    w.id = 0;
-                    dead = true;
-                }
-                Err(TrySendError::Disconnected(_)) => {
-                    w.id = 0;
-                    dead = true;
+        let reg = &mut self.watchers[c.res.index()];
+        let mut overflowed = fan_out(&mut reg.general, &c);
+        if !reg.by_name.is_empty() {
+            let name = super::meta_str(&c.event.object, "name");
+            if let Some(list) = reg.by_name.get_mut(name) {
+                overflowed += fan_out(list, &c);
+                if list.is_empty() {
+                    reg.by_name.remove(name);
                 }
             }
         }
-        if dead {
-            // Dropping the sender disconnects the reader after its queue.
-            list.retain(|w| w.id != 0);
-        }
+        self.overflowed += overflowed;
         if self.history.len() == self.cap {
             if let Some(old) = self.history.pop_front() {
                 self.evicted_rv = old.event.rv;
@@ -261,7 +296,10 @@ impl Hub {
         let mut backlog = VecDeque::new();
         if let Some(from) = replay_after {
             if from < self.evicted_rv {
-                let oldest = self.history.front().map_or(self.evicted_rv + 1, |c| c.event.rv);
+                let oldest = self
+                    .history
+                    .front()
+                    .map_or(self.evicted_rv + 1, |c| c.event.rv);
                 return Err(format!("too old resource version: {from} ({oldest})"));
             }
             // The ring is in RV order: skip to the first change after `from`.
@@ -278,19 +316,37 @@ impl Hub {
         let (tx, rx) = crossbeam_channel::bounded(self.queue);
         let id = self.next_id;
         self.next_id += 1;
-        self.watchers[res.index()].push(Watcher {
+        let pinned = sel.field.exact_name().map(str::to_string);
+        let w = Watcher {
             id,
             ns: ns.map(str::to_string),
             sel,
             tx,
-        });
+        };
+        let reg = &mut self.watchers[res.index()];
+        match pinned {
+            Some(name) => reg.by_name.entry(name).or_default().push(w),
+            None => reg.general.push(w),
+        }
         Ok((rx, id, backlog))
     }
 
-    fn deregister(&mut self, res: Resource, id: u64) {
-        let list = &mut self.watchers[res.index()];
+    fn deregister(&mut self, res: Resource, id: u64, pinned: Option<&str>) {
+        let reg = &mut self.watchers[res.index()];
+        let list = match pinned {
+            Some(name) => match reg.by_name.get_mut(name) {
+                Some(l) => l,
+                None => return,
+            },
+            None => &mut reg.general,
+        };
         if let Some(i) = list.iter().position(|w| w.id == id) {
             list.swap_remove(i);
+        }
+        if let Some(name) = pinned {
+            if reg.by_name.get(name).is_some_and(Vec::is_empty) {
+                reg.by_name.remove(name);
+            }
         }
     }
 
@@ -298,17 +354,17 @@ impl Hub {
     /// queues, then see `Disconnected`.
     pub fn terminate(&mut self, res: Option<Resource>) -> usize {
         let mut n = 0;
-        for (i, list) in self.watchers.iter_mut().enumerate() {
+        for (i, reg) in self.watchers.iter_mut().enumerate() {
             if res.is_none_or(|r| r.index() == i) {
-                n += list.len();
-                list.clear();
+                n += reg.len();
+                *reg = Registry::default();
             }
         }
         n
     }
 
     pub fn watcher_count(&self) -> usize {
-        self.watchers.iter().map(Vec::len).sum()
+        self.watchers.iter().map(Registry::len).sum()
     }
 }
 
@@ -326,6 +382,8 @@ pub struct WatchStream {
     hub: Weak<Mutex<Hub>>,
     res: Resource,
     id: u64,
+    /// The name this watch is indexed under in the registry, if pinned.
+    pinned: Option<String>,
 }
 
 impl WatchStream {
@@ -339,6 +397,7 @@ impl WatchStream {
         hub: Weak<Mutex<Hub>>,
         res: Resource,
         id: u64,
+        pinned: Option<String>,
     ) -> WatchStream {
         // `before`: what `rv()` reports while a backlog is still queued.
         let last = if backlog.is_empty() {
@@ -355,10 +414,11 @@ impl WatchStream {
             hub,
             res,
             id,
+            pinned,
         }
     }
 
-    fn from_backlog(&self) -> Option<Arc<Event>> {
+    fn pop_backlog(&self) -> Option<Arc<Event>> {
         let mut b = self.backlog.lock();
         let ev = b.pop_front()?;
         let rv = if b.is_empty() {
@@ -380,7 +440,7 @@ impl WatchStream {
 
     /// Waits up to `d` for the next event.
     pub fn recv_timeout(&self, d: Duration) -> Result<Arc<Event>, RecvTimeoutError> {
-        if let Some(ev) = self.from_backlog() {
+        if let Some(ev) = self.pop_backlog() {
             return Ok(ev);
         }
         let deadline = Instant::now() + d;
@@ -394,7 +454,7 @@ impl WatchStream {
 
     /// Takes the next event if one is ready.
     pub fn try_recv(&self) -> Result<Arc<Event>, TryRecvError> {
-        if let Some(ev) = self.from_backlog() {
+        if let Some(ev) = self.pop_backlog() {
             return Ok(ev);
         }
         loop {
@@ -420,7 +480,8 @@ impl WatchStream {
 impl Drop for WatchStream {
     fn drop(&mut self) {
         if let Some(hub) = self.hub.upgrade() {
-            hub.lock().deregister(self.res, self.id);
+            hub.lock()
+                .deregister(self.res, self.id, self.pinned.as_deref());
         }
     }
 }
