@@ -1353,3 +1353,64 @@ fn perf_smoke_5000_pods_2000_watchers() {
     assert!(counts.iter().all(|c| *c == 5_000), "{counts:?}");
     assert_eq!(named_got, 1_990);
 }
+
+/// Worst case: 2,000 unselected watchers (every event goes to every one),
+/// drained by 4 threads. Prints timings only.
+#[test]
+#[ignore]
+fn perf_smoke_2000_unselected_watchers() {
+    let s = Store::new(StoreConfig::default());
+    let watchers: Vec<WatchStream> = (0..2_000)
+        .map(|_| {
+            s.watch(Resource::Pod, None, everything(), WatchFrom::Now)
+                .unwrap()
+        })
+        .collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let start = Instant::now();
+    let (created, total) = std::thread::scope(|sc| {
+        let readers: Vec<_> = watchers
+            .chunks(500)
+            .map(|chunk| {
+                let done = &done;
+                sc.spawn(move || {
+                    let mut n = 0usize;
+                    loop {
+                        let mut idle = true;
+                        for w in chunk {
+                            while let Ok(e) = w.try_recv() {
+                                let _ = e.line();
+                                n += 1;
+                                idle = false;
+                            }
+                        }
+                        if idle {
+                            if done.load(std::sync::atomic::Ordering::Relaxed) {
+                                return n;
+                            }
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for i in 0..5_000 {
+            s.create(Resource::Pod, "default", pod(&format!("p{i}")))
+                .unwrap();
+        }
+        let created = start.elapsed();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (
+            created,
+            readers
+                .into_iter()
+                .map(|r| r.join().unwrap())
+                .sum::<usize>(),
+        )
+    });
+    println!(
+        "perf: 5000 creates x 2000 unselected watchers: created in {created:?}, {total} deliveries in {:?}; overflowed {}",
+        start.elapsed(),
+        s.watch_stats().1
+    );
+}
