@@ -2,6 +2,7 @@
 //! controllers, and a kubelet that runs containers as local processes.
 //! Spec: shared/spec/sim.md. Uses only `kube`'s wire formats and `http`.
 
+pub mod admission;
 pub mod api;
 pub mod cluster;
 pub mod controllers;
@@ -11,9 +12,12 @@ pub mod gc;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod lifecycle;
+pub mod patch;
 pub mod podio;
 pub mod podspec;
 pub mod proxy;
 pub mod resources;
 pub mod runtime;
+pub mod selector;
+pub mod store;
 pub mod tls;

@@ -63,7 +63,10 @@ impl ResourceInfo {
     }
 }
 
-pub const ALL: &[ResourceInfo] = &[
+/// Number of resource kinds (the length of [`ALL`]).
+pub const COUNT: usize = 8;
+
+pub const ALL: &[ResourceInfo; COUNT] = &[
     ResourceInfo {
         resource: Resource::Namespace,
         group: "",
@@ -164,8 +167,14 @@ pub const ALL: &[ResourceInfo] = &[
 
 impl Resource {
     pub fn info(self) -> &'static ResourceInfo {
+        &ALL[self.index()]
+    }
+
+    /// Position of this kind in [`ALL`] (dense, `0..COUNT`): lets per-kind
+    /// tables be plain arrays.
+    pub const fn index(self) -> usize {
         // The table lists every variant once; the index is its position.
-        let i = match self {
+        match self {
             Resource::Namespace => 0,
             Resource::Pod => 1,
             Resource::Service => 2,
@@ -174,8 +183,35 @@ impl Resource {
             Resource::Deployment => 5,
             Resource::ReplicaSet => 6,
             Resource::Ingress => 7,
-        };
-        &ALL[i]
+        }
+    }
+
+    /// `pods`, or `deployments.apps`: the group-qualified resource that
+    /// upstream error messages name.
+    pub fn qualified_resource(self) -> String {
+        let i = self.info();
+        if i.group.is_empty() {
+            i.plural.to_string()
+        } else {
+            format!("{}.{}", i.plural, i.group)
+        }
+    }
+
+    /// `Pod`, or `Deployment.apps`: the group-qualified kind that upstream
+    /// `Invalid` messages name.
+    pub fn qualified_kind(self) -> String {
+        let i = self.info();
+        if i.group.is_empty() {
+            i.kind.to_string()
+        } else {
+            format!("{}.{}", i.kind, i.group)
+        }
+    }
+
+    /// True when writes to the main resource keep the stored `status`
+    /// (the kind has a `status` subresource).
+    pub fn has_status_subresource(self) -> bool {
+        self.info().subresources.contains(&"status")
     }
 
     /// Finds a kind by group and plural name as it appears in a URL.
@@ -211,5 +247,13 @@ mod tests {
             );
         }
         assert_eq!(Resource::from_path("apps", "pods"), None);
+        for (i, info) in ALL.iter().enumerate() {
+            assert_eq!(info.resource.index(), i);
+        }
+        assert_eq!(
+            Resource::Deployment.qualified_resource(),
+            "deployments.apps"
+        );
+        assert_eq!(Resource::Pod.qualified_kind(), "Pod");
     }
 }

@@ -1,0 +1,861 @@
+//! The sim's object store: every API object, the global resourceVersion
+//! counter, and the watch fan-out, behind a sans-HTTP API that the REST layer,
+//! the controllers and the kubelet call.
+//!
+//! What it owns: object identity and bookkeeping (uid, resourceVersion,
+//! creationTimestamp, generation, generateName), optimistic concurrency and
+//! preconditions, the create/update/status/patch/delete semantics of a real
+//! API server (kubernetes.md §1), and watch history/fan-out (§3, `watch`).
+//! Admission (defaults, validation, ClusterIP allocation) runs inside the
+//! write lock so allocations cannot race.
+//!
+//! What it never does: HTTP, Status encoding, graceful deletion or garbage
+//! collection (callers do those with `modify` and `delete`), and it never
+//! blocks on a slow watcher.
+//!
+//! Why this shape: one `RwLock` over all objects keeps every write atomic and
+//! gives one total order of RVs; the hub (history + watchers) has its own
+//! mutex, taken before the store lock is released, so readers and the next
+//! writer's validation run while the previous event is still being fanned out,
+//! and yet every watcher sees events in RV order.
+
+pub mod error;
+mod watch;
+
+#[cfg(test)]
+mod tests;
+
+pub use self::error::{CauseKind, FieldCause, StoreError};
+pub use self::watch::{Event, EventType, RecvTimeoutError, TryRecvError, WatchFrom, WatchStream};
+pub use crate::sim::patch::PatchType;
+pub use crate::sim::selector::Selectors;
+
+use self::error::MODIFIED_MSG;
+use self::watch::{Change, Hub};
+use crate::kube::time::now_rfc3339;
+use crate::sim::admission::{self, Allocator, Rejection};
+use crate::sim::resources::{Resource, COUNT};
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use rand::Rng;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// An API object, kept as JSON so every field round-trips.
+pub type Obj = serde_json::Value;
+
+/// Tunables, each with the reason for its default.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Changes kept for watch resumption. 5,000 covers a full relist of the
+    /// 5,000-pod scale target; older RVs get 410 Expired.
+    pub history_window: usize,
+    /// Per-watcher queue. 1,000 events absorbs bursts (a 1,000-pod rollout)
+    /// for a reader that is briefly slow; a reader further behind is cut off.
+    pub watch_queue: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            history_window: 5_000,
+            watch_queue: 1_000,
+        }
+    }
+}
+
+/// Which part of an object a write targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    /// The object; `status` is kept from the stored object for kinds with a
+    /// status subresource.
+    Main,
+    /// `/status`: only `status` is taken from the body.
+    Status,
+}
+
+/// DeleteOptions preconditions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+type Key = (String, String);
+
+struct Inner {
+    rv: u64,
+    objects: [BTreeMap<Key, Obj>; COUNT],
+    alloc: Allocator,
+}
+
+/// The store. `Send + Sync`; share it as `Arc<Store>`.
+pub struct Store {
+    inner: RwLock<Inner>,
+    hub: Arc<Mutex<Hub>>,
+}
+
+/// Namespaces that exist when the store is created.
+const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system"];
+
+const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+impl Store {
+    /// A store holding the namespaces `default` and `kube-system` (Active).
+    pub fn new(cfg: StoreConfig) -> Arc<Store> {
+        let store = Store {
+            inner: RwLock::new(Inner {
+                rv: 0,
+                objects: Default::default(),
+                alloc: Allocator::default(),
+            }),
+            hub: Arc::new(Mutex::new(Hub::new(cfg.history_window, cfg.watch_queue))),
+        };
+        for ns in INITIAL_NAMESPACES {
+            let obj = serde_json::json!({"metadata": {"name": ns}});
+            if let Err(e) = store.create(Resource::Namespace, "", obj) {
+                log::error!("creating namespace {ns}: {e}");
+            }
+        }
+        Arc::new(store)
+    }
+
+    /// The newest resourceVersion handed out (sent as a string on the wire).
+    pub fn current_rv(&self) -> u64 {
+        self.inner.read().rv
+    }
+
+    /// Creates an object (POST to the collection).
+    pub fn create(&self, res: Resource, ns: &str, obj: Obj) -> Result<Obj, StoreError> {
+        let info = res.info();
+        let ns = if info.namespaced { ns } else { "" };
+        let mut obj = check_body(res, obj)?;
+        {
+            let meta = meta_mut(&mut obj);
+            if info.namespaced {
+                match meta.get("namespace").and_then(Value::as_str) {
+                    Some(n) if !n.is_empty() && n != ns => return Err(namespace_mismatch()),
+                    _ => {}
+                }
+                meta.insert("namespace".into(), Value::String(ns.to_string()));
+            } else {
+                meta.remove("namespace");
+            }
+            if meta
+                .get("resourceVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+            {
+                return Err(StoreError::BadRequest(
+                    "resourceVersion should not be set on objects to be created".into(),
+                ));
+            }
+            for k in [
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "uid",
+                "generation",
+                "resourceVersion",
+            ] {
+                meta.remove(k);
+            }
+        }
+        let mut g = self.inner.write();
+        if info.namespaced {
+            check_namespace_usable(&g, res, ns, name_of(&obj))?;
+        }
+        if name_of(&obj).is_empty() {
+            let base = meta_str(&obj, "generateName").to_string();
+            if !base.is_empty() {
+                let name =
+                    generate_name(&base, |n| g.objects[res.index()].contains_key(&key(ns, n)));
+                meta_mut(&mut obj).insert("name".into(), Value::String(name));
+            }
+        }
+        let name = name_of(&obj).to_string();
+        admission::admit_create(res, &mut obj).map_err(|r| reject(res, &name, r))?;
+        if g.objects[res.index()].contains_key(&key(ns, &name)) {
+            return Err(StoreError::AlreadyExists {
+                resource: res,
+                name,
+            });
+        }
+        let inner = &mut *g;
+        admission::allocate(res, &mut obj, None, &mut inner.alloc)
+            .map_err(|r| reject(res, &name, r))?;
+        g.rv += 1;
+        let rv = g.rv;
+        {
+            let meta = meta_mut(&mut obj);
+            meta.insert("uid".into(), Value::String(new_uid()));
+            meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+            meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+            if info.has_generation {
+                meta.insert("generation".into(), Value::from(1));
+            }
+        }
+        g.objects[res.index()].insert(key(ns, &name), obj.clone());
+        self.publish(
+            g,
+            Change::new(
+                res,
+                ns.to_string(),
+                Event::new(EventType::Added, rv, obj.clone()),
+                None,
+            ),
+        );
+        Ok(obj)
+    }
+
+    /// Reads one object.
+    pub fn get(&self, res: Resource, ns: &str, name: &str) -> Result<Obj, StoreError> {
+        let ns = scoped_ns(res, ns);
+        self.inner.read().objects[res.index()]
+            .get(&key(ns, name))
+            .cloned()
+            .ok_or_else(|| not_found(res, name))
+    }
+
+    /// Lists matching objects (one namespace or all), in namespace/name order,
+    /// with the RV the list is consistent at.
+    pub fn list(&self, res: Resource, ns: Option<&str>, sel: &Selectors) -> (Vec<Obj>, u64) {
+        let ns = ns.filter(|_| res.info().namespaced);
+        list_locked(&self.inner.read(), res, ns, sel)
+    }
+
+    /// Replaces an object (PUT), or its status (`Subresource::Status`).
+    /// A write that changes nothing returns the stored object untouched.
+    pub fn update(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        obj: Obj,
+        sub: Subresource,
+    ) -> Result<Obj, StoreError> {
+        let ns = scoped_ns(res, ns);
+        let obj = check_body(res, obj)?;
+        check_identity(res, ns, name, &obj)?;
+        let mut g = self.inner.write();
+        self.update_locked(&mut g, res, ns, name, obj, sub)
+            .map(|outcome| self.finish_update(g, res, ns, outcome))
+    }
+
+    /// Applies a patch to the stored object, then takes the update path
+    /// (same validation; no RV check unless the patch sets one).
+    pub fn patch(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        patch_type: PatchType,
+        patch: &[u8],
+        sub: Subresource,
+    ) -> Result<Obj, StoreError> {
+        let ns = scoped_ns(res, ns);
+        let mut g = self.inner.write();
+        let stored = g.objects[res.index()]
+            .get(&key(ns, name))
+            .ok_or_else(|| not_found(res, name))?;
+        let patched = crate::sim::patch::apply(patch_type, stored, patch).map_err(|e| match e {
+            crate::sim::patch::PatchError::BadRequest(m) => StoreError::BadRequest(m),
+            crate::sim::patch::PatchError::Unprocessable(m) => StoreError::Invalid {
+                resource: res,
+                name: name.to_string(),
+                causes: vec![FieldCause::new(CauseKind::Invalid, "", None, m)],
+            },
+        })?;
+        let patched = check_body(res, patched)?;
+        check_identity(res, ns, name, &patched)?;
+        self.update_locked(&mut g, res, ns, name, patched, sub)
+            .map(|outcome| self.finish_update(g, res, ns, outcome))
+    }
+
+    /// Atomic read-modify-write for controllers and the kubelet: `f` runs
+    /// under the write lock on a copy of the stored object (keep it quick).
+    /// Identity fields (name, namespace, uid, creationTimestamp, kind,
+    /// apiVersion) are restored after `f`; no admission runs. Bumps the RV and
+    /// emits MODIFIED only if something changed; `generation` follows `spec`.
+    pub fn modify(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        f: &mut dyn FnMut(&mut Obj) -> Result<(), StoreError>,
+    ) -> Result<Obj, StoreError> {
+        let ns = scoped_ns(res, ns);
+        let g = self.inner.write();
+        let stored = g.objects[res.index()]
+            .get(&key(ns, name))
+            .ok_or_else(|| not_found(res, name))?;
+        let mut obj = stored.clone();
+        f(&mut obj)?;
+        if !obj.is_object() {
+            return Err(StoreError::BadRequest(
+                "modify produced a non-object".into(),
+            ));
+        }
+        restore_identity(&mut obj, stored);
+        copy_meta(&mut obj, stored, "resourceVersion");
+        copy_meta(&mut obj, stored, "generation");
+        bump_generation(res, &mut obj, stored);
+        let outcome = if obj == *stored {
+            Outcome::Unchanged(stored.clone())
+        } else {
+            Outcome::Changed(obj, stored.clone())
+        };
+        Ok(self.finish_update(g, res, ns, outcome))
+    }
+
+    /// Removes an object now; watchers get DELETED with the final state at a
+    /// new RV, which is also what is returned.
+    pub fn delete(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        pre: &Preconditions,
+    ) -> Result<Obj, StoreError> {
+        let ns = scoped_ns(res, ns);
+        let mut g = self.inner.write();
+        let stored = g.objects[res.index()]
+            .get(&key(ns, name))
+            .ok_or_else(|| not_found(res, name))?;
+        check_preconditions(res, name, stored, pre)?;
+        let obj = g.objects[res.index()]
+            .remove(&key(ns, name))
+            .ok_or_else(|| not_found(res, name))?;
+        Ok(self.remove_locked(g, res, ns, obj))
+    }
+
+    /// Deletes every matching object (deletecollection), one event each.
+    pub fn delete_collection(&self, res: Resource, ns: Option<&str>, sel: &Selectors) -> Vec<Obj> {
+        let (items, _) = self.list(res, ns, sel);
+        let mut out = Vec::with_capacity(items.len());
+        for o in items {
+            let n = name_of(&o).to_string();
+            let on = meta_str(&o, "namespace").to_string();
+            // Objects replaced meanwhile are still deleted; vanished ones skipped.
+            if let Ok(d) = self.delete(res, &on, &n, &Preconditions::default()) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    /// Opens a watch on a kind (one namespace or all) with selectors.
+    /// `WatchFrom::Rv` older than the history window is `Expired`.
+    pub fn watch(
+        &self,
+        res: Resource,
+        ns: Option<&str>,
+        sel: Selectors,
+        from: WatchFrom,
+    ) -> Result<WatchStream, StoreError> {
+        let ns = ns.filter(|_| res.info().namespaced);
+        // Read lock first, then the hub: writers hand the hub over while
+        // holding the write lock, so the snapshot and the registration are at
+        // the same point in the RV sequence.
+        let g = self.inner.read();
+        let now = g.rv;
+        let mut initial = std::collections::VecDeque::new();
+        if from == WatchFrom::InitialAdded {
+            let (items, _) = list_locked(&g, res, ns, &sel);
+            for o in items {
+                let rv = obj_rv(&o);
+                initial.push_back(Arc::new(Event::new(EventType::Added, rv, o)));
+            }
+        }
+        let mut hub = self.hub.lock();
+        drop(g);
+        let replay_after = match from {
+            WatchFrom::Rv(rv) if rv < now => Some(rv),
+            _ => None,
+        };
+        let pinned = sel.field.exact_name().map(str::to_string);
+        let (rx, id, backlog) = hub
+            .register(res, ns, sel, replay_after)
+            .map_err(StoreError::Expired)?;
+        drop(hub);
+        let (backlog, skip, before) = match from {
+            WatchFrom::InitialAdded => (initial, now, 0),
+            WatchFrom::Now => (backlog, now, now),
+            WatchFrom::Rv(rv) => (backlog, rv, rv.min(now)),
+        };
+        Ok(WatchStream::new(
+            rx,
+            backlog,
+            skip,
+            now,
+            before,
+            Arc::downgrade(&self.hub),
+            res,
+            id,
+            pinned,
+        ))
+    }
+
+    /// Ends every open watch of a kind, or of every kind (fault injection,
+    /// shutdown). Returns how many were ended.
+    pub fn terminate_watches(&self, res: Option<Resource>) -> usize {
+        self.hub.lock().terminate(res)
+    }
+
+    /// Open watches, and watches ended because their queue was full.
+    pub fn watch_stats(&self) -> (usize, u64) {
+        let h = self.hub.lock();
+        (h.watcher_count(), h.overflowed)
+    }
+
+    // ---- internals
+
+    fn update_locked(
+        &self,
+        g: &mut Inner,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        body: Obj,
+        sub: Subresource,
+    ) -> Result<Outcome, StoreError> {
+        let stored = g.objects[res.index()]
+            .get(&key(ns, name))
+            .ok_or_else(|| not_found(res, name))?;
+        let body_rv = meta_str(&body, "resourceVersion");
+        if !body_rv.is_empty() && body_rv != meta_str(stored, "resourceVersion") {
+            return Err(StoreError::Conflict {
+                resource: res,
+                name: name.to_string(),
+                message: MODIFIED_MSG.into(),
+            });
+        }
+        let body_uid = meta_str(&body, "uid");
+        let stored_uid = meta_str(stored, "uid");
+        if !body_uid.is_empty() && body_uid != stored_uid {
+            return Err(StoreError::Conflict {
+                resource: res,
+                name: name.to_string(),
+                message: format!(
+                    "Precondition failed: UID in precondition: {body_uid}, UID in object meta: {stored_uid}"
+                ),
+            });
+        }
+        let new = match sub {
+            Subresource::Status => {
+                if !res.has_status_subresource() {
+                    return Err(StoreError::BadRequest(format!(
+                        "{} do not have a status subresource",
+                        res.info().plural
+                    )));
+                }
+                let mut new = stored.clone();
+                set_status(&mut new, body.get("status").cloned());
+                new
+            }
+            Subresource::Main => {
+                let mut new = body;
+                restore_identity(&mut new, stored);
+                copy_meta(&mut new, stored, "generation");
+                if meta_of(stored).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+                    copy_meta(&mut new, stored, "deletionTimestamp");
+                }
+                if meta_of(stored).is_some_and(|m| m.contains_key("deletionGracePeriodSeconds")) {
+                    copy_meta(&mut new, stored, "deletionGracePeriodSeconds");
+                }
+                if res.has_status_subresource() {
+                    set_status(&mut new, stored.get("status").cloned());
+                }
+                admission::admit_update(res, &mut new, stored).map_err(|r| reject(res, name, r))?;
+                bump_generation(res, &mut new, stored);
+                new
+            }
+        };
+        let mut new = new;
+        copy_meta(&mut new, stored, "resourceVersion");
+        if new == *stored {
+            return Ok(Outcome::Unchanged(stored.clone()));
+        }
+        let stored = stored.clone();
+        let inner = &mut *g;
+        admission::allocate(res, &mut new, Some(&stored), &mut inner.alloc)
+            .map_err(|r| reject(res, name, r))?;
+        admission::release(res, &stored, Some(&new), &mut inner.alloc);
+        Ok(Outcome::Changed(new, stored))
+    }
+
+    /// Commits an update outcome: bumps the RV, stores, publishes.
+    fn finish_update(
+        &self,
+        mut g: RwLockWriteGuard<'_, Inner>,
+        res: Resource,
+        ns: &str,
+        outcome: Outcome,
+    ) -> Obj {
+        match outcome {
+            Outcome::Unchanged(o) => o,
+            Outcome::Changed(mut new, prev) => {
+                g.rv += 1;
+                let rv = g.rv;
+                set_rv(&mut new, rv);
+                let name = name_of(&new).to_string();
+                g.objects[res.index()].insert(key(ns, &name), new.clone());
+                let ev = Event::new(EventType::Modified, rv, new.clone());
+                self.publish(g, Change::new(res, ns.to_string(), ev, Some(prev)));
+                new
+            }
+        }
+    }
+
+    fn remove_locked(
+        &self,
+        mut g: RwLockWriteGuard<'_, Inner>,
+        res: Resource,
+        ns: &str,
+        mut obj: Obj,
+    ) -> Obj {
+        admission::release(res, &obj, None, &mut g.alloc);
+        g.rv += 1;
+        let rv = g.rv;
+        set_rv(&mut obj, rv);
+        let ev = Event::new(EventType::Deleted, rv, obj.clone());
+        self.publish(g, Change::new(res, ns.to_string(), ev, None));
+        obj
+    }
+
+    /// Hands the change to the hub: takes the hub lock, then releases the
+    /// store lock, so events are published in RV order while the next writer
+    /// may already proceed with its own work.
+    fn publish(&self, g: RwLockWriteGuard<'_, Inner>, c: Change) {
+        let mut hub = self.hub.lock();
+        drop(g);
+        hub.publish(c);
+    }
+}
+
+enum Outcome {
+    Unchanged(Obj),
+    /// (new, previous)
+    Changed(Obj, Obj),
+}
+
+fn list_locked(g: &Inner, res: Resource, ns: Option<&str>, sel: &Selectors) -> (Vec<Obj>, u64) {
+    let map = &g.objects[res.index()];
+    let items = match ns {
+        Some(ns) => map
+            .range(key(ns, "")..)
+            .take_while(|((n, _), _)| n == ns)
+            .filter(|(_, o)| sel.matches(o))
+            .map(|(_, o)| o.clone())
+            .collect(),
+        None => map.values().filter(|o| sel.matches(o)).cloned().collect(),
+    };
+    (items, g.rv)
+}
+
+fn key(ns: &str, name: &str) -> Key {
+    (ns.to_string(), name.to_string())
+}
+
+fn scoped_ns(res: Resource, ns: &str) -> &str {
+    if res.info().namespaced {
+        ns
+    } else {
+        ""
+    }
+}
+
+fn not_found(res: Resource, name: &str) -> StoreError {
+    StoreError::NotFound {
+        resource: res,
+        name: name.to_string(),
+    }
+}
+
+fn namespace_mismatch() -> StoreError {
+    StoreError::BadRequest(
+        "the namespace of the provided object does not match the namespace sent on the request"
+            .into(),
+    )
+}
+
+fn reject(res: Resource, name: &str, r: Rejection) -> StoreError {
+    match r {
+        Rejection::Invalid(causes) => StoreError::Invalid {
+            resource: res,
+            name: name.to_string(),
+            causes,
+        },
+        Rejection::BadRequest(m) => StoreError::BadRequest(m),
+    }
+}
+
+/// The namespace must exist and not be terminating.
+fn check_namespace_usable(
+    g: &Inner,
+    res: Resource,
+    ns: &str,
+    name: &str,
+) -> Result<(), StoreError> {
+    let Some(nso) = g.objects[Resource::Namespace.index()].get(&key("", ns)) else {
+        return Err(not_found(Resource::Namespace, ns));
+    };
+    let terminating = nso.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
+        || meta_of(nso).is_some_and(|m| m.contains_key("deletionTimestamp"));
+    if terminating {
+        return Err(StoreError::Forbidden {
+            resource: res,
+            name: name.to_string(),
+            message: format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The body must be an object whose `kind`/`apiVersion` (when present) are
+/// the resource's; both are filled in when absent.
+fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
+    let info = res.info();
+    let Value::Object(mut m) = obj else {
+        return Err(StoreError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: the body must be a JSON object",
+            info.kind, info.version, info.kind
+        )));
+    };
+    let av = info.api_version();
+    match m.get("apiVersion") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s.is_empty() || *s == av => {}
+        Some(other) => {
+            let got = other
+                .as_str()
+                .map_or_else(|| other.to_string(), str::to_string);
+            return Err(StoreError::BadRequest(format!(
+                "the API version in the data ({got}) does not match the expected API version ({av})"
+            )));
+        }
+    }
+    match m.get("kind") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s.is_empty() || s == info.kind => {}
+        Some(other) => {
+            let got = other
+                .as_str()
+                .map_or_else(|| other.to_string(), str::to_string);
+            return Err(StoreError::BadRequest(format!(
+                "the kind in the data ({got}) does not match the expected kind ({})",
+                info.kind
+            )));
+        }
+    }
+    m.insert("apiVersion".into(), Value::String(av));
+    m.insert("kind".into(), Value::String(info.kind.to_string()));
+    let bad = |what: &str| {
+        StoreError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {what}",
+            info.kind, info.version, info.kind
+        ))
+    };
+    match m.get("metadata") {
+        None | Some(Value::Null) => {
+            m.insert("metadata".into(), Value::Object(Map::new()));
+        }
+        Some(Value::Object(meta)) => {
+            for f in [
+                "name",
+                "generateName",
+                "namespace",
+                "resourceVersion",
+                "uid",
+            ] {
+                if meta.get(f).is_some_and(|v| !v.is_string() && !v.is_null()) {
+                    return Err(bad(&format!("metadata.{f} must be a string")));
+                }
+            }
+            for f in ["labels", "annotations"] {
+                match meta.get(f) {
+                    None | Some(Value::Null) => {}
+                    Some(Value::Object(lm)) if lm.values().all(Value::is_string) => {}
+                    Some(_) => return Err(bad(&format!("metadata.{f} must be a map of strings"))),
+                }
+            }
+        }
+        Some(_) => return Err(bad("metadata must be an object")),
+    }
+    Ok(Value::Object(m))
+}
+
+/// PUT/patch identity rules: the body's name must be the URL's, and a body
+/// namespace must be the URL's.
+fn check_identity(res: Resource, ns: &str, name: &str, obj: &Obj) -> Result<(), StoreError> {
+    let body_name = name_of(obj);
+    if body_name != name {
+        return Err(StoreError::BadRequest(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    if res.info().namespaced {
+        let bns = meta_str(obj, "namespace");
+        if !bns.is_empty() && bns != ns {
+            return Err(namespace_mismatch());
+        }
+    }
+    Ok(())
+}
+
+fn check_preconditions(
+    res: Resource,
+    name: &str,
+    stored: &Obj,
+    pre: &Preconditions,
+) -> Result<(), StoreError> {
+    let fail = |message: String| StoreError::Conflict {
+        resource: res,
+        name: name.to_string(),
+        message,
+    };
+    if let Some(uid) = &pre.uid {
+        let have = meta_str(stored, "uid");
+        if uid != have {
+            return Err(fail(format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {have}"
+            )));
+        }
+    }
+    if let Some(rv) = &pre.resource_version {
+        let have = meta_str(stored, "resourceVersion");
+        if rv != have {
+            return Err(fail(format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {have}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn meta_of(obj: &Obj) -> Option<&Map<String, Value>> {
+    obj.get("metadata")?.as_object()
+}
+
+/// `metadata`, created (replacing a non-object) if needed.
+pub(crate) fn meta_mut(obj: &mut Obj) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = Value::Object(Map::new());
+    }
+    let m = obj.as_object_mut().expect("object ensured above");
+    let meta = m
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    meta.as_object_mut().expect("object ensured above")
+}
+
+pub(crate) fn meta_str<'a>(obj: &'a Obj, field: &str) -> &'a str {
+    meta_of(obj)
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn name_of(obj: &Obj) -> &str {
+    meta_str(obj, "name")
+}
+
+/// The object's resourceVersion as a number (0 if absent or malformed).
+pub fn obj_rv(obj: &Obj) -> u64 {
+    meta_str(obj, "resourceVersion").parse().unwrap_or(0)
+}
+
+pub(crate) fn set_rv(obj: &mut Obj, rv: u64) {
+    meta_mut(obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
+}
+
+/// Copies one metadata field from `from` (removing it when `from` lacks it).
+fn copy_meta(to: &mut Obj, from: &Obj, field: &str) {
+    let v = meta_of(from).and_then(|m| m.get(field)).cloned();
+    let m = meta_mut(to);
+    match v {
+        Some(v) => m.insert(field.to_string(), v),
+        None => m.remove(field),
+    };
+}
+
+/// Fields a client may not change: kept from the stored object.
+fn restore_identity(obj: &mut Obj, stored: &Obj) {
+    for f in ["name", "namespace", "uid", "creationTimestamp"] {
+        copy_meta(obj, stored, f);
+    }
+    if let (Some(m), Some(s)) = (obj.as_object_mut(), stored.as_object()) {
+        for f in ["kind", "apiVersion"] {
+            if let Some(v) = s.get(f) {
+                m.insert(f.to_string(), v.clone());
+            }
+        }
+    }
+}
+
+fn set_status(obj: &mut Obj, status: Option<Value>) {
+    if let Some(m) = obj.as_object_mut() {
+        match status {
+            Some(s) if !s.is_null() => m.insert("status".into(), s),
+            _ => m.remove("status"),
+        };
+    }
+}
+
+/// `generation` goes up by one when `spec` changed (and, for Deployments,
+/// annotations too, as upstream does), for kinds that keep a generation.
+fn bump_generation(res: Resource, new: &mut Obj, old: &Obj) {
+    if !res.info().has_generation {
+        return;
+    }
+    let mut changed = new.get("spec") != old.get("spec");
+    if res == Resource::Deployment {
+        changed |= meta_of(new).and_then(|m| m.get("annotations"))
+            != meta_of(old).and_then(|m| m.get("annotations"));
+    }
+    let old_gen = meta_of(old)
+        .and_then(|m| m.get("generation"))
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let gen = if changed { old_gen + 1 } else { old_gen };
+    meta_mut(new).insert("generation".into(), Value::from(gen));
+}
+
+/// A random UUID v4 in its text form.
+fn new_uid() -> String {
+    let mut b: [u8; 16] = rand::rng().random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// `base` + 5 random characters, retried while `taken` says so. The base is
+/// cut to 58 characters as upstream does, so the name fits 63.
+fn generate_name(base: &str, taken: impl Fn(&str) -> bool) -> String {
+    let base: String = base.chars().take(58).collect();
+    let mut rng = rand::rng();
+    let mut name = String::new();
+    for _ in 0..16 {
+        name = base.clone();
+        for _ in 0..5 {
+            let i = rng.random_range(0..GENERATE_ALPHABET.len());
+            name.push(GENERATE_ALPHABET[i] as char);
+        }
+        if !taken(&name) {
+            break;
+        }
+    }
+    name
+}
