@@ -8,10 +8,8 @@ use super::discovery;
 use super::lifecycle::{self, DeleteOptions};
 use super::faults::Faults;
 use super::resources::{Resource, ResourceInfo};
-use super::selector::{FieldSelector, LabelSelector};
 use super::store::{
-    Event, EventType, PatchType, Selectors, Store, StoreError, Subresource,
-    WatchFrom,
+    Event, PatchType, Selectors, Store, StoreError, Subresource, WatchFrom,
 };
 use crate::http::{ChunkSink, Handler, HttpError, Reply, Request, Response};
 use crate::kube::status::Status;
@@ -183,41 +181,38 @@ fn store_error(e: StoreError) -> Response {
 }
 
 fn status_of(e: StoreError) -> Status {
-    match e {
-        StoreError::NotFound { resource, name } => {
-            let i = resource.info();
-            Status::not_found(i.group, i.plural, &name)
-        }
-        StoreError::AlreadyExists { resource, name } => {
-            let i = resource.info();
-            Status::already_exists(i.group, i.plural, &name)
-        }
-        StoreError::Conflict {
-            resource,
-            name,
-            message,
-        } => {
-            let i = resource.info();
-            Status::conflict(i.group, i.plural, &name, &message)
-        }
-        StoreError::Invalid {
-            resource,
-            name,
-            causes,
-        } => {
-            let i = resource.info();
-            Status::invalid(i.group, i.kind, &name, causes.iter().map(|c| c.to_cause()).collect())
-        }
-        StoreError::BadRequest(m) => Status::bad_request(&m),
-        StoreError::Expired(m) => Status::expired(&m),
-        StoreError::Forbidden {
-            resource,
-            name,
-            message,
-        } => {
-            let i = resource.info();
-            Status::forbidden(i.group, i.plural, &name, &message)
-        }
+    use crate::kube::status::{StatusCause, StatusDetails, StatusReason};
+    let mut details = StatusDetails::default();
+    if let Some((res, name)) = e.subject() {
+        let i = res.info();
+        details.name = name.to_string();
+        details.group = i.group.to_string();
+        details.kind = i.plural.to_string();
+    }
+    if let StoreError::Invalid {
+        resource, causes, ..
+    } = &e
+    {
+        details.kind = resource.info().kind.to_string();
+        details.causes = causes
+            .iter()
+            .map(|c| StatusCause {
+                reason: c.kind.reason().to_string(),
+                message: c.body(),
+                field: c.field.clone(),
+            })
+            .collect();
+    }
+    let code = e.code();
+    Status {
+        kind: Some("Status".into()),
+        api_version: Some("v1".into()),
+        status: "Failure".into(),
+        message: e.message(),
+        reason: Some(StatusReason::parse(e.reason())),
+        details: (details != StatusDetails::default()).then_some(details),
+        code: code as i32,
+        ..Status::default()
     }
 }
 
@@ -280,15 +275,8 @@ fn patch_type(req: &Request) -> Result<PatchType, Response> {
 }
 
 fn selectors(req: &Request, res: Resource) -> Result<Selectors, Response> {
-    let label = match req.query("labelSelector") {
-        Some(s) => LabelSelector::parse(s).map_err(store_error)?,
-        None => LabelSelector::default(),
-    };
-    let field = match req.query("fieldSelector") {
-        Some(s) => FieldSelector::parse(res, s).map_err(store_error)?,
-        None => FieldSelector::default(),
-    };
-    Ok(Selectors { label, field })
+    Selectors::parse(res, req.query("labelSelector"), req.query("fieldSelector"))
+        .map_err(store_error)
 }
 
 fn delete_options(req: &Request) -> Result<DeleteOptions, Response> {
@@ -657,7 +645,10 @@ impl ApiServer {
                         Some(n) => n,
                         None => return bad_request("Scale spec.replicas is required"),
                     },
-                    Err(e) => return store_error(e),
+                    Err(super::patch::PatchError::BadRequest(m)) => return bad_request(&m),
+                    Err(super::patch::PatchError::Unprocessable(m)) => {
+                        return status_response(&Status::invalid_message(&m))
+                    }
                 }
             }
             _ => return method_not_allowed(),
@@ -800,12 +791,7 @@ impl ApiServer {
 }
 
 fn encode(ev: &Event) -> Vec<u8> {
-    let ty = match ev.ty {
-        EventType::Added => crate::kube::watch::EventType::Added,
-        EventType::Modified => crate::kube::watch::EventType::Modified,
-        EventType::Deleted => crate::kube::watch::EventType::Deleted,
-    };
-    crate::kube::watch::encode_event_raw(ty, ev.object_json())
+    ev.line().to_vec()
 }
 
 fn dry_run(req: &Request) -> bool {

@@ -292,6 +292,41 @@ impl Kubelet {
     }
 }
 
+/// Reads a ConfigMap's or Secret's data (decoded) for env and volumes.
+pub(crate) fn config_lookup(
+    store: Arc<Store>,
+    ns: String,
+) -> Box<dyn Fn(&str, &str) -> Option<BTreeMap<String, Vec<u8>>>> {
+    Box::new(move |kind: &str, name: &str| {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let res = match kind {
+            "ConfigMap" => Resource::ConfigMap,
+            "Secret" => Resource::Secret,
+            _ => return None,
+        };
+        let o = store.get(res, &ns, name).ok()?;
+        let mut out = BTreeMap::new();
+        if let Some(data) = o["data"].as_object() {
+            for (k, v) in data {
+                let v = v.as_str().unwrap_or("");
+                let bytes = if res == Resource::Secret {
+                    b64.decode(v).unwrap_or_default()
+                } else {
+                    v.as_bytes().to_vec()
+                };
+                out.insert(k.clone(), bytes);
+            }
+        }
+        if let Some(data) = o["binaryData"].as_object() {
+            for (k, v) in data {
+                out.insert(k.clone(), b64.decode(v.as_str().unwrap_or("")).unwrap_or_default());
+            }
+        }
+        Some(out)
+    })
+}
+
 fn truncate(s: &str, n: usize) -> &str {
     match s.char_indices().nth(n) {
         Some((i, _)) => &s[..i],
@@ -615,27 +650,8 @@ impl PodWorker {
         }
     }
 
-    fn lookup_fn(&self) -> Box<dyn Fn(&str, &str, &str) -> Option<String>> {
-        let store = self.k.store.clone();
-        let ns = self.ns.clone();
-        Box::new(move |kind: &str, name: &str, key: &str| {
-            let res = match kind {
-                "ConfigMap" => Resource::ConfigMap,
-                "Secret" => Resource::Secret,
-                _ => return None,
-            };
-            let o = store.get(res, &ns, name).ok()?;
-            if res == Resource::Secret {
-                let b64 = o["data"][key].as_str()?;
-                use base64::Engine;
-                let raw = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
-                String::from_utf8(raw).ok()
-            } else if key.is_empty() {
-                Some(String::new())
-            } else {
-                o["data"][key].as_str().map(str::to_string)
-            }
-        })
+    fn lookup_fn(&self) -> Box<dyn Fn(&str, &str) -> Option<BTreeMap<String, Vec<u8>>>> {
+        config_lookup(self.k.store.clone(), self.ns.clone())
     }
 
     fn start_container(&mut self, init: bool, i: usize) {

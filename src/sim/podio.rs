@@ -121,28 +121,15 @@ impl Kubelet {
         if let Some(m) = spec.as_object_mut() {
             m.remove("args");
         }
-        let store = self.store.clone();
         let ns = t.pod["metadata"]["namespace"].as_str().unwrap_or("").to_string();
-        let lookup = move |kind: &str, name: &str, key: &str| -> Option<String> {
-            let res = if kind == "Secret" { Resource::Secret } else { Resource::ConfigMap };
-            let o = store.get(res, &ns, name).ok()?;
-            if res == Resource::Secret {
-                use base64::Engine;
-                let raw = base64::engine::general_purpose::STANDARD
-                    .decode(o["data"][key].as_str()?)
-                    .ok()?;
-                String::from_utf8(raw).ok()
-            } else {
-                o["data"][key].as_str().map(str::to_string)
-            }
-        };
+        let lookup = super::kubelet::config_lookup(self.store.clone(), ns);
         let ctx = PlanContext {
             pod_ip: h.pod_ip.clone(),
             host_ip: super::kubelet::HOST_IP.to_string(),
             node_name: super::kubelet::NODE_NAME.to_string(),
             pod_dir: h.pod_dir.clone(),
             self_exe: self.self_exe.clone(),
-            lookup: &lookup,
+            lookup: &*lookup,
         };
         let mut plan = podspec::plan_container(&h.pod, &spec, &ctx).map_err(|e| e.to_string())?;
         plan.tty = tty;
