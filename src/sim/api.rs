@@ -241,6 +241,7 @@ fn body_object(req: &Request, info: &ResourceInfo) -> Result<Value, Response> {
     if let Some(ct) = req.header("content-type") {
         let base = ct.split(';').next().unwrap_or("").trim();
         if !base.is_empty() && base != "application/json" && base != "*/*" {
+            log::warn!("unsupported content type {ct:?}");
             return Err(status_response(&Status::unsupported_media_type(&["application/json"])));
         }
     }

@@ -514,7 +514,7 @@ impl PodWorker {
                 Some(PodMsg::Kill { container }) => {
                     if let Some(c) = self.find(&container) {
                         if let Some(p) = &c.process {
-                            p.signal_group(9);
+                            let _ = p.signal_group(9);
                         }
                     }
                 }
