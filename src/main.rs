@@ -52,11 +52,7 @@ fn usage_error(msg: &str) -> i32 {
 }
 
 /// Takes the value of a flag given as `--flag VALUE` or `--flag=VALUE`.
-fn flag_value(
-    args: &[String],
-    i: &mut usize,
-    flag: &str,
-) -> Result<Option<String>, String> {
+fn flag_value(args: &[String], i: &mut usize, flag: &str) -> Result<Option<String>, String> {
     let a = &args[*i];
     if a == flag {
         *i += 1;

@@ -12,7 +12,7 @@
 mod common;
 
 use common::SimProc;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read as _, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,7 +26,10 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 fn raise_nofile() {
-    if let Ok(lim) = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum.ok_or(()) {
+    if let Ok(lim) = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .maximum
+        .ok_or(())
+    {
         let _ = rustix::process::setrlimit(
             rustix::process::Resource::Nofile,
             rustix::process::Rlimit {
@@ -100,7 +103,10 @@ fn sim_scale() {
         .body_mut()
         .read_json()
         .expect("list json");
-    let rv = list["metadata"]["resourceVersion"].as_str().unwrap_or("0").to_string();
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
 
     // Open the watches, each on its own connection and thread.
     let latencies = Arc::new(Mutex::new(Vec::<f64>::with_capacity(watches)));
@@ -163,7 +169,10 @@ fn sim_scale() {
             if i >= pods {
                 return;
             }
-            let sent = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+            let sent = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
             let pod = serde_json::json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": format!("bench-{i}"), "annotations": {
@@ -191,9 +200,18 @@ fn sim_scale() {
     println!("|---|---|");
     println!("| pods created | {pods} |");
     println!("| open watches (one pod each) | {watches} (opened in {open_secs:.2} s) |");
-    println!("| pod create rate ({writers} writers) | {:.0} pods/s |", pods as f64 / create_secs);
-    println!("| watch delivery latency p50 | {:.2} ms |", percentile(&lat, 0.50));
-    println!("| watch delivery latency p99 | {:.2} ms |", percentile(&lat, 0.99));
+    println!(
+        "| pod create rate ({writers} writers) | {:.0} pods/s |",
+        pods as f64 / create_secs
+    );
+    println!(
+        "| watch delivery latency p50 | {:.2} ms |",
+        percentile(&lat, 0.50)
+    );
+    println!(
+        "| watch delivery latency p99 | {:.2} ms |",
+        percentile(&lat, 0.99)
+    );
     println!("| events received | {} of {watches} |", lat.len());
     println!("| sim RSS | {} MiB |", rss / 1024);
     assert_eq!(lat.len(), watches, "every watcher must see its pod");

@@ -18,7 +18,9 @@ fn pods_of(sim: &SimProc, selector: &str) -> Vec<Value> {
 
 fn running(pods: &[Value]) -> usize {
     pods.iter()
-        .filter(|p| p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| {
+            p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null()
+        })
         .count()
 }
 
@@ -28,23 +30,51 @@ fn crud_and_workloads(sim: &SimProc) {
     sim.kubectl_ok(&["create", "configmap", "cm1", "--from-literal=a=1"]);
     let cm = sim.kubectl_json(&["get", "configmap", "cm1"]);
     assert_eq!(cm["data"]["a"], "1");
-    let again = sim.kubectl_run(&["create", "configmap", "cm1", "--from-literal=a=1"], None, Duration::from_secs(30));
+    let again = sim.kubectl_run(
+        &["create", "configmap", "cm1", "--from-literal=a=1"],
+        None,
+        Duration::from_secs(30),
+    );
     assert_eq!(again.code, Some(1));
-    assert!(again.stderr_str().contains("already exists"), "{}", again.stderr_str());
+    assert!(
+        again.stderr_str().contains("already exists"),
+        "{}",
+        again.stderr_str()
+    );
     let missing = sim.kubectl_run(&["get", "configmap", "nope"], None, Duration::from_secs(30));
     assert_eq!(missing.code, Some(1));
-    assert!(missing.stderr_str().contains("not found"), "{}", missing.stderr_str());
+    assert!(
+        missing.stderr_str().contains("not found"),
+        "{}",
+        missing.stderr_str()
+    );
 
     // apply twice: the second one updates.
-    let manifest = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"applied"},"data":{"k":"v1"}}"#;
-    let out = sim.kubectl_run(&["apply", "-f", "-"], Some(manifest.as_bytes()), Duration::from_secs(30));
+    let manifest =
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"applied"},"data":{"k":"v1"}}"#;
+    let out = sim.kubectl_run(
+        &["apply", "-f", "-"],
+        Some(manifest.as_bytes()),
+        Duration::from_secs(30),
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr_str());
     assert!(out.stdout_str().contains("created"), "{}", out.stdout_str());
     let manifest2 = manifest.replace("v1\"}", "v2\"}");
-    let out = sim.kubectl_run(&["apply", "-f", "-"], Some(manifest2.as_bytes()), Duration::from_secs(30));
+    let out = sim.kubectl_run(
+        &["apply", "-f", "-"],
+        Some(manifest2.as_bytes()),
+        Duration::from_secs(30),
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr_str());
-    assert!(out.stdout_str().contains("configured"), "{}", out.stdout_str());
-    assert_eq!(sim.kubectl_json(&["get", "configmap", "applied"])["data"]["k"], "v2");
+    assert!(
+        out.stdout_str().contains("configured"),
+        "{}",
+        out.stdout_str()
+    );
+    assert_eq!(
+        sim.kubectl_json(&["get", "configmap", "applied"])["data"]["k"],
+        "v2"
+    );
 
     // Service: clusterIP allocated; a stale replace is a Conflict.
     sim.kubectl_ok(&["create", "service", "clusterip", "svc1", "--tcp=80:8080"]);
@@ -54,18 +84,37 @@ fn crud_and_workloads(sim: &SimProc) {
     let mut stale = svc.clone();
     sim.kubectl_ok(&["label", "service", "svc1", "touched=yes"]);
     stale["metadata"]["labels"]["other"] = Value::from("x");
-    let out = sim.kubectl_run(&["replace", "-f", "-"], Some(stale.to_string().as_bytes()), Duration::from_secs(30));
+    let out = sim.kubectl_run(
+        &["replace", "-f", "-"],
+        Some(stale.to_string().as_bytes()),
+        Duration::from_secs(30),
+    );
     assert_eq!(out.code, Some(1));
-    assert!(out.stderr_str().contains("the object has been modified"), "{}", out.stderr_str());
+    assert!(
+        out.stderr_str().contains("the object has been modified"),
+        "{}",
+        out.stderr_str()
+    );
 
     // Deployments: Running pods with owner references and pod IPs.
-    sim.kubectl_ok(&["create", "deployment", "web", "--image=busybox", "--", "sh", "-c", LOOP]);
+    sim.kubectl_ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=busybox",
+        "--",
+        "sh",
+        "-c",
+        LOOP,
+    ]);
     let pods = wait_for("1 running web pod", Duration::from_secs(30), || {
         let p = pods_of(sim, "app=web");
         (running(&p) == 1).then_some(p)
     });
     let pod = &pods[0];
-    assert!(pod["status"]["podIP"].as_str().is_some_and(|ip| ip.starts_with("127.")));
+    assert!(pod["status"]["podIP"]
+        .as_str()
+        .is_some_and(|ip| ip.starts_with("127.")));
     let owner = &pod["metadata"]["ownerReferences"][0];
     assert_eq!(owner["kind"], "ReplicaSet");
     assert_eq!(owner["controller"], true);
@@ -81,10 +130,15 @@ fn crud_and_workloads(sim: &SimProc) {
     // delete pod: waits, then the ReplicaSet replaces it.
     let victim = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
     sim.kubectl_ok(&["delete", "pod", &victim]);
-    wait_for("the deleted pod to be replaced", Duration::from_secs(30), || {
-        let p = pods_of(sim, "app=web");
-        (running(&p) == 3 && p.iter().all(|x| x["metadata"]["name"] != victim.as_str())).then_some(())
-    });
+    wait_for(
+        "the deleted pod to be replaced",
+        Duration::from_secs(30),
+        || {
+            let p = pods_of(sim, "app=web");
+            (running(&p) == 3 && p.iter().all(|x| x["metadata"]["name"] != victim.as_str()))
+                .then_some(())
+        },
+    );
 
     // delete deployment: its ReplicaSet and pods are collected.
     sim.kubectl_ok(&["delete", "deployment", "web"]);
@@ -108,20 +162,40 @@ fn kubectl_over_tls_with_token() {
     crud_and_workloads(&sim);
     // Without the token: 401.
     let mut c = std::process::Command::new("kubectl");
-    c.args(["--server", &sim.url, "--insecure-skip-tls-verify", "--cache-dir"])
-        .arg(sim.dir.join("anon-cache"))
-        .args(["get", "pods"]);
+    c.args([
+        "--server",
+        &sim.url,
+        "--insecure-skip-tls-verify",
+        "--cache-dir",
+    ])
+    .arg(sim.dir.join("anon-cache"))
+    .args(["get", "pods"]);
     let out = common::run_with_timeout(c, None, Duration::from_secs(30));
     assert_eq!(out.code, Some(1));
-    assert!(out.stderr_str().to_lowercase().contains("unauthorized") || out.stderr_str().contains("must be logged in"), "{}", out.stderr_str());
+    assert!(
+        out.stderr_str().to_lowercase().contains("unauthorized")
+            || out.stderr_str().contains("must be logged in"),
+        "{}",
+        out.stderr_str()
+    );
 }
 
 #[test]
 fn kubectl_with_client_certificate() {
     let sim = SimProc::start(&["--tls", "--client-ca"]);
     let v = sim.kubectl_json(&["get", "namespaces"]);
-    let names: Vec<&str> = v["items"].as_array().map(|a| a.iter().filter_map(|n| n["metadata"]["name"].as_str()).collect()).unwrap_or_default();
-    assert!(names.contains(&"default") && names.contains(&"kube-system"), "{names:?}");
+    let names: Vec<&str> = v["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|n| n["metadata"]["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        names.contains(&"default") && names.contains(&"kube-system"),
+        "{names:?}"
+    );
 }
 
 #[test]
@@ -140,7 +214,16 @@ fn kubectl_get_pods_watch_sees_added_modified_deleted() {
             let _ = tx.send(v["type"].as_str().unwrap_or("").to_string());
         }
     });
-    sim.kubectl_ok(&["run", "w1", "--image=busybox", "--restart=Never", "--", "sh", "-c", LOOP]);
+    sim.kubectl_ok(&[
+        "run",
+        "w1",
+        "--image=busybox",
+        "--restart=Never",
+        "--",
+        "sh",
+        "-c",
+        LOOP,
+    ]);
     wait_for("w1 running", Duration::from_secs(30), || {
         (sim.kubectl_json(&["get", "pod", "w1"])["status"]["phase"] == "Running").then_some(())
     });

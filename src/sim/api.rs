@@ -5,12 +5,10 @@
 //! the store's lock while writing to a socket.
 
 use super::discovery;
-use super::lifecycle::{self, DeleteOptions};
 use super::faults::Faults;
+use super::lifecycle::{self, DeleteOptions};
 use super::resources::{Resource, ResourceInfo};
-use super::store::{
-    Event, PatchType, Selectors, Store, StoreError, Subresource, WatchFrom,
-};
+use super::store::{Event, PatchType, Selectors, Store, StoreError, Subresource, WatchFrom};
 use crate::http::{ChunkSink, Handler, HttpError, Reply, Request, Response};
 use crate::kube::status::Status;
 use crossbeam_channel::RecvTimeoutError;
@@ -97,6 +95,8 @@ enum Route<'a> {
     Group(&'a str),
     ResourceList(&'a str, &'a str),
     Faults,
+    OpenApiIndex,
+    OpenApiDoc(&'a str),
     /// A collection, in a namespace or across all namespaces (ns None).
     Collection(Resource, Option<&'a str>),
     Object(Resource, &'a str, &'a str),
@@ -116,6 +116,9 @@ fn route(path: &str) -> Route<'_> {
         ["version"] => Route::Version,
         ["healthz"] | ["readyz"] | ["livez"] => Route::Health,
         ["sim", "faults"] => Route::Faults,
+        ["openapi", "v3"] => Route::OpenApiIndex,
+        ["openapi", "v3", "api", "v1"] => Route::OpenApiDoc(""),
+        ["openapi", "v3", "apis", g, "v1"] => Route::OpenApiDoc(g),
         ["api"] => Route::ApiVersions,
         ["apis"] => Route::GroupList,
         ["apis", g] => Route::Group(g),
@@ -128,9 +131,8 @@ fn route(path: &str) -> Route<'_> {
 }
 
 fn resource_route<'a>(group: &'a str, rest: &[&'a str]) -> Route<'a> {
-    let namespaced = |plural: &str| {
-        Resource::from_path(group, plural).filter(|r| r.info().namespaced)
-    };
+    let namespaced =
+        |plural: &str| Resource::from_path(group, plural).filter(|r| r.info().namespaced);
     if rest.len() >= 3 && rest[0] == "namespaces" {
         if let Some(res) = namespaced(rest[2]) {
             let ns = rest[1];
@@ -242,7 +244,9 @@ fn body_object(req: &Request, info: &ResourceInfo) -> Result<Value, Response> {
         let base = ct.split(';').next().unwrap_or("").trim();
         if !base.is_empty() && base != "application/json" && base != "*/*" {
             log::warn!("unsupported content type {ct:?}");
-            return Err(status_response(&Status::unsupported_media_type(&["application/json"])));
+            return Err(status_response(&Status::unsupported_media_type(&[
+                "application/json",
+            ])));
         }
     }
     let v: Value = serde_json::from_slice(&req.body).map_err(|e| {
@@ -403,10 +407,26 @@ impl ApiServer {
             Route::Version if m == "GET" => json_response(200, &discovery::version()).into(),
             Route::Health if m == "GET" => Response::text(200, "ok").into(),
             Route::Faults => self.faults.handle(req).into(),
-            Route::ApiVersions if m == "GET" => {
-                json_response(200, &discovery::api_versions(self.server_address.get().map(String::as_str).unwrap_or("127.0.0.1:6443"))).into()
+            Route::OpenApiIndex if m == "GET" => {
+                json_response(200, &discovery::openapi_v3_index()).into()
             }
-            Route::GroupList if m == "GET" => json_response(200, &discovery::api_group_list()).into(),
+            Route::OpenApiDoc(g) if m == "GET" => match discovery::openapi_v3_doc(g) {
+                Some(v) => json_response(200, &v).into(),
+                None => not_found_path(path).into(),
+            },
+            Route::ApiVersions if m == "GET" => json_response(
+                200,
+                &discovery::api_versions(
+                    self.server_address
+                        .get()
+                        .map(String::as_str)
+                        .unwrap_or("127.0.0.1:6443"),
+                ),
+            )
+            .into(),
+            Route::GroupList if m == "GET" => {
+                json_response(200, &discovery::api_group_list()).into()
+            }
             Route::Group(g) if m == "GET" => match discovery::api_group(g) {
                 Some(v) => json_response(200, &v).into(),
                 None => not_found_path(path).into(),
@@ -541,7 +561,12 @@ impl ApiServer {
                             json_response(200, &o)
                         } else {
                             let uid = o["metadata"]["uid"].as_str().unwrap_or("");
-                            status_response(&Status::success_delete(info.group, info.plural, name, uid))
+                            status_response(&Status::success_delete(
+                                info.group,
+                                info.plural,
+                                name,
+                                uid,
+                            ))
                         }
                     }
                     Err(e) => store_error(e),
@@ -801,11 +826,16 @@ fn dry_run(req: &Request) -> bool {
 
 fn not_found_path(path: &str) -> Response {
     let _ = path;
-    status_response(&Status::not_found_message("the server could not find the requested resource"))
+    status_response(&Status::not_found_message(
+        "the server could not find the requested resource",
+    ))
 }
 
 fn no_kubelet() -> Reply {
-    status_response(&Status::internal_error("no kubelet is attached to this API server")).into()
+    status_response(&Status::internal_error(
+        "no kubelet is attached to this API server",
+    ))
+    .into()
 }
 
 impl Handler for ApiServer {
@@ -845,7 +875,10 @@ mod tests {
         assert_eq!(route("/api"), Route::ApiVersions);
         assert_eq!(route("/api/v1"), Route::ResourceList("", "v1"));
         assert_eq!(route("/apis/apps/v1"), Route::ResourceList("apps", "v1"));
-        assert_eq!(route("/api/v1/pods"), Route::Collection(Resource::Pod, None));
+        assert_eq!(
+            route("/api/v1/pods"),
+            Route::Collection(Resource::Pod, None)
+        );
         assert_eq!(
             route("/api/v1/namespaces/default/pods"),
             Route::Collection(Resource::Pod, Some("default"))
@@ -854,8 +887,14 @@ mod tests {
             route("/api/v1/namespaces/default/pods/x/exec"),
             Route::Sub(Resource::Pod, "default", "x", "exec")
         );
-        assert_eq!(route("/api/v1/namespaces"), Route::Collection(Resource::Namespace, None));
-        assert_eq!(route("/api/v1/namespaces/demo"), Route::Object(Resource::Namespace, "", "demo"));
+        assert_eq!(
+            route("/api/v1/namespaces"),
+            Route::Collection(Resource::Namespace, None)
+        );
+        assert_eq!(
+            route("/api/v1/namespaces/demo"),
+            Route::Object(Resource::Namespace, "", "demo")
+        );
         assert_eq!(
             route("/api/v1/namespaces/demo/status"),
             Route::Sub(Resource::Namespace, "", "demo", "status")
@@ -868,7 +907,10 @@ mod tests {
             route("/api/v1/namespaces/d/pods/web:8080/proxy/a/b"),
             Route::Proxy("d", "web:8080", "")
         );
-        assert_eq!(proxy_tail("/api/v1/namespaces/d/pods/web:8080/proxy/a/b"), "/a/b");
+        assert_eq!(
+            proxy_tail("/api/v1/namespaces/d/pods/web:8080/proxy/a/b"),
+            "/a/b"
+        );
         assert_eq!(route("/apis/apps/v1/pods"), Route::NotFound);
         assert_eq!(route("/api/v1/namespaces/d/widgets"), Route::NotFound);
     }

@@ -94,7 +94,10 @@ impl Sim {
             }
         };
         std::fs::create_dir_all(&state_dir).map_err(|e| {
-            SimError::Failed(format!("creating state folder {}: {e}", state_dir.display()))
+            SimError::Failed(format!(
+                "creating state folder {}: {e}",
+                state_dir.display()
+            ))
         })?;
 
         let store = Store::new(StoreConfig::default());

@@ -111,7 +111,10 @@ fn forward(store: Arc<Store>, res: Resource, tx: Sender<Dirty>, stop: Arc<Atomic
             match stream.recv_timeout(Duration::from_millis(200)) {
                 Ok(ev) => {
                     let o = &ev.object;
-                    let ns = o["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+                    let ns = o["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string();
                     let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
                     let deleted = matches!(ev.ty, super::store::EventType::Deleted);
                     if deleted {
@@ -192,13 +195,22 @@ fn reconcile_loop(store: Arc<Store>, rx: Receiver<Dirty>, stop: Arc<AtomicBool>)
         if batch.contains(&Dirty::All) {
             batch.clear();
             gc::sweep(&store);
-            for d in store.list(Resource::Deployment, None, &Selectors::default()).0 {
+            for d in store
+                .list(Resource::Deployment, None, &Selectors::default())
+                .0
+            {
                 batch.insert(Dirty::Deployment(ns_of(&d), name_of(&d)));
             }
-            for r in store.list(Resource::ReplicaSet, None, &Selectors::default()).0 {
+            for r in store
+                .list(Resource::ReplicaSet, None, &Selectors::default())
+                .0
+            {
                 batch.insert(Dirty::ReplicaSet(ns_of(&r), name_of(&r)));
             }
-            for n in store.list(Resource::Namespace, None, &Selectors::default()).0 {
+            for n in store
+                .list(Resource::Namespace, None, &Selectors::default())
+                .0
+            {
                 if !n["metadata"]["deletionTimestamp"].is_null() {
                     batch.insert(Dirty::Namespace(name_of(&n)));
                 }
@@ -234,7 +246,10 @@ fn reconcile_loop(store: Arc<Store>, rx: Receiver<Dirty>, stop: Arc<AtomicBool>)
 }
 
 pub(crate) fn ns_of(o: &Value) -> String {
-    o["metadata"]["namespace"].as_str().unwrap_or("").to_string()
+    o["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
 }
 
 pub(crate) fn name_of(o: &Value) -> String {
@@ -332,7 +347,13 @@ fn reconcile_replicaset(store: &Store, ns: &str, name: &str) -> Result<(), Store
                 })
             });
             for p in victims.into_iter().take(active.len() - want) {
-                match lifecycle::delete(store, Resource::Pod, ns, &name_of(p), &DeleteOptions::default()) {
+                match lifecycle::delete(
+                    store,
+                    Resource::Pod,
+                    ns,
+                    &name_of(p),
+                    &DeleteOptions::default(),
+                ) {
                     Ok(_) | Err(StoreError::NotFound { .. }) => {}
                     Err(e) => return Err(e),
                 }
@@ -363,7 +384,12 @@ fn set_status(
 ) -> Result<(), StoreError> {
     let mut status = status;
     if let Some(m) = status.as_object_mut() {
-        m.retain(|k, v| k == "replicas" || k == "observedGeneration" || k == "conditions" || v.as_i64() != Some(0));
+        m.retain(|k, v| {
+            k == "replicas"
+                || k == "observedGeneration"
+                || k == "conditions"
+                || v.as_i64() != Some(0)
+        });
     }
     store
         .modify(res, ns, name, &mut |o: &mut Value| {
@@ -438,17 +464,29 @@ fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), Store
         .collect();
     let old_pods_left: i64 = olds
         .iter()
-        .map(|r| r["status"]["replicas"].as_i64().unwrap_or(0) + r["spec"]["replicas"].as_i64().unwrap_or(0))
+        .map(|r| {
+            r["status"]["replicas"].as_i64().unwrap_or(0)
+                + r["spec"]["replicas"].as_i64().unwrap_or(0)
+        })
         .sum();
 
-    let new_target = if recreate && old_pods_left > 0 { 0 } else { desired };
+    let new_target = if recreate && old_pods_left > 0 {
+        0
+    } else {
+        desired
+    };
     let new_rs = match new_rs {
         Some(rs) => {
             if rs["spec"]["replicas"].as_i64() != Some(new_target) {
-                store.modify(Resource::ReplicaSet, ns, &name_of(&rs), &mut |o: &mut Value| {
-                    o["spec"]["replicas"] = json!(new_target);
-                    Ok(())
-                })?
+                store.modify(
+                    Resource::ReplicaSet,
+                    ns,
+                    &name_of(&rs),
+                    &mut |o: &mut Value| {
+                        o["spec"]["replicas"] = json!(new_target);
+                        Ok(())
+                    },
+                )?
             } else {
                 rs
             }
@@ -504,17 +542,28 @@ fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), Store
         let target = cur.min(room);
         room -= target;
         if target != cur {
-            store.modify(Resource::ReplicaSet, ns, &name_of(old), &mut |o: &mut Value| {
-                o["spec"]["replicas"] = json!(target);
-                Ok(())
-            })?;
+            store.modify(
+                Resource::ReplicaSet,
+                ns,
+                &name_of(old),
+                &mut |o: &mut Value| {
+                    o["spec"]["replicas"] = json!(target);
+                    Ok(())
+                },
+            )?;
         }
     }
     // Keep at most revisionHistoryLimit empty old ReplicaSets.
-    let limit = d["spec"]["revisionHistoryLimit"].as_i64().unwrap_or(10).max(0) as usize;
+    let limit = d["spec"]["revisionHistoryLimit"]
+        .as_i64()
+        .unwrap_or(10)
+        .max(0) as usize;
     let mut empty: Vec<&&Value> = olds
         .iter()
-        .filter(|r| r["spec"]["replicas"].as_i64() == Some(0) && r["status"]["replicas"].as_i64().unwrap_or(0) == 0)
+        .filter(|r| {
+            r["spec"]["replicas"].as_i64() == Some(0)
+                && r["status"]["replicas"].as_i64().unwrap_or(0) == 0
+        })
         .collect();
     if empty.len() > limit {
         empty.sort_by_key(|r| revision_of(r));
@@ -526,7 +575,9 @@ fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), Store
     let sum = |key: &str| -> i64 {
         owned
             .iter()
-            .filter(|r| r["metadata"]["labels"]["pod-template-hash"].as_str() != Some(hash.as_str()))
+            .filter(|r| {
+                r["metadata"]["labels"]["pod-template-hash"].as_str() != Some(hash.as_str())
+            })
             .map(|r| r["status"][key].as_i64().unwrap_or(0))
             .sum::<i64>()
             + new_rs["status"][key].as_i64().unwrap_or(0)
@@ -558,14 +609,34 @@ fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), Store
         condition(
             "Available",
             available_ok,
-            if available_ok { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
-            if available_ok { "Deployment has minimum availability.".into() } else { "Deployment does not have minimum availability.".into() }
+            if available_ok {
+                "MinimumReplicasAvailable"
+            } else {
+                "MinimumReplicasUnavailable"
+            },
+            if available_ok {
+                "Deployment has minimum availability.".into()
+            } else {
+                "Deployment does not have minimum availability.".into()
+            }
         ),
         condition(
             "Progressing",
             true,
-            if updated >= desired && available_ok { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" },
-            format!("ReplicaSet \"{}\" {}", name_of(&new_rs), if updated >= desired && available_ok { "has successfully progressed." } else { "is progressing." })
+            if updated >= desired && available_ok {
+                "NewReplicaSetAvailable"
+            } else {
+                "ReplicaSetUpdated"
+            },
+            format!(
+                "ReplicaSet \"{}\" {}",
+                name_of(&new_rs),
+                if updated >= desired && available_ok {
+                    "has successfully progressed."
+                } else {
+                    "is progressing."
+                }
+            )
         ),
     ]);
     let status = json!({
@@ -602,6 +673,8 @@ mod tests {
         assert_eq!(template_hash(&a), template_hash(&a.clone()));
         assert_ne!(template_hash(&a), template_hash(&b));
         assert_eq!(template_hash(&a).len(), 10);
-        assert!(template_hash(&a).chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        assert!(template_hash(&a)
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
     }
 }

@@ -161,7 +161,17 @@ mod tests {
             .iter()
             .filter_map(|r| r["name"].as_str())
             .collect();
-        for n in ["pods", "pods/exec", "pods/attach", "pods/status", "pods/log", "services", "configmaps", "secrets", "namespaces"] {
+        for n in [
+            "pods",
+            "pods/exec",
+            "pods/attach",
+            "pods/status",
+            "pods/log",
+            "services",
+            "configmaps",
+            "secrets",
+            "namespaces",
+        ] {
             assert!(names.contains(&n), "{n} missing");
         }
         let apps = resource_list("apps", "v1").expect("apps");
@@ -178,4 +188,75 @@ mod tests {
         assert_eq!(g, vec!["apps", "networking.k8s.io"]);
         assert_eq!(version()["minor"], "32");
     }
+}
+
+/// `/openapi/v3`: the index of per-group-version documents. kubectl reads
+/// it before `apply`/`create` to decide whether the server validates fields
+/// itself (`fieldValidation`); see [`openapi_v3_doc`].
+pub fn openapi_v3_index() -> Value {
+    let mut paths = serde_json::Map::new();
+    paths.insert(
+        "api/v1".into(),
+        json!({"serverRelativeURL": "/openapi/v3/api/v1?hash=kubegate-sim"}),
+    );
+    for g in groups() {
+        paths.insert(
+            format!("apis/{g}/v1"),
+            json!({"serverRelativeURL": format!("/openapi/v3/apis/{g}/v1?hash=kubegate-sim")}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/api/v1` or `/openapi/v3/apis/{group}/v1`: a minimal
+/// OpenAPI 3 document. It holds, for each kind, the PATCH operation with its
+/// `x-kubernetes-group-version-kind` and the `fieldValidation` query
+/// parameter — exactly what kubectl's query-parameter verifier looks for, so
+/// kubectl leaves validation to the server instead of needing full schemas.
+/// The sim accepts `fieldValidation` and does not reject unknown fields
+/// (documented in docs/sim.md).
+pub fn openapi_v3_doc(group: &str) -> Option<Value> {
+    if !group.is_empty() && !groups().contains(&group) {
+        return None;
+    }
+    let mut paths = serde_json::Map::new();
+    for r in ALL.iter().filter(|r| r.group == group) {
+        let base = if group.is_empty() {
+            "/api/v1".to_string()
+        } else {
+            format!("/apis/{group}/v1")
+        };
+        let path = if r.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+        } else {
+            format!("{base}/{}/{{name}}", r.plural)
+        };
+        let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
+        let params = json!([
+            {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+            {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
+            {"name": "dryRun", "in": "query", "schema": {"type": "string"}},
+        ]);
+        let op = json!({
+            "operationId": format!("patch{}", r.kind),
+            "x-kubernetes-action": "patch",
+            "x-kubernetes-group-version-kind": gvk,
+            "parameters": params,
+            "responses": {"200": {"description": "OK"}},
+        });
+        let put = json!({
+            "operationId": format!("replace{}", r.kind),
+            "x-kubernetes-action": "put",
+            "x-kubernetes-group-version-kind": gvk,
+            "parameters": params,
+            "responses": {"200": {"description": "OK"}},
+        });
+        paths.insert(path, json!({"patch": op, "put": put}));
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.32.0-kubegate"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }))
 }

@@ -103,7 +103,9 @@ impl Faults {
 
     fn drop_watches(&self) {
         self.watch_epoch.fetch_add(1, Ordering::Relaxed);
-        self.counters.dropped_watch_rounds.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .dropped_watch_rounds
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Called for every API request before routing: may delay it, or answer
@@ -136,13 +138,18 @@ impl Faults {
             std::thread::sleep(latency);
         }
         let (status, retry_after) = fail?;
-        self.counters.failed_requests.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .failed_requests
+            .fetch_add(1, Ordering::Relaxed);
         Some(match status {
             429 => Response::text(429, "Too many requests, please try again later.\n")
                 .with_header("Retry-After", &retry_after.to_string()),
             503 => {
-                let s = Status::service_unavailable("the server is currently unable to handle the request (injected fault)");
-                Response::json(503, s.to_json()).with_header("Retry-After", &retry_after.to_string())
+                let s = Status::service_unavailable(
+                    "the server is currently unable to handle the request (injected fault)",
+                );
+                Response::json(503, s.to_json())
+                    .with_header("Retry-After", &retry_after.to_string())
             }
             code => {
                 let s = Status::internal_error("injected fault");
@@ -158,7 +165,8 @@ impl Faults {
         if !req.peer.ip().is_loopback() {
             return Response::json(
                 403,
-                Status::forbidden_message_only("the fault endpoint only answers loopback clients").to_json(),
+                Status::forbidden_message_only("the fault endpoint only answers loopback clients")
+                    .to_json(),
             );
         }
         match req.method.as_str() {
@@ -172,10 +180,18 @@ impl Faults {
                     Ok(()) => Response::json(200, self.report().to_string().into_bytes()),
                     Err(m) => Response::json(400, Status::bad_request(&m).to_json()),
                 },
-                Ok(_) => Response::json(400, Status::bad_request("expected a JSON object").to_json()),
-                Err(e) => Response::json(400, Status::bad_request(&format!("invalid JSON: {e}")).to_json()),
+                Ok(_) => {
+                    Response::json(400, Status::bad_request("expected a JSON object").to_json())
+                }
+                Err(e) => Response::json(
+                    400,
+                    Status::bad_request(&format!("invalid JSON: {e}")).to_json(),
+                ),
             },
-            _ => Response::json(405, Status::method_not_allowed("", "", "this method").to_json()),
+            _ => Response::json(
+                405,
+                Status::method_not_allowed("", "", "this method").to_json(),
+            ),
         }
     }
 
@@ -205,7 +221,9 @@ impl Faults {
             let fraction = f.get("fraction").and_then(Value::as_f64).unwrap_or(1.0);
             let status = f.get("status").and_then(Value::as_u64).unwrap_or(503);
             if !matches!(status, 429 | 500 | 502 | 503 | 504) {
-                return Err(format!("failRequests.status {status} is not one of 429, 500, 502, 503, 504"));
+                return Err(format!(
+                    "failRequests.status {status} is not one of 429, 500, 502, 503, 504"
+                ));
             }
             if !(0.0..=1.0).contains(&fraction) {
                 return Err("failRequests.fraction must be within 0..1".into());
@@ -219,10 +237,13 @@ impl Faults {
             s.retry_after = f.get("retryAfterSecs").and_then(Value::as_u64).unwrap_or(1);
         }
         if let Some(ms) = v.get("latencyMs") {
-            s.latency = Duration::from_millis(ms.as_u64().ok_or("latencyMs must be an unsigned integer")?);
+            s.latency =
+                Duration::from_millis(ms.as_u64().ok_or("latencyMs must be an unsigned integer")?);
         }
         if let Some(secs) = v.get("dropWatchesEverySecs") {
-            let secs = secs.as_u64().ok_or("dropWatchesEverySecs must be an unsigned integer")?;
+            let secs = secs
+                .as_u64()
+                .ok_or("dropWatchesEverySecs must be an unsigned integer")?;
             if secs == 0 {
                 s.drop_every = None;
                 s.next_drop = None;
@@ -237,7 +258,9 @@ impl Faults {
         }
         if v.get("cutStreams").and_then(Value::as_bool) == Some(true) {
             self.stream_epoch.fetch_add(1, Ordering::Relaxed);
-            self.counters.cut_stream_rounds.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .cut_stream_rounds
+                .fetch_add(1, Ordering::Relaxed);
         }
         if let Some(k) = v.get("killContainer") {
             let get = |f: &str| k.get(f).and_then(Value::as_str).unwrap_or("");
@@ -250,10 +273,14 @@ impl Faults {
                 Some(kill) => kill(ns, pod, c)?,
                 None => return Err("no kubelet is running".into()),
             }
-            self.counters.killed_containers.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .killed_containers
+                .fetch_add(1, Ordering::Relaxed);
         }
         if let Some(secs) = v.get("outageSecs") {
-            let secs = secs.as_u64().ok_or("outageSecs must be an unsigned integer")?;
+            let secs = secs
+                .as_u64()
+                .ok_or("outageSecs must be an unsigned integer")?;
             match &*self.outage.lock() {
                 Some(f) => f(Duration::from_secs(secs)),
                 None => return Err("outages are not supported by this server".into()),

@@ -124,7 +124,10 @@ pub fn reconcile_namespace(store: &Store, name: &str) -> Result<(), StoreError> 
     }
     let mut remaining = 0;
     for info in ALL.iter().filter(|i| i.namespaced) {
-        for o in store.list(info.resource, Some(name), &Selectors::default()).0 {
+        for o in store
+            .list(info.resource, Some(name), &Selectors::default())
+            .0
+        {
             remaining += 1;
             delete_dependent(store, info.resource, &o);
         }

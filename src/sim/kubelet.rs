@@ -320,7 +320,10 @@ pub(crate) fn config_lookup(
         }
         if let Some(data) = o["binaryData"].as_object() {
             for (k, v) in data {
-                out.insert(k.clone(), b64.decode(v.as_str().unwrap_or("")).unwrap_or_default());
+                out.insert(
+                    k.clone(),
+                    b64.decode(v.as_str().unwrap_or("")).unwrap_or_default(),
+                );
             }
         }
         Some(out)
@@ -431,7 +434,10 @@ impl PodWorker {
         let name = meta["name"].as_str().unwrap_or("").to_string();
         let uid = meta["uid"].as_str().unwrap_or("").to_string();
         let simulated = meta["annotations"][SIMULATE_ANNOTATION].as_str() == Some("true");
-        let pod_dir = k.state_dir.join("pods").join(format!("{ns}_{name}_{}", truncate(&uid, 8)));
+        let pod_dir = k
+            .state_dir
+            .join("pods")
+            .join(format!("{ns}_{name}_{}", truncate(&uid, 8)));
         let mk = |c: &Value| CState {
             name: c["name"].as_str().unwrap_or("").to_string(),
             image: c["image"].as_str().unwrap_or("").to_string(),
@@ -480,7 +486,9 @@ impl PodWorker {
     }
 
     fn restart_policy(&self) -> &str {
-        self.pod["spec"]["restartPolicy"].as_str().unwrap_or("Always")
+        self.pod["spec"]["restartPolicy"]
+            .as_str()
+            .unwrap_or("Always")
     }
 
     fn run(&mut self) {
@@ -527,7 +535,10 @@ impl PodWorker {
                     uid: Some(self.uid.clone()),
                     resource_version: None,
                 };
-                let _ = self.k.store.delete(Resource::Pod, &self.ns, &self.name, &pre);
+                let _ = self
+                    .k
+                    .store
+                    .delete(Resource::Pod, &self.ns, &self.name, &pre);
                 self.deleted = true;
                 break;
             }
@@ -898,8 +909,9 @@ impl PodWorker {
                 if now >= d && self.phase != "Failed" && self.phase != "Succeeded" {
                     self.phase = "Failed".into();
                     self.reason = Some("DeadlineExceeded".into());
-                    self.message =
-                        Some("Pod was active on the node longer than the specified deadline".into());
+                    self.message = Some(
+                        "Pod was active on the node longer than the specified deadline".into(),
+                    );
                     for c in self.containers.iter_mut().chain(self.init.iter_mut()) {
                         c.restart_at = None;
                         c.done = true;
@@ -934,7 +946,12 @@ impl PodWorker {
             .iter()
             .enumerate()
             .map(|(i, c)| (true, i, c))
-            .chain(self.containers.iter().enumerate().map(|(i, c)| (false, i, c)))
+            .chain(
+                self.containers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (false, i, c)),
+            )
             .filter(|(_, _, c)| c.restart_at.is_some_and(|t| t <= now))
             .map(|(init, i, _)| (init, i))
             .collect();

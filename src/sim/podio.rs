@@ -47,7 +47,12 @@ fn pick_container(pod: &Value, req: &Request) -> Result<String, Reply> {
         .as_array()
         .into_iter()
         .flatten()
-        .chain(pod["spec"]["initContainers"].as_array().into_iter().flatten())
+        .chain(
+            pod["spec"]["initContainers"]
+                .as_array()
+                .into_iter()
+                .flatten(),
+        )
         .filter_map(|c| c["name"].as_str())
         .collect();
     match req.query("container").filter(|c| !c.is_empty()) {
@@ -114,14 +119,23 @@ impl Kubelet {
 
     /// The process an exec runs: the container's environment, working
     /// directory and mount mapping, with the requested command.
-    fn exec_plan(&self, t: &Target, command: &[String], tty: bool, stdin: bool) -> Result<ProcessSpec, String> {
+    fn exec_plan(
+        &self,
+        t: &Target,
+        command: &[String],
+        tty: bool,
+        stdin: bool,
+    ) -> Result<ProcessSpec, String> {
         let h = t.handle.as_ref().ok_or("container not found")?;
         let mut spec = h.spec.clone();
         spec["command"] = Value::from(command.to_vec());
         if let Some(m) = spec.as_object_mut() {
             m.remove("args");
         }
-        let ns = t.pod["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+        let ns = t.pod["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let lookup = super::kubelet::config_lookup(self.store.clone(), ns);
         let ctx = PlanContext {
             pod_ip: h.pod_ip.clone(),
@@ -175,7 +189,13 @@ fn fail_socket(conn: WsConn, first: u8, msg: String) {
 }
 
 /// Moves client frames to a process: stdin data, v5 stdin close, resizes.
-fn pump_input(proto: Protocol, rx: Receiver<Message>, p: Arc<Process>, stdin: bool, close_stdin_on_eof: bool) {
+fn pump_input(
+    proto: Protocol,
+    rx: Receiver<Message>,
+    p: Arc<Process>,
+    stdin: bool,
+    close_stdin_on_eof: bool,
+) {
     let mut resize = ResizeDecoder::new();
     for m in rx.iter() {
         let data: &[u8] = match &m {
@@ -254,7 +274,9 @@ fn flags(req: &Request) -> Result<Flags, Reply> {
         tty: req.query_flag("tty"),
     };
     if !f.stdin && !f.stdout && !f.stderr {
-        return Err(bad_request("you must specify at least 1 of stdin, stdout, stderr"));
+        return Err(bad_request(
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
     }
     Ok(Flags {
         // With a tty, stderr is merged into stdout.
@@ -279,7 +301,11 @@ impl PodStreams for Kubelet {
             Ok(t) => t,
             Err(r) => return r,
         };
-        let command: Vec<String> = req.query_all("command").iter().map(|s| s.to_string()).collect();
+        let command: Vec<String> = req
+            .query_all("command")
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         if command.is_empty() {
             return bad_request("you must specify at least one command for the container");
         }
@@ -291,7 +317,11 @@ impl PodStreams for Kubelet {
             Ok(p) => p,
             Err(r) => return r,
         };
-        let running = t.handle.as_ref().and_then(|h| h.process.clone()).filter(|p| p.exited().is_none());
+        let running = t
+            .handle
+            .as_ref()
+            .and_then(|h| h.process.clone())
+            .filter(|p| p.exited().is_none());
         let plan = match running {
             Some(_) => self.exec_plan(&t, &command, f.tty, f.stdin),
             None => Err(format!("container {} is not running", t.container)),
@@ -310,7 +340,13 @@ impl PodStreams for Kubelet {
                 };
                 let process = match runtime.start(plan) {
                     Ok(p) => p,
-                    Err(e) => return fail_socket(conn, first, format!("failed to start the command: {e}")),
+                    Err(e) => {
+                        return fail_socket(
+                            conn,
+                            first,
+                            format!("failed to start the command: {e}"),
+                        )
+                    }
                 };
                 let Some(output) = process.take_output() else {
                     process.kill();
@@ -330,7 +366,8 @@ impl PodStreams for Kubelet {
                         loop {
                             match output.recv_timeout(Duration::from_millis(250)) {
                                 Ok(chunk) => {
-                                    if let Some(ch) = out_channel(chunk.stream, f.stdout, f.stderr) {
+                                    if let Some(ch) = out_channel(chunk.stream, f.stdout, f.stderr)
+                                    {
                                         let frame = channel::encode_frame(ch, &chunk.data);
                                         if !send(&out, Message::Binary(frame.into())) {
                                             p_out.kill();
@@ -349,7 +386,9 @@ impl PodStreams for Kubelet {
                         }
                         let code = p_out.wait().code;
                         let st = channel::exit_status_json(code);
-                        let _ = out.send(Message::Binary(channel::encode_frame(channel::ERROR, &st).into()));
+                        let _ = out.send(Message::Binary(
+                            channel::encode_frame(channel::ERROR, &st).into(),
+                        ));
                         let _ = out.send(close_normal());
                     });
                 let p_in = process.clone();
@@ -386,10 +425,18 @@ impl PodStreams for Kubelet {
             Ok(p) => p,
             Err(r) => return r,
         };
-        let spec = t.handle.as_ref().map(|h| h.spec.clone()).unwrap_or(Value::Null);
+        let spec = t
+            .handle
+            .as_ref()
+            .map(|h| h.spec.clone())
+            .unwrap_or(Value::Null);
         let stdin_enabled = spec["stdin"].as_bool() == Some(true);
         let stdin_once = spec["stdinOnce"].as_bool() == Some(true);
-        let running = t.handle.as_ref().and_then(|h| h.process.clone()).filter(|p| p.exited().is_none());
+        let running = t
+            .handle
+            .as_ref()
+            .and_then(|h| h.process.clone())
+            .filter(|p| p.exited().is_none());
         let container = t.container.clone();
         let faults = self.faults.clone();
         Reply::Upgrade(Upgrade {
@@ -399,7 +446,11 @@ impl PodStreams for Kubelet {
             on_open: Box::new(move |conn: WsConn| {
                 let first = first_channel(&f);
                 let Some(process) = running else {
-                    return fail_socket(conn, first, format!("container {container} is not running"));
+                    return fail_socket(
+                        conn,
+                        first,
+                        format!("container {container} is not running"),
+                    );
                 };
                 let sub = process.subscribe();
                 let Ok((out, out_rx)) = ws::try_outbox(OUTBOX) else {
@@ -415,7 +466,8 @@ impl PodStreams for Kubelet {
                         loop {
                             match sub.recv_timeout(Duration::from_millis(250)) {
                                 Ok(chunk) => {
-                                    if let Some(ch) = out_channel(chunk.stream, f.stdout, f.stderr) {
+                                    if let Some(ch) = out_channel(chunk.stream, f.stdout, f.stderr)
+                                    {
                                         let frame = channel::encode_frame(ch, &chunk.data);
                                         if !send(&out, Message::Binary(frame.into())) {
                                             return;
@@ -436,7 +488,9 @@ impl PodStreams for Kubelet {
                         }
                         // Attach reports Success whatever the container did.
                         let st = channel::success_status_json();
-                        let _ = out.send(Message::Binary(channel::encode_frame(channel::ERROR, &st).into()));
+                        let _ = out.send(Message::Binary(
+                            channel::encode_frame(channel::ERROR, &st).into(),
+                        ));
                         let _ = out.send(close_normal());
                     });
                 let p_in = process.clone();
@@ -471,9 +525,15 @@ impl PodStreams for Kubelet {
         let pod_name = pod.to_string();
         let Some(process) = process else {
             let msg = if previous {
-                format!("previous terminated container \"{}\" in pod \"{pod_name}\" not found", t.container)
+                format!(
+                    "previous terminated container \"{}\" in pod \"{pod_name}\" not found",
+                    t.container
+                )
             } else {
-                format!("container \"{}\" in pod \"{pod_name}\" is waiting to start: ContainerCreating", t.container)
+                format!(
+                    "container \"{}\" in pod \"{pod_name}\" is waiting to start: ContainerCreating",
+                    t.container
+                )
             };
             return bad_request(&msg);
         };

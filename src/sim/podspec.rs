@@ -11,10 +11,12 @@
 //!
 //! # Semantics and deliberate differences
 //!
-//! - No image is pulled: a container WITHOUT `command` runs the runtime's
-//!   idle process (waits for SIGTERM, exits 0), even if it has `args`: there
-//!   is no image entrypoint to give them to. With `command`, argv is
-//!   `command ++ args`. An `argv[0]` of `kubegate`, or an absolute path whose
+//! - No image is pulled, so every image is treated like the common base
+//!   images (busybox, alpine, debian): no ENTRYPOINT. With `command`, argv
+//!   is `command ++ args`; without it, `args` alone is the command line
+//!   (what `kubectl run NAME --image=busybox -- sh -c '…'` relies on); with
+//!   neither, the runtime's idle process runs (waits for SIGTERM, exits 0),
+//!   standing in for the image's default command. An `argv[0]` of `kubegate`, or an absolute path whose
 //!   file name is `kubegate` outside every volume (the image's copy), becomes
 //!   the running binary (`PlanContext::self_exe`).
 //! - `$(VAR)` expansion follows upstream (k8s.io/kubernetes
@@ -490,9 +492,10 @@ pub fn plan_container(
 
     let mut argv = Vec::new();
     let command = strings(container, "command")?;
-    if !command.is_empty() {
+    let args = strings(container, "args")?;
+    if !command.is_empty() || !args.is_empty() {
         argv = command;
-        argv.extend(strings(container, "args")?);
+        argv.extend(args);
         for a in argv.iter_mut() {
             *a = map_paths(&expand(a, &var), &mounts);
         }
@@ -865,8 +868,15 @@ mod tests {
     }
 
     #[test]
+    fn args_without_command_are_the_command_line() {
+        let c = json!({"name": "run", "args": ["sh", "-c", "echo $(HOSTNAME)"]});
+        let spec = plan_container(&pod(), &c, &ctx(&lookup)).unwrap();
+        assert_eq!(spec.argv, ["sh", "-c", "echo $(HOSTNAME)"]);
+    }
+
+    #[test]
     fn no_command_is_the_idle_process_and_defaults() {
-        let c = json!({"name": "idle", "args": ["ignored"]});
+        let c = json!({"name": "idle"});
         let spec = plan_container(&pod(), &c, &ctx(&lookup)).unwrap();
         assert!(spec.argv.is_empty());
         assert_eq!(spec.cwd, PathBuf::from("/pods/dev/web-1"));

@@ -50,12 +50,19 @@ pub fn forward(req: &Request, ip: &str, port: u16, path: &str) -> Response {
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-    let mut target = if path.is_empty() { "/".to_string() } else { path.to_string() };
+    let mut target = if path.is_empty() {
+        "/".to_string()
+    } else {
+        path.to_string()
+    };
     if let Some(q) = req.target.split_once('?').map(|(_, q)| q) {
         target.push('?');
         target.push_str(q);
     }
-    let mut head = format!("{} {} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n", req.method, target);
+    let mut head = format!(
+        "{} {} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n",
+        req.method, target
+    );
     for (k, v) in &req.headers {
         if !HOP_BY_HOP.contains(&k.as_str()) {
             head.push_str(&format!("{k}: {v}\r\n"));

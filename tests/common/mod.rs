@@ -221,9 +221,13 @@ impl Output {
 /// Runs a command with optional stdin; kills it when `timeout` passes
 /// (and panics, so a hung client fails the test).
 pub fn run_with_timeout(mut c: Command, stdin: Option<&[u8]>, timeout: Duration) -> Output {
-    c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    c.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = c.spawn().expect("spawn");
     let writer = stdin.map(|data| {
         let data = data.to_vec();
