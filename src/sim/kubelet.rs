@@ -44,8 +44,9 @@ pub struct KubeletConfig {
 #[derive(Clone)]
 pub struct ContainerHandle {
     pub name: String,
+    /// The container's latest process (it may have ended: check `exited`).
     pub process: Option<Arc<Process>>,
-    /// Every process this container has run, oldest first (for `--previous` logs).
+    /// The process before it, for `logs --previous`.
     pub previous: Option<Arc<Process>>,
     pub spec: Value,
     pub pod: Value,
@@ -388,6 +389,10 @@ struct CState {
     /// Bumped at every start, so a stale exit message is recognised.
     generation: u64,
     process: Option<Arc<Process>>,
+    /// The latest process, running or ended (what `logs` reads).
+    last: Option<Arc<Process>>,
+    /// The one before it (`logs --previous`).
+    before_last: Option<Arc<Process>>,
     /// When the current back-off ends (CrashLoopBackOff).
     restart_at: Option<Instant>,
     backoff: Duration,
@@ -698,6 +703,7 @@ impl PodWorker {
                 c.ready = !init;
                 c.started_at = Some(Instant::now());
                 c.process = Some(p.clone());
+                c.before_last = c.last.replace(p.clone());
                 let (tx, name, generation) = (self.tx.clone(), c.name.clone(), c.generation);
                 let waiter = std::thread::Builder::new()
                     .name("sim-wait".into())
@@ -734,17 +740,12 @@ impl PodWorker {
                 .and_then(|a| a.iter().find(|s| s["name"] == c.name.as_str()))
                 .cloned()
                 .unwrap_or(Value::Null);
-            let prev = map.get(&c.name).and_then(|h| h.process.clone());
-            let previous = match (&prev, &c.process) {
-                (Some(old), Some(new)) if !Arc::ptr_eq(old, new) => Some(old.clone()),
-                _ => map.get(&c.name).and_then(|h| h.previous.clone()),
-            };
             map.insert(
                 c.name.clone(),
                 ContainerHandle {
                     name: c.name.clone(),
-                    process: c.process.clone(),
-                    previous,
+                    process: c.last.clone(),
+                    previous: c.before_last.clone(),
                     spec,
                     pod: self.pod.clone(),
                     pod_dir: self.pod_dir.clone(),

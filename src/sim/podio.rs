@@ -520,7 +520,7 @@ impl PodStreams for Kubelet {
         let process = if previous {
             h.and_then(|h| h.previous.clone())
         } else {
-            h.and_then(|h| h.process.clone().or_else(|| h.previous.clone()))
+            h.and_then(|h| h.process.clone())
         };
         let pod_name = pod.to_string();
         let Some(process) = process else {
