@@ -102,7 +102,7 @@ enum Route<'a> {
     Object(Resource, &'a str, &'a str),
     Sub(Resource, &'a str, &'a str, &'a str),
     /// `pods/{name}[:port]/proxy/{rest}`
-    Proxy(&'a str, &'a str, &'a str),
+    Proxy(&'a str, &'a str),
     NotFound,
 }
 
@@ -139,12 +139,9 @@ fn resource_route<'a>(group: &'a str, rest: &[&'a str]) -> Route<'a> {
             return match &rest[3..] {
                 [] => Route::Collection(res, Some(ns)),
                 [name] => Route::Object(res, ns, name),
-                [name, "proxy", tail @ ..] if res == Resource::Pod => {
-                    // The tail keeps its slashes: rejoin what the split took apart.
-                    let start = tail.first().map(|t| *t).unwrap_or("");
-                    let _ = start;
-                    Route::Proxy(ns, name, "")
-                }
+                // The path after `/proxy` is taken from the raw path
+                // (`proxy_tail`), slashes and all.
+                [name, "proxy", ..] if res == Resource::Pod => Route::Proxy(ns, name),
                 [name, sub] => Route::Sub(res, ns, name, sub),
                 _ => Route::NotFound,
             };
@@ -438,7 +435,7 @@ impl ApiServer {
             Route::Collection(res, ns) => self.collection(req, res, ns),
             Route::Object(res, ns, name) => self.object(req, res, ns, name).into(),
             Route::Sub(res, ns, name, sub) => self.subresource(req, res, ns, name, sub),
-            Route::Proxy(ns, name, _) => self.proxy(req, ns, name),
+            Route::Proxy(ns, name) => self.proxy(req, ns, name),
             Route::NotFound => not_found_path(path).into(),
             _ => method_not_allowed().into(),
         }
@@ -905,7 +902,7 @@ mod tests {
         );
         assert_eq!(
             route("/api/v1/namespaces/d/pods/web:8080/proxy/a/b"),
-            Route::Proxy("d", "web:8080", "")
+            Route::Proxy("d", "web:8080")
         );
         assert_eq!(
             proxy_tail("/api/v1/namespaces/d/pods/web:8080/proxy/a/b"),

@@ -157,6 +157,8 @@ impl Sim {
         ));
         let server_cfg = ServerConfig {
             max_connections: 4096,
+            // The API server's own request body limit (3 MB, `MaxRequestBodyBytes`).
+            max_body_bytes: 3 << 20,
             tls: tls_config,
             name: "sim-http",
             ..ServerConfig::default()

@@ -148,48 +148,6 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     }))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn advertises_every_served_resource() {
-        let core = resource_list("", "v1").expect("core");
-        let names: Vec<&str> = core["resources"]
-            .as_array()
-            .expect("array")
-            .iter()
-            .filter_map(|r| r["name"].as_str())
-            .collect();
-        for n in [
-            "pods",
-            "pods/exec",
-            "pods/attach",
-            "pods/status",
-            "pods/log",
-            "services",
-            "configmaps",
-            "secrets",
-            "namespaces",
-        ] {
-            assert!(names.contains(&n), "{n} missing");
-        }
-        let apps = resource_list("apps", "v1").expect("apps");
-        assert_eq!(apps["groupVersion"], "apps/v1");
-        assert!(resource_list("batch", "v1").is_none());
-        assert!(resource_list("", "v2").is_none());
-        let groups = api_group_list();
-        let g: Vec<&str> = groups["groups"]
-            .as_array()
-            .expect("groups")
-            .iter()
-            .filter_map(|g| g["name"].as_str())
-            .collect();
-        assert_eq!(g, vec!["apps", "networking.k8s.io"]);
-        assert_eq!(version()["minor"], "32");
-    }
-}
-
 /// `/openapi/v3`: the index of per-group-version documents. kubectl reads
 /// it before `apply`/`create` to decide whether the server validates fields
 /// itself (`fieldValidation`); see [`openapi_v3_doc`].
@@ -259,4 +217,46 @@ pub fn openapi_v3_doc(group: &str) -> Option<Value> {
         "paths": paths,
         "components": {"schemas": {}},
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertises_every_served_resource() {
+        let core = resource_list("", "v1").expect("core");
+        let names: Vec<&str> = core["resources"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        for n in [
+            "pods",
+            "pods/exec",
+            "pods/attach",
+            "pods/status",
+            "pods/log",
+            "services",
+            "configmaps",
+            "secrets",
+            "namespaces",
+        ] {
+            assert!(names.contains(&n), "{n} missing");
+        }
+        let apps = resource_list("apps", "v1").expect("apps");
+        assert_eq!(apps["groupVersion"], "apps/v1");
+        assert!(resource_list("batch", "v1").is_none());
+        assert!(resource_list("", "v2").is_none());
+        let groups = api_group_list();
+        let g: Vec<&str> = groups["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .filter_map(|g| g["name"].as_str())
+            .collect();
+        assert_eq!(g, vec!["apps", "networking.k8s.io"]);
+        assert_eq!(version()["minor"], "32");
+    }
 }

@@ -293,11 +293,11 @@ impl Kubelet {
     }
 }
 
+/// Reads `(kind, name)` -> that ConfigMap's or Secret's data, decoded.
+pub(crate) type ConfigLookup = Box<dyn Fn(&str, &str) -> Option<BTreeMap<String, Vec<u8>>>>;
+
 /// Reads a ConfigMap's or Secret's data (decoded) for env and volumes.
-pub(crate) fn config_lookup(
-    store: Arc<Store>,
-    ns: String,
-) -> Box<dyn Fn(&str, &str) -> Option<BTreeMap<String, Vec<u8>>>> {
+pub(crate) fn config_lookup(store: Arc<Store>, ns: String) -> ConfigLookup {
     Box::new(move |kind: &str, name: &str| {
         use base64::Engine;
         let b64 = base64::engine::general_purpose::STANDARD;
@@ -666,7 +666,7 @@ impl PodWorker {
         }
     }
 
-    fn lookup_fn(&self) -> Box<dyn Fn(&str, &str) -> Option<BTreeMap<String, Vec<u8>>>> {
+    fn lookup_fn(&self) -> ConfigLookup {
         config_lookup(self.k.store.clone(), self.ns.clone())
     }
 
