@@ -153,7 +153,9 @@ fn resource_route<'a>(group: &'a str, rest: &[&'a str]) -> Route<'a> {
     match &rest[1..] {
         [] => Route::Collection(res, None),
         [name] if !res.info().namespaced => Route::Object(res, "", name),
-        [name, sub] if !res.info().namespaced => Route::Sub(res, "", name, sub),
+        [name, sub] if !res.info().namespaced && res.info().subresources.contains(sub) => {
+            Route::Sub(res, "", name, sub)
+        }
         _ => Route::NotFound,
     }
 }

@@ -194,7 +194,13 @@ fn reaper_loop(global: Weak<Global>, kick: Receiver<()>) {
             }
             None => {
                 // An orphan reparented to us (already dead) or a stray: reap.
+                // Its own children have just been reparented to us in turn
+                // (a chain like shim -> sh -> setsid'd sleep): sweep again so
+                // the whole chain goes, one generation per death.
                 let _ = wait_pid(pid);
+                if let Some(g) = global.upgrade() {
+                    sweep_orphans(&g);
+                }
             }
         }
     }
