@@ -32,6 +32,9 @@ pub const NODE_NAME: &str = "sim-node";
 pub const HOST_IP: &str = "127.0.0.1";
 /// Annotation that makes a pod's containers simulated (no processes).
 pub const SIMULATE_ANNOTATION: &str = "sim.kubegate.dev/simulate";
+/// How soon a container whose configuration could not be resolved (a
+/// missing ConfigMap or Secret) is tried again.
+const CONFIG_RETRY: Duration = Duration::from_secs(1);
 
 pub struct KubeletConfig {
     pub store: Arc<Store>,
@@ -424,6 +427,9 @@ struct PodWorker {
     terminating_until: Option<Instant>,
     deleted: bool,
     image_error: bool,
+    /// Volumes could not be set up (a missing ConfigMap, say): retry then,
+    /// as a kubelet does, so creating the ConfigMap later lets the pod start.
+    volumes_retry_at: Option<Instant>,
 }
 
 impl PodWorker {
@@ -487,6 +493,7 @@ impl PodWorker {
             terminating_until: None,
             deleted: false,
             image_error: false,
+            volumes_retry_at: None,
         }
     }
 
@@ -614,11 +621,7 @@ impl PodWorker {
             self.fail_all(&format!("creating the pod folder: {e}"));
             return;
         }
-        let lookup = self.lookup_fn();
-        if let Err(e) = podspec::materialize_volumes(&self.pod, &self.pod_dir, &*lookup) {
-            for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
-                c.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": e.to_string()}});
-            }
+        if !self.setup_volumes() {
             return;
         }
         // Images that must fail never start anything.
@@ -639,6 +642,25 @@ impl PodWorker {
             return;
         }
         self.advance();
+    }
+
+    /// Creates the pod's volume folders; on failure reports
+    /// CreateContainerConfigError and schedules a retry.
+    fn setup_volumes(&mut self) -> bool {
+        let lookup = self.lookup_fn();
+        match podspec::materialize_volumes(&self.pod, &self.pod_dir, &*lookup) {
+            Ok(()) => {
+                self.volumes_retry_at = None;
+                true
+            }
+            Err(e) => {
+                for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
+                    c.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": e.to_string()}});
+                }
+                self.volumes_retry_at = Some(Instant::now() + CONFIG_RETRY);
+                false
+            }
+        }
     }
 
     /// Starts what should run now: the next init container, or (init done)
@@ -691,7 +713,10 @@ impl PodWorker {
         let plan = match plan {
             Ok(p) => p,
             Err(e) => {
-                c.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": e.to_string()}});
+                c.state = json!({"waiting": {"reason": e.reason(), "message": e.to_string()}});
+                // Retried like a kubelet does: the missing ConfigMap or
+                // Secret may appear.
+                c.restart_at = Some(Instant::now() + CONFIG_RETRY);
                 return;
             }
         };
@@ -894,6 +919,9 @@ impl PodWorker {
         if let Some(d) = self.active_deadline() {
             t = t.min(d.saturating_duration_since(now));
         }
+        if let Some(at) = self.volumes_retry_at {
+            t = t.min(at.saturating_duration_since(now));
+        }
         t.max(Duration::from_millis(1))
     }
 
@@ -923,6 +951,12 @@ impl PodWorker {
                     changed = true;
                 }
             }
+        }
+        if self.volumes_retry_at.is_some_and(|t| t <= now) && self.terminating_until.is_none() {
+            if self.setup_volumes() {
+                self.advance();
+            }
+            changed = true;
         }
         if self.image_error {
             // ErrImagePull and ImagePullBackOff alternate, as on a real node.

@@ -1,0 +1,215 @@
+//! The sim's kubelet through the API: pod phases, restart policies and
+//! back-off, init containers, activeDeadlineSeconds, image pull failures,
+//! graceful deletion, volumes and the downward API.
+
+mod common;
+
+use common::{wait_for, SimProc};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn apply(sim: &SimProc, obj: &Value) {
+    let out = sim.kubectl_run(
+        &["apply", "-f", "-"],
+        Some(obj.to_string().as_bytes()),
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
+}
+
+fn pod(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+}
+
+fn get(sim: &SimProc, name: &str) -> Value {
+    sim.kubectl_json(&["get", "pod", name])
+}
+
+fn wait_pod(sim: &SimProc, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    wait_for(
+        &format!("pod {name}: {what}"),
+        Duration::from_secs(60),
+        || {
+            let p = get(sim, name);
+            f(&p).then_some(p)
+        },
+    )
+}
+
+#[test]
+fn restart_policy_never_ends_in_succeeded_or_failed() {
+    let sim = SimProc::start(&[]);
+    apply(
+        &sim,
+        &pod(
+            "ok",
+            json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "exit 0"]}]}),
+        ),
+    );
+    apply(
+        &sim,
+        &pod(
+            "bad",
+            json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "exit 7"]}]}),
+        ),
+    );
+    let ok = wait_pod(&sim, "ok", "Succeeded", |p| {
+        p["status"]["phase"] == "Succeeded"
+    });
+    let t = &ok["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["exitCode"], 0);
+    assert_eq!(t["reason"], "Completed");
+    let bad = wait_pod(&sim, "bad", "Failed", |p| p["status"]["phase"] == "Failed");
+    let t = &bad["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["exitCode"], 7);
+    assert_eq!(t["reason"], "Error");
+    assert_eq!(bad["spec"]["nodeName"], "sim-node");
+}
+
+#[test]
+fn restart_policy_always_restarts_with_back_off() {
+    let sim = SimProc::start(&[]);
+    apply(
+        &sim,
+        &pod(
+            "crash",
+            json!({"containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "echo run; exit 1"]}]}),
+        ),
+    );
+    let p = wait_pod(&sim, "crash", "CrashLoopBackOff after restarts", |p| {
+        let cs = &p["status"]["containerStatuses"][0];
+        cs["restartCount"].as_u64().unwrap_or(0) >= 1
+            && cs["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    });
+    let cs = &p["status"]["containerStatuses"][0];
+    assert_eq!(cs["lastState"]["terminated"]["exitCode"], 1);
+    assert_eq!(p["status"]["phase"], "Running");
+    // The previous run's logs stay readable.
+    let logs = sim.kubectl_ok(&["logs", "crash", "--previous"]);
+    assert_eq!(logs, "run\n");
+}
+
+#[test]
+fn init_containers_run_first_and_share_volumes() {
+    let sim = SimProc::start(&[]);
+    apply(
+        &sim,
+        &pod(
+            "init",
+            json!({
+                "volumes": [{"name": "work", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "settings"}}],
+                "initContainers": [{"name": "seed", "image": "busybox", "command": ["sh", "-c", "sleep 0.5; echo seeded > /work/seed.txt"],
+                    "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+                "containers": [{"name": "app", "image": "busybox",
+                    "command": ["sh", "-c", "cat /work/seed.txt /etc/cfg/greeting; echo ip=$POD_IP name=$POD_NAME; trap 'exit 0' TERM; while :; do sleep 1; done"],
+                    "env": [
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                    "volumeMounts": [{"name": "work", "mountPath": "/work"}, {"name": "cfg", "mountPath": "/etc/cfg"}]}]
+            }),
+        ),
+    );
+    let out = sim.kubectl_run(&["create", "-f", "-"], Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"greeting": "hello\n"}}).to_string().as_bytes()), Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
+    // While the init container runs the pod is Pending, PodInitializing.
+    let first = get(&sim, "init");
+    if first["status"]["phase"] == "Pending" {
+        let w = &first["status"]["containerStatuses"][0]["state"]["waiting"]["reason"];
+        assert!(
+            w == "PodInitializing" || w == "ContainerCreating" || w == "CreateContainerConfigError",
+            "{first}"
+        );
+    }
+    let p = wait_pod(&sim, "init", "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    assert_eq!(
+        p["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"],
+        0
+    );
+    let ip = p["status"]["podIP"].as_str().expect("podIP").to_string();
+    let logs = wait_for("app output", Duration::from_secs(20), || {
+        let l = sim.kubectl_ok(&["logs", "init", "-c", "app"]);
+        l.contains("ip=").then_some(l)
+    });
+    assert_eq!(logs, format!("seeded\nhello\nip={ip} name=init\n"));
+}
+
+#[test]
+fn active_deadline_fails_the_pod() {
+    let sim = SimProc::start(&[]);
+    apply(
+        &sim,
+        &pod(
+            "deadline",
+            json!({"activeDeadlineSeconds": 1, "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"]}]}),
+        ),
+    );
+    let p = wait_pod(&sim, "deadline", "Failed", |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    assert_eq!(p["status"]["reason"], "DeadlineExceeded");
+}
+
+#[test]
+fn failing_images_stay_in_image_pull_back_off() {
+    let sim = SimProc::start(&["--fail-image", "registry.invalid/*"]);
+    apply(
+        &sim,
+        &pod(
+            "pull",
+            json!({"containers": [{"name": "c", "image": "registry.invalid/app:1"}]}),
+        ),
+    );
+    let reasons = wait_for("both pull reasons", Duration::from_secs(30), || {
+        let mut seen = std::collections::BTreeSet::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while std::time::Instant::now() < deadline {
+            let p = get(&sim, "pull");
+            assert_eq!(p["status"]["phase"], "Pending");
+            if let Some(r) =
+                p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].as_str()
+            {
+                seen.insert(r.to_string());
+            }
+            if seen.len() == 2 {
+                return Some(seen);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        None
+    });
+    assert!(
+        reasons.contains("ErrImagePull") && reasons.contains("ImagePullBackOff"),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn graceful_delete_sends_term_then_kill() {
+    let sim = SimProc::start(&[]);
+    // Ignores SIGTERM: only SIGKILL after the grace period ends it.
+    apply(
+        &sim,
+        &pod(
+            "stubborn",
+            json!({"terminationGracePeriodSeconds": 2, "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"]}]}),
+        ),
+    );
+    wait_pod(&sim, "stubborn", "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    let t0 = std::time::Instant::now();
+    let out = sim.kubectl_run(
+        &["delete", "pod", "stubborn"],
+        None,
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500),
+        "deleted after {took:?}, before the grace period"
+    );
+    assert!(sim.processes_in_state_dir().is_empty());
+}
