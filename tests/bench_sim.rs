@@ -196,6 +196,7 @@ fn sim_scale() {
     let mut lat = latencies.lock().expect("lock").clone();
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     let rss = rss_kib(sim.child.id());
+    println!();
     println!("| figure | value |");
     println!("|---|---|");
     println!("| pods created | {pods} |");

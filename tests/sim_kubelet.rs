@@ -213,3 +213,25 @@ fn graceful_delete_sends_term_then_kill() {
     );
     assert!(sim.processes_in_state_dir().is_empty());
 }
+
+#[test]
+fn simulated_pods_run_no_processes() {
+    let sim = SimProc::start(&[]);
+    let mut p = pod(
+        "ghost",
+        json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"]}]}),
+    );
+    p["metadata"]["annotations"] = json!({"sim.kubegate.dev/simulate": "true"});
+    apply(&sim, &p);
+    let got = wait_pod(&sim, "ghost", "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    assert!(got["status"]["podIP"]
+        .as_str()
+        .is_some_and(|ip| ip.starts_with("127.0.")));
+    assert_eq!(got["status"]["containerStatuses"][0]["ready"], true);
+    assert!(sim.processes_in_state_dir().is_empty());
+    sim.kubectl_ok(&["delete", "pod", "ghost"]);
+    let out = sim.kubectl_run(&["get", "pod", "ghost"], None, Duration::from_secs(30));
+    assert_eq!(out.code, Some(1));
+}

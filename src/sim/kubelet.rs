@@ -82,6 +82,8 @@ pub struct Kubelet {
     fail_images: Vec<String>,
     pub(crate) self_exe: PathBuf,
     pods: Mutex<HashMap<String, PodEntry>>,
+    /// Pod IPs of simulated pods (they have no thread to own them).
+    simulated_ips: Mutex<HashMap<String, String>>,
     ips: Mutex<IpPool>,
     stop: AtomicBool,
     watcher: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -132,6 +134,7 @@ impl Kubelet {
             fail_images: cfg.fail_images,
             self_exe,
             pods: Mutex::new(HashMap::new()),
+            simulated_ips: Mutex::new(HashMap::new()),
             ips: Mutex::new(IpPool {
                 next: IpPool::FIRST,
                 used: Default::default(),
@@ -264,6 +267,15 @@ impl Kubelet {
             return;
         }
         if deleted {
+            drop(pods);
+            if let Some(ip) = self.simulated_ips.lock().remove(&uid) {
+                self.ips.lock().free(&ip);
+            }
+            return;
+        }
+        if pod["metadata"]["annotations"][SIMULATE_ANNOTATION].as_str() == Some("true") {
+            drop(pods);
+            self.simulated(pod, uid);
             return;
         }
         let (tx, rx) = bounded(256);
@@ -289,6 +301,72 @@ impl Kubelet {
         if let Err(e) = spawned {
             log::error!("kubelet: cannot start a thread for pod {name}: {e}");
         }
+    }
+
+    /// A pod whose containers are simulated: no thread, no process. It is
+    /// bound and reported running at once, and a graceful delete finishes
+    /// at once. This is what lets the sim hold thousands of pods.
+    fn simulated(&self, pod: Value, uid: String) {
+        let ns = pod["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if !pod["metadata"]["deletionTimestamp"].is_null() {
+            let pre = super::store::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            };
+            let _ = self.store.delete(Resource::Pod, &ns, &name, &pre);
+            return;
+        }
+        if pod["status"]["phase"] == "Running" {
+            return;
+        }
+        let ip = {
+            let mut known = self.simulated_ips.lock();
+            match known.get(&uid) {
+                Some(ip) => ip.clone(),
+                None => match self.ips.lock().alloc() {
+                    Some(ip) => {
+                        known.insert(uid.clone(), ip.clone());
+                        ip
+                    }
+                    None => return,
+                },
+            }
+        };
+        let now = now_rfc3339();
+        let statuses: Vec<Value> = pod["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                json!({"name": c["name"], "image": c["image"], "imageID": format!("sim://{}", c["image"].as_str().unwrap_or("")),
+                       "ready": true, "started": true, "restartCount": 0,
+                       "state": {"running": {"startedAt": now}}, "lastState": {}})
+            })
+            .collect();
+        let cond = |ty: &str| json!({"type": ty, "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
+        let status = json!({
+            "phase": "Running", "hostIP": HOST_IP, "hostIPs": [{"ip": HOST_IP}],
+            "podIP": ip, "podIPs": [{"ip": ip}], "startTime": now, "qosClass": "BestEffort",
+            "conditions": [cond("PodReadyToStartContainers"), cond("Initialized"), cond("Ready"), cond("ContainersReady"), cond("PodScheduled")],
+            "containerStatuses": statuses,
+        });
+        let _ = self
+            .store
+            .modify(Resource::Pod, &ns, &name, &mut |o: &mut Value| {
+                if o["metadata"]["uid"].as_str() != Some(uid.as_str()) {
+                    return Err(StoreError::NotFound {
+                        resource: Resource::Pod,
+                        name: name.clone(),
+                    });
+                }
+                o["spec"]["nodeName"] = json!(NODE_NAME);
+                o["status"] = status.clone();
+                Ok(())
+            });
     }
 
     fn image_fails(&self, image: &str) -> bool {
@@ -412,7 +490,6 @@ struct PodWorker {
     tx: Sender<PodMsg>,
     rx: Receiver<PodMsg>,
     shared: Arc<PodShared>,
-    simulated: bool,
     pod_ip: Option<String>,
     pod_dir: PathBuf,
     init: Vec<CState>,
@@ -444,7 +521,6 @@ impl PodWorker {
         let ns = meta["namespace"].as_str().unwrap_or("").to_string();
         let name = meta["name"].as_str().unwrap_or("").to_string();
         let uid = meta["uid"].as_str().unwrap_or("").to_string();
-        let simulated = meta["annotations"][SIMULATE_ANNOTATION].as_str() == Some("true");
         let pod_dir = k
             .state_dir
             .join("pods")
@@ -479,7 +555,6 @@ impl PodWorker {
             tx,
             rx,
             shared,
-            simulated,
             pod_ip: None,
             pod_dir,
             init,
@@ -602,21 +677,6 @@ impl PodWorker {
     }
 
     fn start_pod(&mut self) {
-        if self.simulated {
-            let now = now_rfc3339();
-            for c in self.init.iter_mut() {
-                c.state = json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}});
-                c.done = true;
-            }
-            self.init_index = self.init.len();
-            for c in self.containers.iter_mut() {
-                c.state = json!({"running": {"startedAt": now}});
-                c.ready = true;
-                c.started = true;
-            }
-            self.phase = "Running".into();
-            return;
-        }
         if let Err(e) = std::fs::create_dir_all(&self.pod_dir) {
             self.fail_all(&format!("creating the pod folder: {e}"));
             return;
@@ -1029,9 +1089,7 @@ impl PodWorker {
     fn cleanup(&mut self) {
         self.release_ip();
         self.shared.containers.lock().clear();
-        if !self.simulated {
-            let _ = std::fs::remove_dir_all(&self.pod_dir);
-        }
+        let _ = std::fs::remove_dir_all(&self.pod_dir);
     }
 
     /// Writes the pod's status to the store.
@@ -1080,7 +1138,7 @@ impl PodWorker {
             status["initContainerStatuses"] = json!(statuses(&self.init));
         }
         if let Some(ip) = &self.pod_ip {
-            if self.phase != "Pending" || self.simulated || init_done {
+            if self.phase != "Pending" || init_done {
                 status["podIP"] = json!(ip);
                 status["podIPs"] = json!([{"ip": ip}]);
             }
