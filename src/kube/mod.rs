@@ -16,6 +16,7 @@
 //! - `time`: RFC 3339 timestamps.
 
 pub mod channel;
+pub mod connection;
 pub mod jsonstream;
 pub mod meta;
 pub mod status;
