@@ -13,12 +13,15 @@
 //!   resize messages.
 //! - `jsonstream`: the incremental JSON-value splitter under `watch` and
 //!   `channel`.
+//! - `protobuf`: decoding of kubectl's protobuf request bodies into the JSON
+//!   the same request would have carried.
 //! - `time`: RFC 3339 timestamps.
 
 pub mod channel;
 pub mod connection;
 pub mod jsonstream;
 pub mod meta;
+pub mod protobuf;
 pub mod status;
 pub mod time;
 pub mod watch;
