@@ -160,12 +160,15 @@ fn kubectl_over_tls_with_token() {
     let sim = SimProc::start(&["--tls", "--token", "s3cret-token"]);
     assert!(sim.url.starts_with("https://"));
     crud_and_workloads(&sim);
-    // Without the token: 401.
+    // With a wrong token: 401. (Without any credentials kubectl would
+    // prompt for a user name instead.)
     let mut c = std::process::Command::new("kubectl");
     c.args([
         "--server",
         &sim.url,
         "--insecure-skip-tls-verify",
+        "--token",
+        "wrong",
         "--cache-dir",
     ])
     .arg(sim.dir.join("anon-cache"))

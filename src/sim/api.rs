@@ -237,16 +237,31 @@ fn method_not_allowed() -> Response {
     status_response(&s)
 }
 
-/// Decodes a request body as a JSON object for `info`'s kind.
+/// Decodes a request body as a JSON object for `info`'s kind: JSON, or the
+/// Kubernetes protobuf encoding that kubectl's typed clients send
+/// (`kubectl create configmap|deployment|service|…`).
 fn body_object(req: &Request, info: &ResourceInfo) -> Result<Value, Response> {
-    if let Some(ct) = req.header("content-type") {
-        let base = ct.split(';').next().unwrap_or("").trim();
-        if !base.is_empty() && base != "application/json" && base != "*/*" {
-            log::warn!("unsupported content type {ct:?}");
-            return Err(status_response(&Status::unsupported_media_type(&[
-                "application/json",
-            ])));
-        }
+    let ct = req.header("content-type").unwrap_or("");
+    if crate::kube::protobuf::is_protobuf(ct) {
+        return match crate::kube::protobuf::decode(&req.body) {
+            Ok(v) => Ok(v),
+            Err(crate::kube::protobuf::ProtobufError::UnsupportedKind { .. }) => {
+                Err(status_response(&Status::unsupported_media_type(&[
+                    "application/json",
+                ])))
+            }
+            Err(e) => Err(bad_request(&format!(
+                "the object provided is unrecognized (must be of type {}): {e}",
+                info.kind
+            ))),
+        };
+    }
+    let base = ct.split(';').next().unwrap_or("").trim();
+    if !base.is_empty() && base != "application/json" && base != "*/*" {
+        return Err(status_response(&Status::unsupported_media_type(&[
+            "application/json",
+            "application/vnd.kubernetes.protobuf",
+        ])));
     }
     let v: Value = serde_json::from_slice(&req.body).map_err(|e| {
         bad_request(&format!(
