@@ -140,6 +140,48 @@ fn crud_and_workloads(sim: &SimProc) {
         },
     );
 
+    // exec and logs on this transport too.
+    let target = "deployment/web".to_string();
+    let out = sim.kubectl_run(
+        &["exec", &target, "--", "sh", "-c", "echo via-exec; exit 3"],
+        None,
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(3), "{}", out.stderr_str());
+    assert_eq!(out.stdout_str(), "via-exec\n");
+    let out = sim.kubectl_run(
+        &["exec", "-i", &target, "--", "cat"],
+        Some(b"round trip\n"),
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.stdout_str(), "round trip\n", "{}", out.stderr_str());
+
+    // A changed template rolls out a new ReplicaSet and retires the old one.
+    sim.kubectl_ok(&["set", "image", "deployment/web", "busybox=busybox:2"]);
+    wait_for("the rollout to finish", Duration::from_secs(60), || {
+        let rs = sim.kubectl_json(&["get", "replicasets", "-l", "app=web"]);
+        let items = rs["items"].as_array().cloned().unwrap_or_default();
+        let new = items
+            .iter()
+            .find(|r| r["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox:2")?;
+        let old_empty = items
+            .iter()
+            .filter(|r| r != &new)
+            .all(|r| r["spec"]["replicas"] == 0);
+        (items.len() == 2 && new["status"]["readyReplicas"] == 3 && old_empty).then_some(())
+    });
+    wait_for(
+        "3 running pods of the new template",
+        Duration::from_secs(60),
+        || {
+            let p = pods_of(sim, "app=web");
+            (running(&p) == 3
+                && p.iter()
+                    .all(|x| x["spec"]["containers"][0]["image"] == "busybox:2"))
+            .then_some(())
+        },
+    );
+
     // delete deployment: its ReplicaSet and pods are collected.
     sim.kubectl_ok(&["delete", "deployment", "web"]);
     wait_for("web pods to be collected", Duration::from_secs(60), || {
