@@ -24,4 +24,5 @@ pub mod meta;
 pub mod protobuf;
 pub mod status;
 pub mod time;
+pub mod tls_client;
 pub mod watch;
