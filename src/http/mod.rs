@@ -10,6 +10,9 @@
 //! socket and on an eventfd waker signalled by the senders of its bounded
 //! outbound channel.
 
+#[allow(dead_code)] // used by the server, next commit
+mod parse;
 pub mod types;
 pub mod ws;
+
 pub use types::*;
