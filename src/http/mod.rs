@@ -10,9 +10,14 @@
 //! socket and on an eventfd waker signalled by the senders of its bounded
 //! outbound channel.
 
-#[allow(dead_code)] // used by the server, next commit
+mod conn;
 mod parse;
+pub mod server;
+pub mod stream;
+pub mod tls;
 pub mod types;
 pub mod ws;
 
+pub use server::{Server, ServerConfig};
+pub use stream::{PollStream, Socket, TlsStream};
 pub use types::*;

@@ -1,0 +1,646 @@
+//! One HTTP/1.1 connection, served on its own thread from the TLS handshake
+//! to the close: read a request (with deadlines and limits), call the
+//! handler, write its response (whole, chunked stream, or 101 upgrade), and
+//! loop while keep-alive holds.
+//!
+//! Owns the socket and its read buffer for the connection's life; bytes read
+//! past one request stay in the buffer for the next (pipelining) or go to
+//! the WebSocket after an upgrade. Never routes, never interprets bodies,
+//! never lets a handler panic escape: a panic becomes a 500 (or, once a
+//! stream has started, a closed connection). Blocking I/O with timeouts is
+//! enough here because a connection has exactly one thing to do at a time;
+//! the only waits that must also notice shutdown (the idle gap between
+//! requests) poll on the socket and the server's stop eventfd.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tungstenite::protocol::{Role, WebSocketConfig};
+use tungstenite::WebSocket;
+
+use super::parse::{parse_head, BodyKind, ChunkedDecoder, Head};
+use super::server::ServerConfig;
+use super::stream::{peer_gone, wait_readable, PollStream, Readiness, Socket, TlsStream, Waker};
+use super::types::{Body, ChunkSink, Handler, HttpError, Reply, Request, Response, Upgrade};
+use super::ws::WsConn;
+
+/// How long an error answer waits for the client to stop sending before the
+/// socket is closed (see [`Socket::linger_close`]).
+const LINGER: Duration = Duration::from_millis(500);
+/// Bytes read from the socket per `read` call.
+const READ_CHUNK: usize = 16 * 1024;
+/// A read buffer grown past this (by a big body) is shrunk between requests.
+const KEEP_BUF: usize = 64 * 1024;
+/// The largest frame accepted on an upgraded socket, whatever the message
+/// limit (tungstenite's own default).
+const MAX_WS_FRAME: usize = 16 << 20;
+
+/// State shared by the listener and every connection thread.
+pub(crate) struct Shared {
+    pub cfg: ServerConfig,
+    pub handler: Arc<dyn Handler>,
+    /// Signalled once at shutdown and never reset: readable for everyone.
+    pub stop: Waker,
+    pub stopping: AtomicBool,
+    pub active: AtomicUsize,
+}
+
+impl Shared {
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// Why reading stopped short.
+enum ReadEnd {
+    Eof,
+    Timeout,
+    Failed,
+}
+
+enum Next {
+    Request(Box<Head>, Vec<u8>),
+    Error(HttpError, u8),
+    Close,
+}
+
+/// Sets up TLS when configured and serves requests until the connection ends.
+pub(crate) fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr) {
+    let _ = tcp.set_nodelay(true);
+    let sock = match &shared.cfg.tls {
+        None => Socket::Plain(tcp),
+        Some(cfg) => match tls_accept(cfg, tcp, shared.cfg.request_read_timeout) {
+            Some(t) => Socket::Tls(Box::new(t)),
+            None => return,
+        },
+    };
+    let _ = sock.set_write_timeout(Some(shared.cfg.write_timeout));
+    let client_cert_der = match &sock {
+        Socket::Tls(t) => t.peer_leaf_cert(),
+        Socket::Plain(_) => None,
+    };
+    let conn = Conn {
+        shared,
+        sock,
+        buf: Vec::new(),
+        peer,
+        client_cert_der,
+        served: 0,
+    };
+    conn.run();
+}
+
+pub(crate) fn tls_accept(
+    cfg: &Arc<rustls::ServerConfig>,
+    tcp: TcpStream,
+    timeout: Duration,
+) -> Option<TlsStream> {
+    let conn = match rustls::ServerConnection::new(cfg.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            log::warn!("TLS setup failed: {e}");
+            return None;
+        }
+    };
+    let mut t = TlsStream::new(conn, tcp);
+    match t.handshake(Instant::now() + timeout) {
+        Ok(()) => Some(t),
+        Err(e) => {
+            log::debug!("TLS handshake failed: {e}");
+            None
+        }
+    }
+}
+
+struct Conn<'a> {
+    shared: &'a Shared,
+    sock: Socket,
+    buf: Vec<u8>,
+    peer: SocketAddr,
+    client_cert_der: Option<Vec<u8>>,
+    served: u64,
+}
+
+impl Conn<'_> {
+    fn run(mut self) {
+        loop {
+            match self.next_request() {
+                Next::Close => return self.close(),
+                Next::Error(err, minor) => return self.fail(err, minor),
+                Next::Request(head, body) => {
+                    self.served += 1;
+                    match self.dispatch(*head, body) {
+                        Some(conn) => self = conn,
+                        None => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads more bytes into the buffer, giving up at `deadline`.
+    fn fill(&mut self, deadline: Instant) -> Result<usize, ReadEnd> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ReadEnd::Timeout);
+            }
+            if self.sock.set_read_timeout(Some(left)).is_err() {
+                return Err(ReadEnd::Failed);
+            }
+            let old = self.buf.len();
+            self.buf.resize(old + READ_CHUNK, 0);
+            let r = self.sock.read(&mut self.buf[old..]);
+            let n = *r.as_ref().unwrap_or(&0);
+            self.buf.truncate(old + n);
+            return match r {
+                Ok(0) => Err(ReadEnd::Eof),
+                Ok(n) => Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    Err(ReadEnd::Timeout)
+                }
+                Err(_) => Err(ReadEnd::Failed),
+            };
+        }
+    }
+
+    fn next_request(&mut self) -> Next {
+        let cfg = &self.shared.cfg;
+        if self.buf.capacity() > KEEP_BUF {
+            self.buf.shrink_to(KEEP_BUF);
+        }
+        if self.buf.is_empty() && !self.sock.has_buffered_input() {
+            let wait = if self.served == 0 {
+                cfg.request_read_timeout
+            } else {
+                cfg.keep_alive_idle
+            };
+            match wait_readable(self.sock.as_fd(), &self.shared.stop, wait) {
+                Ok(Readiness::Readable) => {}
+                _ => return Next::Close,
+            }
+        } else if self.shared.is_stopping() {
+            return Next::Close;
+        }
+        let deadline = Instant::now() + cfg.request_read_timeout;
+        let max_header = cfg.max_header_bytes;
+        let max_body = cfg.max_body_bytes;
+        let head = loop {
+            match parse_head(&self.buf, max_header) {
+                Ok(Some(h)) => break h,
+                Ok(None) => {}
+                Err(e) => return Next::Error(e, 1),
+            }
+            if self.fill(deadline).is_err() {
+                // EOF between requests is the normal end; a timeout or EOF
+                // mid-head has nobody left to answer.
+                return Next::Close;
+            }
+        };
+        self.buf.drain(..head.len);
+        let body = match head.body {
+            BodyKind::None => Vec::new(),
+            BodyKind::Length(n) => {
+                if n > max_body as u64 {
+                    return Next::Error(HttpError::BodyTooLarge { limit: max_body }, head.minor);
+                }
+                let n = n as usize;
+                if head.expect_continue && self.buf.len() < n && !self.send_continue() {
+                    return Next::Close;
+                }
+                while self.buf.len() < n {
+                    if self.fill(deadline).is_err() {
+                        return Next::Close;
+                    }
+                }
+                let rest = self.buf.split_off(n);
+                std::mem::replace(&mut self.buf, rest)
+            }
+            BodyKind::Chunked => {
+                let mut dec = ChunkedDecoder::new(max_body, max_header);
+                let mut body = Vec::new();
+                if head.expect_continue && self.buf.is_empty() && !self.send_continue() {
+                    return Next::Close;
+                }
+                loop {
+                    match dec.feed(&self.buf, &mut body) {
+                        Ok(used) => {
+                            self.buf.drain(..used);
+                        }
+                        Err(e) => return Next::Error(e, head.minor),
+                    }
+                    if dec.is_done() {
+                        break body;
+                    }
+                    if self.fill(deadline).is_err() {
+                        return Next::Close;
+                    }
+                }
+            }
+        };
+        Next::Request(Box::new(head), body)
+    }
+
+    fn send_continue(&mut self) -> bool {
+        self.sock
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .and_then(|()| self.sock.flush())
+            .is_ok()
+    }
+
+    /// Runs the handler; gives the connection back when it stays open.
+    fn dispatch(mut self, head: Head, body: Vec<u8>) -> Option<Self> {
+        let minor = head.minor;
+        let is_head = head.method == "HEAD";
+        let keep_alive = head.keep_alive;
+        let req = Request {
+            method: head.method,
+            target: head.target,
+            path: head.path,
+            query: head.query,
+            headers: head.headers,
+            body,
+            peer: self.peer,
+            tls: self.sock.is_tls(),
+            client_cert_der: self.client_cert_der.clone(),
+        };
+        let ws_key = if minor == 1 && req.is_websocket_upgrade() {
+            req.header("sec-websocket-key").map(str::to_string)
+        } else {
+            None
+        };
+        let handler = self.shared.handler.clone();
+        let reply = match catch_unwind(AssertUnwindSafe(move || handler.handle(req))) {
+            Ok(r) => r,
+            Err(_) => {
+                log::error!("handler panicked serving {}", self.peer);
+                self.fail(HttpError::Internal, minor);
+                return None;
+            }
+        };
+        match reply {
+            Reply::Response(resp) => {
+                let keep = keep_alive && !self.shared.is_stopping();
+                match write_response(&mut self.sock, resp, minor, is_head, keep, self.shared) {
+                    Ok(true) => Some(self),
+                    Ok(false) | Err(_) => {
+                        self.close();
+                        None
+                    }
+                }
+            }
+            Reply::Upgrade(up) => {
+                match ws_key {
+                    Some(key) => self.upgrade(&key, up),
+                    None => self.fail(
+                        HttpError::BadRequest("websocket upgrade required".into()),
+                        minor,
+                    ),
+                }
+                None
+            }
+        }
+    }
+
+    /// Answers `err` through the handler's error body, then closes.
+    fn fail(mut self, err: HttpError, minor: u8) {
+        let handler = self.shared.handler.clone();
+        let resp = catch_unwind(AssertUnwindSafe(|| handler.error_response(&err)))
+            .unwrap_or_else(|_| Response::text(err.status(), "internal error"));
+        let mut resp = resp;
+        // The handler chose the body; the status is the server's.
+        resp.status = err.status();
+        if write_response(&mut self.sock, resp, minor, false, false, self.shared).is_ok() {
+            self.sock.linger_close(LINGER);
+        }
+    }
+
+    fn close(self) {
+        // Dropping the TLS stream sends close_notify.
+        drop(self.sock);
+    }
+
+    fn upgrade(self, key: &str, up: Upgrade) {
+        let Conn {
+            mut sock,
+            buf,
+            peer,
+            client_cert_der,
+            ..
+        } = self;
+        let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let mut head = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
+        );
+        if let Some(p) = &up.protocol {
+            if header_ok("sec-websocket-protocol", p) {
+                let _ = write!(head, "Sec-WebSocket-Protocol: {p}\r\n");
+            }
+        }
+        for (k, v) in &up.headers {
+            let lower = k.to_ascii_lowercase();
+            if matches!(
+                lower.as_str(),
+                "upgrade" | "connection" | "sec-websocket-accept" | "sec-websocket-protocol"
+            ) || !header_ok(k, v)
+            {
+                continue;
+            }
+            let _ = write!(head, "{k}: {v}\r\n");
+        }
+        head.push_str("\r\n");
+        if sock
+            .write_all(head.as_bytes())
+            .and_then(|()| sock.flush())
+            .is_err()
+        {
+            return;
+        }
+        let _ = sock.set_read_timeout(None);
+        let _ = sock.set_write_timeout(None);
+        let config = WebSocketConfig::default()
+            .read_buffer_size(64 * 1024)
+            .write_buffer_size(64 * 1024)
+            .max_message_size(Some(up.max_message_bytes))
+            .max_frame_size(Some(up.max_message_bytes.min(MAX_WS_FRAME)));
+        let ws = WebSocket::from_partially_read(sock, buf, Role::Server, Some(config));
+        let conn = WsConn::new(ws, peer, up.protocol, client_cert_der);
+        let on_open = up.on_open;
+        if catch_unwind(AssertUnwindSafe(move || on_open(conn))).is_err() {
+            log::error!("websocket handler panicked for {peer}");
+        }
+    }
+}
+
+/// A header the server may write: no CR/LF/NUL smuggled in by a handler.
+fn header_ok(name: &str, value: &str) -> bool {
+    !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+        && !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+}
+
+/// Writes `resp`; returns whether the connection may carry another request.
+fn write_response(
+    sock: &mut Socket,
+    resp: Response,
+    minor: u8,
+    is_head: bool,
+    keep_alive: bool,
+    shared: &Shared,
+) -> io::Result<bool> {
+    let status = resp.status;
+    let bodyless_status = status == 204 || status == 304 || (100..200).contains(&status);
+    let mut keep_alive = keep_alive;
+    let mut head = String::with_capacity(256);
+    let _ = write!(head, "HTTP/1.1 {status} {}\r\n", reason(status));
+    let _ = write!(head, "Date: {}\r\n", http_date(SystemTime::now()));
+    for (k, v) in &resp.headers {
+        let lower = k.to_ascii_lowercase();
+        if matches!(
+            lower.as_str(),
+            "content-length" | "transfer-encoding" | "connection" | "date"
+        ) {
+            continue;
+        }
+        if !header_ok(k, v) {
+            log::warn!("dropping invalid response header {k:?}");
+            continue;
+        }
+        let _ = write!(head, "{k}: {v}\r\n");
+    }
+    let mut chunked = false;
+    match &resp.body {
+        Body::Empty if !bodyless_status => head.push_str("Content-Length: 0\r\n"),
+        Body::Bytes(b) if !bodyless_status => {
+            let _ = write!(head, "Content-Length: {}\r\n", b.len());
+        }
+        Body::Stream(_) if !bodyless_status && !is_head => {
+            if minor == 1 {
+                head.push_str("Transfer-Encoding: chunked\r\n");
+                chunked = true;
+            } else {
+                // HTTP/1.0 has no chunking: the body ends with the connection.
+                keep_alive = false;
+            }
+        }
+        _ => {}
+    }
+    if !keep_alive {
+        head.push_str("Connection: close\r\n");
+    } else if minor == 0 {
+        head.push_str("Connection: keep-alive\r\n");
+    }
+    head.push_str("\r\n");
+
+    let send_body = !is_head && !bodyless_status;
+    match resp.body {
+        Body::Bytes(b) if send_body => {
+            if b.len() <= 16 * 1024 {
+                let mut all = head.into_bytes();
+                all.extend_from_slice(&b);
+                sock.write_all(&all)?;
+            } else {
+                sock.write_all(head.as_bytes())?;
+                sock.write_all(&b)?;
+            }
+            sock.flush()?;
+            Ok(keep_alive)
+        }
+        Body::Stream(f) if send_body => {
+            sock.write_all(head.as_bytes())?;
+            sock.flush()?;
+            let mut sink = Sink {
+                sock,
+                chunked,
+                scratch: Vec::new(),
+                failed: false,
+                shared,
+            };
+            let ok = match catch_unwind(AssertUnwindSafe(|| f(&mut sink))) {
+                Ok(Ok(())) => !sink.failed,
+                Ok(Err(_)) => false,
+                Err(_) => {
+                    log::error!("stream function panicked");
+                    false
+                }
+            };
+            if !ok {
+                return Ok(false);
+            }
+            if chunked {
+                sock.write_all(b"0\r\n\r\n")?;
+                sock.flush()?;
+            }
+            Ok(keep_alive && chunked)
+        }
+        _ => {
+            sock.write_all(head.as_bytes())?;
+            sock.flush()?;
+            Ok(keep_alive)
+        }
+    }
+}
+
+/// The [`ChunkSink`] of a streaming response.
+struct Sink<'a> {
+    sock: &'a mut Socket,
+    chunked: bool,
+    scratch: Vec<u8>,
+    failed: bool,
+    shared: &'a Shared,
+}
+
+impl ChunkSink for Sink<'_> {
+    fn send(&mut self, data: &[u8]) -> io::Result<()> {
+        if self.failed {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let r = if self.chunked {
+            // One write per chunk: size line, data and CRLF together.
+            self.scratch.clear();
+            let _ = write!(ByteWriter(&mut self.scratch), "{:x}\r\n", data.len());
+            self.scratch.extend_from_slice(data);
+            self.scratch.extend_from_slice(b"\r\n");
+            let r = self.sock.write_all(&self.scratch);
+            if self.scratch.capacity() > KEEP_BUF {
+                self.scratch = Vec::new();
+            }
+            r
+        } else {
+            self.sock.write_all(data)
+        }
+        .and_then(|()| self.sock.flush());
+        if r.is_err() {
+            self.failed = true;
+        }
+        r
+    }
+
+    /// True once the client closed or reset the connection, or the server
+    /// is shutting down (either way the stream should end).
+    fn peer_closed(&self) -> bool {
+        self.failed || self.shared.is_stopping() || peer_gone(self.sock.as_fd())
+    }
+}
+
+struct ByteWriter<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for ByteWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// The reason phrase of a status code.
+pub(crate) fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Content",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => match status / 100 {
+            1 => "Informational",
+            2 => "Success",
+            3 => "Redirection",
+            4 => "Client Error",
+            _ => "Server Error",
+        },
+    }
+}
+
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) for the `Date` header.
+pub(crate) fn http_date(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (h, m, s) = (rem / 3600, rem / 60 % 60, rem % 60);
+    // 1970-01-01 was a Thursday.
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
+    // Civil date from days since the epoch (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let mon = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][(month - 1) as usize];
+    format!("{weekday}, {day:02} {mon} {year} {h:02}:{m:02}:{s:02} GMT")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        let t = UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(http_date(t), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(http_date(UNIX_EPOCH), "Thu, 01 Jan 1970 00:00:00 GMT");
+        let t = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(http_date(t), "Tue, 29 Feb 2000 00:00:00 GMT");
+    }
+
+    #[test]
+    fn header_validation() {
+        assert!(header_ok("X-A", "b c"));
+        assert!(!header_ok("X-A", "b\r\nEvil: 1"));
+        assert!(!header_ok("X A", "b"));
+        assert!(!header_ok("", "b"));
+    }
+}
