@@ -250,6 +250,11 @@ impl Conn<'_> {
                 }
             }
         };
+        if self.buf.is_empty() {
+            // Idle streams (watches) keep their thread for hours: do not
+            // keep a read buffer for them too.
+            self.buf = Vec::new();
+        }
         Next::Request(Box::new(head), body)
     }
 

@@ -200,7 +200,7 @@ pub(crate) fn split_target(target: &str) -> Result<(String, Vec<(String, String)
 /// for a malformed escape or a result that is not UTF-8.
 pub(crate) fn percent_decode(s: &str, plus_is_space: bool) -> Option<String> {
     let bytes = s.as_bytes();
-    if !bytes.contains(&b'%') && !(plus_is_space && bytes.contains(&b'+')) {
+    if !(bytes.contains(&b'%') || plus_is_space && bytes.contains(&b'+')) {
         return Some(s.to_string());
     }
     let mut out = Vec::with_capacity(bytes.len());

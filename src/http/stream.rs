@@ -330,15 +330,12 @@ impl Waker {
 
 /// poll(2) with a timeout (`None` = forever), retrying on EINTR.
 pub(crate) fn poll(fds: &mut [PollFd<'_>], timeout: Option<Duration>) -> io::Result<usize> {
-    let ts = match timeout {
-        Some(d) => Some(
-            rustix::event::Timespec::try_from(d).unwrap_or(rustix::event::Timespec {
-                tv_sec: i64::MAX / 2,
-                tv_nsec: 0,
-            }),
-        ),
-        None => None,
-    };
+    let ts = timeout.map(|d| {
+        rustix::event::Timespec::try_from(d).unwrap_or(rustix::event::Timespec {
+            tv_sec: i64::MAX / 2,
+            tv_nsec: 0,
+        })
+    });
     loop {
         for fd in fds.iter_mut() {
             fd.clear_revents();
