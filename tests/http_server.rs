@@ -950,15 +950,17 @@ fn websocket_message_over_the_limit_is_refused_with_1009() {
     let (ends_tx, ends_rx) = bounded(4);
     let server = ws_echo_server(4, ends_tx, None);
     let (mut c, _) = ws_connect(server.local_addr(), "/exec", &[]);
-    c.send(Message::binary(vec![0u8; (1 << 20) + 1])).unwrap();
+    // The server may refuse (and close) before the whole frame is written.
+    let _ = c.send(Message::binary(vec![0u8; (1 << 20) + 1]));
     match c.read() {
         Ok(Message::Close(Some(f))) => assert_eq!(f.code, CloseCode::Size),
+        Ok(other) => panic!("{other:?}"),
+        Err(_) => {} // the close frame can be lost to a reset
+    }
+    match ends_rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+        WsEnd::Error(e) => assert!(e.contains("too long"), "{e}"),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(
-        ends_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
-        WsEnd::Error(_)
-    ));
 }
 
 /// Echo latency added by the pump, against a blocking single-thread echo.

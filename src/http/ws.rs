@@ -110,7 +110,9 @@ impl std::error::Error for Closed {}
 /// The sending side of a pump's outbound queue. Cloneable; when every clone
 /// is dropped without sending a Close, the pump closes with 1000.
 pub struct Outbox {
-    tx: Sender<Message>,
+    /// Always `Some` until `drop`, which must drop the sender BEFORE waking
+    /// the pump (or the pump could wake, still see a live sender, and sleep).
+    tx: Option<Sender<Message>>,
     waker: Arc<Waker>,
 }
 
@@ -138,7 +140,7 @@ pub fn try_outbox(capacity: usize) -> io::Result<(Outbox, OutboxReceiver)> {
     let waker = Arc::new(Waker::new()?);
     Ok((
         Outbox {
-            tx,
+            tx: Some(tx),
             waker: waker.clone(),
         },
         OutboxReceiver { rx, waker },
@@ -149,14 +151,17 @@ impl Outbox {
     /// Queues a message, waiting while the queue is full (that wait is the
     /// backpressure), then wakes the pump.
     pub fn send(&self, m: Message) -> Result<(), Closed> {
-        self.tx.send(m).map_err(|_| Closed)?;
+        self.tx().ok_or(Closed)?.send(m).map_err(|_| Closed)?;
         self.waker.wake();
         Ok(())
     }
 
     /// Queues a message if there is room now.
     pub fn try_send(&self, m: Message) -> Result<(), TrySendError<Message>> {
-        self.tx.try_send(m)?;
+        match self.tx() {
+            Some(tx) => tx.try_send(m)?,
+            None => return Err(TrySendError::Disconnected(m)),
+        }
         self.waker.wake();
         Ok(())
     }
@@ -167,18 +172,25 @@ impl Outbox {
         m: Message,
         timeout: Duration,
     ) -> Result<(), SendTimeoutError<Message>> {
-        self.tx.send_timeout(m, timeout)?;
+        match self.tx() {
+            Some(tx) => tx.send_timeout(m, timeout)?,
+            None => return Err(SendTimeoutError::Disconnected(m)),
+        }
         self.waker.wake();
         Ok(())
     }
 
     /// Messages waiting for the pump.
     pub fn len(&self) -> usize {
-        self.tx.len()
+        self.tx().map_or(0, Sender::len)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tx.is_empty()
+        self.len() == 0
+    }
+
+    fn tx(&self) -> Option<&Sender<Message>> {
+        self.tx.as_ref()
     }
 }
 
@@ -193,7 +205,9 @@ impl Clone for Outbox {
 
 impl Drop for Outbox {
     fn drop(&mut self) {
-        // The last sender gone is news for the pump (it closes the socket).
+        // The last sender gone is news for the pump (it closes the socket):
+        // drop ours first, then wake, so the pump sees the disconnection.
+        drop(self.tx.take());
         self.waker.wake();
     }
 }
@@ -515,8 +529,12 @@ impl<S: PollStream> Pump<S> {
             match self.ws.write(msg) {
                 Ok(()) => self.need_flush = true,
                 Err(e) if would_block(&e) => {
+                    // The message is buffered; more may wait in the channel
+                    // with the waker already reset: look again once the
+                    // socket drains, without waiting for a wake-up.
                     self.need_flush = true;
                     self.write_blocked = true;
+                    self.more_out = true;
                     return None;
                 }
                 Err(e) => return Some(self.error_end(e)),
