@@ -387,3 +387,29 @@ fn faults_fail_requests_and_drop_watches() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = dropper.join();
 }
+
+#[test]
+fn outage_refuses_connections_then_recovers() {
+    let sim = SimProc::start(&[]);
+    let api = Api::new(&sim);
+    let (code, _) = api.post("/sim/faults", &json!({"outageSecs": 2}));
+    assert_eq!(code, 200);
+    let addr = sim.url.trim_start_matches("http://").to_string();
+    // Refused while it lasts...
+    common::wait_for("connections to be refused", Duration::from_secs(5), || {
+        TcpStream::connect(&addr).is_err().then_some(())
+    });
+    // ...and served again afterwards, on the same address.
+    let t0 = Instant::now();
+    let a = agent();
+    let version = format!("{}/version", sim.url);
+    common::wait_for("the API to come back", Duration::from_secs(20), || {
+        a.get(&version)
+            .call()
+            .ok()
+            .filter(|r| r.status().as_u16() == 200)
+    });
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let (_, report) = Api::new(&sim).get("/sim/faults");
+    assert_eq!(report["outages"], 1);
+}

@@ -239,15 +239,34 @@ fn simulated_pods_run_no_processes() {
 #[test]
 fn kubegate_resolves_to_the_running_binary_and_no_command_idles() {
     let sim = SimProc::start(&[]);
-    apply(&sim, &pod("self", json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "kubegate:latest", "command": ["kubegate", "--version"]}]})));
-    wait_pod(&sim, "self", "Succeeded", |p| p["status"]["phase"] == "Succeeded");
+    apply(
+        &sim,
+        &pod(
+            "self",
+            json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "kubegate:latest", "command": ["kubegate", "--version"]}]}),
+        ),
+    );
+    wait_pod(&sim, "self", "Succeeded", |p| {
+        p["status"]["phase"] == "Succeeded"
+    });
     let logs = sim.kubectl_ok(&["logs", "self"]);
     assert!(logs.starts_with("kubegate "), "{logs:?}");
 
     // No command: the idle process, which ends promptly and cleanly on SIGTERM.
-    apply(&sim, &pod("idle", json!({"containers": [{"name": "c", "image": "nginx"}]})));
-    wait_pod(&sim, "idle", "Running", |p| p["status"]["phase"] == "Running");
+    apply(
+        &sim,
+        &pod(
+            "idle",
+            json!({"containers": [{"name": "c", "image": "nginx"}]}),
+        ),
+    );
+    wait_pod(&sim, "idle", "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
     let t0 = std::time::Instant::now();
     sim.kubectl_ok(&["delete", "pod", "idle"]);
-    assert!(t0.elapsed() < Duration::from_secs(10), "the idle process ignored SIGTERM");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "the idle process ignored SIGTERM"
+    );
 }

@@ -49,11 +49,29 @@ pub(crate) struct Shared {
     pub stop: Waker,
     pub stopping: AtomicBool,
     pub active: AtomicUsize,
+    /// Until when the server plays dead (`Server::refuse_for`): the port is
+    /// closed, and open connections are dropped at their next request.
+    pub outage_until: parking_lot::Mutex<Option<Instant>>,
+    /// Wakes the listener to notice a new outage.
+    pub poke: Waker,
 }
 
 impl Shared {
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+
+    /// True while an outage is in force.
+    pub fn in_outage(&self) -> bool {
+        let mut o = self.outage_until.lock();
+        match *o {
+            Some(t) if Instant::now() < t => true,
+            Some(_) => {
+                *o = None;
+                false
+            }
+            None => false,
+        }
     }
 }
 
@@ -191,7 +209,10 @@ impl Conn<'_> {
                 Ok(Readiness::Readable) => {}
                 _ => return Next::Close,
             }
-        } else if self.shared.is_stopping() {
+            if self.shared.in_outage() {
+                return Next::Close;
+            }
+        } else if self.shared.is_stopping() || self.shared.in_outage() {
             return Next::Close;
         }
         let deadline = Instant::now() + cfg.request_read_timeout;
@@ -539,7 +560,10 @@ impl ChunkSink for Sink<'_> {
     /// True once the client closed or reset the connection, or the server
     /// is shutting down (either way the stream should end).
     fn peer_closed(&self) -> bool {
-        self.failed || self.shared.is_stopping() || peer_gone(self.sock.as_fd())
+        self.failed
+            || self.shared.is_stopping()
+            || self.shared.in_outage()
+            || peer_gone(self.sock.as_fd())
     }
 }
 

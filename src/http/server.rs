@@ -114,6 +114,8 @@ impl Server {
             stop: Waker::new()?,
             stopping: AtomicBool::new(false),
             active: AtomicUsize::new(0),
+            outage_until: parking_lot::Mutex::new(None),
+            poke: Waker::new()?,
         });
         let (over_tx, over_rx) = crossbeam_channel::bounded::<TcpStream>(OVERFLOW_QUEUE);
         let s = shared.clone();
@@ -128,7 +130,7 @@ impl Server {
         let s = shared.clone();
         let handle = std::thread::Builder::new()
             .name(format!("{name}-listen"))
-            .spawn(move || listen(&s, listener, over_tx))?;
+            .spawn(move || listen(&s, listener, addr, over_tx))?;
         Ok(Server {
             addr,
             shared,
@@ -144,6 +146,15 @@ impl Server {
     /// connection thread).
     pub fn connections(&self) -> usize {
         self.shared.active.load(Ordering::Acquire)
+    }
+
+    /// Plays dead for `d` (fault injection): the listening port is closed,
+    /// so new connections are refused; open connections are closed at
+    /// their next request and streams see `peer_closed()`. Afterwards the
+    /// same address is bound again.
+    pub fn refuse_for(&self, d: Duration) {
+        *self.shared.outage_until.lock() = Some(Instant::now() + d);
+        self.shared.poke.wake();
     }
 
     /// Stops accepting (the port is closed when this returns), closes idle
@@ -179,13 +190,16 @@ impl Drop for Slot {
 fn listen(
     shared: &Arc<Shared>,
     listener: TcpListener,
+    addr: SocketAddr,
     overflow: crossbeam_channel::Sender<TcpStream>,
 ) {
     let cfg = &shared.cfg;
+    let mut listener = listener;
     loop {
         let mut fds = [
             PollFd::new(&listener, PollFlags::IN),
             PollFd::from_borrowed_fd(shared.stop.fd(), PollFlags::IN),
+            PollFd::from_borrowed_fd(shared.poke.fd(), PollFlags::IN),
         ];
         if let Err(e) = poll(&mut fds, None) {
             log::error!("listener poll failed: {e}");
@@ -193,6 +207,16 @@ fn listen(
         }
         if shared.is_stopping() || !fds[1].revents().is_empty() {
             return;
+        }
+        if !fds[2].revents().is_empty() {
+            shared.poke.reset();
+            if shared.in_outage() {
+                match play_dead(shared, listener, addr) {
+                    Some(l) => listener = l,
+                    None => return,
+                }
+                continue;
+            }
         }
         loop {
             let (tcp, peer) = match listener.accept() {
@@ -238,6 +262,48 @@ fn listen(
             }
         }
     }
+}
+
+/// Closes the port until the outage ends, then binds the same address
+/// again (retrying briefly if it is still in use). None: stop, or the
+/// address could not be bound again.
+fn play_dead(shared: &Shared, listener: TcpListener, addr: SocketAddr) -> Option<TcpListener> {
+    drop(listener);
+    log::warn!("refusing connections on {addr} (injected outage)");
+    loop {
+        let until = (*shared.outage_until.lock())?;
+        let now = Instant::now();
+        if now >= until {
+            break;
+        }
+        let mut fds = [
+            PollFd::from_borrowed_fd(shared.stop.fd(), PollFlags::IN),
+            PollFd::from_borrowed_fd(shared.poke.fd(), PollFlags::IN),
+        ];
+        let _ = poll(&mut fds, Some(until - now));
+        if shared.is_stopping() {
+            return None;
+        }
+        shared.poke.reset();
+    }
+    *shared.outage_until.lock() = None;
+    for _ in 0..50 {
+        match TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|_| l)) {
+            Ok(l) => {
+                log::warn!("accepting connections on {addr} again");
+                return Some(l);
+            }
+            Err(e) => {
+                log::warn!("rebinding {addr} after the outage: {e}");
+                let mut stop = [PollFd::from_borrowed_fd(shared.stop.fd(), PollFlags::IN)];
+                let _ = poll(&mut stop, Some(Duration::from_millis(100)));
+                if shared.is_stopping() {
+                    return None;
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Answers 503 on an over-limit connection, then closes it.

@@ -64,7 +64,7 @@ pub struct Sim {
     pub kubeconfig: String,
     pub store: Arc<Store>,
     pub faults: Arc<Faults>,
-    server: Option<Server>,
+    server: Option<Arc<Server>>,
     controllers: Option<Controllers>,
     kubelet: Option<Arc<super::kubelet::Kubelet>>,
     /// The temporary state folder to remove at shutdown, when we made it.
@@ -165,6 +165,13 @@ impl Sim {
         };
         let server = Server::bind(opts.listen, server_cfg, api.clone())
             .map_err(|e| SimError::Failed(format!("listening on {}: {e}", opts.listen)))?;
+        let server = Arc::new(server);
+        let weak = Arc::downgrade(&server);
+        faults.set_outage(Box::new(move |d| {
+            if let Some(s) = weak.upgrade() {
+                s.refuse_for(d);
+            }
+        }));
         let addr = server.local_addr();
         api.set_server_address(addr.to_string());
         let scheme = if opts.tls { "https" } else { "http" };
