@@ -363,7 +363,7 @@ fn list_json(info: &ResourceInfo, items: Vec<Value>, rv: u64) -> Value {
     })
 }
 
-fn scale_of(obj: &Value, info: &ResourceInfo) -> Value {
+fn scale_of(obj: &Value) -> Value {
     let m = &obj["metadata"];
     let selector = obj["spec"]["selector"]["matchLabels"]
         .as_object()
@@ -374,7 +374,6 @@ fn scale_of(obj: &Value, info: &ResourceInfo) -> Value {
                 .join(",")
         })
         .unwrap_or_default();
-    let _ = info;
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -426,7 +425,7 @@ impl ApiServer {
             }
             Route::OpenApiDoc(g) if m == "GET" => match discovery::openapi_v3_doc(g) {
                 Some(v) => json_response(200, &v).into(),
-                None => not_found_path(path).into(),
+                None => not_found_path().into(),
             },
             Route::ApiVersions if m == "GET" => json_response(
                 200,
@@ -443,39 +442,27 @@ impl ApiServer {
             }
             Route::Group(g) if m == "GET" => match discovery::api_group(g) {
                 Some(v) => json_response(200, &v).into(),
-                None => not_found_path(path).into(),
+                None => not_found_path().into(),
             },
             Route::ResourceList(g, v) if m == "GET" => match discovery::resource_list(g, v) {
                 Some(v) => json_response(200, &v).into(),
-                None => not_found_path(path).into(),
+                None => not_found_path().into(),
             },
             Route::Collection(res, ns) => self.collection(req, res, ns),
             Route::Object(res, ns, name) => self.object(req, res, ns, name).into(),
             Route::Sub(res, ns, name, sub) => self.subresource(req, res, ns, name, sub),
             Route::Proxy(ns, name) => self.proxy(req, ns, name),
-            Route::NotFound => not_found_path(path).into(),
+            Route::NotFound => not_found_path().into(),
             _ => method_not_allowed().into(),
         }
-    }
-
-    fn check_namespace(&self, ns: &str) -> Result<(), Response> {
-        self.store
-            .get(Resource::Namespace, "", ns)
-            .map(|_| ())
-            .map_err(store_error)
     }
 
     fn collection(&self, req: &Request, res: Resource, ns: Option<&str>) -> Reply {
         let info = res.info();
         match req.method.as_str() {
             "GET" => {
-                if let Some(ns) = ns {
-                    if let Err(r) = self.check_namespace(ns) {
-                        // Listing in a missing namespace is an empty list upstream;
-                        // watching it is fine too. Only writes need it to exist.
-                        let _ = r;
-                    }
-                }
+                // Listing or watching in a missing namespace is an empty
+                // result upstream, not an error: only writes need it.
                 let sel = match selectors(req, res) {
                     Ok(s) => s,
                     Err(r) => return r.into(),
@@ -603,7 +590,7 @@ impl ApiServer {
     fn subresource(&self, req: &Request, res: Resource, ns: &str, name: &str, sub: &str) -> Reply {
         let info = res.info();
         if !info.subresources.contains(&sub) {
-            return not_found_path(&req.path).into();
+            return not_found_path().into();
         }
         match (sub, req.method.as_str()) {
             ("status", "GET") => self.object(req, res, ns, name).into(),
@@ -648,13 +635,12 @@ impl ApiServer {
     }
 
     fn scale(&self, req: &Request, res: Resource, ns: &str, name: &str) -> Response {
-        let info = res.info();
         let current = match self.store.get(res, ns, name) {
             Ok(o) => o,
             Err(e) => return store_error(e),
         };
         let desired: i64 = match req.method.as_str() {
-            "GET" => return json_response(200, &scale_of(&current, info)),
+            "GET" => return json_response(200, &scale_of(&current)),
             "PUT" => {
                 let v: Value = match serde_json::from_slice(&req.body) {
                     Ok(v) => v,
@@ -679,7 +665,7 @@ impl ApiServer {
                     Ok(p) => p,
                     Err(r) => return r,
                 };
-                let scale = scale_of(&current, info);
+                let scale = scale_of(&current);
                 match super::patch::apply(pt, &scale, &req.body) {
                     Ok(v) => match v["spec"]["replicas"].as_i64() {
                         Some(n) => n,
@@ -702,7 +688,7 @@ impl ApiServer {
             o["spec"]["replicas"] = json!(desired);
             Ok(())
         }) {
-            Ok(o) => json_response(200, &scale_of(&o, info)),
+            Ok(o) => json_response(200, &scale_of(&o)),
             Err(e) => store_error(e),
         }
     }
@@ -838,8 +824,7 @@ fn dry_run(req: &Request) -> bool {
     req.query("dryRun").is_some_and(|v| v == "All")
 }
 
-fn not_found_path(path: &str) -> Response {
-    let _ = path;
+fn not_found_path() -> Response {
     status_response(&Status::not_found_message(
         "the server could not find the requested resource",
     ))
