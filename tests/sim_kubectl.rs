@@ -127,6 +127,36 @@ fn crud_and_workloads(sim: &SimProc) {
         (running(&pods_of(sim, "app=web")) == 3).then_some(())
     });
 
+    // The default printer gets server-side Tables, as from a real cluster.
+    let table = sim.kubectl_ok(&["get", "pods", "-l", "app=web"]);
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+        "{table}"
+    );
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.contains(" 1/1 ") && l.contains(" Running "))
+            .count(),
+        3,
+        "{table}"
+    );
+    let deploy = sim.kubectl_ok(&["get", "deployment", "web"]);
+    assert!(
+        deploy
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.split_whitespace().nth(1) == Some("3/3")),
+        "{deploy}"
+    );
+
     // delete pod: waits, then the ReplicaSet replaces it.
     let victim = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
     sim.kubectl_ok(&["delete", "pod", &victim]);

@@ -9,6 +9,7 @@ use super::faults::Faults;
 use super::lifecycle::{self, DeleteOptions};
 use super::resources::{Resource, ResourceInfo};
 use super::store::{Event, PatchType, Selectors, Store, StoreError, Subresource, WatchFrom};
+use super::table;
 use crate::http::{ChunkSink, Handler, HttpError, Reply, Request, Response};
 use crate::kube::status::Status;
 use crossbeam_channel::RecvTimeoutError;
@@ -471,6 +472,9 @@ impl ApiServer {
                     return self.watch(req, res, ns, sel).into();
                 }
                 let (items, rv) = self.store.list(res, ns, &sel);
+                if table::wants_table(req.header("accept")) {
+                    return json_response(200, &table::table(res, &items, rv)).into();
+                }
                 json_response(200, &list_json(info, items, rv)).into()
             }
             "POST" => {
@@ -522,6 +526,10 @@ impl ApiServer {
         let info = res.info();
         match req.method.as_str() {
             "GET" => match self.store.get(res, ns, name) {
+                Ok(o) if table::wants_table(req.header("accept")) => {
+                    let rv = super::store::obj_rv(&o);
+                    json_response(200, &table::table(res, &[o], rv))
+                }
                 Ok(o) => json_response(200, &o),
                 Err(e) => store_error(e),
             },
@@ -744,6 +752,7 @@ impl ApiServer {
             }
         };
         let bookmarks = req.query_flag("allowWatchBookmarks");
+        let as_table = table::wants_table(req.header("accept"));
         let info = res.info();
         let start_rv = self.store.current_rv();
         let stream = match self.store.watch(res, ns, sel, from) {
@@ -787,7 +796,17 @@ impl ApiServer {
                     match stream.recv_timeout(wait) {
                         Ok(ev) => {
                             last_rv = last_rv.max(ev.rv);
-                            sink.send(&encode(&ev))?;
+                            if as_table {
+                                let t = table::table(res, std::slice::from_ref(&ev.object), ev.rv);
+                                let mut line = serde_json::to_vec(
+                                    &json!({"type": ev.ty.as_str(), "object": t}),
+                                )
+                                .unwrap_or_default();
+                                line.push(b'\n');
+                                sink.send(&line)?;
+                            } else {
+                                sink.send(&encode(&ev))?;
+                            }
                         }
                         Err(RecvTimeoutError::Timeout) => {
                             if sink.peer_closed() || faults.watch_epoch() != epoch {

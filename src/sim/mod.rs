@@ -20,4 +20,5 @@ pub mod resources;
 pub mod runtime;
 pub mod selector;
 pub mod store;
+pub mod table;
 pub mod tls;

@@ -1,0 +1,466 @@
+//! Server-side printing: the `meta.k8s.io/v1` Table that kubectl asks for
+//! (`Accept: application/json;as=Table;…`) on `get`, so `kubectl get pods`
+//! shows READY, STATUS, RESTARTS and AGE as against a real cluster, not
+//! only NAME and AGE. Columns follow upstream's printers
+//! (`pkg/printers/internalversion/printers.go`) for the kinds the sim
+//! serves; `-o wide` columns have priority 1. Rows embed the object's
+//! metadata as `PartialObjectMetadata` (upstream's default).
+
+use super::resources::Resource;
+use serde_json::{json, Value};
+use std::time::{Duration, SystemTime};
+
+/// True when the Accept header asks for a Table.
+pub fn wants_table(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',')
+            .next()
+            .is_some_and(|first| first.contains("as=Table") && first.contains("g=meta.k8s.io"))
+    })
+}
+
+struct Col {
+    name: &'static str,
+    ty: &'static str,
+    priority: u8,
+}
+
+const fn c(name: &'static str, ty: &'static str, priority: u8) -> Col {
+    Col { name, ty, priority }
+}
+
+fn columns(res: Resource) -> Vec<Col> {
+    match res {
+        Resource::Pod => vec![
+            c("Name", "string", 0),
+            c("Ready", "string", 0),
+            c("Status", "string", 0),
+            c("Restarts", "string", 0),
+            c("Age", "string", 0),
+            c("IP", "string", 1),
+            c("Node", "string", 1),
+            c("Nominated Node", "string", 1),
+            c("Readiness Gates", "string", 1),
+        ],
+        Resource::Deployment => vec![
+            c("Name", "string", 0),
+            c("Ready", "string", 0),
+            c("Up-to-date", "string", 0),
+            c("Available", "string", 0),
+            c("Age", "string", 0),
+            c("Containers", "string", 1),
+            c("Images", "string", 1),
+            c("Selector", "string", 1),
+        ],
+        Resource::ReplicaSet => vec![
+            c("Name", "string", 0),
+            c("Desired", "integer", 0),
+            c("Current", "integer", 0),
+            c("Ready", "integer", 0),
+            c("Age", "string", 0),
+            c("Containers", "string", 1),
+            c("Images", "string", 1),
+            c("Selector", "string", 1),
+        ],
+        Resource::Service => vec![
+            c("Name", "string", 0),
+            c("Type", "string", 0),
+            c("Cluster-IP", "string", 0),
+            c("External-IP", "string", 0),
+            c("Port(s)", "string", 0),
+            c("Age", "string", 0),
+            c("Selector", "string", 1),
+        ],
+        Resource::Namespace => vec![
+            c("Name", "string", 0),
+            c("Status", "string", 0),
+            c("Age", "string", 0),
+        ],
+        Resource::ConfigMap => vec![
+            c("Name", "string", 0),
+            c("Data", "integer", 0),
+            c("Age", "string", 0),
+        ],
+        Resource::Secret => vec![
+            c("Name", "string", 0),
+            c("Type", "string", 0),
+            c("Data", "integer", 0),
+            c("Age", "string", 0),
+        ],
+        Resource::Ingress => vec![
+            c("Name", "string", 0),
+            c("Class", "string", 0),
+            c("Hosts", "string", 0),
+            c("Address", "string", 0),
+            c("Ports", "string", 0),
+            c("Age", "string", 0),
+        ],
+    }
+}
+
+/// kubectl's `duration.HumanDuration`.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s < 120 {
+        return format!("{s}s");
+    }
+    let m = s / 60;
+    if m < 10 {
+        let rs = s % 60;
+        return if rs == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{rs}s")
+        };
+    }
+    if m < 180 {
+        return format!("{m}m");
+    }
+    let h = s / 3600;
+    if h < 8 {
+        let rm = m % 60;
+        return if rm == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{rm}m")
+        };
+    }
+    if h < 48 {
+        return format!("{h}h");
+    }
+    if h < 24 * 8 {
+        let (d, rh) = (h / 24, h % 24);
+        return if rh == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{rh}h")
+        };
+    }
+    if h < 24 * 365 * 2 {
+        return format!("{}d", h / 24);
+    }
+    if h < 24 * 365 * 8 {
+        let (y, dd) = (h / 24 / 365, (h / 24) % 365);
+        return if dd == 0 {
+            format!("{y}y")
+        } else {
+            format!("{y}y{dd}d")
+        };
+    }
+    format!("{}y", h / 24 / 365)
+}
+
+fn age(o: &Value) -> String {
+    let created = o["metadata"]["creationTimestamp"]
+        .as_str()
+        .and_then(crate::kube::time::parse_rfc3339);
+    match created {
+        Some(t) => human_duration(SystemTime::now().duration_since(t).unwrap_or_default()),
+        None => "<unknown>".into(),
+    }
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn or_none(v: String) -> String {
+    if v.is_empty() {
+        "<none>".into()
+    } else {
+        v
+    }
+}
+
+fn selector_string(sel: &Value) -> String {
+    let mut parts: Vec<String> = sel
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={}", s(v))).collect())
+        .unwrap_or_default();
+    parts.sort();
+    or_none(parts.join(","))
+}
+
+fn containers_images(template_spec: &Value) -> (String, String) {
+    let cs = template_spec["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<String> = cs.iter().map(|c| s(&c["name"])).collect();
+    let images: Vec<String> = cs.iter().map(|c| s(&c["image"])).collect();
+    (names.join(","), images.join(","))
+}
+
+fn count(v: &Value) -> i64 {
+    v.as_i64().unwrap_or(0)
+}
+
+/// The pod STATUS column, as kubectl computes it.
+fn pod_status(p: &Value) -> String {
+    let st = &p["status"];
+    let mut reason = s(&st["reason"]);
+    if reason.is_empty() {
+        reason = s(&st["phase"]);
+    }
+    let inits = st["initContainerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let total_init = p["spec"]["initContainers"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0);
+    let mut initializing = false;
+    for (i, c) in inits.iter().enumerate() {
+        let t = &c["state"]["terminated"];
+        if !t.is_null() && count(&t["exitCode"]) == 0 {
+            continue;
+        }
+        initializing = true;
+        reason = if !t.is_null() {
+            let r = s(&t["reason"]);
+            if r.is_empty() {
+                format!("Init:ExitCode:{}", count(&t["exitCode"]))
+            } else {
+                format!("Init:{r}")
+            }
+        } else {
+            let w = s(&c["state"]["waiting"]["reason"]);
+            if !w.is_empty() && w != "PodInitializing" {
+                format!("Init:{w}")
+            } else {
+                format!("Init:{i}/{total_init}")
+            }
+        };
+        break;
+    }
+    if !initializing {
+        let mut running = false;
+        for c in st["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .rev()
+        {
+            let w = s(&c["state"]["waiting"]["reason"]);
+            let t = &c["state"]["terminated"];
+            if !w.is_empty() {
+                reason = w;
+            } else if !t.is_null() {
+                let r = s(&t["reason"]);
+                reason = if !r.is_empty() {
+                    r
+                } else if !t["signal"].is_null() {
+                    format!("Signal:{}", count(&t["signal"]))
+                } else {
+                    format!("ExitCode:{}", count(&t["exitCode"]))
+                };
+            } else if c["ready"] == true && !c["state"]["running"].is_null() {
+                running = true;
+            }
+        }
+        if reason == "Completed" && running {
+            reason = "Running".into();
+        }
+    }
+    if !p["metadata"]["deletionTimestamp"].is_null() {
+        reason = "Terminating".into();
+    }
+    reason
+}
+
+fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
+    let name = json!(s(&o["metadata"]["name"]));
+    match res {
+        Resource::Pod => {
+            let cs = o["status"]["containerStatuses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let total = o["spec"]["containers"]
+                .as_array()
+                .map(Vec::len)
+                .unwrap_or(0);
+            let ready = cs.iter().filter(|c| c["ready"] == true).count();
+            let restarts: i64 = cs.iter().map(|c| count(&c["restartCount"])).sum();
+            vec![
+                name,
+                json!(format!("{ready}/{total}")),
+                json!(pod_status(o)),
+                json!(restarts.to_string()),
+                json!(age(o)),
+                json!(or_none(s(&o["status"]["podIP"]))),
+                json!(or_none(s(&o["spec"]["nodeName"]))),
+                json!("<none>"),
+                json!("<none>"),
+            ]
+        }
+        Resource::Deployment => {
+            let (cn, im) = containers_images(&o["spec"]["template"]["spec"]);
+            vec![
+                name,
+                json!(format!(
+                    "{}/{}",
+                    count(&o["status"]["readyReplicas"]),
+                    count(&o["spec"]["replicas"])
+                )),
+                json!(count(&o["status"]["updatedReplicas"]).to_string()),
+                json!(count(&o["status"]["availableReplicas"]).to_string()),
+                json!(age(o)),
+                json!(cn),
+                json!(im),
+                json!(selector_string(&o["spec"]["selector"]["matchLabels"])),
+            ]
+        }
+        Resource::ReplicaSet => {
+            let (cn, im) = containers_images(&o["spec"]["template"]["spec"]);
+            vec![
+                name,
+                json!(count(&o["spec"]["replicas"])),
+                json!(count(&o["status"]["replicas"])),
+                json!(count(&o["status"]["readyReplicas"])),
+                json!(age(o)),
+                json!(cn),
+                json!(im),
+                json!(selector_string(&o["spec"]["selector"]["matchLabels"])),
+            ]
+        }
+        Resource::Service => {
+            let ports: Vec<String> = o["spec"]["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    let proto = p["protocol"].as_str().unwrap_or("TCP");
+                    match p["nodePort"].as_i64() {
+                        Some(np) => format!("{}:{np}/{proto}", count(&p["port"])),
+                        None => format!("{}/{proto}", count(&p["port"])),
+                    }
+                })
+                .collect();
+            vec![
+                name,
+                json!(s(&o["spec"]["type"])),
+                json!(or_none(s(&o["spec"]["clusterIP"]))),
+                json!("<none>"),
+                json!(or_none(ports.join(","))),
+                json!(age(o)),
+                json!(selector_string(&o["spec"]["selector"])),
+            ]
+        }
+        Resource::Namespace => vec![name, json!(s(&o["status"]["phase"])), json!(age(o))],
+        Resource::ConfigMap => {
+            let n = o["data"].as_object().map(|m| m.len()).unwrap_or(0)
+                + o["binaryData"].as_object().map(|m| m.len()).unwrap_or(0);
+            vec![name, json!(n), json!(age(o))]
+        }
+        Resource::Secret => {
+            let n = o["data"].as_object().map(|m| m.len()).unwrap_or(0);
+            vec![name, json!(s(&o["type"])), json!(n), json!(age(o))]
+        }
+        Resource::Ingress => {
+            let hosts: Vec<String> = o["spec"]["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["host"].as_str().map(str::to_string))
+                .collect();
+            let ports = if o["spec"]["tls"].as_array().is_some_and(|t| !t.is_empty()) {
+                "80, 443"
+            } else {
+                "80"
+            };
+            vec![
+                name,
+                json!(or_none(s(&o["spec"]["ingressClassName"]))),
+                json!(if hosts.is_empty() {
+                    "*".to_string()
+                } else {
+                    hosts.join(",")
+                }),
+                json!(""),
+                json!(ports),
+                json!(age(o)),
+            ]
+        }
+    }
+}
+
+fn row(res: Resource, o: &Value) -> Value {
+    json!({
+        "cells": row_cells(res, o),
+        "object": {
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": o["metadata"],
+        },
+    })
+}
+
+/// A Table of `items`, with the list's resourceVersion.
+pub fn table(res: Resource, items: &[Value], rv: u64) -> Value {
+    let cols: Vec<Value> = columns(res)
+        .iter()
+        .map(|c| {
+            let mut d = json!({"name": c.name, "type": c.ty, "format": "", "description": "", "priority": c.priority});
+            if c.name == "Name" {
+                d["format"] = json!("name");
+            }
+            d
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": rv.to_string()},
+        "columnDefinitions": cols,
+        "rows": items.iter().map(|o| row(res, o)).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_like_kubectl() {
+        let d = Duration::from_secs;
+        assert_eq!(human_duration(d(5)), "5s");
+        assert_eq!(human_duration(d(119)), "119s");
+        assert_eq!(human_duration(d(130)), "2m10s");
+        assert_eq!(human_duration(d(600)), "10m");
+        assert_eq!(human_duration(d(3 * 3600 + 600)), "3h10m");
+        assert_eq!(human_duration(d(30 * 3600)), "30h");
+        assert_eq!(human_duration(d(3 * 86400 + 3600)), "3d1h");
+        assert_eq!(human_duration(d(100 * 86400)), "100d");
+    }
+
+    #[test]
+    fn accept_detection() {
+        assert!(wants_table(Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")));
+        assert!(!wants_table(Some("application/json")));
+        assert!(!wants_table(None));
+    }
+
+    #[test]
+    fn pod_rows() {
+        let p = json!({"metadata": {"name": "p", "creationTimestamp": "2020-01-01T00:00:00Z"},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "sim-node"},
+            "status": {"phase": "Running", "podIP": "127.0.1.2", "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 2, "state": {"running": {}}},
+                {"name": "b", "ready": false, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        let t = table(Resource::Pod, &[p], 7);
+        let cells = &t["rows"][0]["cells"];
+        assert_eq!(cells[0], "p");
+        assert_eq!(cells[1], "1/2");
+        assert_eq!(cells[2], "CrashLoopBackOff");
+        assert_eq!(cells[3], "3");
+        assert_eq!(cells[5], "127.0.1.2");
+        assert_eq!(t["metadata"]["resourceVersion"], "7");
+        assert_eq!(t["columnDefinitions"][5]["priority"], 1);
+    }
+}
