@@ -14,19 +14,8 @@ use tungstenite::{Message, WebSocket};
 
 type Ws = WebSocket<TcpStream>;
 
-fn apply(sim: &SimProc, obj: &Value) {
-    let out = sim.kubectl_run(
-        &["apply", "-f", "-"],
-        Some(obj.to_string().as_bytes()),
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
-}
-
 fn running_pod(sim: &SimProc, name: &str, container: Value) {
-    apply(
-        sim,
-        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [container]}}),
+    sim.apply(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [container]}}),
     );
     wait_for(&format!("{name} running"), Duration::from_secs(30), || {
         (sim.kubectl_json(&["get", "pod", name])["status"]["phase"] == "Running").then_some(())
@@ -236,9 +225,7 @@ fn idle_pings_are_answered_and_attachers_share_output() {
 #[test]
 fn not_running_container_and_cut_streams() {
     let sim = SimProc::start(&[]);
-    apply(
-        &sim,
-        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "done"},
+    sim.apply(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "done"},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}}),
     );
     wait_for("done to finish", Duration::from_secs(30), || {

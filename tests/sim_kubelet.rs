@@ -8,15 +8,6 @@ use common::{wait_for, SimProc};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-fn apply(sim: &SimProc, obj: &Value) {
-    let out = sim.kubectl_run(
-        &["apply", "-f", "-"],
-        Some(obj.to_string().as_bytes()),
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
-}
-
 fn pod(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
 }
@@ -39,16 +30,12 @@ fn wait_pod(sim: &SimProc, name: &str, what: &str, f: impl Fn(&Value) -> bool) -
 #[test]
 fn restart_policy_never_ends_in_succeeded_or_failed() {
     let sim = SimProc::start(&[]);
-    apply(
-        &sim,
-        &pod(
+    sim.apply(&pod(
             "ok",
             json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "exit 0"]}]}),
         ),
     );
-    apply(
-        &sim,
-        &pod(
+    sim.apply(&pod(
             "bad",
             json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "exit 7"]}]}),
         ),
@@ -69,9 +56,7 @@ fn restart_policy_never_ends_in_succeeded_or_failed() {
 #[test]
 fn restart_policy_always_restarts_with_back_off() {
     let sim = SimProc::start(&[]);
-    apply(
-        &sim,
-        &pod(
+    sim.apply(&pod(
             "crash",
             json!({"containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "echo run; exit 1"]}]}),
         ),
@@ -92,9 +77,7 @@ fn restart_policy_always_restarts_with_back_off() {
 #[test]
 fn init_containers_run_first_and_share_volumes() {
     let sim = SimProc::start(&[]);
-    apply(
-        &sim,
-        &pod(
+    sim.apply(&pod(
             "init",
             json!({
                 "volumes": [{"name": "work", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "settings"}}],
@@ -138,9 +121,7 @@ fn init_containers_run_first_and_share_volumes() {
 #[test]
 fn active_deadline_fails_the_pod() {
     let sim = SimProc::start(&[]);
-    apply(
-        &sim,
-        &pod(
+    sim.apply(&pod(
             "deadline",
             json!({"activeDeadlineSeconds": 1, "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"]}]}),
         ),
@@ -154,13 +135,10 @@ fn active_deadline_fails_the_pod() {
 #[test]
 fn failing_images_stay_in_image_pull_back_off() {
     let sim = SimProc::start(&["--fail-image", "registry.invalid/*"]);
-    apply(
-        &sim,
-        &pod(
-            "pull",
-            json!({"containers": [{"name": "c", "image": "registry.invalid/app:1"}]}),
-        ),
-    );
+    sim.apply(&pod(
+        "pull",
+        json!({"containers": [{"name": "c", "image": "registry.invalid/app:1"}]}),
+    ));
     let reasons = wait_for("both pull reasons", Duration::from_secs(30), || {
         let mut seen = std::collections::BTreeSet::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(15);
@@ -189,9 +167,7 @@ fn failing_images_stay_in_image_pull_back_off() {
 fn graceful_delete_sends_term_then_kill() {
     let sim = SimProc::start(&[]);
     // Ignores SIGTERM: only SIGKILL after the grace period ends it.
-    apply(
-        &sim,
-        &pod(
+    sim.apply(&pod(
             "stubborn",
             json!({"terminationGracePeriodSeconds": 2, "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"]}]}),
         ),
@@ -222,7 +198,7 @@ fn simulated_pods_run_no_processes() {
         json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"]}]}),
     );
     p["metadata"]["annotations"] = json!({"sim.kubegate.dev/simulate": "true"});
-    apply(&sim, &p);
+    sim.apply(&p);
     let got = wait_pod(&sim, "ghost", "Running", |p| {
         p["status"]["phase"] == "Running"
     });
@@ -239,9 +215,7 @@ fn simulated_pods_run_no_processes() {
 #[test]
 fn kubegate_resolves_to_the_running_binary_and_no_command_idles() {
     let sim = SimProc::start(&[]);
-    apply(
-        &sim,
-        &pod(
+    sim.apply(&pod(
             "self",
             json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "kubegate:latest", "command": ["kubegate", "--version"]}]}),
         ),
@@ -253,13 +227,10 @@ fn kubegate_resolves_to_the_running_binary_and_no_command_idles() {
     assert!(logs.starts_with("kubegate "), "{logs:?}");
 
     // No command: the idle process, which ends promptly and cleanly on SIGTERM.
-    apply(
-        &sim,
-        &pod(
-            "idle",
-            json!({"containers": [{"name": "c", "image": "nginx"}]}),
-        ),
-    );
+    sim.apply(&pod(
+        "idle",
+        json!({"containers": [{"name": "c", "image": "nginx"}]}),
+    ));
     wait_pod(&sim, "idle", "Running", |p| {
         p["status"]["phase"] == "Running"
     });

@@ -89,6 +89,12 @@ impl Faults {
         self.stream_epoch.load(Ordering::Relaxed)
     }
 
+    /// A reader of [`Faults::stream_epoch`] that a stream's own thread can keep.
+    pub fn clone_epoch_reader(self: &Arc<Self>) -> impl Fn() -> u64 + Send + 'static {
+        let f = self.clone();
+        move || f.stream_epoch()
+    }
+
     /// Advances the periodic watch drop, if one is scheduled.
     fn tick(&self) {
         let mut s = self.state.lock();

@@ -10,6 +10,7 @@
 //! every output byte, then a normal close (1000): kubectl waits for it.
 
 use super::api::PodStreams;
+use super::faults::Faults;
 use super::kubelet::{ContainerHandle, Kubelet};
 use super::podspec::{self, PlanContext};
 use super::resources::Resource;
@@ -259,6 +260,126 @@ fn out_channel(s: Stream, stdout: bool, stderr: bool) -> Option<u8> {
     }
 }
 
+#[derive(Clone, Copy)]
+enum Mode {
+    /// A process started for this stream: its exit code ends the stream,
+    /// and it dies with the stream.
+    Exec,
+    /// A container's process: the stream ends with Success when it exits
+    /// (or when the client leaves); the container lives on.
+    Attach,
+}
+
+/// One exec or attach WebSocket, after its process is known.
+struct StreamSession {
+    proto: Protocol,
+    first: u8,
+    flags: Flags,
+    mode: Mode,
+    close_stdin_on_eof: bool,
+}
+
+impl StreamSession {
+    /// Drives the socket on this (the connection's) thread until it
+    /// closes, with one thread relaying output into the socket's bounded
+    /// outbox (backpressure: it waits when the outbox is full) and one
+    /// moving client frames to the process.
+    fn run(
+        self,
+        conn: WsConn,
+        process: Arc<Process>,
+        output: Receiver<super::runtime::OutputChunk>,
+        faults: &Arc<Faults>,
+    ) {
+        let Ok((out, out_rx)) = ws::try_outbox(OUTBOX) else {
+            if matches!(self.mode, Mode::Exec) {
+                process.kill();
+            }
+            return;
+        };
+        let (in_tx, in_rx) = bounded::<Message>(OUTBOX);
+        let _ = out.send(Message::Binary(vec![self.first].into()));
+        let (f, mode) = (self.flags, self.mode);
+        let epoch = faults.stream_epoch();
+        let cut = faults.clone_epoch_reader();
+        let p_out = process.clone();
+        let out_thread = std::thread::Builder::new()
+            .name(
+                match mode {
+                    Mode::Exec => "sim-exec-out",
+                    Mode::Attach => "sim-attach-out",
+                }
+                .into(),
+            )
+            .spawn(move || {
+                loop {
+                    match output.recv_timeout(Duration::from_millis(250)) {
+                        Ok(chunk) => {
+                            if let Some(ch) = out_channel(chunk.stream, f.stdout, f.stderr) {
+                                let frame = channel::encode_frame(ch, &chunk.data);
+                                if !send(&out, Message::Binary(frame.into())) {
+                                    if matches!(mode, Mode::Exec) {
+                                        p_out.kill();
+                                    }
+                                    return;
+                                }
+                            }
+                        }
+                        Err(RecvTimeoutError::Timeout) => {
+                            if matches!(mode, Mode::Attach)
+                                && p_out.exited().is_some()
+                                && output.is_empty()
+                            {
+                                break;
+                            }
+                        }
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                    if cut() != epoch {
+                        if matches!(mode, Mode::Exec) {
+                            p_out.kill();
+                        }
+                        let _ = out.send(close_cut());
+                        return;
+                    }
+                }
+                let st = match mode {
+                    Mode::Exec => channel::exit_status_json(p_out.wait().code),
+                    // Attach reports Success whatever the container did.
+                    Mode::Attach => channel::success_status_json(),
+                };
+                let _ = out.send(Message::Binary(
+                    channel::encode_frame(channel::ERROR, &st).into(),
+                ));
+                let _ = out.send(close_normal());
+            });
+        let p_in = process.clone();
+        let (proto, stdin, close_on_eof) = (self.proto, f.stdin, self.close_stdin_on_eof);
+        let in_thread = std::thread::Builder::new()
+            .name(
+                match mode {
+                    Mode::Exec => "sim-exec-in",
+                    Mode::Attach => "sim-attach-in",
+                }
+                .into(),
+            )
+            .spawn(move || pump_input(proto, in_rx, p_in, stdin, close_on_eof));
+        ws::run(conn, out_rx, in_tx, WsOptions::default());
+        // The client is gone or the stream is over: an exec's process may
+        // not outlive it.
+        if matches!(mode, Mode::Exec) && process.exited().is_none() {
+            process.kill();
+        }
+        if let Ok(h) = out_thread {
+            let _ = h.join();
+        }
+        if let Ok(h) = in_thread {
+            let _ = h.join();
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
 struct Flags {
     stdin: bool,
     stdout: bool,
@@ -352,62 +473,14 @@ impl PodStreams for Kubelet {
                     process.kill();
                     return fail_socket(conn, first, "exec output unavailable".into());
                 };
-                let Ok((out, out_rx)) = ws::try_outbox(OUTBOX) else {
-                    process.kill();
-                    return;
+                let stream = StreamSession {
+                    proto,
+                    first,
+                    flags: f,
+                    mode: Mode::Exec,
+                    close_stdin_on_eof: true,
                 };
-                let (in_tx, in_rx) = bounded::<Message>(OUTBOX);
-                let _ = out.send(Message::Binary(vec![first].into()));
-                let p_out = process.clone();
-                let epoch = faults.stream_epoch();
-                let out_thread = std::thread::Builder::new()
-                    .name("sim-exec-out".into())
-                    .spawn(move || {
-                        loop {
-                            match output.recv_timeout(Duration::from_millis(250)) {
-                                Ok(chunk) => {
-                                    if let Some(ch) = out_channel(chunk.stream, f.stdout, f.stderr)
-                                    {
-                                        let frame = channel::encode_frame(ch, &chunk.data);
-                                        if !send(&out, Message::Binary(frame.into())) {
-                                            p_out.kill();
-                                            return;
-                                        }
-                                    }
-                                }
-                                Err(RecvTimeoutError::Timeout) => {}
-                                Err(RecvTimeoutError::Disconnected) => break,
-                            }
-                            if faults.stream_epoch() != epoch {
-                                p_out.kill();
-                                let _ = out.send(close_cut());
-                                return;
-                            }
-                        }
-                        let code = p_out.wait().code;
-                        let st = channel::exit_status_json(code);
-                        let _ = out.send(Message::Binary(
-                            channel::encode_frame(channel::ERROR, &st).into(),
-                        ));
-                        let _ = out.send(close_normal());
-                    });
-                let p_in = process.clone();
-                let stdin = f.stdin;
-                let in_thread = std::thread::Builder::new()
-                    .name("sim-exec-in".into())
-                    .spawn(move || pump_input(proto, in_rx, p_in, stdin, true));
-                ws::run(conn, out_rx, in_tx, WsOptions::default());
-                // The client is gone or the stream is over: nothing may
-                // outlive it.
-                if process.exited().is_none() {
-                    process.kill();
-                }
-                if let Ok(h) = out_thread {
-                    let _ = h.join();
-                }
-                if let Ok(h) = in_thread {
-                    let _ = h.join();
-                }
+                stream.run(conn, process, output, &faults);
             }),
         })
     }
@@ -453,59 +526,17 @@ impl PodStreams for Kubelet {
                     );
                 };
                 let sub = process.subscribe();
-                let Ok((out, out_rx)) = ws::try_outbox(OUTBOX) else {
-                    return;
+                let stream = StreamSession {
+                    proto,
+                    first,
+                    flags: Flags {
+                        stdin: f.stdin && stdin_enabled,
+                        ..f
+                    },
+                    mode: Mode::Attach,
+                    close_stdin_on_eof: stdin_once,
                 };
-                let (in_tx, in_rx) = bounded::<Message>(OUTBOX);
-                let _ = out.send(Message::Binary(vec![first].into()));
-                let epoch = faults.stream_epoch();
-                let p_out = process.clone();
-                let out_thread = std::thread::Builder::new()
-                    .name("sim-attach-out".into())
-                    .spawn(move || {
-                        loop {
-                            match sub.recv_timeout(Duration::from_millis(250)) {
-                                Ok(chunk) => {
-                                    if let Some(ch) = out_channel(chunk.stream, f.stdout, f.stderr)
-                                    {
-                                        let frame = channel::encode_frame(ch, &chunk.data);
-                                        if !send(&out, Message::Binary(frame.into())) {
-                                            return;
-                                        }
-                                    }
-                                }
-                                Err(RecvTimeoutError::Timeout) => {
-                                    if p_out.exited().is_some() && sub.is_empty() {
-                                        break;
-                                    }
-                                }
-                                Err(RecvTimeoutError::Disconnected) => break,
-                            }
-                            if faults.stream_epoch() != epoch {
-                                let _ = out.send(close_cut());
-                                return;
-                            }
-                        }
-                        // Attach reports Success whatever the container did.
-                        let st = channel::success_status_json();
-                        let _ = out.send(Message::Binary(
-                            channel::encode_frame(channel::ERROR, &st).into(),
-                        ));
-                        let _ = out.send(close_normal());
-                    });
-                let p_in = process.clone();
-                let in_thread = std::thread::Builder::new()
-                    .name("sim-attach-in".into())
-                    .spawn(move || {
-                        pump_input(proto, in_rx, p_in, f.stdin && stdin_enabled, stdin_once)
-                    });
-                ws::run(conn, out_rx, in_tx, WsOptions::default());
-                if let Ok(h) = out_thread {
-                    let _ = h.join();
-                }
-                if let Ok(h) = in_thread {
-                    let _ = h.join();
-                }
+                stream.run(conn, process, sub, &faults);
             }),
         })
     }

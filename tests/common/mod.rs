@@ -134,6 +134,16 @@ impl SimProc {
         out.stdout_str()
     }
 
+    /// `kubectl apply -f -` of one object, which must succeed.
+    pub fn apply(&self, obj: &serde_json::Value) {
+        let out = self.kubectl_run(
+            &["apply", "-f", "-"],
+            Some(obj.to_string().as_bytes()),
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.code, Some(0), "{}", out.stderr_str());
+    }
+
     /// kubectl ... -o json, parsed.
     pub fn kubectl_json(&self, args: &[&str]) -> serde_json::Value {
         let mut a = args.to_vec();
