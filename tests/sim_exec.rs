@@ -26,10 +26,8 @@ fn t(secs: u64) -> Duration {
     Duration::from_secs(secs)
 }
 
-#[test]
-fn exec_streams_exit_codes_and_stdin() {
-    let sim = SimProc::start(&[]);
-    run_pod(&sim, "box", LOOP, &[]);
+fn exec_streams_exit_codes_and_stdin(sim: &SimProc) {
+    run_pod(sim, "box", LOOP, &[]);
 
     // stdout and stderr kept apart, exit code passed on.
     let out = sim.kubectl_run(
@@ -92,10 +90,8 @@ fn exec_streams_exit_codes_and_stdin() {
     );
 }
 
-#[test]
-fn exec_300k_lines_without_loss() {
-    let sim = SimProc::start(&[]);
-    run_pod(&sim, "seq", LOOP, &[]);
+fn exec_300k_lines_without_loss(sim: &SimProc) {
+    run_pod(sim, "seq", LOOP, &[]);
     let out = sim.kubectl_run(&["exec", "seq", "--", "seq", "1", "300000"], None, t(120));
     assert_eq!(out.code, Some(0), "{}", out.stderr_str());
     let text = out.stdout_str();
@@ -106,10 +102,8 @@ fn exec_300k_lines_without_loss() {
     }
 }
 
-#[test]
-fn exec_with_a_tty_under_script() {
-    let sim = SimProc::start(&[]);
-    run_pod(&sim, "tty", LOOP, &[]);
+fn exec_with_a_tty_under_script(sim: &SimProc) {
+    run_pod(sim, "tty", LOOP, &[]);
     // `script` gives kubectl a real terminal; the pod side must see one too.
     let kubectl = format!(
         "kubectl --kubeconfig {} --cache-dir {} exec -it tty -- sh -c 'tty >/dev/null && echo IS-A-TTY; stty size; exit 4'",
@@ -124,12 +118,10 @@ fn exec_with_a_tty_under_script() {
     assert_eq!(out.code, Some(4), "{s:?}");
 }
 
-#[test]
-fn attach_and_logs_follow() {
-    let sim = SimProc::start(&[]);
+fn attach_and_logs_follow(sim: &SimProc) {
     // A container with stdin: attach -i feeds it, its output comes back.
     run_pod(
-        &sim,
+        sim,
         "echoer",
         "while read l; do echo got:$l; done",
         &["--stdin", "--attach=false"],
@@ -144,7 +136,7 @@ fn attach_and_logs_follow() {
 
     // logs -f follows new output until the container ends.
     run_pod(
-        &sim,
+        sim,
         "ticker",
         "for i in 1 2 3 4 5; do echo tick-$i; sleep 0.2; done",
         &[],
@@ -162,9 +154,7 @@ fn attach_and_logs_follow() {
     assert_eq!(tail, "tick-4\ntick-5\n");
 }
 
-#[test]
-fn get_raw_through_the_pod_proxy() {
-    let sim = SimProc::start(&[]);
+fn get_raw_through_the_pod_proxy(sim: &SimProc) {
     // A server in a pod, bound to its pod IP as on a real cluster.
     let cmd = "mkdir -p www && cd www && echo proxied-ok > index.html && exec python3 -m http.server 8080 --bind $(POD_IP)";
     let pod = serde_json::json!({
@@ -246,4 +236,27 @@ fn sigterm_stops_the_sim_and_its_processes() {
         "{:?}",
         sim.processes_in_state_dir()
     );
+}
+
+/// Every scenario runs over plain HTTP and over TLS with a bearer token.
+macro_rules! both_transports {
+    ($($name:ident => $plain:ident, $tls:ident;)*) => {$(
+        #[test]
+        fn $plain() {
+            $name(&SimProc::start(&[]));
+        }
+
+        #[test]
+        fn $tls() {
+            $name(&SimProc::start(&["--tls", "--token", "conformance-token"]));
+        }
+    )*};
+}
+
+both_transports! {
+    exec_streams_exit_codes_and_stdin => exec_streams_exit_codes_and_stdin_plain, exec_streams_exit_codes_and_stdin_tls;
+    exec_300k_lines_without_loss => exec_300k_lines_without_loss_plain, exec_300k_lines_without_loss_tls;
+    exec_with_a_tty_under_script => exec_with_a_tty_under_script_plain, exec_with_a_tty_under_script_tls;
+    attach_and_logs_follow => attach_and_logs_follow_plain, attach_and_logs_follow_tls;
+    get_raw_through_the_pod_proxy => get_raw_through_the_pod_proxy_plain, get_raw_through_the_pod_proxy_tls;
 }

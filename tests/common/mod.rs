@@ -177,9 +177,24 @@ impl SimProc {
 }
 
 impl Drop for SimProc {
+    /// Stops the sim and checks the promise every test relies on: no
+    /// process the sim started is left running.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             self.stop();
+        }
+        if std::thread::panicking() {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.processes_in_state_dir().is_empty() {
+            if Instant::now() >= deadline {
+                panic!(
+                    "processes left running after the sim stopped: {:?}",
+                    self.processes_in_state_dir()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
