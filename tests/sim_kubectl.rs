@@ -275,7 +275,15 @@ fn kubectl_with_client_certificate() {
 
 #[test]
 fn kubectl_get_pods_watch_sees_added_modified_deleted() {
-    let sim = SimProc::start(&[]);
+    get_pods_watch(&SimProc::start(&[]));
+}
+
+#[test]
+fn kubectl_get_pods_watch_over_tls_with_token() {
+    get_pods_watch(&SimProc::start(&["--tls", "--token", "watch-token"]));
+}
+
+fn get_pods_watch(sim: &SimProc) {
     let mut w = sim.kubectl();
     w.args(["get", "pods", "-w", "--output-watch-events", "-o", "json"])
         .stdout(std::process::Stdio::piped())
