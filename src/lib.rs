@@ -9,6 +9,9 @@ pub mod http;
 pub mod kube;
 pub mod sim;
 
+#[doc(hidden)]
+pub mod fuzzing;
+
 /// Entry point of the `kubegate` binary; returns the process exit code.
 pub fn cli_main() -> i32 {
     eprintln!("kubegate: no command yet");

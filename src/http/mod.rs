@@ -11,7 +11,7 @@
 //! outbound channel.
 
 mod conn;
-mod parse;
+pub(crate) mod parse;
 pub mod server;
 pub mod stream;
 pub mod tls;

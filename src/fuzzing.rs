@@ -1,0 +1,60 @@
+//! Entry points for the cargo-fuzz targets in `fuzz/` (see docs/fuzzing.md):
+//! each feeds arbitrary bytes to one parser that reads untrusted input and
+//! checks only that it never panics, hangs or grows without bound. Kept in
+//! the library so crate-private parsers can be reached without making them
+//! public API. Not for other callers.
+
+/// The HTTP/1.1 request-head parser, target splitting and the chunked body
+/// decoder of the server.
+pub fn http_request(data: &[u8]) {
+    if let Ok(Some(head)) = crate::http::parse::parse_head(data, 64 * 1024) {
+        let _ = crate::http::parse::split_target(&head.target);
+        let mut out = Vec::new();
+        let mut dec = crate::http::parse::ChunkedDecoder::new(1 << 20, 16 * 1024);
+        let _ = dec.feed(&data[head.len.min(data.len())..], &mut out);
+    }
+}
+
+/// The watch-stream decoder, fed in pieces whose sizes come from the data.
+pub fn watch_stream(data: &[u8]) {
+    let Some((&split, rest)) = data.split_first() else {
+        return;
+    };
+    let step = usize::from(split).max(1);
+    let mut dec = crate::kube::watch::WatchDecoder::with_max_event_size(1 << 16);
+    for chunk in rest.chunks(step) {
+        dec.push(chunk);
+        while let Some(ev) = dec.next_event() {
+            if let Ok(ev) = ev {
+                let _ = ev.resource_version();
+                let _ = ev.as_status();
+                let _ = ev.is_expired();
+            }
+        }
+    }
+    let _ = dec.finish();
+}
+
+/// The exec/attach channel protocol: frame classification under both
+/// protocols, the channel-3 status decoder, and the resize stream.
+pub fn channel(data: &[u8]) {
+    use crate::kube::channel::{self, Frame, Protocol, ResizeDecoder, StatusCollector};
+    let _ = Frame::parse(Protocol::V4, data);
+    let _ = Frame::parse(Protocol::V5, data);
+    let _ = channel::decode_exit_status(data);
+    let mut c = StatusCollector::new();
+    for part in data.chunks(7) {
+        c.push(part);
+    }
+    let _ = c.finish(true);
+    let _ = c.finish(false);
+    let mut r = ResizeDecoder::new();
+    r.push(data);
+    for _ in r.by_ref() {}
+}
+
+/// The Kubernetes protobuf body decoder the sim applies to kubectl's
+/// typed requests.
+pub fn protobuf(data: &[u8]) {
+    let _ = crate::kube::protobuf::decode(data);
+}
