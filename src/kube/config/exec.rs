@@ -334,7 +334,7 @@ impl ExecPlugin {
             .stderr(Stdio::piped())
             .process_group(0);
         let started = Instant::now();
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+        let mut child = spawn(&mut cmd).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => self.not_found("not found"),
             _ => self.err(format!("cannot start {}: {e}", program.display())),
         })?;
@@ -371,6 +371,23 @@ impl ExecPlugin {
         parse_exec_credential(&out.stdout, self.spec.api_version, SystemTime::now())
             .map_err(with_stderr)
     }
+}
+
+/// `Command::spawn`, retried briefly on ETXTBSY: a freshly written plugin
+/// can look busy while another thread's fork still holds its write fd
+/// (the child closes it at exec). Seen with tests and installers alike.
+fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
+    let mut pause = Duration::from_millis(5);
+    for _ in 0..6 {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            r => return r,
+        }
+    }
+    cmd.spawn()
 }
 
 fn is_executable(p: &Path) -> bool {

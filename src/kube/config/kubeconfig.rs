@@ -362,6 +362,7 @@ pub(crate) fn resolve(
             ),
         ));
     };
+    let cl = resolve_cluster(clfile, cluster)?;
     let user = match user_name {
         None => None,
         Some(u) => match find(files, u, |f| &f.users) {
@@ -379,7 +380,6 @@ pub(crate) fn resolve(
         },
     };
 
-    let cl = resolve_cluster(clfile, cluster)?;
     let mut tls = TlsMaterial {
         ca_certs: cl.ca_certs,
         insecure_skip_verify: cl.insecure,
@@ -675,6 +675,156 @@ fn resolve_user(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const FIXTURES: [&str; 4] = [
+        include_str!("../../../tests/fixtures/kube/kubeconfig/kubeconfig-docker-desktop-inline-client-cert.yaml"),
+        include_str!("../../../tests/fixtures/kube/kubeconfig/kubeconfig-eks-exec-plugin-aws-cli.yaml"),
+        include_str!("../../../tests/fixtures/kube/kubeconfig/kubeconfig-multi-context-relative-paths-tokens.yaml"),
+        include_str!("../../../tests/fixtures/kube/kubeconfig/kubeconfig-tokenfile-incluster-paths.yaml"),
+    ];
+
+    /// Loads `text` with no environment and a folder that does not exist:
+    /// nothing is read from disk and no plugin can be found.
+    fn try_load(text: &str) -> Result<Connection, ConfigError> {
+        let opts = LoadOptions::with_env(Env::empty());
+        super::super::from_kubeconfig_str_with(
+            text,
+            Path::new("/nonexistent/kubegate-fuzz"),
+            None,
+            &opts,
+        )
+    }
+
+    /// xorshift64*: deterministic, no dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    const PIECES: [&str; 24] = [
+        ":",
+        "- ",
+        "\n",
+        "  ",
+        "{",
+        "}",
+        "[",
+        "]",
+        "&a ",
+        "*a",
+        "!!binary ",
+        "!tag ",
+        "'",
+        "\"",
+        "#",
+        "---\n",
+        "...\n",
+        "? ",
+        "|\n  ",
+        ">-\n",
+        "~",
+        "null",
+        "<<: *a\n",
+        "\t",
+    ];
+
+    #[test]
+    fn garbage_yaml_never_panics() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..3000 {
+            let base = FIXTURES[round % FIXTURES.len()].as_bytes();
+            let mut b = base.to_vec();
+            for _ in 0..1 + rng.below(6) {
+                let at = rng.below(b.len() + 1);
+                match rng.below(5) {
+                    0 if !b.is_empty() => {
+                        let i = at.min(b.len() - 1);
+                        b[i] = rng.next() as u8;
+                    }
+                    1 => {
+                        let piece = PIECES[rng.below(PIECES.len())].as_bytes();
+                        b.splice(at..at, piece.iter().copied());
+                    }
+                    2 if at < b.len() => {
+                        let end = (at + rng.below(40)).min(b.len());
+                        b.drain(at..end);
+                    }
+                    3 => b.truncate(at),
+                    _ => {
+                        // Duplicate a random slice elsewhere.
+                        let from = rng.below(b.len());
+                        let end = (from + rng.below(60)).min(b.len());
+                        let chunk: Vec<u8> = b[from..end].to_vec();
+                        let at = at.min(b.len());
+                        b.splice(at..at, chunk);
+                    }
+                }
+            }
+            let text = String::from_utf8_lossy(&b);
+            match try_load(&text) {
+                Ok(_) => {}
+                Err(e) => {
+                    let s = e.to_string();
+                    assert!(!s.is_empty());
+                    // Never the key material of the fixtures.
+                    assert!(!s.contains("LS0tLS1CRUdJTi"), "{s}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_yaml_is_bounded() {
+        // Deep nesting: the parser's recursion limit, not a stack overflow.
+        let deep = "[".repeat(100_000);
+        assert!(try_load(&deep).is_err());
+        let deep_map = "a: ".repeat(10_000) + "b";
+        assert!(try_load(&deep_map).is_err());
+        // Alias expansion ("billion laughs").
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 0..12 {
+            let prev = if i == 0 {
+                "a".to_string()
+            } else {
+                format!("l{}", i - 1)
+            };
+            bomb.push_str(&format!(
+                "l{i}: &l{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
+            ));
+        }
+        assert!(try_load(&bomb).is_err());
+        // Odd but valid shapes.
+        for text in [
+            "",
+            "~",
+            "---\n...\n",
+            "42",
+            "clusters: ~\ncontexts: ~\nusers: ~\n",
+            "current-context: [a]\n",
+            "current-context: x\ncontexts: [{name: x, context: ~}]\n",
+            "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: [{name: c, cluster: {server: 7}}]\n",
+            "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: [{name: c, cluster: {server: 'https://[::1'}}]\n",
+            "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: [{name: c, cluster: {server: 'https://h', tls-server-name: 'bad name!'}}]\n",
+            "current-context: !!binary aGVsbG8=\n",
+            "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: x, args: [[1]], env: [{value: 1}]}}}]\n",
+        ] {
+            let _ = try_load(text);
+        }
+        let ok = try_load(
+            "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: [{name: c, cluster: {server: 'http://[::1]:8080/'}}]\n",
+        )
+        .expect("loads");
+        assert_eq!(ok.server, "http://[::1]:8080");
+        assert_eq!(ok.namespace, "default");
+    }
 
     #[test]
     fn servers() {
