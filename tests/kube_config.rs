@@ -901,6 +901,13 @@ fn bad_files_give_clear_errors_naming_file_and_key() {
             ConfigErrorKind::Invalid,
         ),
         (
+            "token with a line break",
+            user("{token: \"abc\\r\\nX-Injected: 1\"}"),
+            Some("users[u].token"),
+            "not a bearer token",
+            ConfigErrorKind::Invalid,
+        ),
+        (
             "exec and token",
             user(&format!("{{token: {secret}, exec: {{apiVersion: client.authentication.k8s.io/v1, command: x}}}}")),
             Some("users[u].exec"),

