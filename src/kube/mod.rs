@@ -16,8 +16,12 @@
 //! - `protobuf`: decoding of kubectl's protobuf request bodies into the JSON
 //!   the same request would have carried.
 //! - `time`: RFC 3339 timestamps.
+//! - `config`: kubeconfig and in-cluster loading into a `Connection`, and
+//!   the refreshing credentials (token files, exec plugins). The one
+//!   exception to sans-IO here: it reads files and runs credential plugins.
 
 pub mod channel;
+pub mod config;
 pub mod connection;
 pub mod jsonstream;
 pub mod meta;
