@@ -18,6 +18,7 @@
 //! - `time`: RFC 3339 timestamps.
 
 pub mod channel;
+pub mod client;
 pub mod connection;
 pub mod jsonstream;
 pub mod meta;
