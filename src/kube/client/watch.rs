@@ -42,8 +42,10 @@ pub struct WatchParams {
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
     /// Where to start. `None`: list first, yield `Resynced`, then watch
-    /// from the list's RV. `Some("0")`: the server's synthetic ADDED for
-    /// every current object. `Some(rv)`: only changes after `rv`.
+    /// from the list's RV (the robust choice). `Some("0")`: the server's
+    /// synthetic ADDED for every current object (if the first connection
+    /// drops before any event, they come again). `Some(rv)`: only changes
+    /// after `rv`.
     pub resource_version: Option<String>,
     /// `timeoutSeconds` of each watch request (kube-rs uses 290 s).
     pub timeout: Duration,
@@ -325,7 +327,9 @@ impl<K: DeserializeOwned> Watcher<K> {
                 self.need_list = true;
                 self.delay = None;
             }
-            e if e.is_retryable() => {
+            // A garbled stream is the connection's fault, not the caller's:
+            // reconnect like after a drop.
+            e if e.is_retryable() || matches!(e, KubeError::Protocol(_)) => {
                 let mut d = self.backoff.next_delay();
                 if let Some(ra) = e.retry_after() {
                     d = d.max(ra.min(self.params.max_backoff));
