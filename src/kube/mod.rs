@@ -1,7 +1,12 @@
-//! Kubernetes wire formats shared by the client and the simulated cluster:
-//! object metadata helpers, Status, watch event encoding and decoding, the
-//! exec/attach channel framing and channel-3 statuses, and time formatting.
-//! Everything here is sans-IO: bytes and values in, bytes and values out.
+//! kubegate's hand-written Kubernetes client, and the wire formats it shares
+//! with the simulated cluster.
+//!
+//! Sans-IO (bytes and values in, bytes and values out), shared with the sim:
+//! `status`, `meta`, `watch`, `channel`, `jsonstream`, `protobuf`, `time`.
+//! The client, which does I/O: `connection` (what a cluster is reached
+//! with), `config` (kubeconfig, in-cluster, credentials), `tls_client` (the
+//! one rustls configuration), `client` (REST, errors, typed resources,
+//! resumable watch, pod proxy) and `remote` (exec and attach).
 //!
 //! - `status`: the Status object, upstream-exact error constructors, field
 //!   errors, and decoding of any error response (including plain-text 429s).
@@ -21,6 +26,7 @@
 //!   exception to sans-IO here: it reads files and runs credential plugins.
 
 pub mod channel;
+pub mod client;
 pub mod config;
 pub mod connection;
 pub mod jsonstream;
