@@ -448,6 +448,8 @@ impl std::error::Error for ResizeError {}
 #[derive(Debug)]
 pub struct ResizeDecoder {
     splitter: JsonSplitter,
+    /// A framing error was reported; later calls return None.
+    failed: bool,
 }
 
 impl Default for ResizeDecoder {
@@ -460,6 +462,7 @@ impl ResizeDecoder {
     pub fn new() -> ResizeDecoder {
         ResizeDecoder {
             splitter: JsonSplitter::new(MAX_RESIZE_VALUE),
+            failed: false,
         }
     }
 
@@ -469,10 +472,17 @@ impl ResizeDecoder {
     }
 
     /// The next size, `None` when more bytes are needed.
+    /// The next size; after a framing error (reported once) always None.
     pub fn next_size(&mut self) -> Option<Result<TermSize, ResizeError>> {
+        if self.failed {
+            return None;
+        }
         match self.splitter.next_value()? {
             Ok(raw) => Some(parse_size(raw)),
-            Err(e) => Some(Err(ResizeError::Framing(e))),
+            Err(e) => {
+                self.failed = true;
+                Some(Err(ResizeError::Framing(e)))
+            }
         }
     }
 }
@@ -809,11 +819,12 @@ mod tests {
             .iter()
             .all(|r| matches!(r, Err(ResizeError::Invalid(_)))));
         assert_eq!(got[5], ts(2, 3));
-        // Garbage framing is fatal and sticky.
+        // Garbage framing is fatal: reported once, then the stream ends
+        // (an iterator over it always terminates).
         d.push(b"hello");
         assert!(matches!(d.next_size(), Some(Err(ResizeError::Framing(_)))));
         d.push(b"{\"Width\":1,\"Height\":1}");
-        assert!(matches!(d.next_size(), Some(Err(ResizeError::Framing(_)))));
+        assert!(d.next_size().is_none());
         // Oversized values too.
         let mut d = ResizeDecoder::new();
         d.push(b"{\"Width\":");

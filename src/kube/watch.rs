@@ -236,6 +236,9 @@ struct WireEvent {
 #[derive(Debug)]
 pub struct WatchDecoder {
     splitter: JsonSplitter,
+    /// A framing error was reported: the stream is unusable, and every
+    /// later call returns None, so `for ev in decoder` always ends.
+    failed: bool,
 }
 
 impl Default for WatchDecoder {
@@ -254,6 +257,7 @@ impl WatchDecoder {
     pub fn with_max_event_size(max: usize) -> WatchDecoder {
         WatchDecoder {
             splitter: JsonSplitter::new(max),
+            failed: false,
         }
     }
 
@@ -262,11 +266,19 @@ impl WatchDecoder {
         self.splitter.push(bytes);
     }
 
-    /// The next event, `None` when more bytes are needed.
+    /// The next event, `None` when more bytes are needed — or forever after
+    /// a framing error, which is reported once (the stream cannot be
+    /// resynchronised: reconnect).
     pub fn next_event(&mut self) -> Option<Result<RawEvent, WatchDecodeError>> {
+        if self.failed {
+            return None;
+        }
         let raw = match self.splitter.next_value()? {
             Ok(raw) => raw,
-            Err(e) => return Some(Err(WatchDecodeError::Framing(e))),
+            Err(e) => {
+                self.failed = true;
+                return Some(Err(WatchDecodeError::Framing(e)));
+            }
         };
         Some(decode_one(raw))
     }
@@ -443,7 +455,8 @@ mod tests {
             e,
             WatchDecodeError::Framing(SplitError::TooLarge { limit: 64 })
         );
-        assert!(d.next_event().unwrap().is_err());
+        // Reported once; the stream is over after that.
+        assert!(d.next_event().is_none());
 
         let mut d = WatchDecoder::new();
         d.push(b"Too many requests");
@@ -468,5 +481,23 @@ mod tests {
             .map(|e| e.unwrap().resource_version().unwrap().to_string())
             .collect();
         assert_eq!(rvs, ["1", "2"]);
+    }
+}
+
+#[cfg(test)]
+mod poison_tests {
+    use super::*;
+
+    /// Found by the fuzzer: a framing error used to repeat forever, so
+    /// `while let Some(ev) = decoder.next_event()` never ended.
+    #[test]
+    fn a_framing_error_is_reported_once_then_the_stream_ends() {
+        let mut d = WatchDecoder::new();
+        d.push(b"$\n");
+        assert!(matches!(d.next_event(), Some(Err(WatchDecodeError::Framing(_)))));
+        assert!(d.next_event().is_none());
+        d.push(b"{\"type\":\"ADDED\",\"object\":{}}\n");
+        assert!(d.next_event().is_none());
+        assert_eq!(d.count(), 0);
     }
 }
