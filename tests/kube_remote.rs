@@ -351,12 +351,16 @@ fn tty_gets_initial_size_and_resizes() {
         "default",
         "box",
         None,
-        &sh("stty size; read x; stty size; exit 4"),
+        &sh("read x; stty size; read y; stty size; exit 4"),
         opts,
     )
     .expect("exec");
     let rx = p.output();
     let mut acc = String::new();
+    // The process may start before the initial size lands (as with a real
+    // kubelet); the size is queued before any stdin, so it is set by the
+    // time the first line is read.
+    p.stdin().write(b"\r").expect("enter");
     read_until(&rx, &mut acc, "30 100");
     p.resize(TermSize {
         width: 50,
@@ -610,6 +614,7 @@ fn median_mbps(runs: usize, mut f: impl FnMut() -> u64) -> f64 {
         })
         .collect();
     v.sort_by(|a, b| a.total_cmp(b));
+    eprintln!("runs (MB/s, sorted): {v:.0?}");
     v[v.len() / 2]
 }
 
@@ -625,23 +630,33 @@ fn bench_exec_throughput() {
     box_pod(&sim);
     let conn = Connection::plain(&sim.url);
     let cmd = words(&["head", "-c", &BYTES.to_string(), "/dev/zero"]);
-    let client = median_mbps(3, || {
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let client = median_mbps(runs, || {
         let opts = ExecOptions {
             stderr: false,
             ..ExecOptions::default()
         };
         let p = exec(&conn, "default", "box", None, &cmd, opts).expect("exec");
         let mut n = 0u64;
+        let mut chunks = 0u64;
         for chunk in p.output().iter() {
             if let Output::Stdout(b) = chunk {
                 n += b.len() as u64;
+                chunks += 1;
             }
         }
         assert_eq!(p.wait().map(|s| s.code), Ok(0));
         assert_eq!(n, BYTES);
+        eprintln!(
+            "client: {chunks} chunks, {} bytes each on average",
+            n / chunks.max(1)
+        );
         n
     });
-    let kubectl = median_mbps(3, || {
+    let kubectl = median_mbps(runs, || {
         let mut c = sim.kubectl();
         c.args(["exec", "box", "--"])
             .args(&cmd)

@@ -64,13 +64,13 @@ impl Demux {
     /// Text messages are classified like binary ones (servers must send
     /// binary, but nothing is gained by dropping a lenient server's output).
     pub fn message(&mut self, m: Message) -> Option<Output> {
-        let bytes: Vec<u8> = match m {
-            Message::Binary(b) => b.into(),
-            Message::Text(t) => t.as_bytes().to_vec(),
+        let bytes: &[u8] = match &m {
+            Message::Binary(b) => b,
+            Message::Text(t) => t.as_bytes(),
             // Close is learned from the pump's end; pings never get here.
             _ => return None,
         };
-        let channel = match Frame::parse(self.protocol, &bytes) {
+        let channel = match Frame::parse(self.protocol, bytes) {
             Frame::Empty => return None,
             Frame::Data { channel, payload } if channel == channel::ERROR => {
                 self.status.push(payload);
@@ -86,8 +86,9 @@ impl Demux {
                 return None;
             }
         };
-        let mut payload = bytes;
-        payload.drain(..1);
+        // One copy out of the frame (the payload starts after the channel
+        // byte, so the message's buffer cannot be reused as is).
+        let payload = bytes[1..].to_vec();
         Some(if channel == channel::STDOUT {
             Output::Stdout(payload)
         } else {
