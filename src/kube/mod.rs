@@ -32,6 +32,7 @@ pub mod connection;
 pub mod jsonstream;
 pub mod meta;
 pub mod protobuf;
+pub mod remote;
 pub mod status;
 pub mod time;
 pub mod tls_client;

@@ -1,0 +1,216 @@
+//! Opening the socket: TCP connect, TLS (our rustls config, including
+//! `tls-server-name` and an exec plugin's client certificate), and the
+//! upgrade exchange from `handshake`, all under ONE deadline so a silent
+//! server cannot hang the caller. Blocking I/O on the calling thread; the
+//! socket then goes to the pump thread and is never touched here again.
+//!
+//! Timeouts are socket timeouts set per read/write from the time left, and
+//! cleared once the 101 is in (crates.md: a socket timeout must not outlive
+//! the handshake). `WouldBlock` and `TimedOut` both mean "timed out" here.
+
+use super::error::RemoteError;
+use super::handshake::{self, BodyReader, UpgradeRequest};
+use super::request::Endpoint;
+use crate::http::{Socket, TlsStream};
+use crate::kube::channel::Protocol;
+use crate::kube::connection::Connection;
+use crate::kube::status::Status;
+use crate::kube::tls_client::{client_config, server_name, TlsError};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+use tungstenite::handshake::client::generate_key;
+use tungstenite::protocol::{Role, WebSocketConfig};
+use tungstenite::WebSocket;
+
+/// Largest message accepted from the server. Output frames are at most a
+/// pipe read (32 KiB upstream); the status is small. 16 MiB leaves room for
+/// any real server and bounds memory per stream.
+const MAX_MESSAGE: usize = 16 << 20;
+
+/// An upgraded socket and the subprotocol the server chose.
+pub struct Opened {
+    pub ws: WebSocket<Socket>,
+    pub protocol: Protocol,
+}
+
+/// The WebSocket settings of a client stream.
+pub fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE))
+}
+
+fn transport(what: &str, ep: &Endpoint, e: impl std::fmt::Display) -> RemoteError {
+    RemoteError::Transport(format!("{what} {}: {e}", ep.authority))
+}
+
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// Opens the stream at `path_and_query` on `ep`, offering `offer`.
+pub fn open(
+    conn: &Connection,
+    ep: &Endpoint,
+    path_and_query: &str,
+    offer: &[Protocol],
+    timeout: Duration,
+) -> Result<Opened, RemoteError> {
+    let bearer = conn.credentials.bearer()?;
+    let deadline = Instant::now() + timeout;
+    let tcp = connect_tcp(ep, deadline)?;
+    // Keystrokes and small frames must not wait for Nagle.
+    let _ = tcp.set_nodelay(true);
+    let mut sock = if ep.tls {
+        let mut material = conn.tls.clone();
+        if let Some(cc) = conn.credentials.client_cert()? {
+            material.client_cert = Some(cc);
+        }
+        let cfg = client_config(&material)?;
+        let name = server_name(conn)?;
+        let cc = rustls::ClientConnection::new(cfg, name)
+            .map_err(|e| RemoteError::Tls(TlsError(format!("TLS setup: {e}"))))?;
+        let mut tls = TlsStream::new(cc, tcp);
+        tls.handshake(deadline)
+            .map_err(|e| transport("TLS handshake with", ep, e))?;
+        Socket::Tls(Box::new(tls))
+    } else {
+        Socket::Plain(tcp)
+    };
+
+    let key = generate_key();
+    let req = handshake::encode_request(&UpgradeRequest {
+        path_and_query,
+        authority: &ep.authority,
+        key: &key,
+        offer,
+        bearer: bearer.as_deref(),
+    });
+    write_all(&mut sock, &req, deadline).map_err(|e| transport("sending the upgrade to", ep, e))?;
+
+    let mut buf = Vec::with_capacity(4096);
+    let (head, n) = loop {
+        if let Some(h) = handshake::parse_head(&buf).map_err(RemoteError::Handshake)? {
+            break h;
+        }
+        match read_some(&mut sock, &mut buf, deadline) {
+            Ok(0) => {
+                return Err(transport(
+                    "reading the upgrade answer from",
+                    ep,
+                    "connection closed before a response",
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => return Err(transport("reading the upgrade answer from", ep, e)),
+        }
+    };
+    let rest = buf.split_off(n);
+
+    if head.code == 101 {
+        let protocol =
+            handshake::check_switch(&head, &key, offer).map_err(RemoteError::Handshake)?;
+        sock.set_read_timeout(None)
+            .and_then(|()| sock.set_write_timeout(None))
+            .map_err(|e| transport("configuring the socket to", ep, e))?;
+        let ws = WebSocket::from_partially_read(sock, rest, Role::Client, Some(ws_config()));
+        return Ok(Opened { ws, protocol });
+    }
+
+    // An error answer: read its whole body (bounded, within the deadline);
+    // a body cut short still yields what came.
+    let mut reader = BodyReader::new(handshake::framing(&head), &rest);
+    let body = loop {
+        if let Some(b) = reader.body(false) {
+            break b;
+        }
+        let mut chunk = Vec::with_capacity(16 * 1024);
+        match read_some(&mut sock, &mut chunk, deadline) {
+            Ok(0) | Err(_) => break reader.body(true).unwrap_or_default(),
+            Ok(_) => reader.push(&chunk),
+        }
+    };
+    if head.code == 401 {
+        conn.credentials.invalidate();
+    }
+    let status = Status::from_response(head.code, head.header("content-type").unwrap_or(""), &body);
+    if let Socket::Tls(t) = &mut sock {
+        t.send_close_notify();
+    }
+    Err(RemoteError::Api {
+        code: head.code,
+        status: Box::new(status),
+    })
+}
+
+fn connect_tcp(ep: &Endpoint, deadline: Instant) -> Result<TcpStream, RemoteError> {
+    let addrs: Vec<SocketAddr> = (ep.host.as_str(), ep.port)
+        .to_socket_addrs()
+        .map_err(|e| transport("resolving", ep, e))?
+        .collect();
+    let mut last: Option<io::Error> = None;
+    for a in addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match TcpStream::connect_timeout(&a, left) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(match last {
+        Some(e) => transport("connecting to", ep, e),
+        None => transport("connecting to", ep, "no address (or timed out)"),
+    })
+}
+
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let l = deadline.saturating_duration_since(Instant::now());
+    if l.is_zero() {
+        Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"))
+    } else {
+        Ok(l)
+    }
+}
+
+/// Writes and flushes everything before `deadline`.
+fn write_all(sock: &mut Socket, mut data: &[u8], deadline: Instant) -> io::Result<()> {
+    while !data.is_empty() {
+        sock.set_write_timeout(Some(left(deadline)?))?;
+        match sock.write(data) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => data = &data[n..],
+            Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    loop {
+        sock.set_write_timeout(Some(left(deadline)?))?;
+        match sock.flush() {
+            Ok(()) => return Ok(()),
+            Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Appends what one read gives (0 at EOF), waiting at most until `deadline`.
+fn read_some(sock: &mut Socket, buf: &mut Vec<u8>, deadline: Instant) -> io::Result<usize> {
+    let mut tmp = [0u8; 16 * 1024];
+    loop {
+        sock.set_read_timeout(Some(left(deadline)?))?;
+        match sock.read(&mut tmp) {
+            Ok(n) => {
+                buf.extend_from_slice(&tmp[..n]);
+                return Ok(n);
+            }
+            Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
