@@ -286,3 +286,20 @@ fn not_running_container_and_cut_streams() {
         137
     );
 }
+
+#[test]
+fn exec_commands_are_not_expanded() {
+    let sim = SimProc::start(&[]);
+    box_pod(&sim);
+    let (mut ws, _) = connect(
+        &sim,
+        &format!("{EXEC}?command=sh&command=-c&command=echo%20%24%24%20%24(HOME)x&stdout=true&stderr=true"),
+        "v5.channel.k8s.io",
+    );
+    let (frames, _) = drain(&mut ws);
+    let out = String::from_utf8_lossy(&channel(&frames, 1)).to_string();
+    // `$$` reached the shell as `$$` (its pid), `$(HOME)` as a command
+    // substitution that fails: nothing was expanded by the sim.
+    let first = out.split_whitespace().next().unwrap_or("");
+    assert!(first.parse::<u32>().is_ok(), "{out:?}");
+}

@@ -180,6 +180,13 @@ impl Outbox {
         Ok(())
     }
 
+    /// Wakes the pump without sending anything. A consumer of the pump's
+    /// inbound channel calls it after taking a message from a full channel:
+    /// the pump, holding a message for lack of room, delivers it at once.
+    pub fn wake(&self) {
+        self.waker.wake();
+    }
+
     /// Messages waiting for the pump.
     pub fn len(&self) -> usize {
         self.tx().map_or(0, Sender::len)
@@ -416,11 +423,15 @@ impl<S: PollStream> Pump<S> {
             fds.push(PollFd::from_borrowed_fd(sock_fd, sock_events));
         }
         let waker_at = fds.len();
-        if can_write {
+        // While a message is held for a full inbound channel, the waker
+        // also says "room again" (`Outbox::wake`), so the consumer that
+        // frees a slot restarts the pump at once instead of after a retry.
+        let use_waker = can_write || self.held.is_some();
+        if use_waker {
             fds.push(PollFd::from_borrowed_fd(self.out.waker.fd(), PollFlags::IN));
         }
         poll(&mut fds, timeout)?;
-        if can_write && !fds[waker_at].revents().is_empty() {
+        if use_waker && !fds[waker_at].revents().is_empty() {
             // Reset BEFORE draining the channel, so a send racing with the
             // drain leaves the eventfd readable: no lost wake-up.
             self.out.waker.reset();

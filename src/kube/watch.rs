@@ -494,7 +494,10 @@ mod poison_tests {
     fn a_framing_error_is_reported_once_then_the_stream_ends() {
         let mut d = WatchDecoder::new();
         d.push(b"$\n");
-        assert!(matches!(d.next_event(), Some(Err(WatchDecodeError::Framing(_)))));
+        assert!(matches!(
+            d.next_event(),
+            Some(Err(WatchDecodeError::Framing(_)))
+        ));
         assert!(d.next_event().is_none());
         d.push(b"{\"type\":\"ADDED\",\"object\":{}}\n");
         assert!(d.next_event().is_none());

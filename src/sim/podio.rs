@@ -129,7 +129,11 @@ impl Kubelet {
     ) -> Result<ProcessSpec, String> {
         let h = t.handle.as_ref().ok_or("container not found")?;
         let mut spec = h.spec.clone();
-        spec["command"] = Value::from(command.to_vec());
+        // An exec's command is not subject to `$(VAR)` expansion (only a
+        // container's is): escape `$` so it survives the plan unchanged,
+        // while mount paths in it are still mapped.
+        let escaped: Vec<String> = command.iter().map(|a| a.replace('$', "$$")).collect();
+        spec["command"] = Value::from(escaped);
         if let Some(m) = spec.as_object_mut() {
             m.remove("args");
         }
@@ -190,15 +194,21 @@ fn fail_socket(conn: WsConn, first: u8, msg: String) {
 }
 
 /// Moves client frames to a process: stdin data, v5 stdin close, resizes.
+/// `room` wakes the socket's pump whenever a message is taken from a full
+/// inbound channel, so a pump holding a message resumes at once.
 fn pump_input(
     proto: Protocol,
     rx: Receiver<Message>,
+    room: Outbox,
     p: Arc<Process>,
     stdin: bool,
     close_stdin_on_eof: bool,
 ) {
     let mut resize = ResizeDecoder::new();
     for m in rx.iter() {
+        if rx.len() + 1 >= OUTBOX {
+            room.wake();
+        }
         let data: &[u8] = match &m {
             Message::Binary(b) => b,
             Message::Text(t) => t.as_bytes(),
@@ -299,6 +309,7 @@ impl StreamSession {
         };
         let (in_tx, in_rx) = bounded::<Message>(OUTBOX);
         let _ = out.send(Message::Binary(vec![self.first].into()));
+        let room = out.clone();
         let (f, mode) = (self.flags, self.mode);
         let epoch = faults.stream_epoch();
         let cut = faults.clone_epoch_reader();
@@ -363,7 +374,7 @@ impl StreamSession {
                 }
                 .into(),
             )
-            .spawn(move || pump_input(proto, in_rx, p_in, stdin, close_on_eof));
+            .spawn(move || pump_input(proto, in_rx, room, p_in, stdin, close_on_eof));
         ws::run(conn, out_rx, in_tx, WsOptions::default());
         // The client is gone or the stream is over: an exec's process may
         // not outlive it.

@@ -242,7 +242,7 @@ impl Drop for RemoteProcess {
 /// held, would make this independent of that detail.
 fn wake_pump(room: &Mutex<Option<Outbox>>) {
     if let Some(o) = room.lock().as_ref() {
-        drop(o.clone());
+        o.wake();
     }
 }
 
