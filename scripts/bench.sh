@@ -10,4 +10,9 @@ for i in $(seq 1 "$runs"); do
   echo "## sim scale (run $i of $runs)"
   cargo test --release --locked --test bench_sim -- --ignored --nocapture --test-threads 1 2>&1 \
     | grep -E '^\|' || { echo "bench_sim failed"; exit 1; }
+  echo
+  echo "## exec stdout throughput: kube::remote vs kubectl exec, same sim (run $i of $runs)"
+  echo "bar: ratio >= 1.0"
+  cargo test --release --locked --test kube_remote bench_exec_throughput -- --ignored --nocapture 2>&1 \
+    | grep -E '^\|' || { echo "bench_exec_throughput failed"; exit 1; }
 done
