@@ -11,7 +11,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 export RUSTC_BOOTSTRAP=1
 targets=$(cargo fuzz list)
-cargo fuzz build -O $targets >/dev/null
+cargo fuzz build -O
 for t in $targets; do
   echo "fuzz: $t for ${secs}s"
   cargo fuzz run -O "$t" -- -max_total_time="$secs" -timeout=5 -rss_limit_mb=2048 2>&1 | tail -1
