@@ -13,6 +13,11 @@
 //! reads while writing, and reports a full buffer as `WouldBlock`. Plaintext
 //! rustls has already decrypted is not visible to poll(2):
 //! [`PollStream::has_buffered_input`] says when to read before waiting.
+//!
+//! Client side (exec/attach) the socket is a [`ClientSocket`]: a [`Socket`],
+//! or with the `native-tls` cargo feature a [`NativeTlsStream`] (OpenSSL).
+//! A separate enum rather than a `Socket` variant, because the server
+//! matches `Socket` exhaustively and never sees native-tls.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -299,6 +304,205 @@ impl PollStream for Socket {
     }
 }
 
+/// A client-side native-tls (OpenSSL) connection over TCP, driven by the
+/// exec/attach pump like [`TlsStream`]. OpenSSL in non-blocking mode
+/// reports `WANT_READ`/`WANT_WRITE` as `WouldBlock` and never writes a
+/// partial record twice (the `openssl` crate sets
+/// `ACCEPT_MOVING_WRITE_BUFFER | ENABLE_PARTIAL_WRITE`, and tungstenite
+/// retries with its buffer's same leading bytes). Decrypted bytes OpenSSL
+/// holds (`SSL_pending`, what native-tls exposes as `buffered_read_size`)
+/// are reported by [`PollStream::has_buffered_input`].
+#[cfg(feature = "native-tls")]
+pub struct NativeTlsStream {
+    inner: native_tls::TlsStream<TcpStream>,
+    closed: bool,
+}
+
+#[cfg(feature = "native-tls")]
+impl NativeTlsStream {
+    /// Runs the handshake on the blocking `sock` (SNI and verification
+    /// against `domain`), giving up at `deadline`. Socket timeouts bound
+    /// each step and are cleared afterwards; a timed-out step resumes the
+    /// mid-handshake stream instead of failing (or panicking).
+    pub fn connect(
+        connector: &native_tls::TlsConnector,
+        domain: &str,
+        sock: TcpStream,
+        deadline: Instant,
+    ) -> io::Result<NativeTlsStream> {
+        fn set_left(s: &TcpStream, deadline: Instant) -> io::Result<()> {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "TLS handshake timed out",
+                ));
+            }
+            s.set_read_timeout(Some(left))?;
+            s.set_write_timeout(Some(left))
+        }
+        set_left(&sock, deadline)?;
+        let mut attempt = connector.connect(domain, sock);
+        let inner = loop {
+            match attempt {
+                Ok(s) => break s,
+                Err(native_tls::HandshakeError::Failure(e)) => {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e))
+                }
+                Err(native_tls::HandshakeError::WouldBlock(mid)) => {
+                    set_left(mid.get_ref(), deadline)?;
+                    attempt = mid.handshake();
+                }
+            }
+        };
+        inner.get_ref().set_read_timeout(None)?;
+        inner.get_ref().set_write_timeout(None)?;
+        Ok(NativeTlsStream {
+            inner,
+            closed: false,
+        })
+    }
+
+    pub fn tcp(&self) -> &TcpStream {
+        self.inner.get_ref()
+    }
+
+    /// Sends close_notify (best effort; never waits for the peer's).
+    pub fn send_close_notify(&mut self) {
+        if !self.closed {
+            self.closed = true;
+            let _ = self.inner.shutdown();
+        }
+    }
+}
+
+#[cfg(feature = "native-tls")]
+impl Read for NativeTlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read(buf)
+    }
+}
+
+#[cfg(feature = "native-tls")]
+impl Write for NativeTlsStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(feature = "native-tls")]
+impl AsFd for NativeTlsStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.tcp().as_fd()
+    }
+}
+
+#[cfg(feature = "native-tls")]
+impl PollStream for NativeTlsStream {
+    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.tcp().set_nonblocking(nonblocking)
+    }
+    fn has_buffered_input(&self) -> bool {
+        // SSL_pending: plaintext of an already-decrypted record that a
+        // short read left behind; poll(2) cannot see it.
+        self.inner.buffered_read_size().is_ok_and(|n| n > 0)
+    }
+}
+
+#[cfg(feature = "native-tls")]
+impl Drop for NativeTlsStream {
+    fn drop(&mut self) {
+        self.send_close_notify();
+    }
+}
+
+/// A client-side connection (exec/attach): plain TCP or rustls through
+/// [`Socket`], or native-tls under the `native-tls` feature.
+pub enum ClientSocket {
+    Socket(Socket),
+    #[cfg(feature = "native-tls")]
+    NativeTls(Box<NativeTlsStream>),
+}
+
+impl ClientSocket {
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            ClientSocket::Socket(s) => s.tcp(),
+            #[cfg(feature = "native-tls")]
+            ClientSocket::NativeTls(t) => t.tcp(),
+        }
+    }
+
+    pub fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        self.tcp()
+            .set_read_timeout(d.map(|d| d.max(Duration::from_millis(1))))
+    }
+
+    pub fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        self.tcp()
+            .set_write_timeout(d.map(|d| d.max(Duration::from_millis(1))))
+    }
+
+    /// Sends a TLS close_notify, if the connection is TLS.
+    pub fn send_close_notify(&mut self) {
+        match self {
+            ClientSocket::Socket(Socket::Tls(t)) => t.send_close_notify(),
+            ClientSocket::Socket(Socket::Plain(_)) => {}
+            #[cfg(feature = "native-tls")]
+            ClientSocket::NativeTls(t) => t.send_close_notify(),
+        }
+    }
+}
+
+impl Read for ClientSocket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ClientSocket::Socket(s) => s.read(buf),
+            #[cfg(feature = "native-tls")]
+            ClientSocket::NativeTls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for ClientSocket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            ClientSocket::Socket(s) => s.write(buf),
+            #[cfg(feature = "native-tls")]
+            ClientSocket::NativeTls(t) => t.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            ClientSocket::Socket(s) => s.flush(),
+            #[cfg(feature = "native-tls")]
+            ClientSocket::NativeTls(t) => t.flush(),
+        }
+    }
+}
+
+impl AsFd for ClientSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.tcp().as_fd()
+    }
+}
+
+impl PollStream for ClientSocket {
+    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.tcp().set_nonblocking(nonblocking)
+    }
+    fn has_buffered_input(&self) -> bool {
+        match self {
+            ClientSocket::Socket(s) => s.has_buffered_input(),
+            #[cfg(feature = "native-tls")]
+            ClientSocket::NativeTls(t) => t.has_buffered_input(),
+        }
+    }
+}
+
 /// An eventfd used as a wake-up signal. `wake` makes it readable; `reset`
 /// (by the one waiting thread) clears it. Never reset, it acts as a
 /// broadcast flag for every thread polling it (used for shutdown).
@@ -388,5 +592,70 @@ pub(crate) fn peer_gone(fd: BorrowedFd<'_>) -> bool {
             .revents()
             .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL),
         Err(_) => true,
+    }
+}
+
+#[cfg(all(test, feature = "native-tls"))]
+mod native_tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::Arc;
+
+    /// A short read leaves decrypted bytes inside OpenSSL, which poll(2)
+    /// cannot see: `has_buffered_input` must say so until they are read.
+    #[test]
+    fn reports_plaintext_openssl_holds() {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("cert");
+        let key = rustls_pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let server_cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .expect("server config");
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = std::thread::spawn(move || {
+            let (tcp, _) = listener.accept().expect("accept");
+            let conn = rustls::ServerConnection::new(Arc::new(server_cfg)).expect("conn");
+            let mut s = TlsStream::new(conn, tcp);
+            s.handshake(Instant::now() + Duration::from_secs(10))
+                .expect("server handshake");
+            // One record of 10000 bytes.
+            s.write_all(&[7u8; 10_000]).expect("write");
+            s.flush().expect("flush");
+            let mut b = [0u8; 1];
+            let _ = s.read(&mut b); // until the client closes
+        });
+        let connector = native_tls::TlsConnector::builder()
+            .disable_built_in_roots(true)
+            .add_root_certificate(native_tls::Certificate::from_der(cert.cert.der()).expect("ca"))
+            .build()
+            .expect("connector");
+        let tcp = TcpStream::connect(addr).expect("connect");
+        let mut c = NativeTlsStream::connect(
+            &connector,
+            "localhost",
+            tcp,
+            Instant::now() + Duration::from_secs(10),
+        )
+        .expect("client handshake");
+        assert!(!c.has_buffered_input());
+        let mut got = vec![0u8; 100];
+        c.read_exact(&mut got).expect("read");
+        assert!(c.has_buffered_input(), "9900 bytes wait inside OpenSSL");
+        let mut rest = vec![0u8; 9_900];
+        c.read_exact(&mut rest).expect("read rest");
+        assert!(!c.has_buffered_input());
+        assert!(rest.iter().all(|&b| b == 7));
+        // Non-blocking with nothing to read: WouldBlock, not an error.
+        c.set_nonblocking(true).expect("nonblocking");
+        let e = c.read(&mut got).expect_err("nothing to read");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        c.set_nonblocking(false).expect("blocking");
+        drop(c);
+        server.join().expect("server");
     }
 }

@@ -5,6 +5,10 @@
 //! kubeconfig says `insecure-skip-tls-verify` — a verifier that accepts any
 //! server certificate. Always the `ring` provider, explicitly: two providers
 //! in one process make `ClientConfig::builder()` panic (crates.md).
+//!
+//! With the `native-tls` cargo feature, [`native_connector`] builds the
+//! native-tls (OpenSSL) equivalent from the same material, and every client
+//! connection uses it instead (docs/tls.md).
 
 use super::connection::{Connection, TlsMaterial};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -90,6 +94,84 @@ pub fn host_of(url: &str) -> Option<String> {
         _ => authority,
     };
     (!host.is_empty()).then(|| host.to_string())
+}
+
+/// The host name native-tls verifies and sends as SNI (its
+/// `connect(domain, ..)`): `tls-server-name` when set, else the URL host
+/// (an IP literal is checked against the certificate's IP SANs).
+pub fn verify_name(conn: &Connection) -> Result<String, TlsError> {
+    match &conn.tls.server_name {
+        Some(n) => Ok(n.clone()),
+        None => host_of(&conn.server)
+            .ok_or_else(|| TlsError(format!("server URL {:?} has no host", conn.server))),
+    }
+}
+
+/// The native-tls connector for one cluster: the kubeconfig CA as the only
+/// roots (the platform's store when none is given), verification off only
+/// for `insecure-skip-tls-verify`, the client certificate as an identity,
+/// ALPN `http/1.1`. A client key that is not PKCS#8 is refused here, with
+/// the conversion command in the message: native-tls only loads PKCS#8.
+#[cfg(feature = "native-tls")]
+pub fn native_connector(tls: &TlsMaterial) -> Result<native_tls::TlsConnector, TlsError> {
+    use rustls::pki_types::PrivateKeyDer;
+    let mut b = native_tls::TlsConnector::builder();
+    if tls.insecure_skip_verify {
+        b.danger_accept_invalid_certs(true);
+        b.danger_accept_invalid_hostnames(true);
+    }
+    if !tls.ca_certs.is_empty() {
+        b.disable_built_in_roots(true);
+        for c in &tls.ca_certs {
+            let cert = native_tls::Certificate::from_der(c.as_ref())
+                .map_err(|e| TlsError(format!("certificate-authority: {e}")))?;
+            b.add_root_certificate(cert);
+        }
+    }
+    if let Some(cc) = &tls.client_cert {
+        let key_pem = match &cc.key {
+            PrivateKeyDer::Pkcs8(k) => pem("PRIVATE KEY", k.secret_pkcs8_der()),
+            PrivateKeyDer::Pkcs1(_) => return Err(not_pkcs8("PKCS#1 (BEGIN RSA PRIVATE KEY)")),
+            PrivateKeyDer::Sec1(_) => return Err(not_pkcs8("SEC1 (BEGIN EC PRIVATE KEY)")),
+            _ => return Err(not_pkcs8("of an unknown format")),
+        };
+        let chain_pem: String = cc
+            .chain
+            .iter()
+            .map(|c| pem("CERTIFICATE", c.as_ref()))
+            .collect();
+        let id = native_tls::Identity::from_pkcs8(chain_pem.as_bytes(), key_pem.as_bytes())
+            .map_err(|e| TlsError(format!("client certificate and key: {e}")))?;
+        b.identity(id);
+    }
+    b.request_alpns(&["http/1.1"]);
+    b.build()
+        .map_err(|e| TlsError(format!("TLS setup (native-tls): {e}")))
+}
+
+#[cfg(feature = "native-tls")]
+fn not_pkcs8(what: &str) -> TlsError {
+    TlsError(format!(
+        "client-key: the key is {what}, but native-tls (the `native-tls` build) \
+         only loads PKCS#8 keys (BEGIN PRIVATE KEY); convert it with \
+         `openssl pkcs8 -topk8 -nocrypt -in client.key -out client-pkcs8.key` \
+         and point client-key at the result, or use a build without the \
+         `native-tls` feature (rustls reads it as is)"
+    ))
+}
+
+/// DER as PEM with 64-column lines.
+#[cfg(feature = "native-tls")]
+fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
 }
 
 /// `insecure-skip-tls-verify: true`: the handshake still happens and its
@@ -180,5 +262,37 @@ mod tests {
             server_name(&conn).expect("name").to_str(),
             "kubernetes.default"
         );
+        assert_eq!(verify_name(&conn).expect("name"), "kubernetes.default");
+    }
+
+    #[cfg(feature = "native-tls")]
+    #[test]
+    fn native_connectors() {
+        use crate::kube::connection::ClientCert;
+        use rustls::pki_types::{PrivateKeyDer, PrivatePkcs1KeyDer};
+        let mut t = TlsMaterial::default();
+        assert!(native_connector(&t).is_ok());
+        t.insecure_skip_verify = true;
+        assert!(native_connector(&t).is_ok());
+        let ca = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("cert");
+        let mut t = TlsMaterial {
+            ca_certs: vec![ca.cert.der().clone()],
+            ..TlsMaterial::default()
+        };
+        assert!(native_connector(&t).is_ok());
+        // A PKCS#8 client key works.
+        t.client_cert = Some(ClientCert {
+            chain: vec![ca.cert.der().clone()],
+            key: PrivateKeyDer::Pkcs8(ca.signing_key.serialize_der().into()),
+        });
+        assert!(native_connector(&t).is_ok(), "pkcs8");
+        // A PKCS#1 one is refused with the fix in the message (no panic).
+        t.client_cert = Some(ClientCert {
+            chain: vec![ca.cert.der().clone()],
+            key: PrivateKeyDer::Pkcs1(PrivatePkcs1KeyDer::from(vec![0x30, 0x00])),
+        });
+        let e = native_connector(&t).expect_err("pkcs1");
+        assert!(e.0.contains("PKCS#8"), "{e}");
+        assert!(e.0.contains("openssl pkcs8 -topk8"), "{e}");
     }
 }

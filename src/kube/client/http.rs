@@ -21,7 +21,6 @@ use super::backoff::Backoff;
 use super::error::KubeError;
 use super::transport::{self, TlsParts};
 use crate::kube::connection::{Connection, Credentials};
-use crate::kube::tls_client;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -224,14 +223,11 @@ impl Client {
                         .client_cert()
                         .map_err(|e| KubeError::Credentials(e.to_string()))?;
                 }
-                let config = tls_client::client_config(&material)
-                    .map_err(|e| KubeError::Config(e.to_string()))?;
-                let server_name =
-                    tls_client::server_name(&conn).map_err(|e| KubeError::Config(e.to_string()))?;
-                Some(TlsParts {
-                    config,
-                    server_name,
-                })
+                // rustls, or native-tls under the `native-tls` feature.
+                Some(
+                    TlsParts::new(&material, &conn)
+                        .map_err(|e| KubeError::Config(e.to_string()))?,
+                )
             }
             Some("http") => None,
             _ => {

@@ -13,11 +13,20 @@
 //! agents are built with `.proxy(None)`, so `HTTPS_PROXY` is not honoured
 //! (kubeconfig `proxy-url` is not supported either). `ureq::unversioned` has
 //! no semver promise: this file is what to fix on a ureq upgrade.
+//!
+//! With the `native-tls` cargo feature, [`TlsParts`] holds a native-tls
+//! connector instead and [`KubeNativeTlsConnector`] takes the rustls
+//! connector's place (same chain, same rules).
 
+use crate::kube::connection::{Connection, TlsMaterial};
+use crate::kube::tls_client::{self, TlsError};
+#[cfg(not(feature = "native-tls"))]
 use rustls::pki_types::ServerName;
+#[cfg(not(feature = "native-tls"))]
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use std::fmt;
 use std::io::{Read, Write};
+#[cfg(not(feature = "native-tls"))]
 use std::sync::Arc;
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, TcpConnector,
@@ -25,10 +34,38 @@ use ureq::unversioned::transport::{
 };
 
 /// What an `https://` connection needs; `None` for a plain-HTTP server.
+#[cfg(not(feature = "native-tls"))]
 #[derive(Clone)]
 pub struct TlsParts {
     pub config: Arc<ClientConfig>,
     pub server_name: ServerName<'static>,
+}
+
+/// What an `https://` connection needs; `None` for a plain-HTTP server.
+#[cfg(feature = "native-tls")]
+#[derive(Clone)]
+pub struct TlsParts {
+    pub connector: native_tls::TlsConnector,
+    /// SNI and the name verified (`tls-server-name` or the URL host).
+    pub server_name: String,
+}
+
+impl TlsParts {
+    /// The TLS settings of the build (rustls, or native-tls under the
+    /// feature) from `material` (the connection's, plus an exec plugin's
+    /// client certificate when it gave one).
+    pub fn new(material: &TlsMaterial, conn: &Connection) -> Result<TlsParts, TlsError> {
+        #[cfg(not(feature = "native-tls"))]
+        return Ok(TlsParts {
+            config: tls_client::client_config(material)?,
+            server_name: tls_client::server_name(conn)?,
+        });
+        #[cfg(feature = "native-tls")]
+        return Ok(TlsParts {
+            connector: tls_client::native_connector(material)?,
+            server_name: tls_client::verify_name(conn)?,
+        });
+    }
 }
 
 impl fmt::Debug for TlsParts {
@@ -40,17 +77,27 @@ impl fmt::Debug for TlsParts {
 }
 
 /// The full chain: TCP, then our TLS when the URL is `https`.
+#[cfg(not(feature = "native-tls"))]
 pub fn connector(tls: Option<TlsParts>) -> impl Connector {
     ().chain(TcpConnector::default())
         .chain(KubeTlsConnector { tls })
 }
 
+/// The full chain: TCP, then native-tls when the URL is `https`.
+#[cfg(feature = "native-tls")]
+pub fn connector(tls: Option<TlsParts>) -> impl Connector {
+    ().chain(TcpConnector::default())
+        .chain(KubeNativeTlsConnector { tls })
+}
+
+#[cfg(not(feature = "native-tls"))]
 /// Wraps the chained TCP transport in rustls for `https` URLs.
 #[derive(Debug)]
 pub struct KubeTlsConnector {
     tls: Option<TlsParts>,
 }
 
+#[cfg(not(feature = "native-tls"))]
 impl<In: Transport> Connector<In> for KubeTlsConnector {
     type Out = Either<In, TlsTransport>;
 
@@ -85,12 +132,14 @@ impl<In: Transport> Connector<In> for KubeTlsConnector {
     }
 }
 
+#[cfg(not(feature = "native-tls"))]
 /// A rustls stream over the chained transport, as ureq's `RustlsTransport`.
 pub struct TlsTransport {
     buffers: LazyBuffers,
     stream: StreamOwned<ClientConnection, TransportAdapter>,
 }
 
+#[cfg(not(feature = "native-tls"))]
 impl fmt::Debug for TlsTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsTransport")
@@ -99,6 +148,7 @@ impl fmt::Debug for TlsTransport {
     }
 }
 
+#[cfg(not(feature = "native-tls"))]
 impl Transport for TlsTransport {
     fn buffers(&mut self) -> &mut dyn Buffers {
         &mut self.buffers
@@ -107,6 +157,103 @@ impl Transport for TlsTransport {
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
         // Passed on unchanged: the TCP transport below applies the
         // per-read/per-write parts (a TLS write may need to read).
+        self.stream.get_mut().set_timeout(timeout);
+        let output = &self.buffers.output()[..amount];
+        self.stream.write_all(output)?;
+        Ok(())
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.stream.get_mut().set_timeout(timeout);
+        let input = self.buffers.input_append_buf();
+        let amount = self.stream.read(input)?;
+        self.buffers.input_appended(amount);
+        Ok(amount > 0)
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.stream.get_mut().get_mut().is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        true
+    }
+}
+
+/// Wraps the chained TCP transport in native-tls for `https` URLs.
+#[cfg(feature = "native-tls")]
+#[derive(Debug)]
+pub struct KubeNativeTlsConnector {
+    tls: Option<TlsParts>,
+}
+
+#[cfg(feature = "native-tls")]
+impl<In: Transport> Connector<In> for KubeNativeTlsConnector {
+    type Out = Either<In, NativeTlsTransport>;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        let Some(transport) = chained else {
+            return Ok(None);
+        };
+        if !details.needs_tls() || transport.is_tls() {
+            return Ok(Some(Either::A(transport)));
+        }
+        let Some(tls) = &self.tls else {
+            return Err(ureq::Error::Tls(
+                "an https URL on a client built without TLS settings",
+            ));
+        };
+        let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
+        sock.set_timeout(details.timeout);
+        // The adapter turns a timeout into an error (never WouldBlock), so
+        // the handshake either completes or fails here.
+        let stream = tls
+            .connector
+            .connect(&tls.server_name, sock)
+            .map_err(|e| match e {
+                native_tls::HandshakeError::Failure(e) => {
+                    ureq::Error::Io(std::io::Error::other(format!("TLS handshake: {e}")))
+                }
+                native_tls::HandshakeError::WouldBlock(_) => ureq::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "TLS handshake timed out",
+                )),
+            })?;
+        let buffers = LazyBuffers::new(
+            details.config.input_buffer_size(),
+            details.config.output_buffer_size(),
+        );
+        Ok(Some(Either::B(NativeTlsTransport { buffers, stream })))
+    }
+}
+
+/// A native-tls stream over the chained transport, as ureq's own.
+#[cfg(feature = "native-tls")]
+pub struct NativeTlsTransport {
+    buffers: LazyBuffers,
+    stream: native_tls::TlsStream<TransportAdapter>,
+}
+
+#[cfg(feature = "native-tls")]
+impl fmt::Debug for NativeTlsTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NativeTlsTransport")
+            .field("chained", &self.stream.get_ref().inner())
+            .finish()
+    }
+}
+
+#[cfg(feature = "native-tls")]
+impl Transport for NativeTlsTransport {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        &mut self.buffers
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
         self.stream.get_mut().set_timeout(timeout);
         let output = &self.buffers.output()[..amount];
         self.stream.write_all(output)?;

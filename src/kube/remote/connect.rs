@@ -1,4 +1,5 @@
-//! Opening the socket: TCP connect, TLS (our rustls config, including
+//! Opening the socket: TCP connect, TLS (our rustls config, or native-tls
+//! under the `native-tls` feature, including
 //! `tls-server-name` and an exec plugin's client certificate), and the
 //! upgrade exchange from `handshake`, all under ONE deadline so a silent
 //! server cannot hang the caller. Blocking I/O on the calling thread; the
@@ -11,11 +12,16 @@
 use super::error::RemoteError;
 use super::handshake::{self, BodyReader, UpgradeRequest};
 use super::request::Endpoint;
+use crate::http::stream::ClientSocket;
+#[cfg(not(feature = "native-tls"))]
 use crate::http::{Socket, TlsStream};
 use crate::kube::channel::Protocol;
 use crate::kube::connection::Connection;
 use crate::kube::status::Status;
+#[cfg(not(feature = "native-tls"))]
 use crate::kube::tls_client::{client_config, server_name, TlsError};
+#[cfg(feature = "native-tls")]
+use crate::kube::tls_client::{native_connector, verify_name};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -30,7 +36,7 @@ const MAX_MESSAGE: usize = 16 << 20;
 
 /// An upgraded socket and the subprotocol the server chose.
 pub struct Opened {
-    pub ws: WebSocket<Socket>,
+    pub ws: WebSocket<ClientSocket>,
     pub protocol: Protocol,
 }
 
@@ -70,16 +76,9 @@ pub fn open(
         if let Some(cc) = conn.credentials.client_cert()? {
             material.client_cert = Some(cc);
         }
-        let cfg = client_config(&material)?;
-        let name = server_name(conn)?;
-        let cc = rustls::ClientConnection::new(cfg, name)
-            .map_err(|e| RemoteError::Tls(TlsError(format!("TLS setup: {e}"))))?;
-        let mut tls = TlsStream::new(cc, tcp);
-        tls.handshake(deadline)
-            .map_err(|e| transport("TLS handshake with", ep, e))?;
-        Socket::Tls(Box::new(tls))
+        tls_handshake(conn, &material, tcp, ep, deadline)?
     } else {
-        Socket::Plain(tcp)
+        ClientSocket::Socket(crate::http::Socket::Plain(tcp))
     };
 
     let key = generate_key();
@@ -138,13 +137,46 @@ pub fn open(
         conn.credentials.invalidate();
     }
     let status = Status::from_response(head.code, head.header("content-type").unwrap_or(""), &body);
-    if let Socket::Tls(t) = &mut sock {
-        t.send_close_notify();
-    }
+    sock.send_close_notify();
     Err(RemoteError::Api {
         code: head.code,
         status: Box::new(status),
     })
+}
+
+/// TLS over `tcp` with rustls (our `ClientConfig`, our `TlsStream`).
+#[cfg(not(feature = "native-tls"))]
+fn tls_handshake(
+    conn: &Connection,
+    material: &crate::kube::connection::TlsMaterial,
+    tcp: TcpStream,
+    ep: &Endpoint,
+    deadline: Instant,
+) -> Result<ClientSocket, RemoteError> {
+    let cfg = client_config(material)?;
+    let name = server_name(conn)?;
+    let cc = rustls::ClientConnection::new(cfg, name)
+        .map_err(|e| RemoteError::Tls(TlsError(format!("TLS setup: {e}"))))?;
+    let mut tls = TlsStream::new(cc, tcp);
+    tls.handshake(deadline)
+        .map_err(|e| transport("TLS handshake with", ep, e))?;
+    Ok(ClientSocket::Socket(Socket::Tls(Box::new(tls))))
+}
+
+/// TLS over `tcp` with native-tls (the `native-tls` feature).
+#[cfg(feature = "native-tls")]
+fn tls_handshake(
+    conn: &Connection,
+    material: &crate::kube::connection::TlsMaterial,
+    tcp: TcpStream,
+    ep: &Endpoint,
+    deadline: Instant,
+) -> Result<ClientSocket, RemoteError> {
+    let connector = native_connector(material)?;
+    let name = verify_name(conn)?;
+    let tls = crate::http::stream::NativeTlsStream::connect(&connector, &name, tcp, deadline)
+        .map_err(|e| transport("TLS handshake with", ep, e))?;
+    Ok(ClientSocket::NativeTls(Box::new(tls)))
 }
 
 fn connect_tcp(ep: &Endpoint, deadline: Instant) -> Result<TcpStream, RemoteError> {
@@ -179,7 +211,7 @@ fn left(deadline: Instant) -> io::Result<Duration> {
 }
 
 /// Writes and flushes everything before `deadline`.
-fn write_all(sock: &mut Socket, mut data: &[u8], deadline: Instant) -> io::Result<()> {
+fn write_all(sock: &mut ClientSocket, mut data: &[u8], deadline: Instant) -> io::Result<()> {
     while !data.is_empty() {
         sock.set_write_timeout(Some(left(deadline)?))?;
         match sock.write(data) {
@@ -200,7 +232,7 @@ fn write_all(sock: &mut Socket, mut data: &[u8], deadline: Instant) -> io::Resul
 }
 
 /// Appends what one read gives (0 at EOF), waiting at most until `deadline`.
-fn read_some(sock: &mut Socket, buf: &mut Vec<u8>, deadline: Instant) -> io::Result<usize> {
+fn read_some(sock: &mut ClientSocket, buf: &mut Vec<u8>, deadline: Instant) -> io::Result<usize> {
     let mut tmp = [0u8; 16 * 1024];
     loop {
         sock.set_read_timeout(Some(left(deadline)?))?;
