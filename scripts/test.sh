@@ -15,3 +15,12 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --locked "$@"
 fi
+
+# The native-tls build of the client (docs/tls.md): lints, and its TLS
+# tests against the sim (REST, watch, exec, client certificates).
+cargo clippy --all-targets --locked --features native-tls -- -D warnings
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --locked --profile ci --features native-tls --test kube_native_tls
+else
+  cargo test --locked --features native-tls --test kube_native_tls
+fi
