@@ -5,8 +5,10 @@
 //! Dependencies point one way: `http` knows no domain; `kube` knows nothing
 //! above it; `sim` uses only `kube`'s wire formats and `http`.
 
+pub mod config;
 pub mod http;
 pub mod kube;
+pub mod server;
 pub mod sim;
 
 #[doc(hidden)]

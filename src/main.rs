@@ -10,10 +10,14 @@ use std::path::PathBuf;
 const USAGE: &str = "usage: kubegate <command> [options]
 
 commands:
-  sim     run the simulated Kubernetes cluster
-          kubegate sim [--listen ADDR] [--kubeconfig-out PATH] [--tls] [--token T]
-                       [--client-ca] [--state-dir DIR] [--namespace NAME]...
-                       [--fail-image GLOB]... [--allow-remote]
+  serve         run the daemon
+                kubegate serve --config FILE
+  check-config  validate a config file without starting
+                kubegate check-config --config FILE
+  sim           run the simulated Kubernetes cluster
+                kubegate sim [--listen ADDR] [--kubeconfig-out PATH] [--tls] [--token T]
+                             [--client-ca] [--state-dir DIR] [--namespace NAME]...
+                             [--fail-image GLOB]... [--allow-remote]
 ";
 
 fn main() {
@@ -26,6 +30,17 @@ fn main() {
             init_logging();
             cmd_sim(&args[1..])
         }
+        Some("serve") => match parse_config_flag(&args[1..]) {
+            Ok(path) => {
+                init_logging();
+                kubegate::server::serve_main(&path)
+            }
+            Err(m) => usage_error(&m),
+        },
+        Some("check-config") => match parse_config_flag(&args[1..]) {
+            Ok(path) => cmd_check_config(&path),
+            Err(m) => usage_error(&m),
+        },
         Some("-h") | Some("--help") | Some("help") => {
             print!("{USAGE}");
             0
@@ -66,6 +81,37 @@ fn flag_value(args: &[String], i: &mut usize, flag: &str) -> Result<Option<Strin
         return Ok(Some(v.to_string()));
     }
     Ok(None)
+}
+
+/// The one flag of `serve` and `check-config`: `--config FILE`.
+fn parse_config_flag(args: &[String]) -> Result<PathBuf, String> {
+    let mut config = None;
+    let mut i = 0;
+    while i < args.len() {
+        if let Some(v) = flag_value(args, &mut i, "--config")? {
+            if v.is_empty() {
+                return Err("--config must not be empty".into());
+            }
+            config = Some(PathBuf::from(v));
+        } else {
+            return Err(format!("unknown option {:?}", args[i]));
+        }
+        i += 1;
+    }
+    config.ok_or_else(|| "--config FILE is required".into())
+}
+
+fn cmd_check_config(path: &std::path::Path) -> i32 {
+    match kubegate::config::Config::load(path) {
+        Ok(_) => {
+            println!("config ok");
+            0
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            2
+        }
+    }
 }
 
 fn parse_sim_args(args: &[String]) -> Result<SimOptions, String> {

@@ -1,0 +1,1015 @@
+//! The daemon's configuration file (`kubegate serve --config F`,
+//! `kubegate check-config --config F`): TOML, snake_case keys, `_secs`
+//! durations, `_bytes` sizes; relative paths resolve against the config
+//! file's folder (contract.md).
+//!
+//! Loading is two steps: serde with `deny_unknown_fields` (so a misspelt key
+//! is an error, never ignored), then [`Config::validate`]-style checks that
+//! serde cannot express. Every error names the key at fault
+//! ([`ConfigError::key`]), e.g. `server.listen` or `principal[0].workspaces[1]`,
+//! and never echoes a secret. `config.example.toml` documents every key with
+//! its default.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Default front-door address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7443";
+/// Default state directory (the example config points at `./state`).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/kubegate";
+/// Default managed-by label value (exec.md).
+pub const DEFAULT_MANAGED_BY: &str = "kubegate";
+/// The managed-by label key (exec.md; not configurable).
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Default workspace-uid label key (exec.md).
+pub const DEFAULT_WORKSPACE_UID_LABEL: &str = "kubegate.dev/workspace-uid";
+
+/// A configuration problem: the file, the key at fault and what is wrong.
+/// Displayed as `FILE: KEY: what is wrong` (contract.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// Dotted key path (`server.listen`, `principal[0].name`); empty when the
+    /// problem is the file itself (unreadable, not TOML).
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.file.display(), self.key, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// How the daemon reaches a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterMode {
+    /// The embedded simulated cluster, started in-process.
+    Sim,
+    /// A kubeconfig file (`cluster.kubeconfig`, else `KUBECONFIG`/`~/.kube/config`).
+    Kubeconfig,
+    /// The pod's service account.
+    InCluster,
+}
+
+/// The whole validated configuration; every path is absolute (resolved
+/// against the config file's folder).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerSection,
+    pub cluster: ClusterSection,
+    #[serde(default)]
+    pub exec: ExecSection,
+    #[serde(default, rename = "principal")]
+    pub principals: Vec<Principal>,
+}
+
+/// `[server]`: the front door.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    /// `IP:PORT` (port 0 picks a free one).
+    pub listen: String,
+    /// PEM certificate chain; with `tls_key` the front door serves HTTPS.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub max_connections: u64,
+    pub keep_alive_idle_secs: u64,
+    pub request_read_timeout_secs: u64,
+    pub shutdown_grace_secs: u64,
+    pub state_dir: PathBuf,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            listen: DEFAULT_LISTEN.into(),
+            tls_cert: None,
+            tls_key: None,
+            max_connections: 1024,
+            keep_alive_idle_secs: 90,
+            request_read_timeout_secs: 30,
+            shutdown_grace_secs: 10,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+        }
+    }
+}
+
+impl ServerSection {
+    /// The parsed listen address (checked at load).
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen.parse().expect("validated at load")
+    }
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    pub mode: ClusterMode,
+    /// Only with `mode = "kubeconfig"`.
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Only with `mode = "kubeconfig"`.
+    #[serde(default)]
+    pub context: Option<String>,
+    /// Value of the `app.kubernetes.io/managed-by` label.
+    #[serde(default = "default_managed_by")]
+    pub managed_by: String,
+    #[serde(default)]
+    pub sim: SimSection,
+}
+
+fn default_managed_by() -> String {
+    DEFAULT_MANAGED_BY.into()
+}
+
+/// `[cluster.sim]`: the embedded sim (only read with `mode = "sim"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimSection {
+    /// Extra namespaces created at start (besides `default` and `demo`).
+    pub namespaces: Vec<String>,
+    /// Shell globs: matching images stay in ErrImagePull.
+    pub fail_images: Vec<String>,
+}
+
+/// `[exec]`: the limits of exec.md, the workspace-uid label, the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecSection {
+    pub max_command_args: u64,
+    pub max_arg_bytes: u64,
+    pub max_command_bytes: u64,
+    /// Output cap per stream when the request names none.
+    pub default_output_bytes: u64,
+    /// Largest output cap a request may ask for.
+    pub max_output_bytes: u64,
+    pub max_stdin_frame_bytes: u64,
+    /// Interactive output channel capacity, in frames.
+    pub output_channel_frames: u64,
+    pub workspace_uid_label: String,
+    /// One JSON line per exec; none when absent.
+    pub audit_log: Option<PathBuf>,
+}
+
+impl Default for ExecSection {
+    fn default() -> Self {
+        ExecSection {
+            max_command_args: 64,
+            max_arg_bytes: 8 * 1024,
+            max_command_bytes: 32 * 1024,
+            default_output_bytes: 1 << 20,
+            max_output_bytes: 1 << 20,
+            max_stdin_frame_bytes: 64 * 1024,
+            output_channel_frames: 128,
+            workspace_uid_label: DEFAULT_WORKSPACE_UID_LABEL.into(),
+            audit_log: None,
+        }
+    }
+}
+
+/// A workspace: `project` is the namespace, `uid` its identity (exec.md).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Workspace {
+    pub project: String,
+    pub uid: String,
+}
+
+impl fmt::Display for Workspace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.project, self.uid)
+    }
+}
+
+impl Workspace {
+    /// Parses `project/uid` (project: DNS label; uid: not blank, at most 256
+    /// characters).
+    pub fn parse(s: &str) -> Result<Workspace, String> {
+        let (project, uid) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} is not \"project/uid\""))?;
+        check_dns_label(project).map_err(|m| format!("project {project:?}: {m}"))?;
+        if uid.trim().is_empty() {
+            return Err(format!("{s:?}: the uid is blank"));
+        }
+        if uid.chars().count() > 256 {
+            return Err(format!("{s:?}: the uid is longer than 256 characters"));
+        }
+        if uid.chars().any(char::is_control) {
+            return Err(format!("{s:?}: the uid contains control characters"));
+        }
+        Ok(Workspace {
+            project: project.into(),
+            uid: uid.into(),
+        })
+    }
+}
+
+/// `[[principal]]`: one caller identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub name: String,
+    /// Lower-case hex SHA-256 of the bearer token.
+    pub token_sha256: String,
+    pub workspaces: Vec<Workspace>,
+    pub may_start_sessions: bool,
+}
+
+/// What a `[[principal]]` table may hold; `token` is accepted by serde only
+/// so that a clear-text token gets a clear refusal.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrincipal {
+    name: String,
+    #[serde(default)]
+    token_sha256: Option<String>,
+    /// Never accepted: deserializing it fails, so the error points at it.
+    #[serde(default, deserialize_with = "refuse_clear_token")]
+    #[allow(dead_code)]
+    token: Option<()>,
+    #[serde(default)]
+    workspaces: Vec<String>,
+    #[serde(default)]
+    may_start_sessions: bool,
+}
+
+fn refuse_clear_token<'de, D: serde::Deserializer<'de>>(_: D) -> Result<Option<()>, D::Error> {
+    Err(serde::de::Error::custom(
+        "a clear-text token is not accepted: store its SHA-256 hex digest as `token_sha256`",
+    ))
+}
+
+/// Workspaces are carried as their raw strings (in `uid`) until
+/// `Config::validate` parses them, where the principal's index is known;
+/// only configurations from [`Config::parse`]/[`Config::load`] are valid.
+impl<'de> Deserialize<'de> for Principal {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawPrincipal::deserialize(d)?;
+        // The rest is checked in `validate`, where the index is known.
+        Ok(Principal {
+            name: raw.name,
+            token_sha256: raw.token_sha256.unwrap_or_default(),
+            workspaces: raw
+                .workspaces
+                .into_iter()
+                .map(|w| Workspace {
+                    project: String::new(),
+                    uid: w,
+                })
+                .collect(),
+            may_start_sessions: raw.may_start_sessions,
+        })
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            key: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        let base = path
+            .parent()
+            .map(|p| {
+                if p.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    p.to_path_buf()
+                }
+            })
+            .unwrap_or_else(|| PathBuf::from("."));
+        let base = std::path::absolute(&base).unwrap_or(base);
+        Config::parse(&text, &base).map_err(|(key, message)| ConfigError {
+            file: path.to_path_buf(),
+            key,
+            message,
+        })
+    }
+
+    /// Parses and validates TOML text; relative paths resolve against `base`.
+    /// Errors are `(key, message)`.
+    pub fn parse(text: &str, base: &Path) -> Result<Config, (String, String)> {
+        let mut cfg: Config = toml::from_str(text).map_err(|e| {
+            let key = e.span().map(|s| key_at(text, s.start)).unwrap_or_default();
+            (key, e.message().trim().to_string())
+        })?;
+        cfg.validate(base)?;
+        Ok(cfg)
+    }
+
+    fn validate(&mut self, base: &Path) -> Result<(), (String, String)> {
+        let err = |k: &str, m: String| Err((k.to_string(), m));
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() {
+                // Drop `.` components: `./state` reads better in logs as `state`.
+                *p = base.join(
+                    p.components()
+                        .filter(|c| *c != std::path::Component::CurDir)
+                        .collect::<PathBuf>(),
+                );
+            }
+        };
+        // [server]
+        let s = &mut self.server;
+        if let Err(e) = s.listen.parse::<SocketAddr>() {
+            return err(
+                "server.listen",
+                format!("{:?} is not an IP:PORT address ({e})", s.listen),
+            );
+        }
+        match (&mut s.tls_cert, &mut s.tls_key) {
+            (Some(c), Some(k)) => {
+                resolve(c);
+                resolve(k);
+                for (key, p) in [("server.tls_cert", &*c), ("server.tls_key", &*k)] {
+                    if let Err(e) = std::fs::metadata(p) {
+                        return err(key, format!("cannot read {}: {e}", p.display()));
+                    }
+                }
+            }
+            (None, None) => {}
+            (Some(_), None) => {
+                return err("server.tls_key", "missing: tls_cert needs tls_key".into())
+            }
+            (None, Some(_)) => {
+                return err("server.tls_cert", "missing: tls_key needs tls_cert".into())
+            }
+        }
+        for (key, v) in [
+            ("server.max_connections", s.max_connections),
+            ("server.keep_alive_idle_secs", s.keep_alive_idle_secs),
+            (
+                "server.request_read_timeout_secs",
+                s.request_read_timeout_secs,
+            ),
+            ("server.shutdown_grace_secs", s.shutdown_grace_secs),
+        ] {
+            positive(key, v)?;
+        }
+        if s.state_dir.as_os_str().is_empty() {
+            return err("server.state_dir", "must not be empty".into());
+        }
+        resolve(&mut s.state_dir);
+
+        // [cluster]
+        let c = &mut self.cluster;
+        if c.mode != ClusterMode::Kubeconfig {
+            if c.kubeconfig.is_some() {
+                return err(
+                    "cluster.kubeconfig",
+                    "only allowed with mode = \"kubeconfig\"".into(),
+                );
+            }
+            if c.context.is_some() {
+                return err(
+                    "cluster.context",
+                    "only allowed with mode = \"kubeconfig\"".into(),
+                );
+            }
+        }
+        if let Some(p) = &mut c.kubeconfig {
+            if p.as_os_str().is_empty() {
+                return err("cluster.kubeconfig", "must not be empty".into());
+            }
+            resolve(p);
+        }
+        if c.context.as_deref().is_some_and(|x| x.trim().is_empty()) {
+            return err("cluster.context", "must not be empty".into());
+        }
+        check_label_value(&c.managed_by).or_else(|m| err("cluster.managed_by", m))?;
+        for (i, ns) in c.sim.namespaces.iter().enumerate() {
+            check_dns_label(ns).or_else(|m| {
+                err(
+                    &format!("cluster.sim.namespaces[{i}]"),
+                    format!("{ns:?}: {m}"),
+                )
+            })?;
+        }
+        for (i, g) in c.sim.fail_images.iter().enumerate() {
+            if g.trim().is_empty() {
+                return err(
+                    &format!("cluster.sim.fail_images[{i}]"),
+                    "must not be empty".into(),
+                );
+            }
+        }
+
+        // [exec]
+        let x = &mut self.exec;
+        for (key, v) in [
+            ("exec.max_command_args", x.max_command_args),
+            ("exec.max_arg_bytes", x.max_arg_bytes),
+            ("exec.max_command_bytes", x.max_command_bytes),
+            ("exec.default_output_bytes", x.default_output_bytes),
+            ("exec.max_output_bytes", x.max_output_bytes),
+            ("exec.max_stdin_frame_bytes", x.max_stdin_frame_bytes),
+            ("exec.output_channel_frames", x.output_channel_frames),
+        ] {
+            positive(key, v)?;
+        }
+        if x.default_output_bytes > x.max_output_bytes {
+            return err(
+                "exec.default_output_bytes",
+                format!(
+                    "{} exceeds exec.max_output_bytes ({})",
+                    x.default_output_bytes, x.max_output_bytes
+                ),
+            );
+        }
+        check_label_key(&x.workspace_uid_label).or_else(|m| err("exec.workspace_uid_label", m))?;
+        if x.workspace_uid_label == MANAGED_BY_LABEL {
+            return err(
+                "exec.workspace_uid_label",
+                format!("must differ from {MANAGED_BY_LABEL}"),
+            );
+        }
+        if let Some(p) = &mut x.audit_log {
+            if p.as_os_str().is_empty() {
+                return err("exec.audit_log", "must not be empty".into());
+            }
+            resolve(p);
+        }
+
+        // [[principal]]
+        let mut names = std::collections::HashSet::new();
+        let mut digests = std::collections::HashSet::new();
+        for (i, p) in self.principals.iter_mut().enumerate() {
+            let k = |f: &str| format!("principal[{i}].{f}");
+            if p.name.trim().is_empty()
+                || p.name.len() > 128
+                || p.name.chars().any(char::is_control)
+            {
+                return err(&k("name"), "must be 1 to 128 printable characters".into());
+            }
+            if !names.insert(p.name.clone()) {
+                return err(&k("name"), format!("{:?} is defined twice", p.name));
+            }
+            if p.token_sha256.is_empty() {
+                return err(
+                    &k("token_sha256"),
+                    "missing (the SHA-256 hex digest of the token)".into(),
+                );
+            }
+            if p.token_sha256.len() != 64 || !p.token_sha256.bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                return err(
+                    &k("token_sha256"),
+                    "must be 64 hex digits (a SHA-256 digest)".into(),
+                );
+            }
+            p.token_sha256.make_ascii_lowercase();
+            if !digests.insert(p.token_sha256.clone()) {
+                return err(
+                    &k("token_sha256"),
+                    "the same token digest is used by another principal".into(),
+                );
+            }
+            let mut seen = std::collections::HashSet::new();
+            for (j, w) in p.workspaces.iter_mut().enumerate() {
+                let parsed =
+                    Workspace::parse(&w.uid).map_err(|m| (k(&format!("workspaces[{j}]")), m))?;
+                if !seen.insert(parsed.clone()) {
+                    return err(
+                        &k(&format!("workspaces[{j}]")),
+                        format!("{parsed} is listed twice"),
+                    );
+                }
+                *w = parsed;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn positive(key: &str, v: u64) -> Result<(), (String, String)> {
+    if v == 0 {
+        return Err((key.into(), "must be a positive integer".into()));
+    }
+    Ok(())
+}
+
+/// A DNS label (RFC 1123): lowercase `[a-z0-9-]`, alphanumeric at both
+/// ends, at most 63 characters.
+pub fn check_dns_label(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.len() > 63 {
+        return Err("longer than 63 characters".into());
+    }
+    let b = s.as_bytes();
+    let ok = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if !b.iter().all(|&c| ok(c) || c == b'-') || !ok(b[0]) || !ok(b[b.len() - 1]) {
+        return Err("must be a DNS label (lowercase letters, digits and '-', starting and ending with a letter or digit)".into());
+    }
+    Ok(())
+}
+
+/// A DNS subdomain: dot-separated DNS labels, at most 253 characters.
+pub fn check_dns_subdomain(s: &str) -> Result<(), String> {
+    if s.len() > 253 {
+        return Err("longer than 253 characters".into());
+    }
+    s.split('.').try_for_each(check_dns_label)
+}
+
+/// A label value: empty, or at most 63 of `[A-Za-z0-9._-]` with
+/// alphanumeric ends. (Empty is refused here: a label must say something.)
+pub fn check_label_value(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    check_label_name(s)
+}
+
+fn check_label_name(s: &str) -> Result<(), String> {
+    if s.len() > 63 {
+        return Err(format!("{s:?} is longer than 63 characters"));
+    }
+    let b = s.as_bytes();
+    let alnum = |c: u8| c.is_ascii_alphanumeric();
+    if b.is_empty()
+        || !b
+            .iter()
+            .all(|&c| alnum(c) || matches!(c, b'-' | b'_' | b'.'))
+        || !alnum(b[0])
+        || !alnum(b[b.len() - 1])
+    {
+        return Err(format!(
+            "{s:?} is not a valid label value (letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
+        ));
+    }
+    Ok(())
+}
+
+/// A label key: optional DNS-subdomain prefix and `/`, then a name.
+pub fn check_label_key(s: &str) -> Result<(), String> {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    if let Some(p) = prefix {
+        check_dns_subdomain(p).map_err(|m| format!("{s:?}: prefix {p:?}: {m}"))?;
+    }
+    check_label_name(name).map_err(|m| format!("{s:?}: {m}"))
+}
+
+/// The dotted key path at byte `offset` of a TOML document, from the last
+/// table header before it and the key on its line (array-of-tables entries
+/// get their index: `principal[1].name`). Good enough to point a person at
+/// the key; inline tables are reported by their outer key.
+fn key_at(text: &str, offset: usize) -> String {
+    let offset = offset.min(text.len());
+    let mut section = String::new();
+    let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut line_start = 0;
+    for line in text[..offset].split_inclusive('\n') {
+        let end = line_start + line.len();
+        let t = line.trim();
+        // Only whole lines before the offset's line change the section;
+        // the offset's own line is handled below.
+        if end <= offset || !line.ends_with('\n') {
+            if let Some(h) = t.strip_prefix("[[").and_then(|r| r.split("]]").next()) {
+                let h = h.trim().to_string();
+                let n = counts.entry(h.clone()).or_insert(0);
+                section = format!("{h}[{n}]");
+                *n += 1;
+            } else if let Some(h) = t.strip_prefix('[').and_then(|r| r.split(']').next()) {
+                section = h.trim().to_string();
+            }
+        }
+        line_start = end;
+    }
+    // The line holding the offset.
+    let ls = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let le = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let line = text[ls..le].trim();
+    if line.starts_with('[') {
+        // The error is about the header itself (e.g. an unknown section).
+        let h = line.trim_matches(|c| c == '[' || c == ']').trim();
+        return h.to_string();
+    }
+    let key = line
+        .split_once('=')
+        .map(|(k, _)| k.trim().trim_matches('"').to_string())
+        .unwrap_or_default();
+    match (section.is_empty(), key.is_empty()) {
+        (true, _) => key,
+        (false, true) => section,
+        (false, false) => format!("{section}.{key}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEMO_DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+    fn minimal() -> String {
+        "[cluster]\nmode = \"sim\"\n".to_string()
+    }
+
+    fn parse(text: &str) -> Result<Config, (String, String)> {
+        Config::parse(text, Path::new("/etc/kubegate"))
+    }
+
+    fn key_of(text: &str) -> String {
+        let e = parse(text).expect_err("must fail");
+        e.0
+    }
+
+    fn with_principal(body: &str) -> String {
+        format!("{}\n[[principal]]\n{body}\n", minimal())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&minimal()).unwrap();
+        assert_eq!(c.server.listen_addr(), "127.0.0.1:7443".parse().unwrap());
+        assert_eq!(c.server.max_connections, 1024);
+        assert_eq!(c.server.state_dir, PathBuf::from("/var/lib/kubegate"));
+        assert_eq!(c.server.shutdown_grace_secs, 10);
+        assert_eq!(c.cluster.mode, ClusterMode::Sim);
+        assert_eq!(c.cluster.managed_by, "kubegate");
+        assert_eq!(c.exec, ExecSection::default());
+        assert_eq!(c.exec.max_command_args, 64);
+        assert_eq!(c.exec.max_arg_bytes, 8192);
+        assert_eq!(c.exec.max_command_bytes, 32768);
+        assert_eq!(c.exec.max_output_bytes, 1 << 20);
+        assert_eq!(c.exec.default_output_bytes, 1 << 20);
+        assert_eq!(c.exec.max_stdin_frame_bytes, 65536);
+        assert_eq!(c.exec.workspace_uid_label, "kubegate.dev/workspace-uid");
+        assert!(c.principals.is_empty());
+    }
+
+    #[test]
+    fn cluster_section_is_required() {
+        let e = parse("").unwrap_err();
+        assert!(e.1.contains("cluster"), "{e:?}");
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        assert_eq!(
+            key_of(&format!("{}bogus = 1\n", minimal())),
+            "cluster.bogus"
+        );
+        assert_eq!(
+            key_of(&format!("[server]\nlisten_addr = \"x\"\n{}", minimal())),
+            "server.listen_addr"
+        );
+        assert_eq!(key_of(&format!("{}[nope]\na = 1\n", minimal())), "nope");
+        assert_eq!(
+            key_of(&format!("{}[cluster.sim]\nnamespace = []\n", minimal())),
+            "cluster.sim.namespace"
+        );
+        assert_eq!(
+            key_of(&format!("{}[exec]\nmax_args = 3\n", minimal())),
+            "exec.max_args"
+        );
+        let e = parse(&with_principal(&format!(
+            "name = \"a\"\ntoken_sha256 = \"{DEMO_DIGEST}\"\nquota = 1"
+        )))
+        .unwrap_err();
+        assert_eq!(e.0, "principal[0].quota", "{e:?}");
+    }
+
+    #[test]
+    fn bad_types_are_named() {
+        assert_eq!(
+            key_of(&format!(
+                "[server]\nmax_connections = \"many\"\n{}",
+                minimal()
+            )),
+            "server.max_connections"
+        );
+        assert_eq!(
+            key_of(&format!("[server]\nmax_connections = -1\n{}", minimal())),
+            "server.max_connections"
+        );
+        assert_eq!(key_of("[cluster]\nmode = \"cloud\"\n"), "cluster.mode");
+    }
+
+    #[test]
+    fn listen_address() {
+        let e = parse(&format!("[server]\nlisten = \"localhost\"\n{}", minimal())).unwrap_err();
+        assert_eq!(e.0, "server.listen");
+        assert!(e.1.contains("IP:PORT"), "{e:?}");
+        let c = parse(&format!("[server]\nlisten = \"[::1]:0\"\n{}", minimal())).unwrap();
+        assert_eq!(c.server.listen_addr().port(), 0);
+    }
+
+    #[test]
+    fn positive_integers() {
+        for k in [
+            "max_connections",
+            "keep_alive_idle_secs",
+            "request_read_timeout_secs",
+            "shutdown_grace_secs",
+        ] {
+            assert_eq!(
+                key_of(&format!("[server]\n{k} = 0\n{}", minimal())),
+                format!("server.{k}")
+            );
+        }
+        for k in [
+            "max_command_args",
+            "max_arg_bytes",
+            "max_command_bytes",
+            "default_output_bytes",
+            "max_output_bytes",
+            "max_stdin_frame_bytes",
+            "output_channel_frames",
+        ] {
+            assert_eq!(
+                key_of(&format!("{}[exec]\n{k} = 0\n", minimal())),
+                format!("exec.{k}")
+            );
+        }
+    }
+
+    #[test]
+    fn output_default_within_maximum() {
+        let e = parse(&format!(
+            "{}[exec]\ndefault_output_bytes = 2048\nmax_output_bytes = 1024\n",
+            minimal()
+        ))
+        .unwrap_err();
+        assert_eq!(e.0, "exec.default_output_bytes");
+    }
+
+    #[test]
+    fn tls_needs_both_files_and_they_must_exist() {
+        assert_eq!(
+            key_of(&format!("[server]\ntls_cert = \"c.pem\"\n{}", minimal())),
+            "server.tls_key"
+        );
+        assert_eq!(
+            key_of(&format!("[server]\ntls_key = \"k.pem\"\n{}", minimal())),
+            "server.tls_cert"
+        );
+        let e = parse(&format!(
+            "[server]\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n{}",
+            minimal()
+        ))
+        .unwrap_err();
+        assert_eq!(e.0, "server.tls_cert");
+        assert!(e.1.contains("/etc/kubegate/c.pem"), "{e:?}");
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_config_folder() {
+        let text = "[server]\nstate_dir = \"./state\"\n[cluster]\nmode = \"kubeconfig\"\nkubeconfig = \"kc.yaml\"\ncontext = \"x\"\n[exec]\naudit_log = \"/var/log/a.jsonl\"\n";
+        let c = parse(text).unwrap();
+        assert_eq!(c.server.state_dir, PathBuf::from("/etc/kubegate/state"));
+        assert_eq!(
+            c.cluster.kubeconfig,
+            Some(PathBuf::from("/etc/kubegate/kc.yaml"))
+        );
+        assert_eq!(c.cluster.context.as_deref(), Some("x"));
+        assert_eq!(c.exec.audit_log, Some(PathBuf::from("/var/log/a.jsonl")));
+        let c = parse("[cluster]\nmode = \"sim\"\n[exec]\naudit_log = \"audit.jsonl\"\n").unwrap();
+        assert_eq!(
+            c.exec.audit_log,
+            Some(PathBuf::from("/etc/kubegate/audit.jsonl"))
+        );
+        assert_eq!(
+            key_of("[server]\nstate_dir = \"\"\n[cluster]\nmode = \"sim\"\n"),
+            "server.state_dir"
+        );
+    }
+
+    #[test]
+    fn kubeconfig_keys_only_in_kubeconfig_mode() {
+        assert_eq!(
+            key_of("[cluster]\nmode = \"sim\"\nkubeconfig = \"x\"\n"),
+            "cluster.kubeconfig"
+        );
+        assert_eq!(
+            key_of("[cluster]\nmode = \"in-cluster\"\ncontext = \"x\"\n"),
+            "cluster.context"
+        );
+        assert!(parse("[cluster]\nmode = \"in-cluster\"\n").is_ok());
+        assert!(parse("[cluster]\nmode = \"kubeconfig\"\n").is_ok());
+        assert_eq!(
+            key_of("[cluster]\nmode = \"kubeconfig\"\ncontext = \" \"\n"),
+            "cluster.context"
+        );
+    }
+
+    #[test]
+    fn managed_by_and_label_key() {
+        assert_eq!(
+            key_of("[cluster]\nmode = \"sim\"\nmanaged_by = \"\"\n"),
+            "cluster.managed_by"
+        );
+        assert_eq!(
+            key_of("[cluster]\nmode = \"sim\"\nmanaged_by = \"a b\"\n"),
+            "cluster.managed_by"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "[cluster]\nmode = \"sim\"\nmanaged_by = \"{}\"\n",
+                "x".repeat(64)
+            )),
+            "cluster.managed_by"
+        );
+        assert!(parse("[cluster]\nmode = \"sim\"\nmanaged_by = \"My.Tool_1\"\n").is_ok());
+        assert_eq!(
+            key_of(&format!(
+                "{}[exec]\nworkspace_uid_label = \"Bad_Prefix/x\"\n",
+                minimal()
+            )),
+            "exec.workspace_uid_label"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "{}[exec]\nworkspace_uid_label = \"x/\"\n",
+                minimal()
+            )),
+            "exec.workspace_uid_label"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "{}[exec]\nworkspace_uid_label = \"app.kubernetes.io/managed-by\"\n",
+                minimal()
+            )),
+            "exec.workspace_uid_label"
+        );
+        let c = parse(&format!(
+            "{}[exec]\nworkspace_uid_label = \"example.com/ws\"\n",
+            minimal()
+        ))
+        .unwrap();
+        assert_eq!(c.exec.workspace_uid_label, "example.com/ws");
+    }
+
+    #[test]
+    fn sim_section() {
+        let c = parse("[cluster]\nmode = \"sim\"\n[cluster.sim]\nnamespaces = [\"a\", \"b-2\"]\nfail_images = [\"bad/*\"]\n").unwrap();
+        assert_eq!(c.cluster.sim.namespaces, vec!["a", "b-2"]);
+        assert_eq!(c.cluster.sim.fail_images, vec!["bad/*"]);
+        assert_eq!(
+            key_of("[cluster]\nmode = \"sim\"\n[cluster.sim]\nnamespaces = [\"ok\", \"Not_OK\"]\n"),
+            "cluster.sim.namespaces[1]"
+        );
+        assert_eq!(
+            key_of("[cluster]\nmode = \"sim\"\n[cluster.sim]\nfail_images = [\"\"]\n"),
+            "cluster.sim.fail_images[0]"
+        );
+    }
+
+    #[test]
+    fn principals() {
+        let text = with_principal(&format!(
+            "name = \"demo\"\ntoken_sha256 = \"{}\"\nworkspaces = [\"demo/demo-uid\", \"p2/u/with/slashes\"]\nmay_start_sessions = true",
+            "AB".repeat(32)
+        ));
+        let c = parse(&text).unwrap();
+        let p = &c.principals[0];
+        assert_eq!(p.name, "demo");
+        assert_eq!(p.token_sha256, "ab".repeat(32));
+        assert!(p.may_start_sessions);
+        assert_eq!(
+            p.workspaces[0],
+            Workspace {
+                project: "demo".into(),
+                uid: "demo-uid".into()
+            }
+        );
+        assert_eq!(p.workspaces[1].uid, "u/with/slashes");
+        let c = parse(&with_principal(&format!(
+            "name = \"x\"\ntoken_sha256 = \"{DEMO_DIGEST}\""
+        )))
+        .unwrap();
+        assert!(!c.principals[0].may_start_sessions);
+        assert!(c.principals[0].workspaces.is_empty());
+    }
+
+    #[test]
+    fn clear_text_tokens_are_refused() {
+        let e = parse(&with_principal(
+            "name = \"a\"\ntoken = \"kubegate-demo-token\"",
+        ))
+        .unwrap_err();
+        assert_eq!(e.0, "principal[0].token", "{e:?}");
+        assert!(e.1.contains("token_sha256"), "{e:?}");
+        assert!(
+            !e.1.contains("kubegate-demo-token"),
+            "the secret is echoed: {e:?}"
+        );
+    }
+
+    #[test]
+    fn token_digest_rules() {
+        assert_eq!(
+            key_of(&with_principal("name = \"a\"")),
+            "principal[0].token_sha256"
+        );
+        assert_eq!(
+            key_of(&with_principal("name = \"a\"\ntoken_sha256 = \"abc\"")),
+            "principal[0].token_sha256"
+        );
+        assert_eq!(
+            key_of(&with_principal(&format!(
+                "name = \"a\"\ntoken_sha256 = \"{}\"",
+                "g".repeat(64)
+            ))),
+            "principal[0].token_sha256"
+        );
+        let two = format!(
+            "{}[[principal]]\nname = \"a\"\ntoken_sha256 = \"{DEMO_DIGEST}\"\n[[principal]]\nname = \"b\"\ntoken_sha256 = \"{DEMO_DIGEST}\"\n",
+            minimal()
+        );
+        assert_eq!(key_of(&two), "principal[1].token_sha256");
+    }
+
+    #[test]
+    fn principal_names() {
+        assert_eq!(
+            key_of(&with_principal(&format!(
+                "name = \"\"\ntoken_sha256 = \"{DEMO_DIGEST}\""
+            ))),
+            "principal[0].name"
+        );
+        let two = format!(
+            "{}[[principal]]\nname = \"a\"\ntoken_sha256 = \"{DEMO_DIGEST}\"\n[[principal]]\nname = \"a\"\ntoken_sha256 = \"{}\"\n",
+            minimal(),
+            "1".repeat(64)
+        );
+        assert_eq!(key_of(&two), "principal[1].name");
+        let e = parse(&with_principal(&format!(
+            "token_sha256 = \"{DEMO_DIGEST}\""
+        )))
+        .unwrap_err();
+        assert!(e.1.contains("name"), "{e:?}");
+    }
+
+    #[test]
+    fn workspace_strings() {
+        for bad in ["demo", "Demo/x", "demo/", "demo/  ", "-x/u", "/u"] {
+            let e = parse(&with_principal(&format!(
+                "name = \"a\"\ntoken_sha256 = \"{DEMO_DIGEST}\"\nworkspaces = [\"ok/u\", \"{bad}\"]"
+            )))
+            .unwrap_err();
+            assert_eq!(e.0, "principal[0].workspaces[1]", "{bad}: {e:?}");
+        }
+        let long = format!("p/{}", "u".repeat(257));
+        assert!(Workspace::parse(&long).is_err());
+        assert!(Workspace::parse(&format!("p/{}", "u".repeat(256))).is_ok());
+        assert!(Workspace::parse(&format!("{}/u", "p".repeat(64))).is_err());
+        let dup = with_principal(&format!(
+            "name = \"a\"\ntoken_sha256 = \"{DEMO_DIGEST}\"\nworkspaces = [\"p/u\", \"p/u\"]"
+        ));
+        assert_eq!(key_of(&dup), "principal[0].workspaces[1]");
+    }
+
+    #[test]
+    fn label_helpers() {
+        assert!(check_dns_label("a").is_ok());
+        assert!(check_dns_label(&"a".repeat(63)).is_ok());
+        assert!(check_dns_label(&"a".repeat(64)).is_err());
+        assert!(check_dns_label("a-").is_err());
+        assert!(check_dns_subdomain("a.b-c.d").is_ok());
+        assert!(check_dns_subdomain("a..b").is_err());
+        assert!(check_label_key("kubegate.dev/workspace-uid").is_ok());
+        assert!(check_label_key("plain").is_ok());
+        assert!(check_label_key("/x").is_err());
+    }
+
+    #[test]
+    fn key_at_finds_sections_and_indices() {
+        let t = "[a]\nx = 1\n[[p]]\ny = 2\n[[p]]\nz = 3\n";
+        assert_eq!(key_at(t, t.find("x").unwrap()), "a.x");
+        assert_eq!(key_at(t, t.find("y").unwrap()), "p[0].y");
+        assert_eq!(key_at(t, t.find("z").unwrap()), "p[1].z");
+        assert_eq!(key_at(t, t.find("3").unwrap()), "p[1].z");
+        assert_eq!(key_at("top = 1\n", 0), "top");
+    }
+
+    #[test]
+    fn error_display_names_file_and_key() {
+        let e = ConfigError {
+            file: "/x/k.toml".into(),
+            key: "server.listen".into(),
+            message: "bad".into(),
+        };
+        assert_eq!(e.to_string(), "/x/k.toml: server.listen: bad");
+    }
+}

@@ -1,0 +1,492 @@
+//! Start-up, health routes and shutdown of `kubegate serve`.
+//!
+//! Order (front-door.md): config validated, state directory opened, cluster
+//! reachable (`/version` answered; with `mode = "sim"` the embedded sim is
+//! started first and the demo workspace created in it), listener bound,
+//! then ready: the one stdout line `kubegate listening on <URL>` and, under
+//! systemd, `READY=1` on `NOTIFY_SOCKET`. SIGINT/SIGTERM stop the listener,
+//! then the sim (its processes die with it), within the configured bound.
+//!
+//! Threads: the caller's (start-up, then waiting for a signal), the front
+//! door's `door-*` threads (`http::Server`), and with the sim its own
+//! (docs/ARCHITECTURE.md).
+
+use std::io::{self, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::config::{ClusterMode, Config, ConfigError, MANAGED_BY_LABEL};
+use crate::http::{Handler, HttpError, Reply, Request, Response, Server, ServerConfig};
+use crate::kube::client::http::Request as KubeRequest;
+use crate::kube::client::{
+    Api, Client, ClientOptions, Deployment, KubeError, Namespace, RetryPolicy,
+};
+use crate::kube::config::{Env, LoadOptions};
+use crate::kube::connection::Connection;
+use crate::sim::cluster::{Sim, SimOptions};
+
+/// The demo workspace the daemon creates in the embedded sim
+/// (contract.md, "The example config").
+pub const DEMO_PROJECT: &str = "demo";
+pub const DEMO_UID: &str = "demo-uid";
+pub const DEMO_DEPLOYMENT: &str = "hello";
+/// The sim's kubeconfig, inside the state directory (mode 0600).
+pub const SIM_KUBECONFIG: &str = "sim.kubeconfig";
+/// Deadline of one `/readyz` probe of the cluster.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why start-up failed: configuration (exit 2) or anything else (exit 1).
+#[derive(Debug)]
+pub enum StartError {
+    Config(ConfigError),
+    Failed(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Config(e) => e.fmt(f),
+            StartError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl StartError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            StartError::Config(_) => 2,
+            StartError::Failed(_) => 1,
+        }
+    }
+}
+
+fn failed(m: impl Into<String>) -> StartError {
+    StartError::Failed(m.into())
+}
+
+/// A running daemon: the front door and, with `mode = "sim"`, the sim.
+pub struct Daemon {
+    server: Server,
+    sim: Option<Sim>,
+    url: String,
+    grace: Duration,
+}
+
+impl Daemon {
+    /// Starts everything up to a bound listener; the caller announces
+    /// readiness ([`announce_ready`]).
+    pub fn start(cfg: &Config) -> Result<Daemon, StartError> {
+        let state_dir = &cfg.server.state_dir;
+        open_state_dir(state_dir)?;
+        log::info!("state directory {}", state_dir.display());
+
+        let (sim, conn) = match cfg.cluster.mode {
+            ClusterMode::Sim => {
+                let (sim, conn) = start_sim(cfg)?;
+                (Some(sim), conn)
+            }
+            ClusterMode::Kubeconfig => {
+                let opts = LoadOptions {
+                    kubeconfig: cfg.cluster.kubeconfig.clone(),
+                    context: cfg.cluster.context.clone(),
+                    ..LoadOptions::default()
+                };
+                let conn = crate::kube::config::load(&opts)
+                    .map_err(|e| failed(format!("loading the kubeconfig: {e}")))?;
+                (None, conn)
+            }
+            ClusterMode::InCluster => {
+                let conn = crate::kube::config::in_cluster(
+                    &Env::process(),
+                    Path::new(crate::kube::config::SERVICE_ACCOUNT_DIR),
+                )
+                .map_err(|e| failed(format!("in-cluster configuration: {e}")))?;
+                (None, conn)
+            }
+        };
+        let server_url = conn.server.clone();
+        let client = Client::new(conn.clone())
+            .map_err(|e| failed(format!("cluster client for {server_url}: {e}")))?;
+        let probe = Client::with_options(
+            conn,
+            ClientOptions {
+                timeout: PROBE_TIMEOUT,
+                connect_timeout: PROBE_TIMEOUT,
+                retry: RetryPolicy::none(),
+            },
+        )
+        .map_err(|e| failed(format!("cluster client for {server_url}: {e}")))?;
+        let version = cluster_version(&client)
+            .map_err(|e| failed(format!("cluster at {server_url} is not reachable: {e}")))?;
+        log::info!("cluster {server_url} answered /version: {version}");
+
+        if sim.is_some() {
+            seed_demo(&client, cfg)
+                .map_err(|e| failed(format!("creating the demo workspace in the sim: {e}")))?;
+            log::info!(
+                "demo workspace {DEMO_PROJECT}/{DEMO_UID} ready (deployment {DEMO_DEPLOYMENT})"
+            );
+        }
+
+        let tls = match (&cfg.server.tls_cert, &cfg.server.tls_key) {
+            (Some(c), Some(k)) => {
+                let cert = std::fs::read(c)
+                    .map_err(|e| failed(format!("reading {}: {e}", c.display())))?;
+                let key = std::fs::read(k)
+                    .map_err(|e| failed(format!("reading {}: {e}", k.display())))?;
+                Some(
+                    crate::http::tls::server_config_from_pem(&cert, &key, None)
+                        .map_err(|e| failed(format!("front-door TLS: {e}")))?,
+                )
+            }
+            _ => None,
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let server_cfg = ServerConfig {
+            max_connections: usize::try_from(cfg.server.max_connections).unwrap_or(usize::MAX),
+            keep_alive_idle: Duration::from_secs(cfg.server.keep_alive_idle_secs),
+            request_read_timeout: Duration::from_secs(cfg.server.request_read_timeout_secs),
+            tls,
+            name: "door",
+            ..ServerConfig::default()
+        };
+        let handler = Arc::new(FrontDoor {
+            probe,
+            state_dir: state_dir.clone(),
+        });
+        let listen = cfg.server.listen_addr();
+        let server = Server::bind(listen, server_cfg, handler)
+            .map_err(|e| failed(format!("binding the front door to {listen}: {e}")))?;
+        let url = format!("{scheme}://{}", server.local_addr());
+        Ok(Daemon {
+            server,
+            sim,
+            url,
+            grace: Duration::from_secs(cfg.server.shutdown_grace_secs),
+        })
+    }
+
+    /// The front door's URL (`http://127.0.0.1:7443`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Stops accepting, then stops the sim; gives up waiting after the
+    /// configured grace (the sim's processes still die with this process:
+    /// they carry a parent-death signal).
+    pub fn shutdown(self) {
+        let grace = self.grace;
+        let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+        let stopper = std::thread::Builder::new()
+            .name("daemon-stop".into())
+            .spawn(move || {
+                self.server.shutdown();
+                if let Some(sim) = self.sim {
+                    sim.shutdown();
+                }
+                let _ = tx.send(());
+            });
+        match stopper {
+            Ok(_) => {
+                if rx.recv_timeout(grace).is_err() {
+                    log::warn!("shutdown did not finish within {grace:?}; exiting anyway");
+                }
+            }
+            Err(e) => log::error!("starting the shutdown thread: {e}"),
+        }
+    }
+}
+
+/// `kubegate serve --config F`: returns the exit code.
+pub fn serve_main(config_path: &Path) -> i32 {
+    // Installed before anything starts, so a signal during start-up still
+    // leads to a clean stop.
+    let mut signals = match signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kubegate: installing signal handlers: {e}");
+            return 1;
+        }
+    };
+    let cfg = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let daemon = match Daemon::start(&cfg) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("kubegate: {e}");
+            return e.exit_code();
+        }
+    };
+    if let Err(e) = announce_ready(daemon.url()) {
+        log::warn!("announcing readiness: {e}");
+    }
+    log::info!("ready on {}", daemon.url());
+    if let Some(sig) = signals.forever().next() {
+        log::info!("signal {sig}: stopping");
+    }
+    daemon.shutdown();
+    log::info!("stopped");
+    0
+}
+
+/// Prints the one stdout line and, under systemd, sends `READY=1`.
+pub fn announce_ready(url: &str) -> io::Result<()> {
+    {
+        let mut out = io::stdout().lock();
+        writeln!(out, "kubegate listening on {url}")?;
+        out.flush()?;
+    }
+    if let Some(sock) = std::env::var_os("NOTIFY_SOCKET") {
+        notify(&sock, b"READY=1")?;
+    }
+    Ok(())
+}
+
+/// One datagram to systemd's notification socket (a path, or an abstract
+/// name written `@name`).
+fn notify(sock: &std::ffi::OsStr, msg: &[u8]) -> io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let b = sock.as_bytes();
+    let d = UnixDatagram::unbound()?;
+    if let Some(name) = b.strip_prefix(b"@") {
+        d.send_to_addr(msg, &SocketAddr::from_abstract_name(name)?)?;
+    } else {
+        d.send_to(msg, Path::new(sock))?;
+    }
+    Ok(())
+}
+
+/// Creates the state directory (0700 when new) and checks it is writable.
+fn open_state_dir(dir: &Path) -> Result<(), StartError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| failed(format!("creating state directory {}: {e}", dir.display())))?;
+    check_writable(dir).map_err(|e| {
+        failed(format!(
+            "state directory {} is not writable: {e}",
+            dir.display()
+        ))
+    })
+}
+
+fn check_writable(dir: &Path) -> io::Result<()> {
+    let probe = dir.join(format!(".probe-{}", std::process::id()));
+    std::fs::write(&probe, b"")?;
+    std::fs::remove_file(&probe)
+}
+
+fn random_token() -> String {
+    use rand::Rng;
+    let bytes: [u8; 32] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Starts the embedded sim on loopback with TLS and a random token; its
+/// kubeconfig goes to `<state_dir>/sim.kubeconfig`, its pods' folders to
+/// `<state_dir>/sim`.
+fn start_sim(cfg: &Config) -> Result<(Sim, Connection), StartError> {
+    let state_dir = &cfg.server.state_dir;
+    let opts = SimOptions {
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        kubeconfig_out: Some(state_dir.join(SIM_KUBECONFIG)),
+        tls: true,
+        token: Some(random_token()),
+        state_dir: Some(state_dir.join("sim")),
+        namespaces: cfg.cluster.sim.namespaces.clone(),
+        fail_images: cfg.cluster.sim.fail_images.clone(),
+        ..SimOptions::default()
+    };
+    let sim = Sim::start(opts).map_err(|e| failed(format!("starting the embedded sim: {e}")))?;
+    log::info!(
+        "embedded sim on {} (kubeconfig {})",
+        sim.url,
+        state_dir.join(SIM_KUBECONFIG).display()
+    );
+    let conn = crate::kube::config::from_kubeconfig_str(&sim.kubeconfig, state_dir, None)
+        .map_err(|e| failed(format!("the sim's kubeconfig: {e}")))?;
+    Ok((sim, conn))
+}
+
+fn cluster_version(client: &Client) -> Result<String, KubeError> {
+    let v: Value = client.send_json(&KubeRequest::get("/version"))?;
+    Ok(v.get("gitVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_string())
+}
+
+/// The demo Deployment: labelled on the Deployment itself with the
+/// managed-by and workspace-uid labels of `demo/demo-uid` (exec.md).
+pub fn demo_deployment(managed_by: &str, workspace_uid_label: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": DEMO_DEPLOYMENT,
+            "namespace": DEMO_PROJECT,
+            "labels": {
+                MANAGED_BY_LABEL: managed_by,
+                workspace_uid_label: DEMO_UID,
+            },
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": DEMO_DEPLOYMENT}},
+            "template": {
+                "metadata": {"labels": {"app": DEMO_DEPLOYMENT}},
+                "spec": {
+                    "containers": [{
+                        "name": "main",
+                        "image": "busybox",
+                        "command": ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"],
+                    }],
+                },
+            },
+        },
+    })
+}
+
+/// Creates namespace `demo` and Deployment `hello`; AlreadyExists is fine.
+fn seed_demo(client: &Client, cfg: &Config) -> Result<(), String> {
+    let ns: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": DEMO_PROJECT},
+    }))
+    .map_err(|e| e.to_string())?;
+    match Api::<Namespace>::all(client).create(&ns) {
+        Ok(_) | Err(KubeError::AlreadyExists(_)) => {}
+        Err(e) => return Err(format!("namespace {DEMO_PROJECT}: {e}")),
+    }
+    let dep: Deployment = serde_json::from_value(demo_deployment(
+        &cfg.cluster.managed_by,
+        &cfg.exec.workspace_uid_label,
+    ))
+    .map_err(|e| e.to_string())?;
+    match Api::<Deployment>::namespaced(client, DEMO_PROJECT).create(&dep) {
+        Ok(_) | Err(KubeError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(format!("deployment {DEMO_PROJECT}/{DEMO_DEPLOYMENT}: {e}")),
+    }
+}
+
+/// The JSON error shape of every daemon error (contract.md).
+pub fn error_response(status: u16, code: &str, message: &str) -> Response {
+    let body = json!({"error": {"code": code, "message": message}});
+    Response::json(status, body.to_string().into_bytes())
+}
+
+/// The front door's handler: health routes only, for now.
+struct FrontDoor {
+    /// Short-deadline, no-retry client for `/readyz`.
+    probe: Client,
+    state_dir: PathBuf,
+}
+
+impl FrontDoor {
+    fn readiness(&self) -> Response {
+        if let Err(e) = cluster_version(&self.probe) {
+            log::warn!("readyz: cluster: {e}");
+            return error_response(503, "NOT_READY", "the cluster does not answer");
+        }
+        if let Err(e) = check_writable(&self.state_dir) {
+            log::warn!("readyz: state directory: {e}");
+            return error_response(503, "NOT_READY", "the state directory is not writable");
+        }
+        Response::json(200, br#"{"status":"ready"}"#.to_vec())
+    }
+}
+
+impl Handler for FrontDoor {
+    fn handle(&self, req: Request) -> Reply {
+        match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/healthz") => Response::json(200, br#"{"status":"ok"}"#.to_vec()).into(),
+            ("GET", "/readyz") => self.readiness().into(),
+            _ => error_response(404, "NOT_FOUND", "no such route").into(),
+        }
+    }
+
+    fn error_response(&self, err: &HttpError) -> Response {
+        let (code, message) = match err {
+            HttpError::BadRequest(m) => ("BAD_REQUEST", m.clone()),
+            HttpError::HeadersTooLarge => ("HEADERS_TOO_LARGE", "request head too large".into()),
+            HttpError::BodyTooLarge { limit } => (
+                "BODY_TOO_LARGE",
+                format!("request body larger than {limit} bytes"),
+            ),
+            HttpError::Overloaded => ("OVERLOADED", "too many connections".into()),
+            HttpError::Internal => ("INTERNAL", "internal error".into()),
+        };
+        error_response(err.status(), code, &message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_deployment_is_labelled_for_the_demo_workspace() {
+        let d = demo_deployment("kubegate", "kubegate.dev/workspace-uid");
+        let labels = &d["metadata"]["labels"];
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "kubegate");
+        assert_eq!(labels["kubegate.dev/workspace-uid"], "demo-uid");
+        assert_eq!(d["metadata"]["namespace"], "demo");
+        assert_eq!(d["spec"]["replicas"], 1);
+        let c = &d["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["name"], "main");
+        assert_eq!(c["command"][0], "sh");
+        let _: Deployment = serde_json::from_value(d).unwrap();
+    }
+
+    #[test]
+    fn error_shape() {
+        let r = error_response(404, "NOT_FOUND", "no such route");
+        assert_eq!(r.status, 404);
+        let crate::http::Body::Bytes(b) = r.body else {
+            panic!("bytes")
+        };
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(
+            v,
+            json!({"error": {"code": "NOT_FOUND", "message": "no such route"}})
+        );
+    }
+
+    #[test]
+    fn tokens_are_random_hex() {
+        let a = random_token();
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a, random_token());
+    }
+
+    #[test]
+    fn notify_sends_ready_to_a_path_socket() {
+        let dir = std::env::temp_dir().join(format!("kubegate-notify-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("notify.sock");
+        let rx = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        notify(path.as_os_str(), b"READY=1").unwrap();
+        let mut buf = [0u8; 64];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

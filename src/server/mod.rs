@@ -1,0 +1,11 @@
+//! The daemon (`kubegate serve`): start-up in the order front-door.md sets
+//! (config, state directory, cluster, listener, ready), the front door's
+//! routes, and shutdown.
+//!
+//! `daemon.rs` owns start-up, the health routes and the stop path. Exec,
+//! sessions and authentication arrive in later steps; until then every
+//! route other than `/healthz` and `/readyz` is `NOT_FOUND`.
+
+pub mod daemon;
+
+pub use daemon::{serve_main, Daemon, StartError};
