@@ -8,44 +8,18 @@
 //! Conditions are waited on with deadlines and polling; a watchdog kills a
 //! hung daemon.
 
+mod common;
+
+use common::{processes_under, temp_dir, wait_for};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const KUBEGATE: &str = env!("CARGO_BIN_EXE_kubegate");
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.toml");
-
-fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "serve-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(5);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(100));
-    }
-}
 
 struct Out {
     code: Option<i32>,
@@ -207,24 +181,6 @@ fn http_get(url: &str, path: &str) -> (u16, String) {
         .and_then(|c| c.parse().ok())
         .expect("status code");
     (status, body.to_string())
-}
-
-fn processes_under(dir: &Path) -> Vec<u32> {
-    let Ok(dir) = dir.canonicalize() else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cwd) = std::fs::read_link(e.path().join("cwd")) {
-            if cwd.starts_with(&dir) {
-                out.push(pid);
-            }
-        }
-    }
-    out
 }
 
 /// A running `kubegate serve`; a watchdog SIGKILLs it if the test hangs,
