@@ -423,10 +423,12 @@ impl<S: PollStream> Pump<S> {
             fds.push(PollFd::from_borrowed_fd(sock_fd, sock_events));
         }
         let waker_at = fds.len();
-        // While a message is held for a full inbound channel, the waker
-        // also says "room again" (`Outbox::wake`), so the consumer that
-        // frees a slot restarts the pump at once instead of after a retry.
-        let use_waker = can_write || self.held.is_some();
+        // The waker also says "room again" (`Outbox::wake` from the inbound
+        // consumer), so a pump holding a message resumes at once instead of
+        // after HELD_RETRY. Only while it can write: polling the waker while
+        // writes are blocked would reset it and strand outbound messages
+        // (seen as a rare stall in the backpressure test).
+        let use_waker = can_write;
         if use_waker {
             fds.push(PollFd::from_borrowed_fd(self.out.waker.fd(), PollFlags::IN));
         }
