@@ -616,9 +616,17 @@ fn deployments_replicasets_and_owner_walk_by_uid() {
     wait_for("2 pods", Duration::from_secs(30), || {
         (pods.list(&ListParams::labels("app=web")).ok()?.items.len() == 2).then_some(())
     });
-    let mut cur = deps.get("web").expect("get");
-    cur.spec.as_mut().expect("spec").replicas = Some(1);
-    deps.replace("web", &cur).expect("replace");
+    // The controller writes the Deployment's status meanwhile, so a
+    // read-modify-write may meet a Conflict: retry it, as clients must.
+    wait_for("a replace that wins", Duration::from_secs(30), || {
+        let mut cur = deps.get("web").expect("get");
+        cur.spec.as_mut().expect("spec").replicas = Some(1);
+        match deps.replace("web", &cur) {
+            Ok(_) => Some(()),
+            Err(KubeError::Conflict(_)) => None,
+            Err(e) => panic!("replace: {e:?}"),
+        }
+    });
     wait_for("ready status", Duration::from_secs(30), || {
         let d = deps.get("web").ok()?;
         let s = d.status?;
