@@ -250,22 +250,7 @@ impl Daemon {
 
     /// SIGTERM and a bounded wait; returns the exit code.
     fn stop(&mut self) -> Option<i32> {
-        let _ = Command::new("kill")
-            .arg("-15")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                return st.code();
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        common::terminate(&mut self.child, Duration::from_secs(30))
     }
 }
 

@@ -160,19 +160,7 @@ impl SimProc {
 
     /// SIGTERM, then wait (bounded) for a clean exit; returns the exit code.
     pub fn stop(&mut self) -> Option<i32> {
-        unsafe_kill(self.child.id(), 15);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                return st.code();
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        terminate(&mut self.child, Duration::from_secs(20))
     }
 }
 
@@ -196,6 +184,24 @@ impl Drop for SimProc {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+/// SIGTERM to `child`, then a bounded wait for its exit (SIGKILL when the
+/// bound passes); returns its exit code, None when it had to be killed.
+pub fn terminate(child: &mut Child, within: Duration) -> Option<i32> {
+    unsafe_kill(child.id(), 15);
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            return st.code();
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

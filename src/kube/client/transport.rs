@@ -148,37 +148,50 @@ impl fmt::Debug for TlsTransport {
     }
 }
 
-#[cfg(not(feature = "native-tls"))]
-impl Transport for TlsTransport {
-    fn buffers(&mut self) -> &mut dyn Buffers {
-        &mut self.buffers
-    }
+/// The `Transport` impl shared by the rustls and native-tls transports:
+/// both hold `buffers` and a TLS `stream` over the chained TCP transport
+/// (`stream.get_mut()`), and differ only in the stream's type.
+macro_rules! tls_transport {
+    ($t:ty) => {
+        impl Transport for $t {
+            fn buffers(&mut self) -> &mut dyn Buffers {
+                &mut self.buffers
+            }
 
-    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        // Passed on unchanged: the TCP transport below applies the
-        // per-read/per-write parts (a TLS write may need to read).
-        self.stream.get_mut().set_timeout(timeout);
-        let output = &self.buffers.output()[..amount];
-        self.stream.write_all(output)?;
-        Ok(())
-    }
+            fn transmit_output(
+                &mut self,
+                amount: usize,
+                timeout: NextTimeout,
+            ) -> Result<(), ureq::Error> {
+                // Passed on unchanged: the TCP transport below applies the
+                // per-read/per-write parts (a TLS write may need to read).
+                self.stream.get_mut().set_timeout(timeout);
+                let output = &self.buffers.output()[..amount];
+                self.stream.write_all(output)?;
+                Ok(())
+            }
 
-    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.stream.get_mut().set_timeout(timeout);
-        let input = self.buffers.input_append_buf();
-        let amount = self.stream.read(input)?;
-        self.buffers.input_appended(amount);
-        Ok(amount > 0)
-    }
+            fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+                self.stream.get_mut().set_timeout(timeout);
+                let input = self.buffers.input_append_buf();
+                let amount = self.stream.read(input)?;
+                self.buffers.input_appended(amount);
+                Ok(amount > 0)
+            }
 
-    fn is_open(&mut self) -> bool {
-        self.stream.get_mut().get_mut().is_open()
-    }
+            fn is_open(&mut self) -> bool {
+                self.stream.get_mut().get_mut().is_open()
+            }
 
-    fn is_tls(&self) -> bool {
-        true
-    }
+            fn is_tls(&self) -> bool {
+                true
+            }
+        }
+    };
 }
+
+#[cfg(not(feature = "native-tls"))]
+tls_transport!(TlsTransport);
 
 /// Wraps the chained TCP transport in native-tls for `https` URLs.
 #[cfg(feature = "native-tls")]
@@ -248,31 +261,4 @@ impl fmt::Debug for NativeTlsTransport {
 }
 
 #[cfg(feature = "native-tls")]
-impl Transport for NativeTlsTransport {
-    fn buffers(&mut self) -> &mut dyn Buffers {
-        &mut self.buffers
-    }
-
-    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        self.stream.get_mut().set_timeout(timeout);
-        let output = &self.buffers.output()[..amount];
-        self.stream.write_all(output)?;
-        Ok(())
-    }
-
-    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.stream.get_mut().set_timeout(timeout);
-        let input = self.buffers.input_append_buf();
-        let amount = self.stream.read(input)?;
-        self.buffers.input_appended(amount);
-        Ok(amount > 0)
-    }
-
-    fn is_open(&mut self) -> bool {
-        self.stream.get_mut().get_mut().is_open()
-    }
-
-    fn is_tls(&self) -> bool {
-        true
-    }
-}
+tls_transport!(NativeTlsTransport);
