@@ -5,7 +5,9 @@
 //! Dependencies point one way: `http` knows no domain; `kube` knows nothing
 //! above it; `sim` uses only `kube`'s wire formats and `http`.
 
+pub mod api;
 pub mod config;
+pub mod exec;
 pub mod http;
 pub mod kube;
 pub mod server;

@@ -1,0 +1,245 @@
+//! The daemon's outside error vocabulary, in ONE place (contract.md, "HTTP
+//! API"): every error code, the HTTP status it maps to, and the JSON shape
+//! `{"error": {"code", "message", "details"?}}`. The front door, the exec
+//! gateway and the command-line client all use these; nothing else spells a
+//! code or picks an error status.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::fmt;
+
+/// Every error code the daemon answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Code {
+    Unauthorized,
+    NotFound,
+    MethodNotAllowed,
+    BodyTooLarge,
+    HeadersTooLarge,
+    BadRequest,
+    Overloaded,
+    NotReady,
+    Internal,
+    ExecInvalid,
+    ExecTargetForbidden,
+    ExecTargetNotFound,
+    ExecTargetNotReady,
+    ExecOutputLimit,
+    ExecAborted,
+    ExecFailed,
+    /// A per-principal or overall exec concurrency limit is reached.
+    ExecTooMany,
+}
+
+impl Code {
+    pub const ALL: [Code; 17] = [
+        Code::Unauthorized,
+        Code::NotFound,
+        Code::MethodNotAllowed,
+        Code::BodyTooLarge,
+        Code::HeadersTooLarge,
+        Code::BadRequest,
+        Code::Overloaded,
+        Code::NotReady,
+        Code::Internal,
+        Code::ExecInvalid,
+        Code::ExecTargetForbidden,
+        Code::ExecTargetNotFound,
+        Code::ExecTargetNotReady,
+        Code::ExecOutputLimit,
+        Code::ExecAborted,
+        Code::ExecFailed,
+        Code::ExecTooMany,
+    ];
+
+    /// The wire spelling (`EXEC_INVALID`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Unauthorized => "UNAUTHORIZED",
+            Code::NotFound => "NOT_FOUND",
+            Code::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Code::BodyTooLarge => "BODY_TOO_LARGE",
+            Code::HeadersTooLarge => "HEADERS_TOO_LARGE",
+            Code::BadRequest => "BAD_REQUEST",
+            Code::Overloaded => "OVERLOADED",
+            Code::NotReady => "NOT_READY",
+            Code::Internal => "INTERNAL",
+            Code::ExecInvalid => "EXEC_INVALID",
+            Code::ExecTargetForbidden => "EXEC_TARGET_FORBIDDEN",
+            Code::ExecTargetNotFound => "EXEC_TARGET_NOT_FOUND",
+            Code::ExecTargetNotReady => "EXEC_TARGET_NOT_READY",
+            Code::ExecOutputLimit => "EXEC_OUTPUT_LIMIT",
+            Code::ExecAborted => "EXEC_ABORTED",
+            Code::ExecFailed => "EXEC_FAILED",
+            Code::ExecTooMany => "EXEC_TOO_MANY",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Code> {
+        Code::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// The HTTP status of this code (contract.md's table; the codes it does
+    /// not pin are documented in docs/api.md).
+    pub fn status(self) -> u16 {
+        match self {
+            Code::Unauthorized => 401,
+            Code::NotFound | Code::ExecTargetNotFound => 404,
+            Code::MethodNotAllowed => 405,
+            Code::BodyTooLarge => 413,
+            Code::HeadersTooLarge => 431,
+            Code::BadRequest | Code::ExecInvalid => 400,
+            Code::ExecTargetForbidden => 403,
+            Code::ExecTargetNotReady => 409,
+            Code::ExecOutputLimit => 422,
+            Code::ExecTooMany => 429,
+            Code::ExecAborted => 499,
+            Code::ExecFailed => 502,
+            Code::Overloaded | Code::NotReady => 503,
+            Code::Internal => 500,
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One error as the daemon reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub code: Code,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    pub fn new(code: Code, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    pub fn with_details(mut self, details: Value) -> ApiError {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn status(&self) -> u16 {
+        self.code.status()
+    }
+
+    /// `{"error": {"code", "message", "details"?}}`.
+    pub fn body(&self) -> Value {
+        let mut e = json!({"code": self.code.as_str(), "message": self.message});
+        if let Some(d) = &self.details {
+            e["details"] = d.clone();
+        }
+        json!({ "error": e })
+    }
+
+    /// Reads the error shape back (the command-line client's side). Unknown
+    /// codes keep their text in the message.
+    pub fn from_body(status: u16, body: &[u8]) -> ApiError {
+        #[derive(Deserialize)]
+        struct Outer {
+            error: Inner,
+        }
+        #[derive(Deserialize)]
+        struct Inner {
+            code: String,
+            #[serde(default)]
+            message: String,
+            #[serde(default)]
+            details: Option<Value>,
+        }
+        match serde_json::from_slice::<Outer>(body) {
+            Ok(o) => match Code::parse(&o.error.code) {
+                Some(code) => ApiError {
+                    code,
+                    message: o.error.message,
+                    details: o.error.details,
+                },
+                None => ApiError::new(
+                    Code::Internal,
+                    format!("{}: {}", o.error.code, o.error.message),
+                ),
+            },
+            Err(_) => ApiError::new(
+                Code::Internal,
+                format!(
+                    "HTTP {status}: {}",
+                    String::from_utf8_lossy(&body[..body.len().min(200)])
+                ),
+            ),
+        }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_statuses() {
+        let pinned = [
+            ("UNAUTHORIZED", 401),
+            ("NOT_FOUND", 404),
+            ("BODY_TOO_LARGE", 413),
+            ("BAD_REQUEST", 400),
+            ("EXEC_INVALID", 400),
+            ("EXEC_TARGET_FORBIDDEN", 403),
+            ("EXEC_TARGET_NOT_FOUND", 404),
+            ("EXEC_TARGET_NOT_READY", 409),
+            ("EXEC_OUTPUT_LIMIT", 422),
+            ("EXEC_ABORTED", 499),
+            ("EXEC_FAILED", 502),
+        ];
+        for (s, status) in pinned {
+            let c = Code::parse(s).expect(s);
+            assert_eq!(c.status(), status, "{s}");
+            assert_eq!(c.as_str(), s);
+        }
+    }
+
+    #[test]
+    fn every_code_round_trips_through_its_spelling_and_serde() {
+        for c in Code::ALL {
+            assert_eq!(Code::parse(c.as_str()), Some(c));
+            let v = serde_json::to_value(c).unwrap();
+            assert_eq!(v, Value::String(c.as_str().into()));
+        }
+    }
+
+    #[test]
+    fn body_shape_and_back() {
+        let e = ApiError::new(
+            Code::ExecOutputLimit,
+            "stdout exceeded the 10 byte output limit",
+        )
+        .with_details(json!({"stream": "stdout", "limitBytes": 10}));
+        let b = e.body();
+        assert_eq!(b["error"]["code"], "EXEC_OUTPUT_LIMIT");
+        assert_eq!(b["error"]["details"]["limitBytes"], 10);
+        let back = ApiError::from_body(422, b.to_string().as_bytes());
+        assert_eq!(back, e);
+        let plain = ApiError::new(Code::NotFound, "no such route").body();
+        assert!(plain["error"].get("details").is_none());
+        let garbage = ApiError::from_body(502, b"<html>bad gateway</html>");
+        assert_eq!(garbage.code, Code::Internal);
+        assert!(garbage.message.contains("HTTP 502"));
+    }
+}
