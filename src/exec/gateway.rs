@@ -243,6 +243,20 @@ impl Gateway {
         bytes: (u64, u64),
         started: Instant,
     ) {
+        let what = match outcome {
+            Ok(c) => format!("exit {c}"),
+            Err(e) => e.to_string(),
+        };
+        log::info!(
+            "exec {kind} by {} in {}/{} on {}: {what} ({} bytes in, {} out, {} ms)",
+            who.name,
+            spec.project,
+            spec.uid,
+            target.map_or("-", |t| t.pod.as_str()),
+            bytes.0,
+            bytes.1,
+            started.elapsed().as_millis()
+        );
         let Some(a) = &self.audit else { return };
         let rec = Record {
             time: crate::kube::time::rfc3339(SystemTime::now()),
