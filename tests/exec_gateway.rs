@@ -309,6 +309,23 @@ fn target_errors_have_their_codes() {
     assert!(v["error"]["message"].as_str().unwrap().contains("sidecar"));
     let (st, v) = exec("hello", Some("main"));
     assert_eq!(st, 200, "{v}");
+    // Every attempt past the workspace check is audited, refused or not.
+    let lines = audit_lines(&d);
+    let got: Vec<(&str, bool)> = lines
+        .iter()
+        .map(|l| (l["error"].as_str().unwrap_or("exit"), l["target"].is_null()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("EXEC_TARGET_NOT_FOUND", true),
+            ("EXEC_TARGET_FORBIDDEN", true),
+            ("EXEC_TARGET_FORBIDDEN", true),
+            ("EXEC_TARGET_NOT_READY", true),
+            ("EXEC_TARGET_NOT_FOUND", true),
+            ("exit", false),
+        ]
+    );
 }
 
 #[test]
