@@ -28,6 +28,7 @@
 
 use super::audit::{Audit, Record};
 use super::frames::{ClientFrame, Exit, ServerFrame};
+use super::record::Recorder;
 use super::resolve::{resolve, Ownership};
 use super::slots::{Slot, Slots};
 use super::validate::{invalid, output_cap, ExecSpec, Limits};
@@ -68,6 +69,8 @@ pub struct Settings {
     pub ping_interval: Duration,
     pub max_sessions: usize,
     pub max_sessions_per_principal: usize,
+    /// asciinema recordings of interactive execs go here.
+    pub recording_dir: Option<std::path::PathBuf>,
 }
 
 /// `POST /v1/exec` body.
@@ -251,6 +254,7 @@ impl Gateway {
         outcome: Result<i32, &str>,
         bytes: (u64, u64),
         started: Instant,
+        recording: Option<String>,
     ) {
         let what = match outcome {
             Ok(c) => format!("exit {c}"),
@@ -280,6 +284,7 @@ impl Gateway {
             bytes_in: bytes.0,
             bytes_out: bytes.1,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            recording,
         };
         if let Err(e) = a.record(&rec) {
             log::error!("audit log: {e}");
@@ -340,6 +345,7 @@ impl Gateway {
                 outcome,
                 (0, out_bytes),
                 started,
+                None,
             );
         }
         result
@@ -460,6 +466,7 @@ impl Gateway {
                         Err(e.code.as_str()),
                         (0, 0),
                         started,
+                        None,
                     );
                 }
                 Err(e)
@@ -513,6 +520,40 @@ struct Shared {
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     started: Instant,
+    recorder: Mutex<Option<Recorder>>,
+    /// The recording's file name (for the audit line).
+    recording: Option<String>,
+}
+
+impl Shared {
+    fn record(&self, f: impl FnOnce(&mut Recorder) -> std::io::Result<()>) {
+        let mut g = self.recorder.lock();
+        if let Some(r) = g.as_mut() {
+            if let Err(e) = f(r) {
+                log::error!("exec recording stopped: {e}");
+                *g = None;
+            }
+        }
+    }
+}
+
+/// `<unix seconds>-<principal>-<n>.cast`, the principal's name reduced to
+/// characters safe in a file name.
+fn recording_name(principal: &str, id: u64) -> String {
+    let who: String = principal
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("{now}-{who}-{id}.cast")
 }
 
 impl Shared {
@@ -556,12 +597,30 @@ impl Interactive {
         gw.queues.lock().insert(id, out.clone());
         gw.metrics
             .add("kubegate_exec_active", "kind=\"interactive\"", 1);
+        let (recorder, recording) = match &gw.settings.recording_dir {
+            Some(dir) => {
+                let name = recording_name(&who.name, id);
+                let ts = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                match Recorder::create(&dir.join(&name), &req.spec.command, ts) {
+                    Ok(r) => (Some(r), Some(name)),
+                    Err(e) => {
+                        log::error!("exec recording {}: {e}", dir.join(&name).display());
+                        (None, None)
+                    }
+                }
+            }
+            None => (None, None),
+        };
         let shared = Arc::new(Shared {
             stopped: AtomicBool::new(false),
             active_ms: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             started,
+            recorder: Mutex::new(recorder),
+            recording,
         });
         let _ = out.send(ServerFrame::Target(target.clone()).encode());
         let (in_tx, in_rx) = bounded::<Message>(INBOUND_CAPACITY);
@@ -656,7 +715,10 @@ fn relay_output(
                         Output::Stderr(d) => ServerFrame::Stderr(d),
                     };
                     let n = match &frame {
-                        ServerFrame::Stdout(d) | ServerFrame::Stderr(d) => d.len() as u64,
+                        ServerFrame::Stdout(d) | ServerFrame::Stderr(d) => {
+                            shared.record(|r| r.output(d));
+                            d.len() as u64
+                        }
                         _ => 0,
                     };
                     shared.bytes_out.fetch_add(n, Ordering::Relaxed);
@@ -703,6 +765,11 @@ fn relay_output(
         (Err(_), true) => Err("CLOSED"),
         (Err(e), false) => Err(e.code.as_str()),
     };
+    if let Some(r) = shared.recorder.lock().take() {
+        if let Err(e) = r.finish() {
+            log::error!("exec recording: {e}");
+        }
+    }
     gw.audit(
         who,
         "interactive",
@@ -712,6 +779,7 @@ fn relay_output(
         outcome,
         bytes,
         shared.started,
+        shared.recording.clone(),
     );
     if stopped {
         gw.finish(
@@ -797,6 +865,7 @@ fn supervise(
                             if tty {
                                 let _ = controller.resize(TermSize { width: cols, height: rows });
                             }
+                            shared.record(|r| r.resize(cols, rows));
                         }
                         Ok(Some(ClientFrame::Close)) => {
                             abort(CloseCode::Normal, "");

@@ -176,6 +176,18 @@ impl Daemon {
             None => None,
         };
         let x = &cfg.exec;
+        if let Some(dir) = &x.recording_dir {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| {
+                    failed(format!(
+                        "creating the recording folder {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+        }
         let gateway = Gateway::new(
             client.clone(),
             exec_conn,
@@ -191,6 +203,7 @@ impl Daemon {
                 max_sessions: usize::try_from(x.max_sessions).unwrap_or(usize::MAX),
                 max_sessions_per_principal: usize::try_from(x.max_sessions_per_principal)
                     .unwrap_or(usize::MAX),
+                recording_dir: x.recording_dir.clone(),
             },
             audit,
             metrics.clone(),
