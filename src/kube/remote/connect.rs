@@ -256,7 +256,11 @@ fn left(deadline: Instant) -> io::Result<Duration> {
 }
 
 /// Writes and flushes everything before `deadline`.
-pub(crate) fn write_all(sock: &mut ClientSocket, mut data: &[u8], deadline: Instant) -> io::Result<()> {
+pub(crate) fn write_all(
+    sock: &mut ClientSocket,
+    mut data: &[u8],
+    deadline: Instant,
+) -> io::Result<()> {
     while !data.is_empty() {
         sock.set_write_timeout(Some(left(deadline)?))?;
         match sock.write(data) {
