@@ -4,6 +4,8 @@
 //! kills a hung child so a test fails instead of hanging CI.
 #![allow(dead_code)]
 
+pub mod daemon;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,326 @@
+//! A real `kubegate serve` for integration tests: the example config with
+//! `listen = "127.0.0.1:0"`, a fresh state folder, optional extra TOML,
+//! stderr captured to a file (tests grep it), and the demo Deployment waited
+//! for. Plus small blocking HTTP and WebSocket clients that speak to it.
+#![allow(dead_code)]
+
+use super::{temp_dir, wait_for, KUBEGATE};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.toml");
+/// The demo principal's token (contract.md).
+pub const DEMO_TOKEN: &str = "kubegate-demo-token";
+
+pub struct DaemonProc {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    /// `127.0.0.1:PORT`
+    pub addr: String,
+    pub token: String,
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    /// The embedded sim's kubeconfig.
+    pub kubeconfig: PathBuf,
+    pub cache_dir: PathBuf,
+    /// The daemon's stderr (its log).
+    pub log: PathBuf,
+    _watchdog: crossbeam_channel::Sender<()>,
+}
+
+impl DaemonProc {
+    /// The example config as is (plus `listen = 127.0.0.1:0`).
+    pub fn start() -> DaemonProc {
+        DaemonProc::start_with(|c| c, "info")
+    }
+
+    /// `edit` rewrites the config text (appending TOML is the usual way);
+    /// `rust_log` is the daemon's `RUST_LOG`.
+    pub fn start_with(edit: impl FnOnce(String) -> String, rust_log: &str) -> DaemonProc {
+        let dir = temp_dir("daemon");
+        let example = std::fs::read_to_string(EXAMPLE).expect("read the example config");
+        let listen = example.replace("listen = \"127.0.0.1:7443\"", "listen = \"127.0.0.1:0\"");
+        assert_ne!(listen, example, "the example's listen line changed");
+        let config = dir.join("kubegate.toml");
+        std::fs::write(&config, edit(listen)).expect("write config");
+        let log = dir.join("daemon.log");
+        let log_file = std::fs::File::create(&log).expect("create log");
+        let mut child = Command::new(KUBEGATE)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", rust_log)
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file))
+            .spawn()
+            .expect("spawn kubegate serve");
+        let pid = child.id();
+        let (cancel, cancelled) = crossbeam_channel::bounded::<()>(0);
+        std::thread::spawn(move || {
+            if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                cancelled.recv_timeout(Duration::from_secs(300))
+            {
+                eprintln!("watchdog: killing kubegate serve {pid}");
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+        });
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            let mut first = String::new();
+            let _ = r.read_line(&mut first);
+            let _ = tx.send(first);
+            let mut rest = Vec::new();
+            let _ = r.read_to_end(&mut rest);
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(90)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "kubegate serve printed no line within 90 s; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+        };
+        let url = match line
+            .strip_suffix('\n')
+            .and_then(|l| l.strip_prefix("kubegate listening on "))
+        {
+            Some(u) => u.to_string(),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "unexpected first line {line:?}; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+        };
+        let addr = url
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .to_string();
+        let d = DaemonProc {
+            child,
+            url,
+            addr,
+            token: DEMO_TOKEN.to_string(),
+            kubeconfig: dir.join("state").join("sim.kubeconfig"),
+            cache_dir: dir.join("kube-cache"),
+            config,
+            log,
+            dir,
+            _watchdog: cancel,
+        };
+        d.wait_deployment_ready("demo", "hello");
+        d
+    }
+
+    pub fn kubectl(&self) -> Command {
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache_dir)
+            .arg("--request-timeout=30s");
+        c
+    }
+
+    /// `kubectl ARGS` must succeed; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
+        let mut c = self.kubectl();
+        c.args(args);
+        let out = super::run_with_timeout(c, stdin, Duration::from_secs(60));
+        assert_eq!(out.code, Some(0), "kubectl {args:?}: {}", out.stderr_str());
+        out.stdout_str()
+    }
+
+    /// Creates an object from JSON with `kubectl create -f -`.
+    pub fn create(&self, obj: &serde_json::Value) {
+        self.kubectl_ok(&["create", "-f", "-"], Some(obj.to_string().as_bytes()));
+    }
+
+    /// Waits until `namespace/name` has all its replicas ready.
+    pub fn wait_deployment_ready(&self, namespace: &str, name: &str) {
+        wait_for(
+            &format!("deployment {namespace}/{name} ready"),
+            Duration::from_secs(60),
+            || {
+                let mut c = self.kubectl();
+                c.args(["-n", namespace, "get", "deployment", name, "-o", "json"]);
+                let out = super::run_with_timeout(c, None, Duration::from_secs(60));
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+                let want = v["spec"]["replicas"].as_i64()?;
+                (v["status"]["readyReplicas"].as_i64() == Some(want)).then_some(())
+            },
+        );
+    }
+
+    /// The daemon's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM and a bounded wait; the exit code.
+    pub fn stop(&mut self) -> Option<i32> {
+        super::terminate(&mut self.child, Duration::from_secs(30))
+    }
+
+    /// One request with `Connection: close`; status and body.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> (u16, Vec<u8>) {
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            self.addr
+        );
+        if let Some(t) = token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        if let Some(b) = body {
+            head.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                b.len()
+            ));
+        }
+        head.push_str("\r\n");
+        let mut raw = head.into_bytes();
+        raw.extend_from_slice(body.unwrap_or_default());
+        raw_exchange(&self.addr, &raw)
+    }
+
+    /// A JSON request with the demo token; status and parsed body.
+    pub fn json(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let b = body.map(|v| v.to_string().into_bytes());
+        let (st, resp) = self.request(method, path, Some(&self.token), b.as_deref());
+        let v = serde_json::from_slice(&resp).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(&resp).into_owned())
+        });
+        (st, v)
+    }
+
+    /// Opens a WebSocket at `path` with these extra headers and offered
+    /// subprotocols; the HTTP status and body when it is refused.
+    pub fn ws(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        protocols: &[&str],
+    ) -> Result<
+        (
+            tungstenite::WebSocket<TcpStream>,
+            tungstenite::handshake::client::Response,
+        ),
+        (u16, Vec<u8>),
+    > {
+        use tungstenite::client::IntoClientRequest;
+        let mut req = format!("ws://{}{}", self.addr, path)
+            .into_client_request()
+            .expect("request");
+        for (k, v) in headers {
+            req.headers_mut().insert(
+                tungstenite::http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                v.parse().expect("value"),
+            );
+        }
+        if !protocols.is_empty() {
+            req.headers_mut().insert(
+                "Sec-WebSocket-Protocol",
+                protocols.join(", ").parse().expect("protocols"),
+            );
+        }
+        let tcp = TcpStream::connect(&self.addr).expect("connect");
+        tcp.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        tcp.set_nodelay(true).expect("nodelay");
+        match tungstenite::client::client(req, tcp) {
+            Ok(x) => Ok(x),
+            Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => {
+                let status = resp.status().as_u16();
+                Err((status, resp.into_body().unwrap_or_default()))
+            }
+            Err(e) => panic!("websocket handshake: {e}"),
+        }
+    }
+}
+
+impl Drop for DaemonProc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if !std::thread::panicking() {
+            // The sim's containers die with it (parent-death signal), a
+            // moment later.
+            let dir = self.dir.clone();
+            wait_for(
+                "no process left under the daemon's folder",
+                Duration::from_secs(15),
+                || super::processes_under(&dir).is_empty().then_some(()),
+            );
+        }
+    }
+}
+
+/// Writes raw bytes, reads the whole answer (the server closes); status and body.
+pub fn raw_exchange(addr: &str, raw: &[u8]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    s.write_all(raw).expect("write request");
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    parse_response(&resp)
+}
+
+/// Status and de-chunked body of one HTTP/1.1 response.
+pub fn parse_response(resp: &[u8]) -> (u16, Vec<u8>) {
+    let split = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(resp)));
+    let head = String::from_utf8_lossy(&resp[..split]).to_string();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    let mut body = resp[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        while let Some(p) = rest.windows(2).position(|w| w == b"\r\n") {
+            let n =
+                usize::from_str_radix(String::from_utf8_lossy(&rest[..p]).trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[p + 2..p + 2 + n]);
+            rest = &rest[p + 2 + n + 2..];
+        }
+        body = out;
+    }
+    (status, body)
+}
