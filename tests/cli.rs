@@ -456,3 +456,232 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
     assert_eq!(wait_exit(&mut child), Some(0));
     assert_eq!(pty.settings(), before);
 }
+
+/// What a scripted server saw of the upgrade request.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    uri: String,
+    authorization: Option<String>,
+    protocols: Option<String>,
+}
+
+/// A one-connection WebSocket server in this process, for the endings a
+/// real daemon does not produce on demand (an `error` frame mid-stream, a
+/// cut connection, a non-kubegate answer). `script` drives the socket.
+// tungstenite's handshake callback type returns its large error response.
+#[allow(clippy::result_large_err)]
+fn scripted_server(
+    protocol: Option<&'static str>,
+    script: impl FnOnce(&mut tungstenite::WebSocket<std::net::TcpStream>) + Send + 'static,
+) -> (String, std::thread::JoinHandle<Seen>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let h = std::thread::spawn(move || {
+        let (tcp, _) = listener.accept().expect("accept");
+        tcp.set_read_timeout(Some(T)).expect("timeout");
+        let mut seen = Seen::default();
+        let cb = |req: &tungstenite::handshake::server::Request,
+                  mut resp: tungstenite::handshake::server::Response| {
+            seen.uri = req.uri().to_string();
+            let h = |n: &str| {
+                req.headers()
+                    .get(n)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            seen.authorization = h("authorization");
+            seen.protocols = h("sec-websocket-protocol");
+            if let Some(p) = protocol {
+                resp.headers_mut()
+                    .insert("Sec-WebSocket-Protocol", p.parse().expect("header"));
+            }
+            Ok(resp)
+        };
+        let mut ws = tungstenite::accept_hdr(tcp, cb).expect("upgrade");
+        script(&mut ws);
+        seen
+    });
+    (url, h)
+}
+
+fn text(s: &str) -> tungstenite::Message {
+    tungstenite::Message::Text(s.into())
+}
+
+fn binary(t: u8, d: &[u8]) -> tungstenite::Message {
+    let mut b = vec![t];
+    b.extend_from_slice(d);
+    tungstenite::Message::Binary(b.into())
+}
+
+const TARGET: &str = r#"{"type":"target","namespace":"demo","deployment":"hello","deploymentUid":"d","pod":"hello-1","podUid":"p","container":"main"}"#;
+
+fn exec_at(url: &str, args: &[&str]) -> Command {
+    let mut c = kg(&[
+        "exec",
+        "--server",
+        url,
+        "--token",
+        "tok",
+        "-w",
+        "demo/demo-uid",
+    ]);
+    c.args(args);
+    c
+}
+
+#[test]
+fn exec_request_shape_and_stdin_frames() {
+    let (url, server) = scripted_server(Some("kubegate.exec.v1"), |ws| {
+        ws.send(text(TARGET)).expect("send");
+        // Echo stdin frames as stdout until the EOF frame, then exit 9.
+        let mut frames = 0;
+        loop {
+            match ws.read().expect("read") {
+                tungstenite::Message::Binary(b) => {
+                    assert_eq!(b[0], 0, "stdin frames start with 0");
+                    assert!(b.len() - 1 <= 64 * 1024, "frame too big");
+                    frames += 1;
+                    ws.send(binary(1, &b[1..])).expect("send");
+                }
+                tungstenite::Message::Text(t) => {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).expect("JSON");
+                    assert_eq!(v, serde_json::json!({"type": "stdin", "eof": true}));
+                    break;
+                }
+                m => panic!("unexpected {m:?}"),
+            }
+        }
+        assert!(frames >= 4, "100 KB in 32 KiB chunks: {frames} frames");
+        ws.send(binary(2, b"bye\n")).expect("send");
+        ws.send(text(r#"{"type":"exit","exitCode":9}"#))
+            .expect("send");
+        ws.close(None).expect("close");
+        while ws.read().is_ok() {}
+    });
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let out = run(
+        exec_at(
+            &url,
+            &["-i", "-c", "main", "hello", "--", "sh", "-c", "a b&c"],
+        ),
+        Some(&data),
+    );
+    let seen = server.join().expect("server");
+    assert_eq!(out.code, Some(9), "{}", out.stderr_str());
+    assert!(out.stdout == data, "stdout differs");
+    assert_eq!(out.stderr_str(), "bye\n");
+    assert_eq!(
+        seen.uri,
+        "/v1/exec/interactive?project=demo&uid=demo-uid&deployment=hello&container=main&command=sh&command=-c&command=a%20b%26c&tty=false&stdin=true"
+    );
+    assert_eq!(seen.authorization.as_deref(), Some("Bearer tok"));
+    assert_eq!(seen.protocols.as_deref(), Some("kubegate.exec.v1"));
+}
+
+#[test]
+fn exec_endings_a_daemon_does_not_make_on_demand() {
+    // An error frame after some output.
+    let (url, server) = scripted_server(Some("kubegate.exec.v1"), |ws| {
+        ws.send(text(TARGET)).expect("send");
+        ws.send(binary(1, b"partial")).expect("send");
+        ws.send(text(
+            r#"{"type":"error","code":"EXEC_FAILED","message":"the pod went away"}"#,
+        ))
+        .expect("send");
+        ws.close(None).expect("close");
+        while ws.read().is_ok() {}
+    });
+    let out = run(exec_at(&url, &["hello", "--", "true"]), None);
+    server.join().expect("server");
+    assert_eq!(out.code, Some(255));
+    assert_eq!(out.stdout_str(), "partial");
+    assert_eq!(
+        out.stderr_str(),
+        "kubegate: EXEC_FAILED: the pod went away\n"
+    );
+
+    // The connection cut before any exit status: never exit 0.
+    let (url, server) = scripted_server(Some("kubegate.exec.v1"), |ws| {
+        ws.send(text(TARGET)).expect("send");
+        ws.send(binary(1, b"out")).expect("send");
+        ws.flush().expect("flush");
+        let _ = ws.get_mut().shutdown(std::net::Shutdown::Both);
+    });
+    let out = run(exec_at(&url, &["hello", "--", "true"]), None);
+    server.join().expect("server");
+    assert_eq!(out.code, Some(255));
+    assert_eq!(out.stdout_str(), "out");
+    assert!(
+        out.stderr_str().starts_with("kubegate: DISCONNECTED: "),
+        "{}",
+        out.stderr_str()
+    );
+
+    // A WebSocket server that is not a kubegate daemon.
+    let (url, server) = scripted_server(None, |ws| {
+        let _ = ws.read();
+    });
+    let out = run(exec_at(&url, &["hello", "--", "true"]), None);
+    let _ = server.join();
+    assert_eq!(out.code, Some(255));
+    assert!(
+        out.stderr_str().starts_with("kubegate: PROTOCOL: "),
+        "{}",
+        out.stderr_str()
+    );
+}
+
+#[test]
+fn exec_tty_frames_against_a_scripted_server() {
+    let (url, server) = scripted_server(Some("kubegate.exec.v1"), |ws| {
+        // The size comes first, before any stdin.
+        let first = ws.read().expect("read");
+        let v: serde_json::Value =
+            serde_json::from_str(first.to_text().expect("text")).expect("JSON");
+        assert_eq!(
+            v,
+            serde_json::json!({"type": "resize", "cols": 101, "rows": 33})
+        );
+        ws.send(text(TARGET)).expect("send");
+        ws.send(binary(1, b"ready\r\n")).expect("send");
+        loop {
+            match ws.read().expect("read") {
+                tungstenite::Message::Binary(b) if b[1..].contains(&b'q') => break,
+                tungstenite::Message::Binary(b) => ws.send(binary(1, &b[1..])).expect("send"),
+                tungstenite::Message::Text(t) => {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).expect("JSON");
+                    assert_eq!(v["type"], "resize", "{v}");
+                    let line = format!("size={} {}\r\n", v["cols"], v["rows"]);
+                    ws.send(binary(1, line.as_bytes())).expect("send");
+                }
+                m => panic!("unexpected {m:?}"),
+            }
+        }
+        ws.send(text(r#"{"type":"exit","exitCode":2}"#))
+            .expect("send");
+        ws.close(None).expect("close");
+        while ws.read().is_ok() {}
+    });
+    let pty = Pty::open(33, 101);
+    let before = pty.settings();
+    let mut child = exec_at(&url, &["-it", "hello", "--", "sh"])
+        .stdin(pty.slave_stdio())
+        .stdout(pty.slave_stdio())
+        .stderr(pty.slave_stdio())
+        .spawn()
+        .expect("spawn");
+    let at = pty.wait_text("ready\r\n", 0);
+    assert_ne!(pty.settings(), before, "not raw");
+    // Raw: no local echo, bytes go as typed (Ctrl-C too, as a byte).
+    pty.type_bytes(b"hi\x03");
+    let at = pty.wait_text("hi\x03", at);
+    pty.resize(40, 120);
+    unsafe_kill(child.id(), 28); // SIGWINCH
+    pty.wait_text("size=120 40\r\n", at);
+    pty.type_bytes(b"q");
+    assert_eq!(wait_exit(&mut child), Some(2));
+    server.join().expect("server");
+    assert_eq!(pty.settings(), before, "the terminal was not restored");
+    assert!(!pty.text().contains("hi\x03hi"), "local echo in raw mode");
+}
