@@ -685,3 +685,65 @@ fn exec_tty_frames_against_a_scripted_server() {
     assert_eq!(pty.settings(), before, "the terminal was not restored");
     assert!(!pty.text().contains("hi\x03hi"), "local echo in raw mode");
 }
+
+#[test]
+fn https_daemon_with_a_private_ca() {
+    let certs = kubegate::sim::tls::generate(&[], false).expect("certificates");
+    let dir = temp_dir("cli-tls");
+    let (ca, crt, key) = (
+        dir.join("ca.pem"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    );
+    std::fs::write(&ca, &certs.ca_pem).expect("write");
+    std::fs::write(&crt, &certs.server_cert_pem).expect("write");
+    std::fs::write(&key, &certs.server_key_pem).expect("write");
+    let (crt_s, key_s) = (crt.display().to_string(), key.display().to_string());
+    let d = DaemonProc::start_with(
+        move |c| {
+            let tls = c
+                .replace(
+                    "# tls_cert = \"tls/server.crt\"",
+                    &format!("tls_cert = {crt_s:?}"),
+                )
+                .replace(
+                    "# tls_key = \"tls/server.key\"",
+                    &format!("tls_key = {key_s:?}"),
+                );
+            assert_ne!(tls, c, "the example's TLS lines changed");
+            tls
+        },
+        "info",
+    );
+    assert!(d.url.starts_with("https://"), "{}", d.url);
+    let ca_s = ca.display().to_string();
+
+    let out = run(
+        exec_cmd(&d, &["--ca-file", &ca_s, "hello", "--", "echo", "over tls"]),
+        None,
+    );
+    assert_eq!(out.stdout_str(), "over tls\n", "{}", out.stderr_str());
+    assert_eq!(out.code, Some(0));
+
+    let mut c = kg(&["workspaces", "--server", &d.url, "--ca-file", &ca_s]);
+    c.env("KUBEGATE_TOKEN", &d.token);
+    let out = run(c, None);
+    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
+    assert!(
+        out.stdout_str().contains("demo/demo-uid"),
+        "{}",
+        out.stdout_str()
+    );
+
+    // Without the CA the certificate is not trusted: nothing is sent.
+    let mut c = kg(&["workspaces", "--server", &d.url]);
+    c.env("KUBEGATE_TOKEN", &d.token);
+    let out = run(c, None);
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr_str().starts_with("kubegate: UNREACHABLE: "),
+        "{}",
+        out.stderr_str()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
