@@ -90,6 +90,10 @@ pub struct ServerSection {
     pub request_read_timeout_secs: u64,
     pub shutdown_grace_secs: u64,
     pub state_dir: PathBuf,
+    /// Largest request head (request line + headers).
+    pub max_header_bytes: u64,
+    /// Largest request body.
+    pub max_body_bytes: u64,
 }
 
 impl Default for ServerSection {
@@ -103,6 +107,8 @@ impl Default for ServerSection {
             request_read_timeout_secs: 30,
             shutdown_grace_secs: 10,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            max_header_bytes: 64 * 1024,
+            max_body_bytes: 1 << 20,
         }
     }
 }
@@ -163,6 +169,16 @@ pub struct ExecSection {
     pub workspace_uid_label: String,
     /// One JSON line per exec; none when absent.
     pub audit_log: Option<PathBuf>,
+    /// An interactive exec with no frame either way for this long is ended.
+    pub idle_timeout_secs: u64,
+    /// An interactive exec is ended after this long, busy or not.
+    pub max_duration_secs: u64,
+    /// A WebSocket ping after this long without sending anything.
+    pub ping_interval_secs: u64,
+    /// Concurrent execs (one-shot and interactive) overall.
+    pub max_sessions: u64,
+    /// Concurrent execs per principal.
+    pub max_sessions_per_principal: u64,
 }
 
 impl Default for ExecSection {
@@ -177,6 +193,11 @@ impl Default for ExecSection {
             output_channel_frames: 128,
             workspace_uid_label: DEFAULT_WORKSPACE_UID_LABEL.into(),
             audit_log: None,
+            idle_timeout_secs: 900,
+            max_duration_secs: 8 * 3600,
+            ping_interval_secs: 30,
+            max_sessions: 256,
+            max_sessions_per_principal: 16,
         }
     }
 }
@@ -358,6 +379,8 @@ impl Config {
                 s.request_read_timeout_secs,
             ),
             ("server.shutdown_grace_secs", s.shutdown_grace_secs),
+            ("server.max_header_bytes", s.max_header_bytes),
+            ("server.max_body_bytes", s.max_body_bytes),
         ] {
             positive(key, v)?;
         }
@@ -419,6 +442,14 @@ impl Config {
             ("exec.max_output_bytes", x.max_output_bytes),
             ("exec.max_stdin_frame_bytes", x.max_stdin_frame_bytes),
             ("exec.output_channel_frames", x.output_channel_frames),
+            ("exec.idle_timeout_secs", x.idle_timeout_secs),
+            ("exec.max_duration_secs", x.max_duration_secs),
+            ("exec.ping_interval_secs", x.ping_interval_secs),
+            ("exec.max_sessions", x.max_sessions),
+            (
+                "exec.max_sessions_per_principal",
+                x.max_sessions_per_principal,
+            ),
         ] {
             positive(key, v)?;
         }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod exec;
 pub mod http;
 pub mod kube;
+pub mod metrics;
 pub mod server;
 pub mod sim;
 

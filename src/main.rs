@@ -69,7 +69,13 @@ fn main() {
 }
 
 fn init_logging() {
+    // Capped whatever RUST_LOG says: at debug/trace these crates log
+    // request headers (bearer tokens) and frame payloads.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .filter_module("ureq", log::LevelFilter::Info)
+        .filter_module("ureq_proto", log::LevelFilter::Info)
+        .filter_module("rustls", log::LevelFilter::Info)
+        .filter_module("tungstenite", log::LevelFilter::Info)
         .target(env_logger::Target::Stderr)
         .init();
 }

@@ -1,9 +1,16 @@
 //! The exec gateway (exec.md): validated, capped, workspace-checked exec
 //! into pods of labelled Deployments.
 //!
-//! - `frames`: the interactive wire format (sans-IO, shared with the CLI).
+//! - `frames`: the interactive wire format (sans-IO, shared with the CLI);
+//! - `validate`: request rules and limits (sans-IO);
+//! - `resolve`: Deployment -> ReplicaSet -> Pod (rules sans-IO, then the API calls).
 
+pub mod audit;
 pub mod frames;
+pub mod gateway;
+pub mod resolve;
+pub mod slots;
+pub mod validate;
 
 use serde::{Deserialize, Serialize};
 

@@ -301,6 +301,7 @@ impl Conn<'_> {
             peer: self.peer,
             tls: self.sock.is_tls(),
             client_cert_der: self.client_cert_der.clone(),
+            probe: super::types::PeerProbe::new(self.sock.as_fd(), self.shared.stop.fd()),
         };
         let ws_key = if minor == 1 && req.is_websocket_upgrade() {
             req.header("sec-websocket-key").map(str::to_string)

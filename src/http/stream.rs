@@ -580,6 +580,12 @@ pub(crate) fn wait_readable(
     Ok(Readiness::Readable)
 }
 
+/// Non-blocking check that `fd` is readable (an eventfd signalled).
+pub(crate) fn readable_now(fd: BorrowedFd<'_>) -> bool {
+    let mut fds = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+    matches!(poll(&mut fds, Some(Duration::ZERO)), Ok(n) if n > 0)
+}
+
 /// Non-blocking check that the peer closed or reset the connection.
 pub(crate) fn peer_gone(fd: BorrowedFd<'_>) -> bool {
     let mut fds = [PollFd::from_borrowed_fd(

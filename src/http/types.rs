@@ -24,6 +24,49 @@ pub struct Request {
     /// DER of the client's leaf certificate when it presented one that the
     /// server's client-certificate verifier accepted.
     pub client_cert_der: Option<Vec<u8>>,
+    /// Tells a long-running handler that its client went away or the
+    /// server is stopping (to abort work nobody waits for).
+    pub probe: PeerProbe,
+}
+
+/// A non-blocking "is anyone still waiting?" check for a handler that works
+/// for long before answering (a one-shot exec). It holds duplicates of the
+/// connection's socket and of the server's stop eventfd, so it stays valid
+/// wherever the request goes.
+#[derive(Clone, Default)]
+pub struct PeerProbe {
+    fds: Option<std::sync::Arc<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>>,
+}
+
+impl PeerProbe {
+    pub(crate) fn new(
+        sock: std::os::fd::BorrowedFd<'_>,
+        stop: std::os::fd::BorrowedFd<'_>,
+    ) -> PeerProbe {
+        let fds = match (sock.try_clone_to_owned(), stop.try_clone_to_owned()) {
+            (Ok(a), Ok(b)) => Some(std::sync::Arc::new((a, b))),
+            _ => None,
+        };
+        PeerProbe { fds }
+    }
+
+    /// True once the client closed or reset the connection, or the server
+    /// began shutting down. A probe not tied to a connection (tests,
+    /// fuzzing) is never gone.
+    pub fn gone(&self) -> bool {
+        use std::os::fd::AsFd;
+        let Some(fds) = &self.fds else {
+            return false;
+        };
+        crate::http::stream::peer_gone(fds.0.as_fd())
+            || crate::http::stream::readable_now(fds.1.as_fd())
+    }
+}
+
+impl std::fmt::Debug for PeerProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerProbe")
+    }
 }
 
 impl Request {

@@ -114,12 +114,14 @@ pub struct Outbox {
     /// the pump (or the pump could wake, still see a live sender, and sleep).
     tx: Option<Sender<Message>>,
     waker: Arc<Waker>,
+    abort: Arc<parking_lot::Mutex<Option<CloseFrame>>>,
 }
 
 /// The pump's side of the outbound queue (give it to [`run`]).
 pub struct OutboxReceiver {
     rx: Receiver<Message>,
     waker: Arc<Waker>,
+    abort: Arc<parking_lot::Mutex<Option<CloseFrame>>>,
 }
 
 /// A bounded outbound queue of `capacity` messages and its waker.
@@ -138,12 +140,14 @@ pub fn outbox(capacity: usize) -> (Outbox, OutboxReceiver) {
 pub fn try_outbox(capacity: usize) -> io::Result<(Outbox, OutboxReceiver)> {
     let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
     let waker = Arc::new(Waker::new()?);
+    let abort = Arc::new(parking_lot::Mutex::new(None));
     Ok((
         Outbox {
             tx: Some(tx),
             waker: waker.clone(),
+            abort: abort.clone(),
         },
-        OutboxReceiver { rx, waker },
+        OutboxReceiver { rx, waker, abort },
     ))
 }
 
@@ -187,6 +191,15 @@ impl Outbox {
         self.waker.wake();
     }
 
+    /// Ends the stream now: the pump drops every queued message unsent and
+    /// sends this Close (then waits `close_timeout` for the reply, as for
+    /// any Close). For a client that said `close`, an idle timeout or a
+    /// shutdown, where queued output is no longer wanted.
+    pub fn abort(&self, frame: CloseFrame) {
+        *self.abort.lock() = Some(frame);
+        self.waker.wake();
+    }
+
     /// Messages waiting for the pump.
     pub fn len(&self) -> usize {
         self.tx().map_or(0, Sender::len)
@@ -206,6 +219,7 @@ impl Clone for Outbox {
         Outbox {
             tx: self.tx.clone(),
             waker: self.waker.clone(),
+            abort: self.abort.clone(),
         }
     }
 }
@@ -335,6 +349,18 @@ fn would_block(e: &WsError) -> bool {
 impl<S: PollStream> Pump<S> {
     fn run(&mut self) -> WsEnd {
         loop {
+            if self.closing.is_none() {
+                let abort = self.out.abort.lock().take();
+                if let Some(frame) = abort {
+                    while self.out.rx.try_recv().is_ok() {}
+                    self.closing = Some(Instant::now() + self.opts.close_timeout);
+                    match self.ws.write(Message::Close(Some(frame))) {
+                        Ok(()) => self.need_flush = true,
+                        Err(e) if would_block(&e) => self.write_blocked = true,
+                        Err(e) => return self.error_end(e),
+                    }
+                }
+            }
             if let Some(m) = self.held.take() {
                 self.deliver(m);
             }
@@ -392,7 +418,7 @@ impl<S: PollStream> Pump<S> {
         }
     }
 
-    fn wait(&self, now: Instant, can_read: bool, can_write: bool) -> io::Result<()> {
+    fn wait(&mut self, now: Instant, can_read: bool, can_write: bool) -> io::Result<()> {
         let mut deadline: Option<Instant> = None;
         let mut at = |t: Instant| deadline = Some(deadline.map_or(t, |d| d.min(t)));
         if self.held.is_some() {
@@ -425,18 +451,24 @@ impl<S: PollStream> Pump<S> {
         let waker_at = fds.len();
         // The waker also says "room again" (`Outbox::wake` from the inbound
         // consumer), so a pump holding a message resumes at once instead of
-        // after HELD_RETRY. Only while it can write: polling the waker while
-        // writes are blocked would reset it and strand outbound messages
-        // (seen as a rare stall in the backpressure test).
-        let use_waker = can_write;
+        // after HELD_RETRY, and "abort" (`Outbox::abort`), which must be
+        // seen even while writes are blocked. A wake-up taken while writes
+        // are blocked is remembered in `more_out`, so the queue is drained
+        // as soon as the socket takes bytes again instead of waiting for a
+        // wake-up that was already consumed (that lost wake-up was once a
+        // rare stall in the backpressure test).
+        let use_waker = self.closing.is_none();
         if use_waker {
             fds.push(PollFd::from_borrowed_fd(self.out.waker.fd(), PollFlags::IN));
         }
         poll(&mut fds, timeout)?;
-        if use_waker && !fds[waker_at].revents().is_empty() {
+        let woken = use_waker && !fds[waker_at].revents().is_empty();
+        drop(fds);
+        if woken {
             // Reset BEFORE draining the channel, so a send racing with the
             // drain leaves the eventfd readable: no lost wake-up.
             self.out.waker.reset();
+            self.more_out = true;
         }
         Ok(())
     }

@@ -19,15 +19,23 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::api::{ApiError, Code};
 use crate::config::{ClusterMode, Config, ConfigError, MANAGED_BY_LABEL};
-use crate::http::{Handler, HttpError, Reply, Request, Response, Server, ServerConfig};
+use crate::exec::frames::SUBPROTOCOL;
+use crate::exec::gateway::{Gateway, InteractiveRequest, OneShotRequest, Settings};
+use crate::exec::resolve::Ownership;
+use crate::exec::validate::{invalid, ExecSpec, Limits};
+use crate::http::{Handler, HttpError, Reply, Request, Response, Server, ServerConfig, Upgrade};
 use crate::kube::client::http::Request as KubeRequest;
 use crate::kube::client::{
     Api, Client, ClientOptions, Deployment, KubeError, Namespace, RetryPolicy,
 };
 use crate::kube::config::{Env, LoadOptions};
 use crate::kube::connection::Connection;
+use crate::metrics::Metrics;
+use crate::server::auth::{request_token, Identity, Principals};
 use crate::sim::cluster::{Sim, SimOptions};
+use parking_lot::RwLock;
 
 /// The demo workspace the daemon creates in the embedded sim
 /// (contract.md, "The example config").
@@ -74,6 +82,8 @@ pub struct Daemon {
     sim: Option<Sim>,
     url: String,
     grace: Duration,
+    gateway: Arc<Gateway>,
+    principals: Arc<RwLock<Arc<Principals>>>,
 }
 
 impl Daemon {
@@ -109,6 +119,7 @@ impl Daemon {
             }
         };
         let server_url = conn.server.clone();
+        let exec_conn = conn.clone();
         let client = Client::new(conn.clone())
             .map_err(|e| failed(format!("cluster client for {server_url}: {e}")))?;
         let probe = Client::with_options(
@@ -150,13 +161,48 @@ impl Daemon {
             max_connections: usize::try_from(cfg.server.max_connections).unwrap_or(usize::MAX),
             keep_alive_idle: Duration::from_secs(cfg.server.keep_alive_idle_secs),
             request_read_timeout: Duration::from_secs(cfg.server.request_read_timeout_secs),
+            max_header_bytes: usize::try_from(cfg.server.max_header_bytes).unwrap_or(usize::MAX),
+            max_body_bytes: usize::try_from(cfg.server.max_body_bytes).unwrap_or(usize::MAX),
             tls,
             name: "door",
             ..ServerConfig::default()
         };
+        let metrics = Arc::new(Metrics::new());
+        let audit = match &cfg.exec.audit_log {
+            Some(p) => Some(
+                crate::exec::audit::Audit::open(p)
+                    .map_err(|e| failed(format!("opening the audit log {}: {e}", p.display())))?,
+            ),
+            None => None,
+        };
+        let x = &cfg.exec;
+        let gateway = Gateway::new(
+            client.clone(),
+            exec_conn,
+            Settings {
+                limits: Limits::from_config(x),
+                ownership: Ownership {
+                    managed_by: cfg.cluster.managed_by.clone(),
+                    uid_label: x.workspace_uid_label.clone(),
+                },
+                idle_timeout: Duration::from_secs(x.idle_timeout_secs),
+                max_duration: Duration::from_secs(x.max_duration_secs),
+                ping_interval: Duration::from_secs(x.ping_interval_secs),
+                max_sessions: usize::try_from(x.max_sessions).unwrap_or(usize::MAX),
+                max_sessions_per_principal: usize::try_from(x.max_sessions_per_principal)
+                    .unwrap_or(usize::MAX),
+            },
+            audit,
+            metrics.clone(),
+        );
+        let principals = Arc::new(RwLock::new(Arc::new(Principals::new(&cfg.principals))));
         let handler = Arc::new(FrontDoor {
             probe,
+            client,
             state_dir: state_dir.clone(),
+            principals: principals.clone(),
+            gateway: gateway.clone(),
+            metrics,
         });
         let listen = cfg.server.listen_addr();
         let server = Server::bind(listen, server_cfg, handler)
@@ -167,6 +213,8 @@ impl Daemon {
             sim,
             url,
             grace: Duration::from_secs(cfg.server.shutdown_grace_secs),
+            gateway,
+            principals,
         })
     }
 
@@ -175,10 +223,18 @@ impl Daemon {
         &self.url
     }
 
-    /// Stops accepting, then stops the sim; gives up waiting after the
-    /// configured grace (the sim's processes still die with this process:
-    /// they carry a parent-death signal).
+    /// SIGHUP: the principals of a re-read configuration replace the
+    /// current ones (sessions and execs already admitted go on).
+    pub fn reload_principals(&self, cfg: &Config) {
+        *self.principals.write() = Arc::new(Principals::new(&cfg.principals));
+    }
+
+    /// Ends interactive execs (close reason "server shutting down"), stops
+    /// accepting, then stops the sim; gives up waiting after the configured
+    /// grace (the sim's processes still die with this process: they carry
+    /// a parent-death signal).
     pub fn shutdown(self) {
+        self.gateway.shutdown();
         let grace = self.grace;
         let (tx, rx) = crossbeam_channel::bounded::<()>(1);
         let stopper = std::thread::Builder::new()
@@ -208,6 +264,7 @@ pub fn serve_main(config_path: &Path) -> i32 {
     let mut signals = match signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
     ]) {
         Ok(s) => s,
         Err(e) => {
@@ -233,8 +290,19 @@ pub fn serve_main(config_path: &Path) -> i32 {
         log::warn!("announcing readiness: {e}");
     }
     log::info!("ready on {}", daemon.url());
-    if let Some(sig) = signals.forever().next() {
+    for sig in signals.forever() {
+        if sig == signal_hook::consts::SIGHUP {
+            match Config::load(config_path) {
+                Ok(c) => {
+                    daemon.reload_principals(&c);
+                    log::info!("SIGHUP: {} principals reloaded", c.principals.len());
+                }
+                Err(e) => log::error!("SIGHUP: keeping the current principals: {e}"),
+            }
+            continue;
+        }
         log::info!("signal {sig}: stopping");
+        break;
     }
     daemon.shutdown();
     log::info!("stopped");
@@ -391,12 +459,30 @@ pub fn error_response(status: u16, code: &str, message: &str) -> Response {
     Response::json(status, body.to_string().into_bytes())
 }
 
-/// The front door's handler: health routes only, for now.
+/// An [`ApiError`] as its HTTP answer: the status of its code (one table,
+/// `api::Code::status`) and the JSON shape.
+pub fn api_error(e: &ApiError) -> Response {
+    Response::json(e.status(), e.body().to_string().into_bytes())
+}
+
+/// The front door's handler: routing, authentication, and the exec gateway.
 struct FrontDoor {
     /// Short-deadline, no-retry client for `/readyz`.
     probe: Client,
+    client: Client,
     state_dir: PathBuf,
+    principals: Arc<RwLock<Arc<Principals>>>,
+    gateway: Arc<Gateway>,
+    metrics: Arc<Metrics>,
 }
+
+/// The routes behind authentication, and their methods.
+const ROUTES: &[(&str, &str)] = &[
+    ("/v1/exec", "POST"),
+    ("/v1/exec/interactive", "GET"),
+    ("/v1/workspaces", "GET"),
+    ("/metrics", "GET"),
+];
 
 impl FrontDoor {
     fn readiness(&self) -> Response {
@@ -410,29 +496,204 @@ impl FrontDoor {
         }
         Response::json(200, br#"{"status":"ready"}"#.to_vec())
     }
+
+    fn authenticate(&self, req: &Request) -> Result<Arc<Identity>, ApiError> {
+        let principals = self.principals.read().clone();
+        request_token(req)
+            .and_then(|t| principals.authenticate(&t))
+            .ok_or_else(|| {
+                ApiError::new(
+                    Code::Unauthorized,
+                    "a valid bearer token is required (Authorization: Bearer TOKEN)",
+                )
+            })
+    }
+
+    fn route(&self, req: Request) -> Result<Reply, ApiError> {
+        let path = req.path.as_str();
+        let Some(&(_, method)) = ROUTES.iter().find(|(p, _)| *p == path) else {
+            // Authenticate first: unknown routes tell nothing to strangers.
+            self.authenticate(&req)?;
+            return Err(ApiError::new(Code::NotFound, format!("no route {path}")));
+        };
+        let who = self.authenticate(&req)?;
+        if req.method != method {
+            return Err(ApiError::new(
+                Code::MethodNotAllowed,
+                format!("{path} accepts {method} only"),
+            ));
+        }
+        match path {
+            "/v1/exec" => self.exec_oneshot(&who, &req),
+            "/v1/exec/interactive" => self.exec_interactive(&who, &req),
+            "/v1/workspaces" => self.workspaces(&who),
+            _ => Ok(Response::new(
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self.metrics.render().into_bytes(),
+            )
+            .into()),
+        }
+    }
+
+    fn exec_oneshot(&self, who: &Identity, req: &Request) -> Result<Reply, ApiError> {
+        let body: OneShotRequest = serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::new(Code::BadRequest, format!("request body: {e}")))?;
+        let r = self.gateway.oneshot(who, body, &req.probe)?;
+        let body = serde_json::to_vec(&r)
+            .map_err(|e| ApiError::new(Code::Internal, format!("encoding the result: {e}")))?;
+        Ok(Response::json(200, body).into())
+    }
+
+    fn exec_interactive(&self, who: &Arc<Identity>, req: &Request) -> Result<Reply, ApiError> {
+        if !req.is_websocket_upgrade() {
+            return Err(ApiError::new(
+                Code::BadRequest,
+                "this route needs a WebSocket upgrade (HTTP/1.1 GET with Upgrade: websocket)",
+            ));
+        }
+        if !req.websocket_protocols().iter().any(|p| p == SUBPROTOCOL) {
+            return Err(ApiError::new(
+                Code::BadRequest,
+                format!("offer the WebSocket subprotocol {SUBPROTOCOL}"),
+            ));
+        }
+        let flag = |k: &str, default: bool| -> Result<bool, ApiError> {
+            match req.query(k) {
+                None => Ok(default),
+                Some("true") | Some("1") => Ok(true),
+                Some("false") | Some("0") => Ok(false),
+                Some(v) => Err(invalid(format!("{k} must be true or false, not {v:?}"))),
+            }
+        };
+        let text = |k: &str| req.query(k).unwrap_or("").to_string();
+        let spec = ExecSpec {
+            project: text("project"),
+            uid: text("uid"),
+            deployment: text("deployment"),
+            container: req
+                .query("container")
+                .filter(|c| !c.is_empty())
+                .map(str::to_string),
+            command: req
+                .query_all("command")
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
+        };
+        let ir = InteractiveRequest {
+            spec,
+            tty: flag("tty", true)?,
+            stdin: flag("stdin", true)?,
+        };
+        let session = self.gateway.open_interactive(who, ir)?;
+        let max_stdin = self.gateway.settings().limits.max_stdin_frame_bytes;
+        Ok(Reply::Upgrade(Upgrade {
+            protocol: Some(SUBPROTOCOL.to_string()),
+            headers: Vec::new(),
+            // A text stdin frame carries JSON-escaped data: room for it.
+            max_message_bytes: max_stdin.saturating_mul(6).saturating_add(4096),
+            on_open: Box::new(move |conn| session.run(conn)),
+        }))
+    }
+
+    fn workspaces(&self, who: &Identity) -> Result<Reply, ApiError> {
+        let own = &self.gateway.settings().ownership;
+        let selector = format!("{MANAGED_BY_LABEL}={}", own.managed_by);
+        let mut out = Vec::new();
+        for w in &who.workspaces {
+            let list = match Api::<Deployment>::namespaced(&self.client, &w.project)
+                .list(&crate::kube::client::ListParams::labels(&selector))
+            {
+                Ok(l) => l.items,
+                Err(KubeError::NotFound(_)) => Vec::new(),
+                Err(e) => {
+                    return Err(ApiError::new(
+                        Code::ExecFailed,
+                        format!("listing deployments in {}: {e}", w.project),
+                    ))
+                }
+            };
+            let mut deployments: Vec<Value> = list
+                .iter()
+                .filter(|d| {
+                    d.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(&own.uid_label))
+                        == Some(&w.uid)
+                })
+                .map(|d| {
+                    let spec = d.spec.clone().unwrap_or_default();
+                    let containers: Vec<String> = spec
+                        .template
+                        .spec
+                        .map(|s| s.containers.into_iter().map(|c| c.name).collect())
+                        .unwrap_or_default();
+                    let status = d.status.clone().unwrap_or_default();
+                    json!({
+                        "name": d.metadata.name(),
+                        "containers": containers,
+                        "replicas": spec.replicas.unwrap_or(1),
+                        "readyReplicas": status.ready_replicas.unwrap_or(0),
+                    })
+                })
+                .collect();
+            deployments.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+            out.push(json!({"project": w.project, "uid": w.uid, "deployments": deployments}));
+        }
+        Ok(Response::json(200, json!({ "workspaces": out }).to_string().into_bytes()).into())
+    }
 }
 
 impl Handler for FrontDoor {
     fn handle(&self, req: Request) -> Reply {
-        match (req.method.as_str(), req.path.as_str()) {
+        let reply = match (req.method.as_str(), req.path.as_str()) {
             ("GET", "/healthz") => Response::json(200, br#"{"status":"ok"}"#.to_vec()).into(),
             ("GET", "/readyz") => self.readiness().into(),
-            _ => error_response(404, "NOT_FOUND", "no such route").into(),
-        }
+            _ => match self.route(req) {
+                Ok(r) => r,
+                Err(e) => {
+                    if e.code != Code::ExecOutputLimit && !e.code.as_str().starts_with("EXEC_") {
+                        // Exec errors are counted by the gateway.
+                        self.metrics
+                            .inc("kubegate_api_errors_total", format!("code=\"{}\"", e.code));
+                    }
+                    api_error(&e).into()
+                }
+            },
+        };
+        let status = match &reply {
+            Reply::Response(r) => r.status,
+            Reply::Upgrade(_) => 101,
+        };
+        self.metrics.inc(
+            "kubegate_http_requests_total",
+            format!("status=\"{status}\""),
+        );
+        reply
     }
 
     fn error_response(&self, err: &HttpError) -> Response {
-        let (code, message) = match err {
-            HttpError::BadRequest(m) => ("BAD_REQUEST", m.clone()),
-            HttpError::HeadersTooLarge => ("HEADERS_TOO_LARGE", "request head too large".into()),
-            HttpError::BodyTooLarge { limit } => (
-                "BODY_TOO_LARGE",
+        let e = match err {
+            HttpError::BadRequest(m) => ApiError::new(Code::BadRequest, m.clone()),
+            HttpError::HeadersTooLarge => {
+                ApiError::new(Code::HeadersTooLarge, "request head too large")
+            }
+            HttpError::BodyTooLarge { limit } => ApiError::new(
+                Code::BodyTooLarge,
                 format!("request body larger than {limit} bytes"),
             ),
-            HttpError::Overloaded => ("OVERLOADED", "too many connections".into()),
-            HttpError::Internal => ("INTERNAL", "internal error".into()),
+            HttpError::Overloaded => ApiError::new(Code::Overloaded, "too many connections"),
+            HttpError::Internal => ApiError::new(Code::Internal, "internal error"),
         };
-        error_response(err.status(), code, &message)
+        self.metrics
+            .inc("kubegate_api_errors_total", format!("code=\"{}\"", e.code));
+        let mut r = api_error(&e);
+        // The server decides the status of its own errors (431 and 503 are
+        // the HTTP ones); the body carries our code.
+        r.status = err.status();
+        r
     }
 }
 

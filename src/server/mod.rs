@@ -6,6 +6,7 @@
 //! sessions and authentication arrive in later steps; until then every
 //! route other than `/healthz` and `/readyz` is `NOT_FOUND`.
 
+pub mod auth;
 pub mod daemon;
 
 pub use daemon::{serve_main, Daemon, StartError};

@@ -1,0 +1,159 @@
+//! Bearer-token authentication (front-door.md): tokens are compared as
+//! SHA-256 digests in constant time against every configured principal (no
+//! early exit, so timing tells nothing about which digest came close), taken
+//! from `Authorization: Bearer T` or, on a WebSocket, from the subprotocol
+//! entry `base64url.bearer.authorization.kubegate.dev.<b64url T>`. A token
+//! never reaches a log line or an error message.
+
+use crate::config::{Principal, Workspace};
+use crate::exec::frames::token_from_protocol;
+use crate::http::Request;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub workspaces: Vec<Workspace>,
+    pub may_start_sessions: bool,
+}
+
+impl Identity {
+    /// Whether this principal may act on `project/uid`.
+    pub fn holds(&self, project: &str, uid: &str) -> bool {
+        self.workspaces
+            .iter()
+            .any(|w| w.project == project && w.uid == uid)
+    }
+}
+
+/// The principals of the configuration, by token digest.
+#[derive(Debug, Default)]
+pub struct Principals {
+    entries: Vec<([u8; 32], Arc<Identity>)>,
+}
+
+impl Principals {
+    /// From validated configuration (digests are 64 hex digits there; an
+    /// entry that is not is skipped: it can match nothing).
+    pub fn new(config: &[Principal]) -> Principals {
+        let entries = config
+            .iter()
+            .filter_map(|p| {
+                let d = decode_hex32(&p.token_sha256)?;
+                Some((
+                    d,
+                    Arc::new(Identity {
+                        name: p.name.clone(),
+                        workspaces: p.workspaces.clone(),
+                        may_start_sessions: p.may_start_sessions,
+                    }),
+                ))
+            })
+            .collect();
+        Principals { entries }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The principal whose digest matches `token`'s, comparing against all.
+    pub fn authenticate(&self, token: &str) -> Option<Arc<Identity>> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let mut found = None;
+        for (d, who) in &self.entries {
+            if bool::from(d.ct_eq(&digest)) {
+                found = Some(who.clone());
+            }
+        }
+        found
+    }
+}
+
+fn decode_hex32(s: &str) -> Option<[u8; 32]> {
+    let b = s.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in b.chunks(2).enumerate() {
+        let hi = (pair[0] as char).to_digit(16)?;
+        let lo = (pair[1] as char).to_digit(16)?;
+        out[i] = u8::try_from(hi * 16 + lo).ok()?;
+    }
+    Some(out)
+}
+
+/// The token a request carries: the `Authorization: Bearer` header, else
+/// (WebSocket upgrades only) the token subprotocol entry.
+pub fn request_token(req: &Request) -> Option<String> {
+    if let Some(t) = req.bearer_token() {
+        return Some(t.to_string());
+    }
+    if req.is_websocket_upgrade() {
+        return req
+            .websocket_protocols()
+            .iter()
+            .find_map(|p| token_from_protocol(p));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(name: &str, token: &str, ws: &[&str]) -> Principal {
+        let d = Sha256::digest(token.as_bytes());
+        Principal {
+            name: name.into(),
+            token_sha256: d.iter().map(|b| format!("{b:02x}")).collect(),
+            workspaces: ws.iter().map(|w| Workspace::parse(w).unwrap()).collect(),
+            may_start_sessions: false,
+        }
+    }
+
+    #[test]
+    fn tokens_match_their_principal_only() {
+        let ps = Principals::new(&[
+            principal("a", "token-a", &["p/one"]),
+            principal("b", "token-b", &["p/two"]),
+        ]);
+        assert_eq!(ps.len(), 2);
+        assert_eq!(ps.authenticate("token-a").unwrap().name, "a");
+        assert_eq!(ps.authenticate("token-b").unwrap().name, "b");
+        assert!(ps.authenticate("token-c").is_none());
+        assert!(ps.authenticate("").is_none());
+        assert!(ps.authenticate("token-a ").is_none());
+        let a = ps.authenticate("token-a").unwrap();
+        assert!(a.holds("p", "one"));
+        assert!(!a.holds("p", "two"));
+    }
+
+    #[test]
+    fn the_demo_digest_is_the_demo_token() {
+        let d = "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997";
+        let ps = Principals::new(&[Principal {
+            name: "demo".into(),
+            token_sha256: d.into(),
+            workspaces: vec![],
+            may_start_sessions: true,
+        }]);
+        assert!(ps.authenticate("kubegate-demo-token").is_some());
+    }
+
+    #[test]
+    fn hex_digests_decode_strictly() {
+        assert!(decode_hex32(&"ab".repeat(32)).is_some());
+        assert!(decode_hex32(&"AB".repeat(32)).is_some());
+        assert!(decode_hex32(&"ab".repeat(31)).is_none());
+        assert!(decode_hex32(&"zz".repeat(32)).is_none());
+    }
+}
