@@ -372,31 +372,47 @@ impl Pty {
     /// Waits until the output holds `what` after byte `from`; returns the
     /// offset just past it.
     fn wait_text(&self, what: &str, from: usize) -> usize {
-        wait_for(&format!("{what:?} on the terminal"), T, || {
+        let deadline = std::time::Instant::now() + T;
+        loop {
             let t = self.text();
-            t.get(from..)
-                .and_then(|rest| rest.find(what))
-                .map(|i| from + i + what.len())
-        })
+            if let Some(i) = t.get(from..).and_then(|rest| rest.find(what)) {
+                return from + i + what.len();
+            }
+            if std::time::Instant::now() >= deadline {
+                panic!("timed out waiting for {what:?} on the terminal after byte {from}; it shows {t:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
-    fn spawn_exec(&self, d: &DaemonProc, script: &str) -> std::process::Child {
-        exec_cmd(d, &["-i", "-t", "hello", "--", "sh", "-c", script])
-            .stdin(self.slave_stdio())
-            .stdout(self.slave_stdio())
-            .stderr(self.slave_stdio())
-            .spawn()
-            .expect("spawn kubegate exec -it")
+    fn spawn_exec(&self, d: &DaemonProc, script: &str) -> Reap {
+        Reap(
+            exec_cmd(d, &["-i", "-t", "hello", "--", "sh", "-c", script])
+                .stdin(self.slave_stdio())
+                .stdout(self.slave_stdio())
+                .stderr(self.slave_stdio())
+                .spawn()
+                .expect("spawn kubegate exec -it"),
+        )
     }
 }
 
-fn wait_exit(child: &mut std::process::Child) -> Option<i32> {
-    let code = wait_for("kubegate exec to exit", T, || {
-        child.try_wait().ok().flatten().map(|st| st.code())
-    });
-    // Reaped already; terminate() is a no-op then, and kills if not.
-    let _ = terminate(child, Duration::from_secs(1));
-    code
+/// A child killed and reaped on drop if still running (a failed test
+/// leaves no process behind).
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = terminate(&mut self.0, Duration::from_secs(5));
+        }
+    }
+}
+
+fn wait_exit(child: &mut Reap) -> Option<i32> {
+    wait_for("kubegate exec to exit", T, || {
+        child.0.try_wait().ok().flatten().map(|st| st.code())
+    })
 }
 
 #[test]
@@ -405,11 +421,14 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
     let pty = Pty::open(33, 101);
     let before = pty.settings();
 
-    let script =
-        r#"stty size; while read l; do [ "$l" = end ] && exit 3; echo "got=$l"; stty size; done"#;
+    // The size frame goes before any stdin; the daemon applies it as it
+    // comes, which may be after the process started (as with kubectl, the
+    // process can see the default size for a moment). So the remote reads
+    // a line first: by then our size, sent earlier, is in.
+    let script = r#"read l; stty size; while read l; do [ "$l" = end ] && exit 3; echo "got=$l"; stty size; done"#;
     let mut child = pty.spawn_exec(&d, script);
-    // The remote terminal has our size from the start.
-    let at = pty.wait_text("33 101\r\n", 0);
+    pty.type_bytes(b"go\r");
+    let at = pty.wait_text("go\r\n33 101\r\n", 0);
     // Ours is raw meanwhile.
     assert_ne!(
         pty.settings(),
@@ -423,7 +442,7 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
     // here, so the signal is sent by hand). The resize and the next line
     // race; type until the new size shows.
     pty.resize(40, 120);
-    unsafe_kill(child.id(), 28); // SIGWINCH
+    unsafe_kill(child.0.id(), 28); // SIGWINCH
     let mut at = at;
     wait_for("the new size on the remote terminal", T, || {
         pty.type_bytes(b"x\r");
@@ -438,11 +457,12 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
     assert_eq!(pty.settings(), before, "the terminal was not restored");
 
     // SIGTERM while raw: restored, then exit 128+15.
-    let mut child = pty.spawn_exec(&d, "stty size; cat");
+    let mut child = pty.spawn_exec(&d, "read l; stty size; cat");
     let from = pty.text().len();
-    pty.wait_text("40 120\r\n", from);
+    pty.type_bytes(b"go\r");
+    pty.wait_text("go\r\n40 120\r\n", from);
     assert_ne!(pty.settings(), before);
-    unsafe_kill(child.id(), 15);
+    unsafe_kill(child.0.id(), 15);
     assert_eq!(wait_exit(&mut child), Some(143));
     assert_eq!(pty.settings(), before, "SIGTERM left the terminal raw");
 
@@ -665,19 +685,21 @@ fn exec_tty_frames_against_a_scripted_server() {
     });
     let pty = Pty::open(33, 101);
     let before = pty.settings();
-    let mut child = exec_at(&url, &["-it", "hello", "--", "sh"])
-        .stdin(pty.slave_stdio())
-        .stdout(pty.slave_stdio())
-        .stderr(pty.slave_stdio())
-        .spawn()
-        .expect("spawn");
+    let mut child = Reap(
+        exec_at(&url, &["-it", "hello", "--", "sh"])
+            .stdin(pty.slave_stdio())
+            .stdout(pty.slave_stdio())
+            .stderr(pty.slave_stdio())
+            .spawn()
+            .expect("spawn"),
+    );
     let at = pty.wait_text("ready\r\n", 0);
     assert_ne!(pty.settings(), before, "not raw");
     // Raw: no local echo, bytes go as typed (Ctrl-C too, as a byte).
     pty.type_bytes(b"hi\x03");
     let at = pty.wait_text("hi\x03", at);
     pty.resize(40, 120);
-    unsafe_kill(child.id(), 28); // SIGWINCH
+    unsafe_kill(child.0.id(), 28); // SIGWINCH
     pty.wait_text("size=120 40\r\n", at);
     pty.type_bytes(b"q");
     assert_eq!(wait_exit(&mut child), Some(2));

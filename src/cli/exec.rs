@@ -256,8 +256,7 @@ fn catch_signals(raw: bool) -> Result<Signals, CliError> {
 }
 
 /// SIGWINCH: send the new size. A terminating signal: restore the
-/// terminal, tell the daemon (best effort), exit 128+N as a shell reports
-/// a signal.
+/// terminal and exit 128+N, as a shell reports a signal.
 fn forward_signals(mut signals: Signals, outbox: Outbox) {
     for sig in signals.forever() {
         if sig == SIGWINCH {
@@ -269,8 +268,11 @@ fn forward_signals(mut signals: Signals, outbox: Outbox) {
             }
             continue;
         }
+        // No Close frame first: the daemon would answer it and the main
+        // thread, seeing the stream end, could exit 255 before this thread
+        // exits 128+N. Our exit closes the socket; the daemon ends the
+        // command on its own.
         term::restore();
-        let _ = outbox.try_send(Message::Close(None));
         std::process::exit(128 + sig);
     }
 }
