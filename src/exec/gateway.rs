@@ -167,7 +167,15 @@ impl Gateway {
     }
 
     /// Validation, the principal's workspace, a slot, then the target.
-    fn admit(&self, who: &Identity, spec: &ExecSpec) -> Result<(Slot, Target), ApiError> {
+    /// `checked` turns true once the request passed validation, the
+    /// workspace check and the concurrency limit: from there on, every
+    /// outcome is audited (a Deployment of another workspace included).
+    fn admit(
+        &self,
+        who: &Identity,
+        spec: &ExecSpec,
+        checked: &mut bool,
+    ) -> Result<(Slot, Target), ApiError> {
         spec.validate(&self.settings.limits)?;
         if !who.holds(&spec.project, &spec.uid) {
             return Err(ApiError::new(
@@ -179,6 +187,7 @@ impl Gateway {
             ));
         }
         let slot = self.slots.acquire(&who.name)?;
+        *checked = true;
         let target = resolve(&self.client, &self.settings.ownership, spec)?;
         Ok((slot, target))
     }
@@ -243,6 +252,20 @@ impl Gateway {
         bytes: (u64, u64),
         started: Instant,
     ) {
+        let what = match outcome {
+            Ok(c) => format!("exit {c}"),
+            Err(e) => e.to_string(),
+        };
+        log::info!(
+            "exec {kind} by {} in {}/{} on {}: {what} ({} bytes in, {} out, {} ms)",
+            who.name,
+            spec.project,
+            spec.uid,
+            target.map_or("-", |t| t.pod.as_str()),
+            bytes.0,
+            bytes.1,
+            started.elapsed().as_millis()
+        );
         let Some(a) = &self.audit else { return };
         let rec = Record {
             time: crate::kube::time::rfc3339(SystemTime::now()),
@@ -280,13 +303,14 @@ impl Gateway {
             command: req.command,
         };
         let mut target = None;
+        let mut checked = false;
         let mut out_bytes = 0u64;
         let result = (|| {
             let caps = (
                 output_cap(req.stdout_cap_bytes, "stdout", &self.settings.limits)?,
                 output_cap(req.stderr_cap_bytes, "stderr", &self.settings.limits)?,
             );
-            let (_slot, t) = self.admit(who, &spec)?;
+            let (_slot, t) = self.admit(who, &spec, &mut checked)?;
             target = Some(t.clone());
             self.metrics
                 .add("kubegate_exec_active", "kind=\"oneshot\"", 1);
@@ -300,9 +324,9 @@ impl Gateway {
             .map(|r| r.exit.exit_code)
             .map_err(Clone::clone);
         self.finish("oneshot", &code, 0, out_bytes);
-        // Errors before the target is known (validation, the principal's
-        // workspace) did no work: they are answered, not audited.
-        if target.is_some() {
+        // Refusals before any cluster call (validation, the principal's
+        // workspace, the limits) are answered and counted, not audited.
+        if checked {
             let outcome = match &result {
                 Ok(r) => Ok(r.exit.exit_code),
                 Err(e) => Err(e.code.as_str()),
@@ -397,8 +421,11 @@ impl Gateway {
         req: InteractiveRequest,
     ) -> Result<Interactive, ApiError> {
         let started = Instant::now();
+        let mut checked = false;
+        let mut resolved = None;
         let result = (|| {
-            let (slot, target) = self.admit(who, &req.spec)?;
+            let (slot, target) = self.admit(who, &req.spec, &mut checked)?;
+            resolved = Some(target.clone());
             let opts = ExecOptions {
                 stdin: req.stdin,
                 stdout: true,
@@ -423,6 +450,18 @@ impl Gateway {
             }),
             Err(e) => {
                 self.finish("interactive", &Err(e.clone()), 0, 0);
+                if checked {
+                    self.audit(
+                        who,
+                        "interactive",
+                        &req.spec,
+                        resolved.as_ref(),
+                        req.tty,
+                        Err(e.code.as_str()),
+                        (0, 0),
+                        started,
+                    );
+                }
                 Err(e)
             }
         }
