@@ -421,14 +421,12 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
     let pty = Pty::open(33, 101);
     let before = pty.settings();
 
-    // The size frame goes before any stdin; the daemon applies it as it
-    // comes, which may be after the process started (as with kubectl, the
-    // process can see the default size for a moment). So the remote reads
-    // a line first: by then our size, sent earlier, is in.
-    let script = r#"read l; stty size; while read l; do [ "$l" = end ] && exit 3; echo "got=$l"; stty size; done"#;
+    // The size travels with the request: the remote terminal has it before
+    // the command starts, so `stty size` first thing sees it.
+    let script =
+        r#"stty size; while read l; do [ "$l" = end ] && exit 3; echo "got=$l"; stty size; done"#;
     let mut child = pty.spawn_exec(&d, script);
-    pty.type_bytes(b"go\r");
-    let at = pty.wait_text("go\r\n33 101\r\n", 0);
+    let at = pty.wait_text("33 101\r\n", 0);
     // Ours is raw meanwhile.
     assert_ne!(
         pty.settings(),
@@ -457,10 +455,9 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
     assert_eq!(pty.settings(), before, "the terminal was not restored");
 
     // SIGTERM while raw: restored, then exit 128+15.
-    let mut child = pty.spawn_exec(&d, "read l; stty size; cat");
     let from = pty.text().len();
-    pty.type_bytes(b"go\r");
-    pty.wait_text("go\r\n40 120\r\n", from);
+    let mut child = pty.spawn_exec(&d, "stty size; cat");
+    pty.wait_text("40 120\r\n", from);
     assert_ne!(pty.settings(), before);
     unsafe_kill(child.0.id(), 15);
     assert_eq!(wait_exit(&mut child), Some(143));
@@ -655,14 +652,7 @@ fn exec_endings_a_daemon_does_not_make_on_demand() {
 #[test]
 fn exec_tty_frames_against_a_scripted_server() {
     let (url, server) = scripted_server(Some("kubegate.exec.v1"), |ws| {
-        // The size comes first, before any stdin.
-        let first = ws.read().expect("read");
-        let v: serde_json::Value =
-            serde_json::from_str(first.to_text().expect("text")).expect("JSON");
-        assert_eq!(
-            v,
-            serde_json::json!({"type": "resize", "cols": 101, "rows": 33})
-        );
+        // The size is in the request (checked below), not a frame.
         ws.send(text(TARGET)).expect("send");
         ws.send(binary(1, b"ready\r\n")).expect("send");
         loop {
@@ -703,7 +693,12 @@ fn exec_tty_frames_against_a_scripted_server() {
     pty.wait_text("size=120 40\r\n", at);
     pty.type_bytes(b"q");
     assert_eq!(wait_exit(&mut child), Some(2));
-    server.join().expect("server");
+    let seen = server.join().expect("server");
+    assert!(
+        seen.uri.ends_with("&tty=true&stdin=true&cols=101&rows=33"),
+        "{}",
+        seen.uri
+    );
     assert_eq!(pty.settings(), before, "the terminal was not restored");
     assert!(!pty.text().contains("hi\x03hi"), "local echo in raw mode");
 }

@@ -70,7 +70,9 @@ pub fn run(a: &ExecArgs) -> Result<i32, CliError> {
     }
     let raw = tty && a.stdin;
     let size = if tty { term::window_size() } else { None };
-    let path = exec_query(&client.path("/v1/exec/interactive"), a, tty);
+    // The size travels in the query: the remote terminal has it before the
+    // command starts (a resize frame could arrive after its first read).
+    let path = exec_query(&client.path("/v1/exec/interactive"), a, tty, size);
     let ws = client.open_exec(&path)?;
 
     // Signals are caught before the terminal goes raw, so none can leave it
@@ -86,10 +88,6 @@ pub fn run(a: &ExecArgs) -> Result<i32, CliError> {
         try_outbox(OUTBOX_CAPACITY).map_err(|e| local_io("creating the stream's waker", e))?;
     let (in_tx, in_rx) = bounded::<Message>(INBOUND_CAPACITY);
     let (end_tx, end_rx) = bounded::<WsEnd>(1);
-    // The first size goes out before any stdin.
-    if let Some((cols, rows)) = size {
-        let _ = outbox.try_send(ClientFrame::Resize { cols, rows }.encode());
-    }
     let opts = WsOptions {
         ping_interval: Some(PING_INTERVAL),
         idle_timeout: None,

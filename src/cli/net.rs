@@ -185,7 +185,9 @@ impl Client {
 /// The interactive exec request path and query (contract.md, "Exec").
 /// `tty` is what is asked of the server (`-t` may be dropped when our stdin
 /// is not a terminal).
-pub fn exec_query(path: &str, a: &ExecArgs, tty: bool) -> String {
+/// With `size` (a terminal), `cols`/`rows` ask the daemon to size the
+/// remote terminal before the command starts.
+pub fn exec_query(path: &str, a: &ExecArgs, tty: bool, size: Option<(u16, u16)>) -> String {
     let mut q = vec![
         format!("project={}", pct(&a.project)),
         format!("uid={}", pct(&a.uid)),
@@ -197,6 +199,9 @@ pub fn exec_query(path: &str, a: &ExecArgs, tty: bool) -> String {
     q.extend(a.command.iter().map(|c| format!("command={}", pct(c))));
     q.push(format!("tty={tty}"));
     q.push(format!("stdin={}", a.stdin));
+    if let (true, Some((cols, rows))) = (tty, size) {
+        q.push(format!("cols={cols}&rows={rows}"));
+    }
     format!("{path}?{}", q.join("&"))
 }
 
@@ -222,14 +227,14 @@ mod tests {
             command: vec!["sh".into(), "-c".into(), "echo a&b=c +d; exit 7".into()],
         };
         assert_eq!(
-            exec_query("/gw/v1/exec/interactive", &a, true),
-            "/gw/v1/exec/interactive?project=demo&uid=demo-uid&deployment=hello&container=main&command=sh&command=-c&command=echo%20a%26b%3Dc%20%2Bd%3B%20exit%207&tty=true&stdin=false"
+            exec_query("/gw/v1/exec/interactive", &a, true, Some((80, 24))),
+            "/gw/v1/exec/interactive?project=demo&uid=demo-uid&deployment=hello&container=main&command=sh&command=-c&command=echo%20a%26b%3Dc%20%2Bd%3B%20exit%207&tty=true&stdin=false&cols=80&rows=24"
         );
         a.container = None;
         a.stdin = true;
         a.command = vec!["ls".into()];
         assert_eq!(
-            exec_query("/v1/exec/interactive", &a, false),
+            exec_query("/v1/exec/interactive", &a, false, Some((80, 24))),
             "/v1/exec/interactive?project=demo&uid=demo-uid&deployment=hello&command=ls&tty=false&stdin=true"
         );
     }

@@ -113,6 +113,8 @@ pub struct InteractiveRequest {
     pub spec: ExecSpec,
     pub tty: bool,
     pub stdin: bool,
+    /// With a tty: the terminal's size before the command starts.
+    pub initial_size: Option<TermSize>,
 }
 
 pub struct Gateway {
@@ -437,6 +439,7 @@ impl Gateway {
                 stdout: true,
                 stderr: true,
                 tty: req.tty,
+                initial_size: req.initial_size,
                 ping_interval: Some(self.settings.ping_interval),
                 idle_timeout: Some(self.settings.idle_timeout),
                 ..ExecOptions::default()
@@ -603,7 +606,8 @@ impl Interactive {
                 let ts = SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
-                match Recorder::create(&dir.join(&name), &req.spec.command, ts) {
+                let size = req.initial_size.map_or((80, 24), |s| (s.width, s.height));
+                match Recorder::create(&dir.join(&name), &req.spec.command, size, ts) {
                     Ok(r) => (Some(r), Some(name)),
                     Err(e) => {
                         log::error!("exec recording {}: {e}", dir.join(&name).display());

@@ -1,5 +1,5 @@
 //! Recording of interactive exec output in the asciinema v2 format
-//! (`exec.recording_dir`): a header line, then one `[seconds, "o", text]`
+//! (`exec.recording_dir`): a header line (the initial size, else 80x24), then one `[seconds, "o", text]`
 //! event per output frame and `[seconds, "r", "COLSxROWS"]` per resize, so
 //! `asciinema play FILE` replays the session. stdin is never recorded.
 //!
@@ -22,7 +22,12 @@ pub struct Recorder {
 
 impl Recorder {
     /// Creates `path` (mode 0600, never overwriting) and writes the header.
-    pub fn create(path: &Path, command: &[String], timestamp: u64) -> io::Result<Recorder> {
+    pub fn create(
+        path: &Path,
+        command: &[String],
+        size: (u16, u16),
+        timestamp: u64,
+    ) -> io::Result<Recorder> {
         let f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -31,8 +36,8 @@ impl Recorder {
         let mut out = BufWriter::new(f);
         let header = json!({
             "version": 2,
-            "width": 80,
-            "height": 24,
+            "width": size.0,
+            "height": size.1,
             "timestamp": timestamp,
             "command": command.join(" "),
         });
@@ -115,15 +120,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("s.cast");
-        let mut r =
-            Recorder::create(&path, &["sh".into(), "-c".into(), "x".into()], 1700000000).unwrap();
+        let mut r = Recorder::create(
+            &path,
+            &["sh".into(), "-c".into(), "x".into()],
+            (80, 24),
+            1700000000,
+        )
+        .unwrap();
         let euro = "€".as_bytes();
         r.output(b"hello ").unwrap();
         r.output(&euro[..1]).unwrap();
         r.output(&euro[1..]).unwrap();
         r.resize(100, 30).unwrap();
         r.finish().unwrap();
-        assert!(Recorder::create(&path, &[], 0).is_err(), "never overwrites");
+        assert!(
+            Recorder::create(&path, &[], (80, 24), 0).is_err(),
+            "never overwrites"
+        );
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<serde_json::Value> = text
             .lines()

@@ -32,6 +32,7 @@ use crate::kube::client::{
 };
 use crate::kube::config::{Env, LoadOptions};
 use crate::kube::connection::Connection;
+use crate::kube::remote::TermSize;
 use crate::metrics::Metrics;
 use crate::server::auth::{request_token, Identity, Principals};
 use crate::sim::cluster::{Sim, SimOptions};
@@ -594,10 +595,27 @@ impl FrontDoor {
                 .map(str::to_string)
                 .collect(),
         };
+        let dim = |k: &str| -> Result<Option<u16>, ApiError> {
+            match req.query(k) {
+                None => Ok(None),
+                Some(v) => v
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .map(Some)
+                    .ok_or_else(|| invalid(format!("{k} must be an integer between 1 and 65535"))),
+            }
+        };
+        let initial_size = match (dim("cols")?, dim("rows")?) {
+            (Some(width), Some(height)) => Some(TermSize { width, height }),
+            (None, None) => None,
+            _ => return Err(invalid("cols and rows go together")),
+        };
         let ir = InteractiveRequest {
             spec,
             tty: flag("tty", true)?,
             stdin: flag("stdin", true)?,
+            initial_size,
         };
         let session = self.gateway.open_interactive(who, ir)?;
         let max_stdin = self.gateway.settings().limits.max_stdin_frame_bytes;
