@@ -58,3 +58,29 @@ pub fn channel(data: &[u8]) {
 pub fn protobuf(data: &[u8]) {
     let _ = crate::kube::protobuf::decode(data);
 }
+
+/// The interactive exec frame codec (`kubegate.exec.v1`), both directions:
+/// the first byte picks binary or text, the rest is the message.
+pub fn exec_frames(data: &[u8]) {
+    let Some((&kind, rest)) = data.split_first() else {
+        return;
+    };
+    let m = if kind & 1 == 0 {
+        tungstenite::Message::Binary(rest.to_vec().into())
+    } else {
+        match std::str::from_utf8(rest) {
+            Ok(t) => tungstenite::Message::Text(t.into()),
+            Err(_) => return,
+        }
+    };
+    if let Ok(Some(f)) = crate::exec::frames::ClientFrame::decode(&m, 64 * 1024) {
+        let again = crate::exec::frames::ClientFrame::decode(&f.encode(), 64 * 1024);
+        assert!(
+            again.is_ok(),
+            "a decoded client frame re-encodes to a valid one"
+        );
+    }
+    if let Ok(Some(f)) = crate::exec::frames::ServerFrame::decode(&m) {
+        let _ = f.encode();
+    }
+}

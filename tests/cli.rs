@@ -455,9 +455,10 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
     assert_eq!(pty.settings(), before, "the terminal was not restored");
 
     // SIGTERM while raw: restored, then exit 128+15.
+    let mut child = pty.spawn_exec(&d, "read l; stty size; cat");
     let from = pty.text().len();
-    let mut child = pty.spawn_exec(&d, "stty size; cat");
-    pty.wait_text("40 120\r\n", from);
+    pty.type_bytes(b"go\r");
+    pty.wait_text("go\r\n40 120\r\n", from);
     assert_ne!(pty.settings(), before);
     unsafe_kill(child.0.id(), 15);
     assert_eq!(wait_exit(&mut child), Some(143));

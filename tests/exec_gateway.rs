@@ -876,3 +876,29 @@ fn interactive_output_is_recorded_as_asciinema_v2() {
     // The tty echoes what was typed; stdin itself is not recorded as input.
     assert!(!events[1..].iter().any(|e| e[1] == "i"));
 }
+
+#[test]
+fn idle_interactive_streams_are_pinged() {
+    let d = DaemonProc::start_with(
+        |c| c.replace("[exec]\n", "[exec]\nping_interval_secs = 1\n"),
+        "info",
+    );
+    let mut ws = open_ws(&d, &["cat"], "&tty=false");
+    let started = Instant::now();
+    match ws.read().expect("read") {
+        Message::Ping(_) => {}
+        m => panic!("unexpected {m:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    // The session is alive after the ping: an echo still comes back.
+    send(
+        &mut ws,
+        ClientFrame::Stdin {
+            data: b"still\n".to_vec(),
+            eof: true,
+        },
+    );
+    let e = read_to_end(&mut ws);
+    assert_eq!(e.stdout, b"still\n");
+    assert_eq!(e.exit, Some(0));
+}

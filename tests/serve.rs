@@ -297,10 +297,11 @@ fn serve_runs_the_demo_on_the_embedded_sim() {
     assert_eq!(http_get(&d.url, "/healthz").0, 200);
     let (st, body) = http_get(&d.url, "/readyz");
     assert_eq!(st, 200, "{body}");
+    // Without a token every other route, known or not, is 401 (docs/api.md).
     let (st, body) = http_get(&d.url, "/no/such/route");
-    assert_eq!(st, 404);
+    assert_eq!(st, 401);
     let v: serde_json::Value = serde_json::from_str(&body).expect("JSON error body");
-    assert_eq!(v["error"]["code"], "NOT_FOUND", "{body}");
+    assert_eq!(v["error"]["code"], "UNAUTHORIZED", "{body}");
     assert!(v["error"]["message"].is_string(), "{body}");
 
     // The sim's kubeconfig: relative state_dir resolved beside the config.

@@ -293,6 +293,7 @@ pub fn serve_main(config_path: &Path) -> i32 {
             return 2;
         }
     };
+    raise_open_file_limit();
     let daemon = match Daemon::start(&cfg) {
         Ok(d) => d,
         Err(e) => {
@@ -321,6 +322,27 @@ pub fn serve_main(config_path: &Path) -> i32 {
     daemon.shutdown();
     log::info!("stopped");
     0
+}
+
+/// Every exec, watch and connection holds descriptors: the soft limit goes
+/// up to the hard one (quality.md), as servers do.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if let Some(max) = lim.maximum {
+        if lim.current != Some(max) {
+            match setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current: Some(max),
+                    maximum: Some(max),
+                },
+            ) {
+                Ok(()) => log::info!("open-file limit raised to {max}"),
+                Err(e) => log::warn!("raising the open-file limit to {max}: {e}"),
+            }
+        }
+    }
 }
 
 /// Prints the one stdout line and, under systemd, sends `READY=1`.
