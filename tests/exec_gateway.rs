@@ -902,3 +902,66 @@ fn idle_interactive_streams_are_pinged() {
     assert_eq!(e.stdout, b"still\n");
     assert_eq!(e.exit, Some(0));
 }
+
+#[test]
+fn metrics_count_execs_bytes_and_errors() {
+    let d = DaemonProc::start();
+    let (st, _) = d.json("POST", "/v1/exec", Some(&body(&["printf", "12345"])));
+    assert_eq!(st, 200);
+    let mut capped = body(&["sh", "-c", "exec yes"]);
+    capped["stdoutCapBytes"] = json!(10);
+    let (st, _) = d.json("POST", "/v1/exec", Some(&capped));
+    assert_eq!(st, 422);
+    let mut ws = open_ws(&d, &["cat"], "&tty=false");
+    send(
+        &mut ws,
+        ClientFrame::Stdin {
+            data: b"abc".to_vec(),
+            eof: true,
+        },
+    );
+    assert_eq!(read_to_end(&mut ws).exit, Some(0));
+    let mut ws = open_ws(&d, &["cat"], "&tty=false");
+    ws.send(Message::Text("{}".into())).unwrap();
+    assert!(read_to_end(&mut ws).error.is_some());
+
+    let (st, m) = d.request("GET", "/metrics", Some(DEMO_TOKEN), None);
+    assert_eq!(st, 200);
+    let m = String::from_utf8(m).unwrap();
+    let value = |series: &str| -> i64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing in\n{m}"))
+    };
+    assert_eq!(
+        value(r#"kubegate_exec_total{kind="oneshot",result="exit"}"#),
+        1
+    );
+    assert_eq!(
+        value(r#"kubegate_exec_total{kind="oneshot",result="EXEC_OUTPUT_LIMIT"}"#),
+        1
+    );
+    assert_eq!(
+        value(r#"kubegate_exec_total{kind="interactive",result="exit"}"#),
+        1
+    );
+    assert_eq!(
+        value(r#"kubegate_exec_total{kind="interactive",result="EXEC_INVALID"}"#),
+        1
+    );
+    assert_eq!(
+        value(r#"kubegate_api_errors_total{code="EXEC_OUTPUT_LIMIT"}"#),
+        1
+    );
+    assert_eq!(
+        value(r#"kubegate_api_errors_total{code="EXEC_INVALID"}"#),
+        1
+    );
+    assert_eq!(value(r#"kubegate_exec_bytes_total{direction="in"}"#), 3);
+    assert!(value(r#"kubegate_exec_bytes_total{direction="out"}"#) >= 5 + 3);
+    assert_eq!(value(r#"kubegate_exec_active{kind="oneshot"}"#), 0);
+    assert!(value("kubegate_threads") > 0);
+    assert!(value("kubegate_resident_memory_bytes") > 0);
+    assert!(m.contains("# TYPE kubegate_exec_total counter"));
+}

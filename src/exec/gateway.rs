@@ -223,11 +223,7 @@ impl Gateway {
     ) {
         let r = match result {
             Ok(_) => "exit".to_string(),
-            Err(e) => {
-                self.metrics
-                    .inc("kubegate_api_errors_total", format!("code=\"{}\"", e.code));
-                e.code.as_str().to_string()
-            }
+            Err(e) => e.code.as_str().to_string(),
         };
         self.metrics.inc(
             "kubegate_exec_total",
@@ -801,7 +797,13 @@ fn relay_output(
             reason: None,
             message: None,
         }),
-        Err(e) => ServerFrame::Error(e),
+        Err(e) => {
+            // Errors answered over HTTP are counted by the front door;
+            // this one travels as a frame.
+            gw.metrics
+                .inc("kubegate_api_errors_total", format!("code=\"{}\"", e.code));
+            ServerFrame::Error(e)
+        }
     };
     let _ = out.send(last.encode());
     let _ = out.send(Message::Close(Some(close(CloseCode::Normal, ""))));

@@ -707,11 +707,8 @@ impl Handler for FrontDoor {
             _ => match self.route(req) {
                 Ok(r) => r,
                 Err(e) => {
-                    if e.code != Code::ExecOutputLimit && !e.code.as_str().starts_with("EXEC_") {
-                        // Exec errors are counted by the gateway.
-                        self.metrics
-                            .inc("kubegate_api_errors_total", format!("code=\"{}\"", e.code));
-                    }
+                    self.metrics
+                        .inc("kubegate_api_errors_total", format!("code=\"{}\"", e.code));
                     api_error(&e).into()
                 }
             },
