@@ -179,6 +179,9 @@ pub struct ExecSection {
     pub max_sessions: u64,
     /// Concurrent execs per principal.
     pub max_sessions_per_principal: u64,
+    /// Record every interactive exec's output here (asciinema v2); none
+    /// when absent.
+    pub recording_dir: Option<PathBuf>,
 }
 
 impl Default for ExecSection {
@@ -198,6 +201,7 @@ impl Default for ExecSection {
             ping_interval_secs: 30,
             max_sessions: 256,
             max_sessions_per_principal: 16,
+            recording_dir: None,
         }
     }
 }
@@ -472,6 +476,12 @@ impl Config {
         if let Some(p) = &mut x.audit_log {
             if p.as_os_str().is_empty() {
                 return err("exec.audit_log", "must not be empty".into());
+            }
+            resolve(p);
+        }
+        if let Some(p) = &mut x.recording_dir {
+            if p.as_os_str().is_empty() {
+                return err("exec.recording_dir", "must not be empty".into());
             }
             resolve(p);
         }

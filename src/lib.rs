@@ -6,6 +6,7 @@
 //! above it; `sim` uses only `kube`'s wire formats and `http`.
 
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod exec;
 pub mod http;

@@ -1,6 +1,7 @@
 //! The `kubegate` command line: parses arguments and calls one function per
 //! command. Exit codes (contract.md): 0 success, 2 usage or configuration
-//! error, 1 any other failure.
+//! error, 1 any other failure; `exec` passes on the remote exit code and
+//! uses 255 for its own errors (docs/cli.md).
 
 use kubegate::sim::cluster::{Sim, SimError, SimOptions};
 use std::io::Write;
@@ -18,6 +19,14 @@ commands:
                 kubegate sim [--listen ADDR] [--kubeconfig-out PATH] [--tls] [--token T]
                              [--client-ca] [--state-dir DIR] [--namespace NAME]...
                              [--fail-image GLOB]... [--allow-remote]
+  exec          run a command in a workspace Deployment through the daemon
+                kubegate exec [-i] [-t] [-c CONTAINER] --workspace PROJECT/UID DEPLOYMENT -- CMD [ARGS...]
+  workspaces    list the workspaces and Deployments the token may exec into
+                kubegate workspaces [--output table|json]
+
+client commands (exec, workspaces) take --server URL (env KUBEGATE_SERVER,
+default http://127.0.0.1:7443), --token T or --token-file F (env
+KUBEGATE_TOKEN) and --ca-file F; `kubegate COMMAND --help` for details.
 ";
 
 fn main() {
@@ -37,6 +46,10 @@ fn main() {
             }
             Err(m) => usage_error(&m),
         },
+        // Client commands: exit codes of their own (exec: the remote
+        // command's, 255 for kubegate's errors; docs/cli.md).
+        Some("exec") => kubegate::cli::exec_main(&args[1..]),
+        Some("workspaces") => kubegate::cli::workspaces_main(&args[1..]),
         Some("check-config") => match parse_config_flag(&args[1..]) {
             Ok(path) => cmd_check_config(&path),
             Err(m) => usage_error(&m),

@@ -309,6 +309,23 @@ fn target_errors_have_their_codes() {
     assert!(v["error"]["message"].as_str().unwrap().contains("sidecar"));
     let (st, v) = exec("hello", Some("main"));
     assert_eq!(st, 200, "{v}");
+    // Every attempt past the workspace check is audited, refused or not.
+    let lines = audit_lines(&d);
+    let got: Vec<(&str, bool)> = lines
+        .iter()
+        .map(|l| (l["error"].as_str().unwrap_or("exit"), l["target"].is_null()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("EXEC_TARGET_NOT_FOUND", true),
+            ("EXEC_TARGET_FORBIDDEN", true),
+            ("EXEC_TARGET_FORBIDDEN", true),
+            ("EXEC_TARGET_NOT_READY", true),
+            ("EXEC_TARGET_NOT_FOUND", true),
+            ("exit", false),
+        ]
+    );
 }
 
 #[test]
@@ -808,4 +825,54 @@ fn shutdown_ends_interactive_sessions_with_a_reason_and_exits_0() {
         "{e:?}"
     );
     assert_eq!(d.stop(), Some(0));
+}
+
+#[test]
+fn interactive_output_is_recorded_as_asciinema_v2() {
+    let d = DaemonProc::start_with(
+        |c| c.replace("[exec]\n", "[exec]\nrecording_dir = \"./state/rec\"\n"),
+        "info",
+    );
+    let mut ws = open_ws(&d, &["sh", "-c", "read x; printf 'hello-cast'"], "");
+    send(
+        &mut ws,
+        ClientFrame::Resize {
+            cols: 100,
+            rows: 30,
+        },
+    );
+    send(
+        &mut ws,
+        ClientFrame::Stdin {
+            data: b"secret-input\r".to_vec(),
+            eof: false,
+        },
+    );
+    let e = read_to_end(&mut ws);
+    assert_eq!(e.exit, Some(0));
+    let lines = audit_lines(&d);
+    let name = lines[0]["recording"]
+        .as_str()
+        .expect("the audit names the recording");
+    let text = std::fs::read_to_string(d.dir.join("state").join("rec").join(name)).unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["version"], 2);
+    assert_eq!(events[0]["command"], "sh -c read x; printf 'hello-cast'");
+    let output: String = events[1..]
+        .iter()
+        .filter(|e| e[1] == "o")
+        .map(|e| e[2].as_str().unwrap().to_string())
+        .collect();
+    assert!(output.contains("hello-cast"), "{output:?}");
+    assert!(
+        events[1..].iter().any(|e| e[1] == "r" && e[2] == "100x30"),
+        "{text}"
+    );
+    let times: Vec<f64> = events[1..].iter().map(|e| e[0].as_f64().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    // The tty echoes what was typed; stdin itself is not recorded as input.
+    assert!(!events[1..].iter().any(|e| e[1] == "i"));
 }

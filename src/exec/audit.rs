@@ -32,6 +32,9 @@ pub struct Record<'a> {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub duration_ms: u64,
+    /// The asciinema recording of an interactive exec, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording: Option<String>,
 }
 
 pub struct Audit {
@@ -88,6 +91,7 @@ mod tests {
                 bytes_in: 0,
                 bytes_out: 3,
                 duration_ms: 5,
+                recording: None,
             })
             .unwrap();
         }

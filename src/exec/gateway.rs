@@ -28,6 +28,7 @@
 
 use super::audit::{Audit, Record};
 use super::frames::{ClientFrame, Exit, ServerFrame};
+use super::record::Recorder;
 use super::resolve::{resolve, Ownership};
 use super::slots::{Slot, Slots};
 use super::validate::{invalid, output_cap, ExecSpec, Limits};
@@ -68,6 +69,8 @@ pub struct Settings {
     pub ping_interval: Duration,
     pub max_sessions: usize,
     pub max_sessions_per_principal: usize,
+    /// asciinema recordings of interactive execs go here.
+    pub recording_dir: Option<std::path::PathBuf>,
 }
 
 /// `POST /v1/exec` body.
@@ -110,6 +113,8 @@ pub struct InteractiveRequest {
     pub spec: ExecSpec,
     pub tty: bool,
     pub stdin: bool,
+    /// With a tty: the terminal's size before the command starts.
+    pub initial_size: Option<TermSize>,
 }
 
 pub struct Gateway {
@@ -167,7 +172,15 @@ impl Gateway {
     }
 
     /// Validation, the principal's workspace, a slot, then the target.
-    fn admit(&self, who: &Identity, spec: &ExecSpec) -> Result<(Slot, Target), ApiError> {
+    /// `checked` turns true once the request passed validation, the
+    /// workspace check and the concurrency limit: from there on, every
+    /// outcome is audited (a Deployment of another workspace included).
+    fn admit(
+        &self,
+        who: &Identity,
+        spec: &ExecSpec,
+        checked: &mut bool,
+    ) -> Result<(Slot, Target), ApiError> {
         spec.validate(&self.settings.limits)?;
         if !who.holds(&spec.project, &spec.uid) {
             return Err(ApiError::new(
@@ -179,6 +192,7 @@ impl Gateway {
             ));
         }
         let slot = self.slots.acquire(&who.name)?;
+        *checked = true;
         let target = resolve(&self.client, &self.settings.ownership, spec)?;
         Ok((slot, target))
     }
@@ -242,6 +256,7 @@ impl Gateway {
         outcome: Result<i32, &str>,
         bytes: (u64, u64),
         started: Instant,
+        recording: Option<String>,
     ) {
         let what = match outcome {
             Ok(c) => format!("exit {c}"),
@@ -271,6 +286,7 @@ impl Gateway {
             bytes_in: bytes.0,
             bytes_out: bytes.1,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            recording,
         };
         if let Err(e) = a.record(&rec) {
             log::error!("audit log: {e}");
@@ -294,13 +310,14 @@ impl Gateway {
             command: req.command,
         };
         let mut target = None;
+        let mut checked = false;
         let mut out_bytes = 0u64;
         let result = (|| {
             let caps = (
                 output_cap(req.stdout_cap_bytes, "stdout", &self.settings.limits)?,
                 output_cap(req.stderr_cap_bytes, "stderr", &self.settings.limits)?,
             );
-            let (_slot, t) = self.admit(who, &spec)?;
+            let (_slot, t) = self.admit(who, &spec, &mut checked)?;
             target = Some(t.clone());
             self.metrics
                 .add("kubegate_exec_active", "kind=\"oneshot\"", 1);
@@ -314,9 +331,9 @@ impl Gateway {
             .map(|r| r.exit.exit_code)
             .map_err(Clone::clone);
         self.finish("oneshot", &code, 0, out_bytes);
-        // Errors before the target is known (validation, the principal's
-        // workspace) did no work: they are answered, not audited.
-        if target.is_some() {
+        // Refusals before any cluster call (validation, the principal's
+        // workspace, the limits) are answered and counted, not audited.
+        if checked {
             let outcome = match &result {
                 Ok(r) => Ok(r.exit.exit_code),
                 Err(e) => Err(e.code.as_str()),
@@ -330,6 +347,7 @@ impl Gateway {
                 outcome,
                 (0, out_bytes),
                 started,
+                None,
             );
         }
         result
@@ -411,13 +429,17 @@ impl Gateway {
         req: InteractiveRequest,
     ) -> Result<Interactive, ApiError> {
         let started = Instant::now();
+        let mut checked = false;
+        let mut resolved = None;
         let result = (|| {
-            let (slot, target) = self.admit(who, &req.spec)?;
+            let (slot, target) = self.admit(who, &req.spec, &mut checked)?;
+            resolved = Some(target.clone());
             let opts = ExecOptions {
                 stdin: req.stdin,
                 stdout: true,
                 stderr: true,
                 tty: req.tty,
+                initial_size: req.initial_size,
                 ping_interval: Some(self.settings.ping_interval),
                 idle_timeout: Some(self.settings.idle_timeout),
                 ..ExecOptions::default()
@@ -437,6 +459,19 @@ impl Gateway {
             }),
             Err(e) => {
                 self.finish("interactive", &Err(e.clone()), 0, 0);
+                if checked {
+                    self.audit(
+                        who,
+                        "interactive",
+                        &req.spec,
+                        resolved.as_ref(),
+                        req.tty,
+                        Err(e.code.as_str()),
+                        (0, 0),
+                        started,
+                        None,
+                    );
+                }
                 Err(e)
             }
         }
@@ -488,6 +523,40 @@ struct Shared {
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     started: Instant,
+    recorder: Mutex<Option<Recorder>>,
+    /// The recording's file name (for the audit line).
+    recording: Option<String>,
+}
+
+impl Shared {
+    fn record(&self, f: impl FnOnce(&mut Recorder) -> std::io::Result<()>) {
+        let mut g = self.recorder.lock();
+        if let Some(r) = g.as_mut() {
+            if let Err(e) = f(r) {
+                log::error!("exec recording stopped: {e}");
+                *g = None;
+            }
+        }
+    }
+}
+
+/// `<unix seconds>-<principal>-<n>.cast`, the principal's name reduced to
+/// characters safe in a file name.
+fn recording_name(principal: &str, id: u64) -> String {
+    let who: String = principal
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("{now}-{who}-{id}.cast")
 }
 
 impl Shared {
@@ -531,12 +600,31 @@ impl Interactive {
         gw.queues.lock().insert(id, out.clone());
         gw.metrics
             .add("kubegate_exec_active", "kind=\"interactive\"", 1);
+        let (recorder, recording) = match &gw.settings.recording_dir {
+            Some(dir) => {
+                let name = recording_name(&who.name, id);
+                let ts = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let size = req.initial_size.map_or((80, 24), |s| (s.width, s.height));
+                match Recorder::create(&dir.join(&name), &req.spec.command, size, ts) {
+                    Ok(r) => (Some(r), Some(name)),
+                    Err(e) => {
+                        log::error!("exec recording {}: {e}", dir.join(&name).display());
+                        (None, None)
+                    }
+                }
+            }
+            None => (None, None),
+        };
         let shared = Arc::new(Shared {
             stopped: AtomicBool::new(false),
             active_ms: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             started,
+            recorder: Mutex::new(recorder),
+            recording,
         });
         let _ = out.send(ServerFrame::Target(target.clone()).encode());
         let (in_tx, in_rx) = bounded::<Message>(INBOUND_CAPACITY);
@@ -631,7 +719,10 @@ fn relay_output(
                         Output::Stderr(d) => ServerFrame::Stderr(d),
                     };
                     let n = match &frame {
-                        ServerFrame::Stdout(d) | ServerFrame::Stderr(d) => d.len() as u64,
+                        ServerFrame::Stdout(d) | ServerFrame::Stderr(d) => {
+                            shared.record(|r| r.output(d));
+                            d.len() as u64
+                        }
                         _ => 0,
                     };
                     shared.bytes_out.fetch_add(n, Ordering::Relaxed);
@@ -678,6 +769,11 @@ fn relay_output(
         (Err(_), true) => Err("CLOSED"),
         (Err(e), false) => Err(e.code.as_str()),
     };
+    if let Some(r) = shared.recorder.lock().take() {
+        if let Err(e) = r.finish() {
+            log::error!("exec recording: {e}");
+        }
+    }
     gw.audit(
         who,
         "interactive",
@@ -687,6 +783,7 @@ fn relay_output(
         outcome,
         bytes,
         shared.started,
+        shared.recording.clone(),
     );
     if stopped {
         gw.finish(
@@ -772,6 +869,7 @@ fn supervise(
                             if tty {
                                 let _ = controller.resize(TermSize { width: cols, height: rows });
                             }
+                            shared.record(|r| r.resize(cols, rows));
                         }
                         Ok(Some(ClientFrame::Close)) => {
                             abort(CloseCode::Normal, "");

@@ -8,6 +8,7 @@
 pub mod audit;
 pub mod frames;
 pub mod gateway;
+pub mod record;
 pub mod resolve;
 pub mod slots;
 pub mod validate;

@@ -32,6 +32,7 @@ use crate::kube::client::{
 };
 use crate::kube::config::{Env, LoadOptions};
 use crate::kube::connection::Connection;
+use crate::kube::remote::TermSize;
 use crate::metrics::Metrics;
 use crate::server::auth::{request_token, Identity, Principals};
 use crate::sim::cluster::{Sim, SimOptions};
@@ -176,6 +177,18 @@ impl Daemon {
             None => None,
         };
         let x = &cfg.exec;
+        if let Some(dir) = &x.recording_dir {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| {
+                    failed(format!(
+                        "creating the recording folder {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+        }
         let gateway = Gateway::new(
             client.clone(),
             exec_conn,
@@ -191,6 +204,7 @@ impl Daemon {
                 max_sessions: usize::try_from(x.max_sessions).unwrap_or(usize::MAX),
                 max_sessions_per_principal: usize::try_from(x.max_sessions_per_principal)
                     .unwrap_or(usize::MAX),
+                recording_dir: x.recording_dir.clone(),
             },
             audit,
             metrics.clone(),
@@ -581,10 +595,27 @@ impl FrontDoor {
                 .map(str::to_string)
                 .collect(),
         };
+        let dim = |k: &str| -> Result<Option<u16>, ApiError> {
+            match req.query(k) {
+                None => Ok(None),
+                Some(v) => v
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .map(Some)
+                    .ok_or_else(|| invalid(format!("{k} must be an integer between 1 and 65535"))),
+            }
+        };
+        let initial_size = match (dim("cols")?, dim("rows")?) {
+            (Some(width), Some(height)) => Some(TermSize { width, height }),
+            (None, None) => None,
+            _ => return Err(invalid("cols and rows go together")),
+        };
         let ir = InteractiveRequest {
             spec,
             tty: flag("tty", true)?,
             stdin: flag("stdin", true)?,
+            initial_size,
         };
         let session = self.gateway.open_interactive(who, ir)?;
         let max_stdin = self.gateway.settings().limits.max_stdin_frame_bytes;

@@ -68,18 +68,7 @@ pub fn open(
 ) -> Result<Opened, RemoteError> {
     let bearer = conn.credentials.bearer()?;
     let deadline = Instant::now() + timeout;
-    let tcp = connect_tcp(ep, deadline)?;
-    // Keystrokes and small frames must not wait for Nagle.
-    let _ = tcp.set_nodelay(true);
-    let mut sock = if ep.tls {
-        let mut material = conn.tls.clone();
-        if let Some(cc) = conn.credentials.client_cert()? {
-            material.client_cert = Some(cc);
-        }
-        tls_handshake(conn, &material, tcp, ep, deadline)?
-    } else {
-        ClientSocket::Socket(crate::http::Socket::Plain(tcp))
-    };
+    let mut sock = dial(conn, ep, deadline)?;
 
     let key = generate_key();
     let req = handshake::encode_request(&UpgradeRequest {
@@ -90,49 +79,16 @@ pub fn open(
         bearer: bearer.as_deref(),
     });
     write_all(&mut sock, &req, deadline).map_err(|e| transport("sending the upgrade to", ep, e))?;
-
-    let mut buf = Vec::with_capacity(4096);
-    let (head, n) = loop {
-        if let Some(h) = handshake::parse_head(&buf).map_err(RemoteError::Handshake)? {
-            break h;
-        }
-        match read_some(&mut sock, &mut buf, deadline) {
-            Ok(0) => {
-                return Err(transport(
-                    "reading the upgrade answer from",
-                    ep,
-                    "connection closed before a response",
-                ))
-            }
-            Ok(_) => {}
-            Err(e) => return Err(transport("reading the upgrade answer from", ep, e)),
-        }
-    };
-    let rest = buf.split_off(n);
+    let (head, rest) = read_head(&mut sock, ep, deadline)?;
 
     if head.code == 101 {
         let protocol =
             handshake::check_switch(&head, &key, offer).map_err(RemoteError::Handshake)?;
-        sock.set_read_timeout(None)
-            .and_then(|()| sock.set_write_timeout(None))
-            .map_err(|e| transport("configuring the socket to", ep, e))?;
-        let ws = WebSocket::from_partially_read(sock, rest, Role::Client, Some(ws_config()));
+        let ws = into_websocket(sock, rest, ep)?;
         return Ok(Opened { ws, protocol });
     }
 
-    // An error answer: read its whole body (bounded, within the deadline);
-    // a body cut short still yields what came.
-    let mut reader = BodyReader::new(handshake::framing(&head), &rest);
-    let body = loop {
-        if let Some(b) = reader.body(false) {
-            break b;
-        }
-        let mut chunk = Vec::with_capacity(16 * 1024);
-        match read_some(&mut sock, &mut chunk, deadline) {
-            Ok(0) | Err(_) => break reader.body(true).unwrap_or_default(),
-            Ok(_) => reader.push(&chunk),
-        }
-    };
+    let body = read_body(&mut sock, &head, &rest, deadline);
     if head.code == 401 {
         conn.credentials.invalidate();
     }
@@ -142,6 +98,95 @@ pub fn open(
         code: head.code,
         status: Box::new(status),
     })
+}
+
+/// TCP (no Nagle: keystrokes and small frames must not wait) and, for an
+/// https endpoint, TLS with `conn`'s material, before `deadline`. Shared
+/// with the command-line client, which talks to the daemon the same way.
+pub(crate) fn dial(
+    conn: &Connection,
+    ep: &Endpoint,
+    deadline: Instant,
+) -> Result<ClientSocket, RemoteError> {
+    let tcp = connect_tcp(ep, deadline)?;
+    let _ = tcp.set_nodelay(true);
+    if ep.tls {
+        let mut material = conn.tls.clone();
+        if let Some(cc) = conn.credentials.client_cert()? {
+            material.client_cert = Some(cc);
+        }
+        tls_handshake(conn, &material, tcp, ep, deadline)
+    } else {
+        Ok(ClientSocket::Socket(crate::http::Socket::Plain(tcp)))
+    }
+}
+
+/// Reads a response head before `deadline`; returns it and the bytes read
+/// past it (WebSocket data after a 101, or the start of a body).
+pub(crate) fn read_head(
+    sock: &mut ClientSocket,
+    ep: &Endpoint,
+    deadline: Instant,
+) -> Result<(handshake::Head, Vec<u8>), RemoteError> {
+    let mut buf = Vec::with_capacity(4096);
+    let (head, n) = loop {
+        if let Some(h) = handshake::parse_head(&buf).map_err(RemoteError::Handshake)? {
+            break h;
+        }
+        match read_some(sock, &mut buf, deadline) {
+            Ok(0) => {
+                return Err(transport(
+                    "reading the answer from",
+                    ep,
+                    "connection closed before a response",
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => return Err(transport("reading the answer from", ep, e)),
+        }
+    };
+    let rest = buf.split_off(n);
+    Ok((head, rest))
+}
+
+/// Reads the whole body of a non-101 answer (bounded by
+/// [`handshake::MAX_BODY`], within the deadline); a body cut short still
+/// yields what came.
+pub(crate) fn read_body(
+    sock: &mut ClientSocket,
+    head: &handshake::Head,
+    rest: &[u8],
+    deadline: Instant,
+) -> Vec<u8> {
+    let mut reader = BodyReader::new(handshake::framing(head), rest);
+    loop {
+        if let Some(b) = reader.body(false) {
+            return b;
+        }
+        let mut chunk = Vec::with_capacity(16 * 1024);
+        match read_some(sock, &mut chunk, deadline) {
+            Ok(0) | Err(_) => return reader.body(true).unwrap_or_default(),
+            Ok(_) => reader.push(&chunk),
+        }
+    }
+}
+
+/// The socket after a checked 101, as a client WebSocket: socket timeouts
+/// cleared (the pump takes over), the bytes read past the head kept.
+pub(crate) fn into_websocket(
+    sock: ClientSocket,
+    rest: Vec<u8>,
+    ep: &Endpoint,
+) -> Result<WebSocket<ClientSocket>, RemoteError> {
+    sock.set_read_timeout(None)
+        .and_then(|()| sock.set_write_timeout(None))
+        .map_err(|e| transport("configuring the socket to", ep, e))?;
+    Ok(WebSocket::from_partially_read(
+        sock,
+        rest,
+        Role::Client,
+        Some(ws_config()),
+    ))
 }
 
 /// TLS over `tcp` with rustls (our `ClientConfig`, our `TlsStream`).
@@ -211,7 +256,11 @@ fn left(deadline: Instant) -> io::Result<Duration> {
 }
 
 /// Writes and flushes everything before `deadline`.
-fn write_all(sock: &mut ClientSocket, mut data: &[u8], deadline: Instant) -> io::Result<()> {
+pub(crate) fn write_all(
+    sock: &mut ClientSocket,
+    mut data: &[u8],
+    deadline: Instant,
+) -> io::Result<()> {
     while !data.is_empty() {
         sock.set_write_timeout(Some(left(deadline)?))?;
         match sock.write(data) {

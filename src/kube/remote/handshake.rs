@@ -34,15 +34,30 @@ pub struct UpgradeRequest<'a> {
 
 /// The request bytes. The token is only ever written here, never logged.
 pub fn encode_request(r: &UpgradeRequest<'_>) -> Vec<u8> {
-    let mut s = format!(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {}\r\nUser-Agent: kubegate/{}\r\n",
+    encode_upgrade(
         r.path_and_query,
         r.authority,
         r.key,
-        client_offer(r.offer),
+        &client_offer(r.offer),
+        r.bearer,
+    )
+}
+
+/// The upgrade request bytes for any subprotocol offer (`offer`: the
+/// `Sec-WebSocket-Protocol` value, entries comma-separated). Shared with the
+/// command-line client (`kubegate.exec.v1`).
+pub fn encode_upgrade(
+    path_and_query: &str,
+    authority: &str,
+    key: &str,
+    offer: &str,
+    bearer: Option<&str>,
+) -> Vec<u8> {
+    let mut s = format!(
+        "GET {path_and_query} HTTP/1.1\r\nHost: {authority}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {offer}\r\nUser-Agent: kubegate/{}\r\n",
         env!("CARGO_PKG_VERSION"),
     );
-    if let Some(t) = r.bearer {
+    if let Some(t) = bearer {
         s.push_str("Authorization: Bearer ");
         s.push_str(t);
         s.push_str("\r\n");
@@ -111,6 +126,27 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
 /// Checks a 101 answer (RFC 6455 §4.1) and returns the subprotocol the
 /// server chose, which must be exactly one we offered.
 pub fn check_switch(head: &Head, key: &str, offer: &[Protocol]) -> Result<Protocol, String> {
+    check_accept(head, key)?;
+    let chosen: Vec<&str> = head.values("sec-websocket-protocol").collect();
+    match chosen.as_slice() {
+        [] => Err(format!(
+            "the server chose no subprotocol (offered {}); it does not speak the channel protocols",
+            client_offer(offer)
+        )),
+        [one] => match Protocol::parse(one) {
+            Some(p) if offer.contains(&p) => Ok(p),
+            _ => Err(format!(
+                "the server chose a subprotocol we did not offer: {one:?}"
+            )),
+        },
+        _ => Err("the server sent several Sec-WebSocket-Protocol headers".into()),
+    }
+}
+
+/// Checks the protocol-independent part of a 101 answer (RFC 6455 §4.1):
+/// the status, `Upgrade`, `Connection` and `Sec-WebSocket-Accept`. The
+/// caller checks the chosen subprotocol.
+pub fn check_accept(head: &Head, key: &str) -> Result<(), String> {
     if head.code != 101 {
         return Err(format!(
             "expected 101 Switching Protocols, got {}",
@@ -125,23 +161,9 @@ pub fn check_switch(head: &Head, key: &str, offer: &[Protocol]) -> Result<Protoc
     }
     let want = derive_accept_key(key.as_bytes());
     match head.header("sec-websocket-accept") {
-        Some(a) if a == want => {}
-        Some(a) => return Err(format!("wrong Sec-WebSocket-Accept {a:?}")),
-        None => return Err("101 without Sec-WebSocket-Accept".into()),
-    }
-    let chosen: Vec<&str> = head.values("sec-websocket-protocol").collect();
-    match chosen.as_slice() {
-        [] => Err(format!(
-            "the server chose no subprotocol (offered {}); it does not speak the channel protocols",
-            client_offer(offer)
-        )),
-        [one] => match Protocol::parse(one) {
-            Some(p) if offer.contains(&p) => Ok(p),
-            _ => Err(format!(
-                "the server chose a subprotocol we did not offer: {one:?}"
-            )),
-        },
-        _ => Err("the server sent several Sec-WebSocket-Protocol headers".into()),
+        Some(a) if a == want => Ok(()),
+        Some(a) => Err(format!("wrong Sec-WebSocket-Accept {a:?}")),
+        None => Err("101 without Sec-WebSocket-Accept".into()),
     }
 }
 

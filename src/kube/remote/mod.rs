@@ -32,12 +32,12 @@
 //! - `process`: the threads and the handles;
 //! - `error`: [`RemoteError`].
 
-mod connect;
+pub(crate) mod connect;
 mod demux;
 mod error;
-mod handshake;
+pub(crate) mod handshake;
 mod process;
-mod request;
+pub(crate) mod request;
 
 pub use crate::kube::channel::{Protocol, TermSize};
 pub use demux::{ExitStatus, Output};

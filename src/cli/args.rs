@@ -1,0 +1,721 @@
+//! Argument parsing of the client commands, pure: the environment comes in
+//! as a function, nothing is read from disk (the token file is read later,
+//! by [`CommonArgs::token`]).
+//!
+//! Style: `--flag VALUE` or `--flag=VALUE`; short flags cluster (`-it`,
+//! `-itc main`, `-cmain`). For `exec`, options may come before or after
+//! DEPLOYMENT, and everything after the first `--` is the command, untouched
+//! (so the command's own flags never reach our parser).
+
+use super::{codes, CliError};
+use crate::kube::remote::request::parse_server;
+use std::path::PathBuf;
+
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7443";
+/// A token file larger than this is not a token file.
+const MAX_TOKEN_FILE: u64 = 64 * 1024;
+
+pub const EXEC_SYNOPSIS: &str = "usage: kubegate exec [-i] [-t] [-c CONTAINER] --workspace PROJECT/UID DEPLOYMENT -- CMD [ARGS...]
+       (kubegate exec --help for more)";
+
+pub const EXEC_HELP: &str = "usage: kubegate exec [-i] [-t] [-c CONTAINER] --workspace PROJECT/UID DEPLOYMENT -- CMD [ARGS...]
+
+Runs CMD in a container of a pod of DEPLOYMENT (a Deployment of the
+workspace) through the kubegate daemon, and exits with CMD's exit code.
+
+options:
+  -i, --stdin              send our stdin to CMD (without it CMD's stdin is
+                           closed at once)
+  -t, --tty                allocate a terminal for CMD; with -i and a terminal
+                           on our stdin, the local terminal goes to raw mode
+                           (restored on exit) and window size changes follow.
+                           Ignored, with a warning, when stdin is not a terminal
+  -c, --container NAME     the container (default: the pod's only or default one)
+  -w, --workspace P/UID    the workspace (env KUBEGATE_WORKSPACE)
+      --server URL         the daemon (env KUBEGATE_SERVER, default http://127.0.0.1:7443)
+      --token T            the bearer token (env KUBEGATE_TOKEN)
+      --token-file F       read the token from F (surrounding whitespace trimmed)
+      --ca-file F          trust the CA certificates in PEM file F (https servers)
+  -h, --help               this help
+
+exit codes: CMD's exit code; 255 for kubegate's own errors (usage, connection,
+refusals), printed as `kubegate: CODE: message` (docs/cli.md).
+";
+
+pub const WORKSPACES_SYNOPSIS: &str =
+    "usage: kubegate workspaces [--output table|json] [--server URL] [--token T | --token-file F] [--ca-file F]
+       (kubegate workspaces --help for more)";
+
+pub const WORKSPACES_HELP: &str = "usage: kubegate workspaces [--output table|json] [--server URL] [--token T | --token-file F] [--ca-file F]
+
+Lists the workspaces the token may exec into and the labelled Deployments in
+each: WORKSPACE  DEPLOYMENT  CONTAINERS  READY (ready/desired replicas).
+
+options:
+  -o, --output FORMAT      table (default) or json (the daemon's answer as is)
+      --server URL         the daemon (env KUBEGATE_SERVER, default http://127.0.0.1:7443)
+      --token T            the bearer token (env KUBEGATE_TOKEN)
+      --token-file F       read the token from F (surrounding whitespace trimmed)
+      --ca-file F          trust the CA certificates in PEM file F (https servers)
+  -h, --help               this help
+
+exit codes: 0 success; 2 usage or configuration error; 1 any other failure.
+";
+
+/// A parsed command line: run it, or print the help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed<T> {
+    Run(T),
+    Help,
+}
+
+/// Where the token comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `--token` or `KUBEGATE_TOKEN`.
+    Value(String),
+    /// `--token-file`.
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for TokenSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            // Never print a token, not even in a debug dump.
+            TokenSource::Value(_) => f.write_str("Value(<redacted>)"),
+            TokenSource::File(p) => f.debug_tuple("File").field(p).finish(),
+        }
+    }
+}
+
+/// The flags every client command has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommonArgs {
+    pub server: String,
+    pub token: TokenSource,
+    pub ca_file: Option<PathBuf>,
+}
+
+impl CommonArgs {
+    /// The token: the value, or the trimmed contents of the token file.
+    pub fn token(&self) -> Result<String, CliError> {
+        match &self.token {
+            TokenSource::Value(t) => Ok(t.clone()),
+            TokenSource::File(p) => read_token_file(p),
+        }
+    }
+}
+
+/// Reads a token file: its contents with surrounding whitespace (a trailing
+/// newline) trimmed. Errors name the file, never its contents.
+pub fn read_token_file(path: &std::path::Path) -> Result<String, CliError> {
+    use std::io::Read;
+    let config = |m: String| CliError::new(codes::CONFIG, m);
+    let f = std::fs::File::open(path)
+        .map_err(|e| config(format!("token file {}: {e}", path.display())))?;
+    let mut raw = Vec::new();
+    f.take(MAX_TOKEN_FILE + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| config(format!("token file {}: {e}", path.display())))?;
+    if raw.len() as u64 > MAX_TOKEN_FILE {
+        return Err(config(format!(
+            "token file {}: larger than {MAX_TOKEN_FILE} bytes",
+            path.display()
+        )));
+    }
+    let s = String::from_utf8(raw)
+        .map_err(|_| config(format!("token file {}: not UTF-8 text", path.display())))?;
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(config(format!("token file {} is empty", path.display())));
+    }
+    if t.chars().any(|c| c.is_control()) {
+        return Err(config(format!(
+            "token file {}: the token must be one line without control characters",
+            path.display()
+        )));
+    }
+    Ok(t.to_string())
+}
+
+/// `kubegate exec` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecArgs {
+    pub common: CommonArgs,
+    pub stdin: bool,
+    pub tty: bool,
+    pub container: Option<String>,
+    pub project: String,
+    pub uid: String,
+    pub deployment: String,
+    pub command: Vec<String>,
+}
+
+/// How `kubegate workspaces` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+/// `kubegate workspaces` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspacesArgs {
+    pub common: CommonArgs,
+    pub output: OutputFormat,
+}
+
+type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn usage(m: impl Into<String>) -> CliError {
+    CliError::usage(m)
+}
+
+/// The raw values of the common flags, before env fallbacks.
+#[derive(Default)]
+struct CommonRaw {
+    server: Option<String>,
+    token: Option<String>,
+    token_file: Option<String>,
+    ca_file: Option<String>,
+}
+
+/// Takes the value of long option `name` at `args[*i]` (`--name V` or
+/// `--name=V`); `None` when `args[*i]` is another option.
+fn long_value(args: &[String], i: &mut usize, name: &str) -> Result<Option<String>, CliError> {
+    let a = &args[*i];
+    if a == name {
+        *i += 1;
+        return match args.get(*i) {
+            Some(v) => Ok(Some(v.clone())),
+            None => Err(usage(format!("{name} needs a value"))),
+        };
+    }
+    match a.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
+        Some(v) => Ok(Some(v.to_string())),
+        None => Ok(None),
+    }
+}
+
+fn non_empty(flag: &str, v: String) -> Result<String, CliError> {
+    if v.is_empty() {
+        return Err(usage(format!("{flag} must not be empty")));
+    }
+    Ok(v)
+}
+
+impl CommonRaw {
+    /// Consumes a common long option at `args[*i]`; false when it is not one.
+    fn take(&mut self, args: &[String], i: &mut usize) -> Result<bool, CliError> {
+        let slots: [(&str, &mut Option<String>); 4] = [
+            ("--server", &mut self.server),
+            ("--token", &mut self.token),
+            ("--token-file", &mut self.token_file),
+            ("--ca-file", &mut self.ca_file),
+        ];
+        for (name, slot) in slots {
+            if let Some(v) = long_value(args, i, name)? {
+                *slot = Some(non_empty(name, v)?);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn finish(self, env: Env<'_>) -> Result<CommonArgs, CliError> {
+        let server = match self.server {
+            Some(s) => s,
+            None => env("KUBEGATE_SERVER")
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| DEFAULT_SERVER.to_string()),
+        };
+        parse_server(&server).map_err(|m| usage(format!("--server: {m}")))?;
+        let token = match (self.token, self.token_file) {
+            (Some(_), Some(_)) => {
+                return Err(usage("give --token or --token-file, not both"));
+            }
+            (Some(t), None) => TokenSource::Value(t),
+            (None, Some(f)) => TokenSource::File(PathBuf::from(f)),
+            (None, None) => match env("KUBEGATE_TOKEN").filter(|t| !t.trim().is_empty()) {
+                Some(t) => TokenSource::Value(t.trim().to_string()),
+                None => {
+                    return Err(CliError::new(
+                        codes::CONFIG,
+                        "no token: pass --token T or --token-file F, or set KUBEGATE_TOKEN",
+                    ))
+                }
+            },
+        };
+        Ok(CommonArgs {
+            server,
+            token,
+            ca_file: self.ca_file.map(PathBuf::from),
+        })
+    }
+}
+
+/// Parses `kubegate exec` arguments (after the word `exec`).
+pub fn parse_exec(args: &[String], env: Env<'_>) -> Result<Parsed<ExecArgs>, CliError> {
+    let mut common = CommonRaw::default();
+    let mut stdin = false;
+    let mut tty = false;
+    let mut container: Option<String> = None;
+    let mut workspace: Option<String> = None;
+    let mut positional: Vec<String> = Vec::new();
+    let mut command: Option<Vec<String>> = None;
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a == "--" {
+            command = Some(args[i + 1..].to_vec());
+            break;
+        }
+        if a == "-h" || a == "--help" {
+            return Ok(Parsed::Help);
+        }
+        if a == "--stdin" {
+            stdin = true;
+        } else if a == "--tty" {
+            tty = true;
+        } else if common.take(args, &mut i)? {
+        } else if let Some(v) = long_value(args, &mut i, "--container")? {
+            container = Some(non_empty("--container", v)?);
+        } else if let Some(v) = long_value(args, &mut i, "--workspace")? {
+            workspace = Some(non_empty("--workspace", v)?);
+        } else if a.starts_with("--") {
+            return Err(usage(format!("unknown option {a:?}")));
+        } else if a.len() > 1 && a.starts_with('-') {
+            // A cluster of short flags: -i -t -it -itc NAME -cNAME -w P/U.
+            let flags = &a[1..];
+            for (at, ch) in flags.char_indices() {
+                match ch {
+                    'i' => stdin = true,
+                    't' => tty = true,
+                    'h' => return Ok(Parsed::Help),
+                    'c' | 'w' => {
+                        let rest = &flags[at + 1..];
+                        let v = if !rest.is_empty() {
+                            rest.strip_prefix('=').unwrap_or(rest).to_string()
+                        } else {
+                            i += 1;
+                            args.get(i)
+                                .cloned()
+                                .ok_or_else(|| usage(format!("-{ch} needs a value")))?
+                        };
+                        if ch == 'c' {
+                            container = Some(non_empty("-c", v)?);
+                        } else {
+                            workspace = Some(non_empty("-w", v)?);
+                        }
+                        break;
+                    }
+                    other => return Err(usage(format!("unknown option -{other} (in {a:?})"))),
+                }
+            }
+        } else {
+            positional.push(args[i].clone());
+        }
+        i += 1;
+    }
+
+    let deployment = match positional.as_slice() {
+        [] => return Err(usage("missing DEPLOYMENT")),
+        [d] => d.clone(),
+        [d, extra, ..] => {
+            return Err(usage(format!(
+                "unexpected argument {extra:?}: put the command after --, as in: kubegate exec {d} -- {extra} ..."
+            )))
+        }
+    };
+    let command = match command {
+        None => {
+            return Err(usage(format!(
+                "missing the command: kubegate exec {deployment} -- CMD [ARGS...]"
+            )))
+        }
+        Some(c) if c.is_empty() => return Err(usage("missing the command after --")),
+        Some(c) => c,
+    };
+    if command[0].is_empty() {
+        return Err(usage("the command must not be an empty string"));
+    }
+    let workspace = match workspace.or_else(|| env("KUBEGATE_WORKSPACE").filter(|w| !w.is_empty()))
+    {
+        Some(w) => w,
+        None => {
+            return Err(usage(
+                "missing --workspace PROJECT/UID (or set KUBEGATE_WORKSPACE)",
+            ))
+        }
+    };
+    let (project, uid) = parse_workspace(&workspace)?;
+    let common = common.finish(env)?;
+    Ok(Parsed::Run(ExecArgs {
+        common,
+        stdin,
+        tty,
+        container,
+        project,
+        uid,
+        deployment,
+        command,
+    }))
+}
+
+/// `PROJECT/UID`, both parts non-empty, one slash.
+pub fn parse_workspace(w: &str) -> Result<(String, String), CliError> {
+    match w.split_once('/') {
+        Some((p, u)) if !p.is_empty() && !u.is_empty() && !u.contains('/') => {
+            Ok((p.to_string(), u.to_string()))
+        }
+        _ => Err(usage(format!(
+            "workspace {w:?} is not PROJECT/UID (for example demo/demo-uid)"
+        ))),
+    }
+}
+
+/// Parses `kubegate workspaces` arguments (after the word `workspaces`).
+pub fn parse_workspaces(args: &[String], env: Env<'_>) -> Result<Parsed<WorkspacesArgs>, CliError> {
+    let mut common = CommonRaw::default();
+    let mut output = OutputFormat::Table;
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a == "-h" || a == "--help" {
+            return Ok(Parsed::Help);
+        }
+        let out = if a == "-o" {
+            i += 1;
+            Some(
+                args.get(i)
+                    .cloned()
+                    .ok_or_else(|| usage("-o needs a value"))?,
+            )
+        } else {
+            long_value(args, &mut i, "--output")?
+        };
+        if let Some(v) = out {
+            output = match v.as_str() {
+                "table" => OutputFormat::Table,
+                "json" => OutputFormat::Json,
+                other => return Err(usage(format!("--output {other:?}: expected table or json"))),
+            };
+        } else if !common.take(args, &mut i)? {
+            return Err(usage(format!("unexpected argument {a:?}")));
+        }
+        i += 1;
+    }
+    Ok(Parsed::Run(WorkspacesArgs {
+        common: common.finish(env)?,
+        output,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn v(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    fn exec(args: &[&str], env: &[(&str, &str)]) -> Result<Parsed<ExecArgs>, CliError> {
+        parse_exec(&v(args), &env_of(env))
+    }
+
+    fn exec_ok(args: &[&str], env: &[(&str, &str)]) -> ExecArgs {
+        match exec(args, env) {
+            Ok(Parsed::Run(a)) => a,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    fn exec_err(args: &[&str], env: &[(&str, &str)]) -> CliError {
+        match exec(args, env) {
+            Err(e) => e,
+            other => panic!("{args:?}: expected an error, got {other:?}"),
+        }
+    }
+
+    const TOKEN: (&str, &str) = ("KUBEGATE_TOKEN", "tok");
+
+    #[test]
+    fn exec_full_command_line() {
+        let a = exec_ok(
+            &[
+                "-i",
+                "-t",
+                "-c",
+                "main",
+                "--workspace",
+                "demo/demo-uid",
+                "--server=https://gw.example:8443/prefix",
+                "--token",
+                "secret",
+                "--ca-file",
+                "/etc/ca.pem",
+                "hello",
+                "--",
+                "sh",
+                "-c",
+                "echo hi; exit 3",
+            ],
+            &[],
+        );
+        assert!(a.stdin && a.tty);
+        assert_eq!(a.container.as_deref(), Some("main"));
+        assert_eq!((a.project.as_str(), a.uid.as_str()), ("demo", "demo-uid"));
+        assert_eq!(a.deployment, "hello");
+        assert_eq!(a.command, v(&["sh", "-c", "echo hi; exit 3"]));
+        assert_eq!(a.common.server, "https://gw.example:8443/prefix");
+        assert_eq!(a.common.token, TokenSource::Value("secret".into()));
+        assert_eq!(a.common.ca_file, Some(PathBuf::from("/etc/ca.pem")));
+    }
+
+    #[test]
+    fn exec_defaults_and_env_fallbacks() {
+        let a = exec_ok(
+            &["hello", "--", "ls"],
+            &[TOKEN, ("KUBEGATE_WORKSPACE", "p/u")],
+        );
+        assert!(!a.stdin && !a.tty);
+        assert_eq!(a.container, None);
+        assert_eq!(a.common.server, DEFAULT_SERVER);
+        assert_eq!(a.common.token, TokenSource::Value("tok".into()));
+        assert_eq!((a.project.as_str(), a.uid.as_str()), ("p", "u"));
+        let a = exec_ok(
+            &["hello", "--", "ls"],
+            &[
+                TOKEN,
+                ("KUBEGATE_WORKSPACE", "p/u"),
+                ("KUBEGATE_SERVER", "http://10.0.0.1:7000"),
+            ],
+        );
+        assert_eq!(a.common.server, "http://10.0.0.1:7000");
+        // Flags win over the environment.
+        let a = exec_ok(
+            &[
+                "--server",
+                "http://127.0.0.1:1",
+                "--token=flag",
+                "-w",
+                "a/b",
+                "hello",
+                "--",
+                "ls",
+            ],
+            &[
+                TOKEN,
+                ("KUBEGATE_WORKSPACE", "p/u"),
+                ("KUBEGATE_SERVER", "http://10.0.0.1:7000"),
+            ],
+        );
+        assert_eq!(a.common.server, "http://127.0.0.1:1");
+        assert_eq!(a.common.token, TokenSource::Value("flag".into()));
+        assert_eq!((a.project.as_str(), a.uid.as_str()), ("a", "b"));
+        // --token-file instead of the env token.
+        let a = exec_ok(
+            &["--token-file", "/run/tok", "-w", "a/b", "hello", "--", "ls"],
+            &[TOKEN],
+        );
+        assert_eq!(a.common.token, TokenSource::File("/run/tok".into()));
+    }
+
+    #[test]
+    fn exec_short_clusters_and_positions() {
+        for args in [
+            &["-it", "-w", "p/u", "d", "--", "sh"][..],
+            &["-ti", "-wp/u", "d", "--", "sh"],
+            &["d", "-i", "--tty", "--workspace=p/u", "--", "sh"],
+            &["--stdin", "-t", "d", "-w=p/u", "--", "sh"],
+        ] {
+            let a = exec_ok(args, &[TOKEN]);
+            assert!(a.stdin && a.tty, "{args:?}");
+            assert_eq!(a.deployment, "d");
+            assert_eq!(a.command, v(&["sh"]));
+        }
+        let a = exec_ok(&["-itc", "side", "-w", "p/u", "d", "--", "sh"], &[TOKEN]);
+        assert_eq!(a.container.as_deref(), Some("side"));
+        let a = exec_ok(&["-cside", "-w", "p/u", "d", "--", "sh"], &[TOKEN]);
+        assert_eq!(a.container.as_deref(), Some("side"));
+        let a = exec_ok(&["--container=x", "-w", "p/u", "d", "--", "sh"], &[TOKEN]);
+        assert_eq!(a.container.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn everything_after_the_double_dash_is_the_command() {
+        let a = exec_ok(
+            &[
+                "-w", "p/u", "d", "--", "ls", "-la", "--", "-i", "--help", "--token", "x",
+            ],
+            &[TOKEN],
+        );
+        assert_eq!(
+            a.command,
+            v(&["ls", "-la", "--", "-i", "--help", "--token", "x"])
+        );
+        assert!(!a.stdin);
+        assert_eq!(a.common.token, TokenSource::Value("tok".into()));
+    }
+
+    #[test]
+    fn exec_usage_errors() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["-w", "p/u", "--", "ls"], "missing DEPLOYMENT"),
+            (&["-w", "p/u", "d"], "missing the command"),
+            (&["-w", "p/u", "d", "--"], "missing the command after --"),
+            (&["-w", "p/u", "d", "--", ""], "empty string"),
+            (&["-w", "p/u", "d", "ls"], "put the command after --"),
+            (&["d", "--", "ls"], "missing --workspace"),
+            (&["-w", "demo", "d", "--", "ls"], "not PROJECT/UID"),
+            (&["-w", "/u", "d", "--", "ls"], "not PROJECT/UID"),
+            (&["-w", "p/", "d", "--", "ls"], "not PROJECT/UID"),
+            (&["-w", "p/u/x", "d", "--", "ls"], "not PROJECT/UID"),
+            (&["-x", "-w", "p/u", "d", "--", "ls"], "unknown option -x"),
+            (&["--frob", "-w", "p/u", "d", "--", "ls"], "unknown option"),
+            (&["-w", "p/u", "-c"], "-c needs a value"),
+            (
+                &["-w", "p/u", "d", "--container"],
+                "--container needs a value",
+            ),
+            (
+                &["-w", "p/u", "--container=", "d", "--", "ls"],
+                "must not be empty",
+            ),
+            (
+                &["-w", "p/u", "--server", "ftp://x", "d", "--", "ls"],
+                "--server",
+            ),
+            (
+                &[
+                    "-w",
+                    "p/u",
+                    "--token",
+                    "a",
+                    "--token-file",
+                    "f",
+                    "d",
+                    "--",
+                    "ls",
+                ],
+                "not both",
+            ),
+        ];
+        for (args, want) in cases {
+            let e = exec_err(args, &[TOKEN]);
+            assert!(e.is_usage(), "{args:?}: {e}");
+            assert!(e.message.contains(want), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn exec_without_any_token_is_a_config_error() {
+        let e = exec_err(&["-w", "p/u", "d", "--", "ls"], &[]);
+        assert_eq!(e.code, codes::CONFIG);
+        assert!(e.message.contains("KUBEGATE_TOKEN"), "{e}");
+        // A blank env token counts as none.
+        let e = exec_err(
+            &["-w", "p/u", "d", "--", "ls"],
+            &[("KUBEGATE_TOKEN", " \n")],
+        );
+        assert_eq!(e.code, codes::CONFIG);
+    }
+
+    #[test]
+    fn help_anywhere_before_the_command() {
+        assert_eq!(exec(&["--help"], &[]), Ok(Parsed::Help));
+        assert_eq!(exec(&["-w", "p/u", "-h"], &[]), Ok(Parsed::Help));
+        assert_eq!(exec(&["-ih"], &[]), Ok(Parsed::Help));
+        // After `--` it belongs to the command.
+        assert!(matches!(
+            exec(&["-w", "p/u", "d", "--", "ls", "--help"], &[TOKEN]),
+            Ok(Parsed::Run(_))
+        ));
+        assert_eq!(
+            parse_workspaces(&v(&["-h"]), &env_of(&[])),
+            Ok(Parsed::Help)
+        );
+    }
+
+    #[test]
+    fn workspaces_arguments() {
+        let ok =
+            |args: &[&str], env: &[(&str, &str)]| match parse_workspaces(&v(args), &env_of(env)) {
+                Ok(Parsed::Run(a)) => a,
+                other => panic!("{args:?}: {other:?}"),
+            };
+        let a = ok(&[], &[TOKEN]);
+        assert_eq!(a.output, OutputFormat::Table);
+        assert_eq!(a.common.server, DEFAULT_SERVER);
+        let a = ok(&["-o", "json", "--server", "http://h:1"], &[TOKEN]);
+        assert_eq!(a.output, OutputFormat::Json);
+        assert_eq!(a.common.server, "http://h:1");
+        let a = ok(&["--output=table", "--token-file=/t"], &[]);
+        assert_eq!(a.output, OutputFormat::Table);
+        assert_eq!(a.common.token, TokenSource::File("/t".into()));
+        for (args, want) in [
+            (&["--output", "yaml"][..], "expected table or json"),
+            (&["-o"], "-o needs a value"),
+            (&["extra"], "unexpected argument"),
+            (&["--token"], "--token needs a value"),
+        ] {
+            match parse_workspaces(&v(args), &env_of(&[TOKEN])) {
+                Err(e) => {
+                    assert!(e.is_usage(), "{args:?}: {e}");
+                    assert!(e.message.contains(want), "{args:?}: {e}");
+                }
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
+        match parse_workspaces(&v(&[]), &env_of(&[])) {
+            Err(e) => assert!(e.is_config(), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn token_file_contents_are_trimmed_and_checked() {
+        let dir = std::env::temp_dir().join(format!("kubegate-cli-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("token");
+        std::fs::write(&f, "  kubegate-demo-token\n").unwrap();
+        assert_eq!(read_token_file(&f).unwrap(), "kubegate-demo-token");
+        let common = CommonArgs {
+            server: DEFAULT_SERVER.into(),
+            token: TokenSource::File(f.clone()),
+            ca_file: None,
+        };
+        assert_eq!(common.token().unwrap(), "kubegate-demo-token");
+
+        std::fs::write(&f, "\n\n").unwrap();
+        let e = read_token_file(&f).unwrap_err();
+        assert!(e.is_config() && e.message.contains("empty"), "{e}");
+
+        std::fs::write(&f, "two\nlines\n").unwrap();
+        let e = read_token_file(&f).unwrap_err();
+        assert!(e.message.contains("one line"), "{e}");
+        assert!(!e.message.contains("two"), "the token leaked: {e}");
+
+        std::fs::write(&f, vec![b'a'; (MAX_TOKEN_FILE + 1) as usize]).unwrap();
+        assert!(read_token_file(&f).unwrap_err().message.contains("larger"));
+
+        let e = read_token_file(&dir.join("missing")).unwrap_err();
+        assert!(e.is_config() && e.message.contains("missing"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_token() {
+        let a = exec_ok(&["--token", "s3cr3t", "-w", "p/u", "d", "--", "ls"], &[]);
+        assert!(!format!("{a:?}").contains("s3cr3t"));
+    }
+}

@@ -1,0 +1,149 @@
+//! The client commands that talk to a running daemon (contract.md, "Client
+//! commands"): `kubegate exec` and `kubegate workspaces`. Decisions (exit
+//! codes, client-side error codes, `-t` without a terminal, environment
+//! variables): docs/cli.md.
+//!
+//! - `args`: argument parsing, pure (the environment is passed in), so every
+//!   case is unit-tested;
+//! - `net`: the daemon connection: TCP + TLS through `kube::remote::connect`
+//!   (one connect path, one deadline), a tiny HTTP/1.1 GET and the WebSocket
+//!   upgrade;
+//! - `exec`: the interactive exec session, its threads and its exit code;
+//! - `term`: the local terminal: raw mode with a restoring guard, the window
+//!   size, signals;
+//! - `workspaces`: the listing and its table.
+//!
+//! Every kubegate-side failure is one [`CliError`], printed as
+//! `kubegate: CODE: message` on stderr. The token is never printed.
+
+mod args;
+mod exec;
+mod net;
+mod term;
+mod workspaces;
+
+pub use args::{ExecArgs, Parsed, WorkspacesArgs};
+
+use std::fmt;
+
+/// Exit code of `kubegate exec` for its own errors, usage errors included
+/// (as ssh does): the remote command's codes are 0..=255 and pass through.
+pub const EXEC_OWN_ERROR: i32 = 255;
+
+/// Client-side error codes (the daemon's own are `api::Code`).
+pub mod codes {
+    /// Bad flags or arguments.
+    pub const USAGE: &str = "USAGE";
+    /// A token file or CA file that cannot be used, or no token at all.
+    pub const CONFIG: &str = "CONFIG";
+    /// The daemon could not be reached: DNS, TCP connect, TLS handshake
+    /// (certificate verification included) or no answer before the deadline.
+    pub const UNREACHABLE: &str = "UNREACHABLE";
+    /// The server answered, but not as a kubegate daemon does (not a
+    /// WebSocket, wrong subprotocol, a frame or body that does not decode).
+    pub const PROTOCOL: &str = "PROTOCOL";
+    /// The exec stream ended before the command's exit status came.
+    pub const DISCONNECTED: &str = "DISCONNECTED";
+    /// Reading our stdin or writing our stdout/stderr failed.
+    pub const LOCAL_IO: &str = "LOCAL_IO";
+}
+
+/// One kubegate-side failure: a code (a daemon code such as
+/// `EXEC_TARGET_NOT_FOUND`, or one of [`codes`]) and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    pub code: String,
+    pub message: String,
+}
+
+impl CliError {
+    pub fn new(code: &str, message: impl Into<String>) -> CliError {
+        CliError {
+            code: code.to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError::new(codes::USAGE, message)
+    }
+
+    pub fn is_usage(&self) -> bool {
+        self.code == codes::USAGE
+    }
+
+    pub fn is_config(&self) -> bool {
+        self.code == codes::CONFIG
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// Prints `kubegate: CODE: message` on stderr (plus the command's synopsis
+/// for a usage error).
+fn report(e: &CliError, synopsis: &str) {
+    if e.is_usage() {
+        eprintln!("kubegate: {e}\n{synopsis}");
+    } else {
+        eprintln!("kubegate: {e}");
+    }
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// `kubegate exec …`: returns the process exit code (the remote command's,
+/// or 255 for kubegate's own errors).
+pub fn exec_main(argv: &[String]) -> i32 {
+    match args::parse_exec(argv, &env_var) {
+        Ok(Parsed::Help) => {
+            print!("{}", args::EXEC_HELP);
+            0
+        }
+        Ok(Parsed::Run(a)) => match exec::run(&a) {
+            Ok(code) => code,
+            Err(e) => {
+                report(&e, args::EXEC_SYNOPSIS);
+                EXEC_OWN_ERROR
+            }
+        },
+        Err(e) => {
+            report(&e, args::EXEC_SYNOPSIS);
+            EXEC_OWN_ERROR
+        }
+    }
+}
+
+/// `kubegate workspaces …`: 0 success, 2 usage or configuration error, 1
+/// any other failure.
+pub fn workspaces_main(argv: &[String]) -> i32 {
+    let a = match args::parse_workspaces(argv, &env_var) {
+        Ok(Parsed::Help) => {
+            print!("{}", args::WORKSPACES_HELP);
+            return 0;
+        }
+        Ok(Parsed::Run(a)) => a,
+        Err(e) => {
+            report(&e, args::WORKSPACES_SYNOPSIS);
+            return 2;
+        }
+    };
+    match workspaces::run(&a) {
+        Ok(()) => 0,
+        Err(e) => {
+            report(&e, args::WORKSPACES_SYNOPSIS);
+            if e.is_usage() || e.is_config() {
+                2
+            } else {
+                1
+            }
+        }
+    }
+}
