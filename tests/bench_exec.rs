@@ -148,11 +148,176 @@ fn status_field(pid: u32, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU seconds the daemon process (embedded sim included) spends in `f`.
-fn with_cpu<T>(pid: u32, tck: f64, f: impl FnOnce() -> T) -> (T, f64) {
-    let before = cpu_ticks(pid);
+/// This process's own CPU plus that of its waited-for children (kubectl,
+/// the CLI), in clock ticks: the client side of a figure.
+fn client_ticks() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    n(11) + n(12) + n(13) + n(14)
+}
+
+/// CPU seconds spent during a figure: by the daemon process (embedded sim
+/// included) and by the client side (this process and its children).
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    daemon: f64,
+    client: f64,
+}
+
+fn with_cpu<T>(pid: u32, tck: f64, f: impl FnOnce() -> T) -> (T, Cpu) {
+    let (d0, c0) = (cpu_ticks(pid), client_ticks());
     let r = f();
-    (r, (cpu_ticks(pid) - before) as f64 / tck)
+    let cpu = Cpu {
+        daemon: (cpu_ticks(pid) - d0) as f64 / tck,
+        client: (client_ticks() - c0) as f64 / tck,
+    };
+    (r, cpu)
+}
+
+/// Per-thread CPU of the daemon while it runs: a thread polls
+/// /proc/<pid>/task every 50 ms. Threads that live less than a poll (one per
+/// exec, say) are not seen; their CPU shows as the rest of the process's.
+/// Thread ids are reused quickly here (pid_max 32,768 and thousands of
+/// short threads and processes per second), so a tid whose name changes or
+/// whose ticks go backwards starts a new record.
+struct Sampler {
+    stop: crossbeam_channel::Sender<()>,
+    handle: std::thread::JoinHandle<Vec<ThreadRec>>,
+    pid: u32,
+    start_ticks: u64,
+}
+
+/// One thread seen by the sampler: its last name, ticks when first seen
+/// (0 for threads born after the first scan), ticks when last seen.
+struct ThreadRec {
+    comm: String,
+    base: u64,
+    last: u64,
+}
+
+fn task_ticks(pid: u32) -> Vec<(u32, String, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(tid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(s) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (s.find('('), s.rfind(')')) else {
+            continue;
+        };
+        let comm = s[open + 1..close].to_string();
+        let f: Vec<&str> = s[close + 1..].split_whitespace().collect();
+        let n = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+        out.push((tid, comm, n(11) + n(12)));
+    }
+    out
+}
+
+fn sample(
+    pid: u32,
+    first: bool,
+    recs: &mut Vec<ThreadRec>,
+    by_tid: &mut std::collections::HashMap<u32, usize>,
+) {
+    for (tid, comm, t) in task_ticks(pid) {
+        match by_tid.get(&tid).map(|&i| &mut recs[i]) {
+            // A new name on a live thread is the thread naming itself
+            // just after it started (it inherits its creator's name).
+            Some(r) if t >= r.last && (r.comm == comm || r.base == 0) => {
+                r.comm = comm;
+                r.last = t;
+            }
+            _ => {
+                by_tid.insert(tid, recs.len());
+                recs.push(ThreadRec {
+                    comm,
+                    base: if first { t } else { 0 },
+                    last: t,
+                });
+            }
+        }
+    }
+}
+
+impl Sampler {
+    fn start(pid: u32) -> Sampler {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let start_ticks = cpu_ticks(pid);
+        let handle = std::thread::spawn(move || {
+            let mut recs = Vec::new();
+            let mut by_tid = std::collections::HashMap::new();
+            sample(pid, true, &mut recs, &mut by_tid);
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(Duration::from_millis(50))
+            {
+                sample(pid, false, &mut recs, &mut by_tid);
+            }
+            sample(pid, false, &mut recs, &mut by_tid);
+            recs
+        });
+        Sampler {
+            stop,
+            handle,
+            pid,
+            start_ticks,
+        }
+    }
+
+    /// CPU seconds by thread name (digits folded to N), largest first, and
+    /// the process total.
+    fn finish(self, tck: f64) -> (Vec<(String, f64, usize)>, f64) {
+        let _ = self.stop.send(());
+        let recs = self.handle.join().expect("sampler");
+        let total = (cpu_ticks(self.pid) - self.start_ticks) as f64 / tck;
+        let mut by: std::collections::BTreeMap<String, (u64, usize)> = Default::default();
+        for r in recs {
+            let name: String = r
+                .comm
+                .chars()
+                .map(|c| if c.is_ascii_digit() { 'N' } else { c })
+                .collect();
+            let e = by.entry(name).or_default();
+            e.0 += r.last.saturating_sub(r.base);
+            e.1 += 1;
+        }
+        let mut v: Vec<(String, f64, usize)> = by
+            .into_iter()
+            .filter(|(_, (t, _))| *t > 0)
+            .map(|(k, (t, n))| (k, t as f64 / tck, n))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1));
+        (v, total)
+    }
+}
+
+fn print_breakdown(title: &str, rows: &[(String, f64, usize)], total: f64) {
+    println!();
+    println!("### {title}");
+    println!();
+    println!("| daemon thread (name) | threads | CPU s | share |");
+    println!("|---|---|---|---|");
+    let mut sampled = 0.0;
+    for (name, secs, n) in rows {
+        sampled += secs;
+        println!(
+            "| {name} | {n} | {secs:.2} | {:.0}% |",
+            secs / total.max(1e-9) * 100.0
+        );
+    }
+    let rest = (total - sampled).max(0.0);
+    println!(
+        "| (threads shorter than a 50 ms poll) | - | {rest:.2} | {:.0}% |",
+        rest / total.max(1e-9) * 100.0
+    );
+    println!("| **daemon process total** | - | {total:.2} | 100% |");
 }
 
 // ------------------------------------------------------ daemon clients
@@ -214,6 +379,9 @@ fn ws_finish(mut ws: Ws) {
 }
 
 /// A minimal keep-alive HTTP/1.1 client for `POST /v1/exec`.
+/// Answers of the daemon that closed a keep-alive connection.
+static HTTP_CLOSES: AtomicU64 = AtomicU64::new(0);
+
 struct Http {
     addr: String,
     reader: BufReader<TcpStream>,
@@ -279,6 +447,7 @@ impl Http {
             self.reader.read_exact(&mut body).expect("body");
         }
         if close {
+            HTTP_CLOSES.fetch_add(1, Ordering::Relaxed);
             *self = Http::connect(&self.addr);
         }
         (status, body)
@@ -295,18 +464,20 @@ fn head_cmd() -> Vec<String> {
 }
 
 /// Seconds for 256 MiB through the daemon into a WebSocket client that
-/// discards them (upgrade and target resolution included).
-fn throughput_ws(d: &DaemonProc) -> f64 {
+/// discards them (upgrade and target resolution included), and the number
+/// of stdout frames they came in.
+fn throughput_ws(d: &DaemonProc) -> (f64, u64) {
     let cmd = head_cmd();
     let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
     let t0 = Instant::now();
     let mut ws = open_ws(d, &cmd, false, false);
-    let (mut n, mut exit) = (0u64, None);
+    let (mut n, mut frames, mut exit) = (0u64, 0u64, None);
     loop {
         match ws.read() {
             Ok(Message::Binary(b)) => {
                 if b.first() == Some(&TYPE_STDOUT) {
                     n += b.len() as u64 - 1;
+                    frames += 1;
                 }
             }
             Ok(m @ Message::Text(_)) => match ServerFrame::decode(&m) {
@@ -321,7 +492,29 @@ fn throughput_ws(d: &DaemonProc) -> f64 {
     let secs = t0.elapsed().as_secs_f64();
     assert_eq!(exit, Some(0), "exit frame");
     assert_eq!(n, BYTES, "stdout bytes through the daemon");
-    secs
+    (secs, frames)
+}
+
+/// The daemon's upstream leg alone: 256 MiB through `kube::remote`
+/// straight to the sim, discarded; seconds and chunks.
+fn throughput_direct(conn: &Connection, pod: &str) -> (f64, u64) {
+    let opts = ExecOptions {
+        stderr: false,
+        ..ExecOptions::default()
+    };
+    let t0 = Instant::now();
+    let p = remote::exec(conn, "demo", pod, Some("main"), &head_cmd(), opts).expect("exec");
+    let (mut n, mut chunks) = (0u64, 0u64);
+    for c in p.output().iter() {
+        if let Output::Stdout(b) = c {
+            n += b.len() as u64;
+            chunks += 1;
+        }
+    }
+    assert_eq!(p.wait().map(|s| s.code), Ok(0));
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(n, BYTES, "stdout bytes straight from the sim");
+    (secs, chunks)
 }
 
 fn throughput_kubectl(d: &DaemonProc, pod: &str) -> f64 {
@@ -390,21 +583,25 @@ fn mbps(secs: f64) -> f64 {
     BYTES as f64 / 1e6 / secs
 }
 
-fn figure_throughput(d: &DaemonProc, pod: &str, tck: f64) {
+fn figure_throughput(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
     let pid = d.child.id();
     let runs = runs();
     let cli = cli_available();
     let (mut k, mut w, mut c) = (Vec::new(), Vec::new(), Vec::new());
     let (mut kc, mut wc, mut cc) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut r, mut rc) = (Vec::new(), Vec::new());
     let mut cli_error = None;
     // Interleaved, so drift on a shared machine hits every path alike.
     for i in 0..runs {
         let (s, cpu) = with_cpu(pid, tck, || throughput_kubectl(d, pod));
         k.push(mbps(s));
         kc.push(cpu);
-        let (s, cpu) = with_cpu(pid, tck, || throughput_ws(d));
+        let ((s, _), cpu) = with_cpu(pid, tck, || throughput_ws(d));
         w.push(mbps(s));
         wc.push(cpu);
+        let ((s, _), cpu) = with_cpu(pid, tck, || throughput_direct(conn, pod));
+        r.push(mbps(s));
+        rc.push(cpu);
         if cli && cli_error.is_none() {
             match with_cpu(pid, tck, || throughput_cli(d)) {
                 (Ok(s), cpu) => {
@@ -415,10 +612,11 @@ fn figure_throughput(d: &DaemonProc, pod: &str, tck: f64) {
             }
         }
         eprintln!(
-            "throughput run {}: kubectl {:.0} MB/s, ws {:.0} MB/s{}",
+            "throughput run {}: kubectl {:.0} MB/s, ws {:.0} MB/s, kube::remote {:.0} MB/s{}",
             i + 1,
             k[i],
             w[i],
+            r[i],
             c.get(i)
                 .map_or(String::new(), |v| format!(", cli {v:.0} MB/s"))
         );
@@ -430,35 +628,58 @@ fn figure_throughput(d: &DaemonProc, pod: &str, tck: f64) {
         BYTES >> 20
     );
     println!();
-    println!("| path | MB/s | min-max | daemon CPU s/run | ratio vs kubectl | bar (>= 1.0x, target 2x) |");
-    println!("|---|---|---|---|---|---|");
-    let (lo, hi) = spread(&k);
-    println!(
-        "| kubectl exec straight to the sim | {km:.0} | {lo:.0}-{hi:.0} | {:.2} | 1.00 | peer |",
-        median(&kc)
-    );
-    let row = |name: &str, v: &[f64], cpu: &[f64]| {
+    println!("| path | MB/s | min-max | daemon CPU s/run | client CPU s/run | ratio vs kubectl | bar (>= 1.0x, target 2x) |");
+    println!("|---|---|---|---|---|---|---|");
+    let row = |name: &str, v: &[f64], cpu: &[Cpu], verdict: Option<&str>| {
         let m = median(v);
         let (lo, hi) = spread(v);
         let r = m / km;
-        let verdict = if r >= 2.0 {
-            "holds (target met)"
-        } else {
-            bar(r >= 1.0)
+        let verdict = match verdict {
+            Some(v) => v,
+            None if r >= 2.0 => "holds (target met)",
+            None => bar(r >= 1.0),
         };
+        let dc: Vec<f64> = cpu.iter().map(|c| c.daemon).collect();
+        let cc: Vec<f64> = cpu.iter().map(|c| c.client).collect();
         println!(
-            "| {name} | {m:.0} | {lo:.0}-{hi:.0} | {:.2} | {r:.2} | {verdict} |",
-            median(cpu)
+            "| {name} | {m:.0} | {lo:.0}-{hi:.0} | {:.2} | {:.2} | {r:.2} | {verdict} |",
+            median(&dc),
+            median(&cc)
         );
     };
-    row("kubegate daemon, WebSocket client (tungstenite)", &w, &wc);
+    row("kubectl exec straight to the sim", &k, &kc, Some("peer"));
+    row(
+        "kubegate daemon, WebSocket client (tungstenite)",
+        &w,
+        &wc,
+        None,
+    );
     if !cli {
-        println!("| kubegate exec CLI | - | - | - | - | not measured: this binary has no `exec` command yet |");
+        println!("| kubegate exec CLI | - | - | - | - | - | not measured: this binary has no `exec` command yet |");
     } else if let Some(e) = cli_error {
-        println!("| kubegate exec CLI | - | - | - | - | not measured: the CLI failed ({e}) |");
+        println!("| kubegate exec CLI | - | - | - | - | - | not measured: the CLI failed ({e}) |");
     } else {
-        row("kubegate exec CLI, stdout to /dev/null", &c, &cc);
+        row("kubegate exec CLI, stdout to /dev/null", &c, &cc, None);
     }
+    row(
+        "breakdown: kube::remote straight to the sim (the daemon's upstream leg alone)",
+        &r,
+        &rc,
+        Some("-"),
+    );
+    // One more run through the daemon, sampled per thread (not in the medians).
+    let sampler = Sampler::start(pid);
+    let (secs, frames) = throughput_ws(d);
+    let (rows, total) = sampler.finish(tck);
+    print_breakdown(
+        &format!(
+            "breakdown: one more WebSocket relay run ({:.0} MB/s, {frames} stdout frames of {} bytes on average), daemon CPU by thread",
+            mbps(secs),
+            BYTES / frames.max(1)
+        ),
+        &rows,
+        total,
+    );
 }
 
 // ------------------------------------------------------ figure 2
@@ -671,7 +892,7 @@ struct Rate {
     secs: f64,
     /// Per-call latencies, ms.
     lat: Vec<f64>,
-    cpu_secs: f64,
+    cpu: Cpu,
     first_error: Option<String>,
 }
 
@@ -695,7 +916,7 @@ fn rate<S>(
     let failed = AtomicU64::new(0);
     let lat = Mutex::new(Vec::new());
     let first_error = Mutex::new(None);
-    let before = cpu_ticks(pid);
+    let (d0, c0) = (cpu_ticks(pid), client_ticks());
     let t0 = Instant::now();
     let deadline = t0 + window;
     std::thread::scope(|s| {
@@ -728,7 +949,10 @@ fn rate<S>(
         failed: failed.into_inner(),
         secs,
         lat: lat.into_inner().unwrap(),
-        cpu_secs: (cpu_ticks(pid) - before) as f64 / tck,
+        cpu: Cpu {
+            daemon: (cpu_ticks(pid) - d0) as f64 / tck,
+            client: (client_ticks() - c0) as f64 / tck,
+        },
         first_error: first_error.into_inner().unwrap(),
     }
 }
@@ -749,13 +973,13 @@ fn exec_request(d: &DaemonProc) -> Vec<u8> {
     .into_bytes()
 }
 
-fn rate_daemon(d: &DaemonProc, tck: f64) -> Rate {
+fn rate_daemon(d: &DaemonProc, tck: f64, window: Duration) -> Rate {
     let raw = exec_request(d);
     rate(
         d.child.id(),
         tck,
         RATE_CALLERS,
-        RATE_WINDOW,
+        window,
         |_| Http::connect(&d.addr),
         |h| {
             let (st, body) = h.exchange(&raw);
@@ -827,31 +1051,81 @@ fn rate_direct(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) -> Rate {
     )
 }
 
+/// The daemon's first step of every exec, alone: `exec::resolve` (GET the
+/// Deployment, LIST its pods) with the project's client straight to the
+/// sim: one `Client` shared by every caller, as the daemon does, or one
+/// per caller (its own connection pool).
+fn rate_resolve(d: &DaemonProc, conn: &Connection, tck: f64, shared: bool) -> Rate {
+    use kubegate::exec::resolve::{resolve, Ownership};
+    use kubegate::exec::validate::ExecSpec;
+    let own = Ownership {
+        managed_by: "kubegate".into(),
+        uid_label: "kubegate.dev/workspace-uid".into(),
+    };
+    let spec = ExecSpec {
+        project: "demo".into(),
+        uid: "demo-uid".into(),
+        deployment: "hello".into(),
+        container: None,
+        command: vec!["true".into()],
+    };
+    let one = kubegate::kube::client::Client::new(conn.clone()).expect("client");
+    rate(
+        d.child.id(),
+        tck,
+        RATE_CALLERS,
+        DIRECT_RATE_WINDOW,
+        |_| {
+            if shared {
+                one.clone()
+            } else {
+                kubegate::kube::client::Client::new(conn.clone()).expect("client")
+            }
+        },
+        |client| {
+            resolve(client, &own, &spec)
+                .map(|_| ())
+                .map_err(|e| format!("{e:?}"))
+        },
+    )
+}
+
 fn figure_rate(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
-    let dr = rate_daemon(d, tck);
-    eprintln!("rate: daemon {:.0}/s", dr.per_sec());
+    let dr = rate_daemon(d, tck, RATE_WINDOW);
+    eprintln!(
+        "rate: daemon {:.0}/s ({} answers closed their connection)",
+        dr.per_sec(),
+        HTTP_CLOSES.load(Ordering::Relaxed)
+    );
     let kr = rate_kubectl(d, pod, tck);
     eprintln!("rate: kubectl {:.0}/s", kr.per_sec());
     let cr = rate_direct(d, conn, pod, tck);
     eprintln!("rate: kube::remote {:.0}/s", cr.per_sec());
+    let rr = rate_resolve(d, conn, tck, true);
+    eprintln!("rate: resolve, shared client {:.0}/s", rr.per_sec());
+    let rp = rate_resolve(d, conn, tck, false);
+    eprintln!("rate: resolve, client per caller {:.0}/s", rp.per_sec());
     println!();
     println!(
-        "### non-tty exec rate: `true`, {RATE_CALLERS} callers in parallel (daemon CPU % of one core, embedded sim included)"
+        "### non-tty exec rate: `true`, {RATE_CALLERS} callers in parallel (CPU % of one core; daemon = kubegate serve with its embedded sim; client = the bench process and its children)"
     );
     println!();
-    println!("| caller | execs | failed | s | execs/s | p50 ms | p99 ms | daemon CPU % | daemon CPU ms/exec | bar (>= 200/s) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| caller | ok | failed | s | per s | p50 ms | p99 ms | daemon CPU % | client CPU % | CPU ms per call (daemon + client) | bar (>= 200 execs/s) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let row = |name: &str, r: &Rate, verdict: &str| {
+        let n = r.ok.max(1) as f64;
         println!(
-            "| {name} | {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} | {:.2} | {verdict} |",
+            "| {name} | {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2} + {:.2} | {verdict} |",
             r.ok,
             r.failed,
             r.secs,
             r.per_sec(),
             percentile(&r.lat, 50.0),
             percentile(&r.lat, 99.0),
-            r.cpu_secs / r.secs * 100.0,
-            r.cpu_secs * 1e3 / r.ok.max(1) as f64
+            r.cpu.daemon / r.secs * 100.0,
+            r.cpu.client / r.secs * 100.0,
+            r.cpu.daemon * 1e3 / n,
+            r.cpu.client * 1e3 / n,
         );
     };
     row(
@@ -864,16 +1138,41 @@ fn figure_rate(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
         &kr,
         "peer",
     );
+    row("breakdown: kube::remote exec straight to the sim", &cr, "-");
     row(
-        "kube::remote exec straight to the sim (breakdown)",
-        &cr,
-        "peer",
+        "breakdown: exec::resolve alone (GET deployment + LIST pods), one Client shared (as the daemon)",
+        &rr,
+        "-",
     );
-    for (name, r) in [("daemon", &dr), ("kubectl", &kr), ("kube::remote", &cr)] {
+    row(
+        "breakdown: exec::resolve alone, one Client per caller",
+        &rp,
+        "-",
+    );
+    for (name, r) in [
+        ("daemon", &dr),
+        ("kubectl", &kr),
+        ("kube::remote", &cr),
+        ("resolve", &rr),
+        ("resolve per caller", &rp),
+    ] {
         if let Some(e) = &r.first_error {
             eprintln!("rate: first {name} error: {e}");
         }
     }
+    // One more short window through the daemon, sampled per thread.
+    let sampler = Sampler::start(d.child.id());
+    let sr = rate_daemon(d, tck, DIRECT_RATE_WINDOW);
+    let (rows, total) = sampler.finish(tck);
+    print_breakdown(
+        &format!(
+            "breakdown: {:.0} s more of POST /v1/exec ({:.0}/s), daemon CPU by thread",
+            sr.secs,
+            sr.per_sec()
+        ),
+        &rows,
+        total,
+    );
 }
 
 // ------------------------------------------------------ figure 4
@@ -962,7 +1261,7 @@ fn bench_exec() {
     let pod = v["pod"].as_str().expect("pod").to_string();
     eprintln!("bench_exec: daemon {} pod demo/{pod}", d.url);
 
-    figure_throughput(&d, &pod, tck);
+    figure_throughput(&d, &conn, &pod, tck);
     figure_keystrokes(&d, &conn, &pod);
     figure_rate(&d, &conn, &pod, tck);
     let after = idle(&d, tck);
