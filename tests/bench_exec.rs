@@ -21,6 +21,12 @@
 //!    and CPU over 10 s, right after start and after figures 1-3. Bar: CPU
 //!    < 2%.
 //!
+//! Breakdown rows and tables (not bars) say where the time goes: the
+//! daemon's upstream leg alone (`kube::remote` straight to the sim), the
+//! daemon's CPU by thread name (sampled from /proc every 50 ms), the client
+//! side's CPU, one caller against eight, and `exec::resolve` alone with one
+//! shared `Client` (as the daemon) or one per caller.
+//!
 //! `BENCH_RUNS` (default 3) sets the runs behind each median in 1 and 2.
 //! `cargo test --release --test bench_exec -- --ignored --nocapture --test-threads 1`
 
@@ -47,6 +53,7 @@ const RATE_CALLERS: usize = 8;
 const RATE_WINDOW: Duration = Duration::from_secs(5);
 const KUBECTL_RATE_WINDOW: Duration = Duration::from_secs(4);
 const DIRECT_RATE_WINDOW: Duration = Duration::from_secs(3);
+const SERIAL_WINDOW: Duration = Duration::from_secs(2);
 const IDLE_WINDOW: Duration = Duration::from_secs(10);
 /// The prompt the tty `cat` prints once the terminal is raw.
 const READY: &[u8] = b"READY";
@@ -973,12 +980,12 @@ fn exec_request(d: &DaemonProc) -> Vec<u8> {
     .into_bytes()
 }
 
-fn rate_daemon(d: &DaemonProc, tck: f64, window: Duration) -> Rate {
+fn rate_daemon(d: &DaemonProc, tck: f64, callers: usize, window: Duration) -> Rate {
     let raw = exec_request(d);
     rate(
         d.child.id(),
         tck,
-        RATE_CALLERS,
+        callers,
         window,
         |_| Http::connect(&d.addr),
         |h| {
@@ -1024,13 +1031,20 @@ fn rate_kubectl(d: &DaemonProc, pod: &str, tck: f64) -> Rate {
     )
 }
 
-fn rate_direct(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) -> Rate {
+fn rate_direct(
+    d: &DaemonProc,
+    conn: &Connection,
+    pod: &str,
+    tck: f64,
+    callers: usize,
+    window: Duration,
+) -> Rate {
     let cmd = vec!["true".to_string()];
     rate(
         d.child.id(),
         tck,
-        RATE_CALLERS,
-        DIRECT_RATE_WINDOW,
+        callers,
+        window,
         |_| conn.clone(),
         |conn| {
             let p = remote::exec(
@@ -1091,7 +1105,7 @@ fn rate_resolve(d: &DaemonProc, conn: &Connection, tck: f64, shared: bool) -> Ra
 }
 
 fn figure_rate(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
-    let dr = rate_daemon(d, tck, RATE_WINDOW);
+    let dr = rate_daemon(d, tck, RATE_CALLERS, RATE_WINDOW);
     eprintln!(
         "rate: daemon {:.0}/s ({} answers closed their connection)",
         dr.per_sec(),
@@ -1099,8 +1113,16 @@ fn figure_rate(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
     );
     let kr = rate_kubectl(d, pod, tck);
     eprintln!("rate: kubectl {:.0}/s", kr.per_sec());
-    let cr = rate_direct(d, conn, pod, tck);
+    let cr = rate_direct(d, conn, pod, tck, RATE_CALLERS, DIRECT_RATE_WINDOW);
     eprintln!("rate: kube::remote {:.0}/s", cr.per_sec());
+    // One caller: the latency of one exec without contention.
+    let d1 = rate_daemon(d, tck, 1, SERIAL_WINDOW);
+    let c1 = rate_direct(d, conn, pod, tck, 1, SERIAL_WINDOW);
+    eprintln!(
+        "rate: one caller: daemon {:.0}/s, kube::remote {:.0}/s",
+        d1.per_sec(),
+        c1.per_sec()
+    );
     let rr = rate_resolve(d, conn, tck, true);
     eprintln!("rate: resolve, shared client {:.0}/s", rr.per_sec());
     let rp = rate_resolve(d, conn, tck, false);
@@ -1139,6 +1161,12 @@ fn figure_rate(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
         "peer",
     );
     row("breakdown: kube::remote exec straight to the sim", &cr, "-");
+    row("breakdown: kubegate POST /v1/exec, ONE caller", &d1, "-");
+    row(
+        "breakdown: kube::remote exec straight to the sim, ONE caller",
+        &c1,
+        "-",
+    );
     row(
         "breakdown: exec::resolve alone (GET deployment + LIST pods), one Client shared (as the daemon)",
         &rr,
@@ -1162,7 +1190,7 @@ fn figure_rate(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
     }
     // One more short window through the daemon, sampled per thread.
     let sampler = Sampler::start(d.child.id());
-    let sr = rate_daemon(d, tck, DIRECT_RATE_WINDOW);
+    let sr = rate_daemon(d, tck, RATE_CALLERS, DIRECT_RATE_WINDOW);
     let (rows, total) = sampler.finish(tck);
     print_breakdown(
         &format!(
