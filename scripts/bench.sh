@@ -15,4 +15,8 @@ for i in $(seq 1 "$runs"); do
   echo "bar: ratio >= 1.0"
   cargo test --release --locked --test kube_remote bench_exec_throughput -- --ignored --nocapture 2>&1 \
     | grep -E '^\|' || { echo "bench_exec_throughput failed"; exit 1; }
+  echo
+  echo "## exec gateway: one daemon vs the same embedded sim reached directly (run $i of $runs)"
+  cargo test --release --locked --test bench_exec -- --ignored --nocapture --test-threads 1 2>&1 \
+    | grep -E '^(\||###)' || { echo "bench_exec failed"; exit 1; }
 done
