@@ -183,6 +183,7 @@ fn exec_over_native_tls() {
             match chunk {
                 Output::Stdout(b) => out.extend_from_slice(&b),
                 Output::Stderr(b) => err.extend_from_slice(&b),
+                Output::Frame(f) => panic!("raw frames were not asked for: {f:?}"),
             }
         }
         (out, err)

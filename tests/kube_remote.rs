@@ -76,6 +76,9 @@ fn collect(p: &RemoteProcess) -> JoinHandle<(Vec<u8>, Vec<u8>)> {
             match chunk {
                 Output::Stdout(b) => out.extend_from_slice(&b),
                 Output::Stderr(b) => err.extend_from_slice(&b),
+                // Whole frames, when asked for: the channel byte says which.
+                Output::Frame(f) if f[0] == 2 => err.extend_from_slice(&f[1..]),
+                Output::Frame(f) => out.extend_from_slice(&f[1..]),
             }
         }
         (out, err)
@@ -116,6 +119,7 @@ fn read_until(rx: &Receiver<Output>, acc: &mut String, want: &str) {
             Ok(Output::Stdout(b)) | Ok(Output::Stderr(b)) => {
                 acc.push_str(&String::from_utf8_lossy(&b))
             }
+            Ok(Output::Frame(f)) => acc.push_str(&String::from_utf8_lossy(&f[1..])),
             Err(e) => panic!("waiting for {want:?}: {e}; got {acc:?}"),
         }
     }
@@ -136,6 +140,36 @@ fn exit_codes_streams_and_errors_before_the_upgrade() {
         let r = run(&conn, sh(script), ExecOptions::default());
         assert_eq!(code(&r), want, "{script}: {:?} {:?}", r.stdout, r.stderr);
     }
+
+    // Raw frames: every output is a whole `[1|2][data]` frame, shared as
+    // it came; the streams still apart, the exit code the same.
+    let p = exec(
+        &conn,
+        "default",
+        "box",
+        None,
+        &sh("echo raw-out; echo raw-err >&2; exit 4"),
+        ExecOptions {
+            raw_frames: true,
+            ..ExecOptions::default()
+        },
+    )
+    .expect("exec");
+    let rx = p.output();
+    let frames = std::thread::spawn(move || rx.iter().collect::<Vec<Output>>());
+    assert_eq!(p.wait().map(|s| s.code).ok(), Some(4));
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    for f in frames.join().expect("reader") {
+        match f {
+            Output::Frame(b) if b[0] == 1 => out.extend_from_slice(&b[1..]),
+            Output::Frame(b) if b[0] == 2 => err.extend_from_slice(&b[1..]),
+            other => panic!("not a whole stdout/stderr frame: {other:?}"),
+        }
+    }
+    assert_eq!(
+        (out.as_slice(), err.as_slice()),
+        (&b"raw-out\n"[..], &b"raw-err\n"[..])
+    );
 
     // stdout and stderr stay apart without a tty.
     let r = run(
@@ -531,7 +565,7 @@ fn a_slow_consumer_gets_every_byte_and_stdin_never_deadlocks() {
         }
         match chunk {
             Output::Stdout(b) => out.extend_from_slice(&b),
-            Output::Stderr(b) => panic!("stderr {b:?}"),
+            other => panic!("not stdout: {other:?}"),
         }
     }
     assert!(saw_full, "the output channel never filled up");

@@ -27,7 +27,7 @@
 //! closes.
 
 use super::audit::{Audit, Record};
-use super::frames::{ClientFrame, Exit, ServerFrame};
+use super::frames::{ClientFrame, Exit, ServerFrame, TYPE_STDERR};
 use super::record::Recorder;
 use super::resolve::{resolve, Ownership};
 use super::slots::{Slot, Slots};
@@ -362,6 +362,7 @@ impl Gateway {
             stdout: true,
             stderr: true,
             tty: false,
+            raw_frames: true,
             ping_interval: Some(self.settings.ping_interval),
             idle_timeout: Some(self.settings.idle_timeout),
             ..ExecOptions::default()
@@ -372,9 +373,13 @@ impl Gateway {
         loop {
             match output.recv_timeout(ABORT_CHECK) {
                 Ok(chunk) => {
-                    let (buf, cap, name, data) = match chunk {
+                    let (buf, cap, name, data): (_, _, _, &[u8]) = match &chunk {
                         Output::Stdout(d) => (&mut stdout, caps.0, "stdout", d),
                         Output::Stderr(d) => (&mut stderr, caps.1, "stderr", d),
+                        Output::Frame(f) if f.first() == Some(&TYPE_STDERR) => {
+                            (&mut stderr, caps.1, "stderr", &f[1..])
+                        }
+                        Output::Frame(f) => (&mut stdout, caps.0, "stdout", &f[1..]),
                     };
                     *out_bytes += data.len() as u64;
                     if buf.len() + data.len() > cap {
@@ -388,7 +393,7 @@ impl Gateway {
                         )
                         .with_details(serde_json::json!({"stream": name, "limitBytes": cap})));
                     }
-                    buf.extend_from_slice(&data);
+                    buf.extend_from_slice(data);
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                     if probe.gone() {
@@ -436,6 +441,7 @@ impl Gateway {
                 stderr: true,
                 tty: req.tty,
                 initial_size: req.initial_size,
+                raw_frames: true,
                 ping_interval: Some(self.settings.ping_interval),
                 idle_timeout: Some(self.settings.idle_timeout),
                 ..ExecOptions::default()
@@ -710,21 +716,22 @@ fn relay_output(
                     if shared.stopped.load(Ordering::Acquire) {
                         break;
                     }
-                    let frame = match c {
-                        Output::Stdout(d) => ServerFrame::Stdout(d),
-                        Output::Stderr(d) => ServerFrame::Stderr(d),
+                    // A Kubernetes stdout/stderr frame is `[1|2][data]`,
+                    // byte for byte our own frame: it goes on as it came,
+                    // neither copied nor re-encoded.
+                    let msg = match c {
+                        Output::Frame(f) => Message::Binary(f),
+                        Output::Stdout(d) => ServerFrame::Stdout(d).encode(),
+                        Output::Stderr(d) => ServerFrame::Stderr(d).encode(),
                     };
-                    let n = match &frame {
-                        ServerFrame::Stdout(d) | ServerFrame::Stderr(d) => {
-                            shared.record(|r| r.output(d));
-                            d.len() as u64
-                        }
-                        _ => 0,
-                    };
-                    shared.bytes_out.fetch_add(n, Ordering::Relaxed);
+                    if let Message::Binary(b) = &msg {
+                        let data = b.get(1..).unwrap_or_default();
+                        shared.record(|r| r.output(data));
+                        shared.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    }
                     shared.touch();
                     // Blocking: the backpressure.
-                    if out.send(frame.encode()).is_err() {
+                    if out.send(msg).is_err() {
                         shared.stopped.store(true, Ordering::Release);
                         break;
                     }

@@ -449,6 +449,11 @@ fn build_agent(
         .timeout_global(global)
         .timeout_connect(Some(options.connect_timeout))
         .timeout_per_read(per_read)
+        // One client serves many threads (the daemon's exec gateway, the
+        // sessions): with ureq's default of 3 idle connections per host,
+        // concurrent callers tear connections down and redo TLS handshakes.
+        .max_idle_connections(64)
+        .max_idle_connections_per_host(32)
         .build();
     ureq::Agent::with_parts(
         config,

@@ -28,6 +28,11 @@ pub enum Output {
     Stdout(Vec<u8>),
     /// Channel 2 (never with a tty).
     Stderr(Vec<u8>),
+    /// Only with [`super::ExecOptions::raw_frames`]: a channel-1 or -2
+    /// frame exactly as the server sent it (`[channel][data…]`, never
+    /// empty), shared rather than copied, for relays that forward frames
+    /// in the same layout.
+    Frame(tungstenite::Bytes),
 }
 
 /// How the remote process ended: its exit code (0..=255; 137 for SIGKILL).
@@ -46,6 +51,8 @@ impl ExitStatus {
 #[derive(Debug)]
 pub struct Demux {
     protocol: Protocol,
+    /// Pass stdout/stderr frames on whole ([`Output::Frame`]).
+    raw: bool,
     status: StatusCollector,
     /// Frames on channels this client does not read.
     pub ignored: u64,
@@ -55,9 +62,16 @@ impl Demux {
     pub fn new(protocol: Protocol) -> Demux {
         Demux {
             protocol,
+            raw: false,
             status: StatusCollector::new(),
             ignored: 0,
         }
+    }
+
+    /// Output as whole frames ([`Output::Frame`]) from now on.
+    pub fn raw_frames(mut self) -> Demux {
+        self.raw = true;
+        self
     }
 
     /// Handles one message from the server; returns output to pass on.
@@ -86,6 +100,11 @@ impl Demux {
                 return None;
             }
         };
+        if self.raw {
+            if let Message::Binary(b) = m {
+                return Some(Output::Frame(b));
+            }
+        }
         // One copy out of the frame (the payload starts after the channel
         // byte, so the message's buffer cannot be reused as is).
         let payload = bytes[1..].to_vec();

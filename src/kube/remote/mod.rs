@@ -68,6 +68,10 @@ pub struct ExecOptions {
     /// to one server frame, 32 KiB upstream). When full, the socket is no
     /// longer read: the server slows down; nothing is dropped.
     pub output_capacity: usize,
+    /// Deliver stdout and stderr as whole frames ([`Output::Frame`]) instead
+    /// of copied payloads: for relays whose own frames have the same
+    /// `[channel][data]` layout (the daemon's exec gateway). Default false.
+    pub raw_frames: bool,
     /// Subprotocols offered, preferred first. Default v5 then v4. Offering
     /// only v4 exists for tests of the fallback.
     pub protocols: Vec<Protocol>,
@@ -93,6 +97,7 @@ impl Default for ExecOptions {
             tty: false,
             initial_size: None,
             output_capacity: 64,
+            raw_frames: false,
             protocols: vec![Protocol::V5, Protocol::V4],
             connect_timeout: Duration::from_secs(30),
             ping_interval: Some(Duration::from_secs(30)),
@@ -174,6 +179,7 @@ fn open(
             streams,
             initial_size: opts.initial_size,
             output_capacity: opts.output_capacity,
+            raw_frames: opts.raw_frames,
             ping_interval: opts.ping_interval,
             idle_timeout: opts.idle_timeout,
         },

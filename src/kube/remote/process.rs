@@ -56,6 +56,7 @@ pub(crate) struct StartOptions {
     pub streams: Streams,
     pub initial_size: Option<TermSize>,
     pub output_capacity: usize,
+    pub raw_frames: bool,
     pub ping_interval: Option<Duration>,
     pub idle_timeout: Option<Duration>,
 }
@@ -100,10 +101,14 @@ pub(crate) fn start(opened: Opened, o: StartOptions) -> Result<RemoteProcess, Re
         .map_err(|e| RemoteError::Transport(format!("spawning the stream thread: {e}")))?;
     let room = Arc::new(Mutex::new(Some(outbox.clone())));
     let room_out = room.clone();
+    let raw_frames = o.raw_frames;
     let demux = std::thread::Builder::new()
         .name("kube-remote-out".into())
         .spawn(move || {
             let mut d = Demux::new(protocol);
+            if raw_frames {
+                d = d.raw_frames();
+            }
             let mut out = Some(o_tx);
             for m in in_rx.iter() {
                 if in_rx.len() + 1 >= INBOUND_CAPACITY {
