@@ -33,6 +33,39 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// [`client_config`], built once per distinct TLS material and then shared:
+/// building one parses every CA certificate, and only a shared config
+/// resumes TLS sessions (its session cache), so a caller that opens many
+/// short connections to one server (exec streams) does a full handshake
+/// once, then cheap resumptions. The material itself is the key (compared
+/// whole, never hashed alone); at most 16 configs are kept.
+pub fn cached_client_config(tls: &TlsMaterial) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    use parking_lot::Mutex;
+    type Key = (Vec<Vec<u8>>, bool, Option<String>, Option<(Vec<Vec<u8>>, Vec<u8>)>);
+    static CACHE: Mutex<Vec<(Key, Arc<rustls::ClientConfig>)>> = Mutex::new(Vec::new());
+    let key: Key = (
+        tls.ca_certs.iter().map(|c| c.as_ref().to_vec()).collect(),
+        tls.insecure_skip_verify,
+        tls.server_name.clone(),
+        tls.client_cert.as_ref().map(|cc| {
+            (
+                cc.chain.iter().map(|c| c.as_ref().to_vec()).collect(),
+                cc.key.secret_der().to_vec(),
+            )
+        }),
+    );
+    if let Some((_, cfg)) = CACHE.lock().iter().find(|(k, _)| *k == key) {
+        return Ok(cfg.clone());
+    }
+    let cfg = client_config(tls)?;
+    let mut cache = CACHE.lock();
+    if cache.len() >= 16 {
+        cache.remove(0);
+    }
+    cache.push((key, cfg.clone()));
+    Ok(cfg)
+}
+
 /// Builds the client configuration. ALPN offers only `http/1.1`: the
 /// client speaks HTTP/1.1 and WebSocket upgrades need it.
 pub fn client_config(tls: &TlsMaterial) -> Result<Arc<rustls::ClientConfig>, TlsError> {

@@ -19,7 +19,7 @@ use crate::kube::channel::Protocol;
 use crate::kube::connection::Connection;
 use crate::kube::status::Status;
 #[cfg(not(feature = "native-tls"))]
-use crate::kube::tls_client::{client_config, server_name, TlsError};
+use crate::kube::tls_client::{cached_client_config, server_name, TlsError};
 #[cfg(feature = "native-tls")]
 use crate::kube::tls_client::{native_connector, verify_name};
 use std::io::{self, Read, Write};
@@ -198,7 +198,7 @@ fn tls_handshake(
     ep: &Endpoint,
     deadline: Instant,
 ) -> Result<ClientSocket, RemoteError> {
-    let cfg = client_config(material)?;
+    let cfg = cached_client_config(material)?;
     let name = server_name(conn)?;
     let cc = rustls::ClientConnection::new(cfg, name)
         .map_err(|e| RemoteError::Tls(TlsError(format!("TLS setup: {e}"))))?;
