@@ -859,7 +859,7 @@ mod tests {
         std::os::unix::fs::symlink(t.outside.join("secret.txt"), t.root.join("s.txt")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &t.root.join("fifo"),
+            t.root.join("fifo"),
             FileType::Fifo,
             Mode::from_raw_mode(0o644),
             0,

@@ -294,8 +294,20 @@ impl Agent {
     /// `POST /workspace`: parse, normalise and decode everything, then hand
     /// the whole plan to `Workspace::apply`, which checks before changing.
     fn apply(&self, body: &[u8]) -> Result<Response, ApiError> {
-        let body: ApplyBody = serde_json::from_slice(body)
-            .map_err(|e| ApiError::new(Code::BadRequest, format!("request body: {e}")))?;
+        let bad = |m: String| ApiError::new(Code::BadRequest, format!("request body: {m}"));
+        let value: serde_json::Value =
+            serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+        // serde would also read a struct from an array (`[]`, `[[p, c]]`):
+        // only objects are accepted.
+        if !value.is_object() {
+            return Err(bad("expected a JSON object".into()));
+        }
+        if let Some(items) = value.get("write").and_then(|w| w.as_array()) {
+            if let Some(i) = items.iter().position(|w| !w.is_object()) {
+                return Err(bad(format!("write[{i}]: expected an object")));
+            }
+        }
+        let body: ApplyBody = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
         let items = body.write.unwrap_or_default();
         let deletes_raw = body.delete.unwrap_or_default();
         let norm = |raw: &str| {
