@@ -18,7 +18,7 @@
 
 use super::paths::{self, is_within, PathError, MAX_DEPTH, TEMP_PREFIX};
 use crate::api::{ApiError, Code};
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use rustix::fs::{
     fchmod, fstat, mkdirat, openat, renameat, statat, unlinkat, AtFlags, Dir, FileType, Mode,
     OFlags,
@@ -104,9 +104,10 @@ pub struct Workspace {
     root: OwnedFd,
     root_path: PathBuf,
     limits: Limits,
-    /// One apply at a time: its checks (limits above all) must hold when its
-    /// changes land.
-    apply_lock: Mutex<()>,
+    /// One apply at a time (its checks, limits above all, must hold when
+    /// its changes land); the tree and the snapshot take it shared, so they
+    /// never see half of an apply.
+    apply_lock: RwLock<()>,
     temp_counter: AtomicU64,
 }
 
@@ -197,7 +198,7 @@ impl Workspace {
             root: fd,
             root_path: root.to_path_buf(),
             limits,
-            apply_lock: Mutex::new(()),
+            apply_lock: RwLock::new(()),
             temp_counter: AtomicU64::new(0),
         })
     }
@@ -388,6 +389,7 @@ impl Workspace {
     /// `GET /workspace`: every listed file with the SHA-256 of its content,
     /// sorted by path. Hashing streams, so no file is held whole.
     pub fn tree(&self) -> Result<Vec<(String, String)>, ApiError> {
+        let _guard = self.apply_lock.read();
         let mut out = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
         self.walk(false, &mut |rel, dir, name| {
@@ -414,6 +416,7 @@ impl Workspace {
     /// (`WORKSPACE_LIMIT`) when the workspace is over a limit: such a
     /// snapshot could not be applied back anyway.
     pub fn snapshot(&self) -> Result<Vec<SnapshotFile>, ApiError> {
+        let _guard = self.apply_lock.read();
         let l = self.limits;
         let mut out: Vec<SnapshotFile> = Vec::new();
         let mut total: u64 = 0;
@@ -502,7 +505,7 @@ impl Workspace {
             )));
         }
 
-        let _guard = self.apply_lock.lock();
+        let _guard = self.apply_lock.write();
         let mut delete_kinds = Vec::with_capacity(deletes.len());
         for p in &deletes {
             delete_kinds.push(self.inspect(p)?);
