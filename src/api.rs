@@ -30,10 +30,16 @@ pub enum Code {
     ExecFailed,
     /// A per-principal or overall exec concurrency limit is reached.
     ExecTooMany,
+    /// A workspace path that is absolute, escapes the root, names the root,
+    /// holds a NUL, or passes through a symlink (docs/agent.md).
+    InvalidPath,
+    /// A workspace write or snapshot over the file-size, file-count or
+    /// total-size limit (docs/agent.md).
+    WorkspaceLimit,
 }
 
 impl Code {
-    pub const ALL: [Code; 17] = [
+    pub const ALL: [Code; 19] = [
         Code::Unauthorized,
         Code::NotFound,
         Code::MethodNotAllowed,
@@ -51,6 +57,8 @@ impl Code {
         Code::ExecAborted,
         Code::ExecFailed,
         Code::ExecTooMany,
+        Code::InvalidPath,
+        Code::WorkspaceLimit,
     ];
 
     /// The wire spelling (`EXEC_INVALID`).
@@ -73,6 +81,8 @@ impl Code {
             Code::ExecAborted => "EXEC_ABORTED",
             Code::ExecFailed => "EXEC_FAILED",
             Code::ExecTooMany => "EXEC_TOO_MANY",
+            Code::InvalidPath => "INVALID_PATH",
+            Code::WorkspaceLimit => "WORKSPACE_LIMIT",
         }
     }
 
@@ -87,9 +97,9 @@ impl Code {
             Code::Unauthorized => 401,
             Code::NotFound | Code::ExecTargetNotFound => 404,
             Code::MethodNotAllowed => 405,
-            Code::BodyTooLarge => 413,
+            Code::BodyTooLarge | Code::WorkspaceLimit => 413,
             Code::HeadersTooLarge => 431,
-            Code::BadRequest | Code::ExecInvalid => 400,
+            Code::BadRequest | Code::ExecInvalid | Code::InvalidPath => 400,
             Code::ExecTargetForbidden => 403,
             Code::ExecTargetNotReady => 409,
             Code::ExecOutputLimit => 422,
@@ -207,6 +217,7 @@ mod tests {
             ("EXEC_OUTPUT_LIMIT", 422),
             ("EXEC_ABORTED", 499),
             ("EXEC_FAILED", 502),
+            ("INVALID_PATH", 400),
         ];
         for (s, status) in pinned {
             let c = Code::parse(s).expect(s);

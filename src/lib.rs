@@ -5,6 +5,7 @@
 //! Dependencies point one way: `http` knows no domain; `kube` knows nothing
 //! above it; `sim` uses only `kube`'s wire formats and `http`.
 
+pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod config;

@@ -23,6 +23,10 @@ commands:
                 kubegate exec [-i] [-t] [-c CONTAINER] --workspace PROJECT/UID DEPLOYMENT -- CMD [ARGS...]
   workspaces    list the workspaces and Deployments the token may exec into
                 kubegate workspaces [--output table|json]
+  workspace-agent
+                serve a session pod's workspace folder (token in KUBEGATE_WORKSPACE_TOKEN)
+                kubegate workspace-agent [--listen ADDR] [--root DIR] [--max-file-bytes N]
+                                         [--max-files N] [--max-total-bytes N]
 
 client commands (exec, workspaces) take --server URL (env KUBEGATE_SERVER,
 default http://127.0.0.1:7443), --token T or --token-file F (env
@@ -50,6 +54,11 @@ fn main() {
         // command's, 255 for kubegate's errors; docs/cli.md).
         Some("exec") => kubegate::cli::exec_main(&args[1..]),
         Some("workspaces") => kubegate::cli::workspaces_main(&args[1..]),
+        // Runs inside a session pod's `workspace` container (docs/agent.md).
+        Some("workspace-agent") => {
+            init_logging();
+            kubegate::agent::agent_main(&args[1..])
+        }
         Some("check-config") => match parse_config_flag(&args[1..]) {
             Ok(path) => cmd_check_config(&path),
             Err(m) => usage_error(&m),
