@@ -41,7 +41,12 @@ fn provider() -> Arc<CryptoProvider> {
 /// whole, never hashed alone); at most 16 configs are kept.
 pub fn cached_client_config(tls: &TlsMaterial) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     use parking_lot::Mutex;
-    type Key = (Vec<Vec<u8>>, bool, Option<String>, Option<(Vec<Vec<u8>>, Vec<u8>)>);
+    type Key = (
+        Vec<Vec<u8>>,
+        bool,
+        Option<String>,
+        Option<(Vec<Vec<u8>>, Vec<u8>)>,
+    );
     static CACHE: Mutex<Vec<(Key, Arc<rustls::ClientConfig>)>> = Mutex::new(Vec::new());
     let key: Key = (
         tls.ca_certs.iter().map(|c| c.as_ref().to_vec()).collect(),
