@@ -14,6 +14,7 @@
 //!
 //! Design and choices: docs/sessions.md.
 
+pub mod pod;
 pub mod spec;
 
 use rand::Rng;
