@@ -30,16 +30,35 @@ pub enum Code {
     ExecFailed,
     /// A per-principal or overall exec concurrency limit is reached.
     ExecTooMany,
-    /// A workspace path that is absolute, escapes the root, names the root,
-    /// holds a NUL, or passes through a symlink (docs/agent.md).
+    /// A session app name that is not a DNS label (or too long for
+    /// `app-<name>`).
+    InvalidAppName,
+    /// Two apps of one session share a name.
+    DuplicateAppName,
+    /// An app named `workspace` (the workspace container's name).
+    ReservedAppName,
+    /// Two apps declare the same protocol/port, or a port kubegate uses.
+    PortConflict,
+    /// A bundle or entry path that is not relative, normalised, inside the
+    /// workspace.
     InvalidPath,
+    /// Bad base64, a size or count over the limits, an entry not in the bundle.
+    InvalidBundle,
+    /// `sessions.max_sessions` or `sessions.max_sessions_per_principal` reached.
+    TooManySessions,
+    /// The operation needs a running session.
+    NotRunning,
+    /// `resume` of a session that is not suspended.
+    NotSuspended,
+    /// More reloads than `sessions.reloads_per_minute`.
+    ReloadRateLimited,
     /// A workspace write or snapshot over the file-size, file-count or
     /// total-size limit (docs/agent.md).
     WorkspaceLimit,
 }
 
 impl Code {
-    pub const ALL: [Code; 19] = [
+    pub const ALL: [Code; 28] = [
         Code::Unauthorized,
         Code::NotFound,
         Code::MethodNotAllowed,
@@ -57,7 +76,16 @@ impl Code {
         Code::ExecAborted,
         Code::ExecFailed,
         Code::ExecTooMany,
+        Code::InvalidAppName,
+        Code::DuplicateAppName,
+        Code::ReservedAppName,
+        Code::PortConflict,
         Code::InvalidPath,
+        Code::InvalidBundle,
+        Code::TooManySessions,
+        Code::NotRunning,
+        Code::NotSuspended,
+        Code::ReloadRateLimited,
         Code::WorkspaceLimit,
     ];
 
@@ -81,7 +109,16 @@ impl Code {
             Code::ExecAborted => "EXEC_ABORTED",
             Code::ExecFailed => "EXEC_FAILED",
             Code::ExecTooMany => "EXEC_TOO_MANY",
+            Code::InvalidAppName => "INVALID_APP_NAME",
+            Code::DuplicateAppName => "DUPLICATE_APP_NAME",
+            Code::ReservedAppName => "RESERVED_APP_NAME",
+            Code::PortConflict => "PORT_CONFLICT",
             Code::InvalidPath => "INVALID_PATH",
+            Code::InvalidBundle => "INVALID_BUNDLE",
+            Code::TooManySessions => "TOO_MANY_SESSIONS",
+            Code::NotRunning => "NOT_RUNNING",
+            Code::NotSuspended => "NOT_SUSPENDED",
+            Code::ReloadRateLimited => "RELOAD_RATE_LIMITED",
             Code::WorkspaceLimit => "WORKSPACE_LIMIT",
         }
     }
@@ -99,11 +136,21 @@ impl Code {
             Code::MethodNotAllowed => 405,
             Code::BodyTooLarge | Code::WorkspaceLimit => 413,
             Code::HeadersTooLarge => 431,
-            Code::BadRequest | Code::ExecInvalid | Code::InvalidPath => 400,
+            Code::BadRequest
+            | Code::ExecInvalid
+            | Code::InvalidAppName
+            | Code::DuplicateAppName
+            | Code::ReservedAppName
+            | Code::PortConflict
+            | Code::InvalidPath
+            | Code::InvalidBundle => 400,
             Code::ExecTargetForbidden => 403,
-            Code::ExecTargetNotReady => 409,
+            Code::ExecTargetNotReady
+            | Code::TooManySessions
+            | Code::NotRunning
+            | Code::NotSuspended => 409,
             Code::ExecOutputLimit => 422,
-            Code::ExecTooMany => 429,
+            Code::ExecTooMany | Code::ReloadRateLimited => 429,
             Code::ExecAborted => 499,
             Code::ExecFailed => 502,
             Code::Overloaded | Code::NotReady => 503,
@@ -217,7 +264,16 @@ mod tests {
             ("EXEC_OUTPUT_LIMIT", 422),
             ("EXEC_ABORTED", 499),
             ("EXEC_FAILED", 502),
+            ("INVALID_APP_NAME", 400),
+            ("DUPLICATE_APP_NAME", 400),
+            ("RESERVED_APP_NAME", 400),
+            ("PORT_CONFLICT", 400),
             ("INVALID_PATH", 400),
+            ("INVALID_BUNDLE", 400),
+            ("TOO_MANY_SESSIONS", 409),
+            ("NOT_RUNNING", 409),
+            ("NOT_SUSPENDED", 409),
+            ("RELOAD_RATE_LIMITED", 429),
         ];
         for (s, status) in pinned {
             let c = Code::parse(s).expect(s);

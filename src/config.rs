@@ -26,6 +26,19 @@ pub const DEFAULT_MANAGED_BY: &str = "kubegate";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Default workspace-uid label key (exec.md).
 pub const DEFAULT_WORKSPACE_UID_LABEL: &str = "kubegate.dev/workspace-uid";
+/// Default namespace of session pods.
+pub const DEFAULT_SESSION_NAMESPACE: &str = "default";
+/// Default image of the workspace container (and of the init container that
+/// carries the binary into app containers): this release of kubegate.
+pub const DEFAULT_WORKSPACE_IMAGE: &str =
+    concat!("ghcr.io/kubegate/kubegate:", env!("CARGO_PKG_VERSION"));
+/// Default image of an app container when neither the app nor the session
+/// names one.
+pub const DEFAULT_APP_IMAGE: &str = "docker.io/library/busybox:1.37";
+/// Default command of an app container when the app names none: runs the
+/// entry file with `sh`. `$(KUBEGATE_ENTRY)` is expanded by Kubernetes from
+/// the container's env (the entry's absolute path).
+pub const DEFAULT_APP_COMMAND: [&str; 2] = ["sh", "$(KUBEGATE_ENTRY)"];
 
 /// A configuration problem: the file, the key at fault and what is wrong.
 /// Displayed as `FILE: KEY: what is wrong` (contract.md).
@@ -62,6 +75,17 @@ pub enum ClusterMode {
     InCluster,
 }
 
+/// How the daemon opens connections to a session pod (sessions.md,
+/// "Reaching the pod").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PodAccess {
+    /// Through the API server's pod proxy (works from outside the pod network).
+    ApiProxy,
+    /// TCP to `podIP:port` (the daemon runs inside the pod network).
+    Direct,
+}
+
 /// The whole validated configuration; every path is absolute (resolved
 /// against the config file's folder).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -72,6 +96,8 @@ pub struct Config {
     pub cluster: ClusterSection,
     #[serde(default)]
     pub exec: ExecSection,
+    #[serde(default)]
+    pub sessions: SessionsSection,
     #[serde(default, rename = "principal")]
     pub principals: Vec<Principal>,
 }
@@ -134,12 +160,133 @@ pub struct ClusterSection {
     /// Value of the `app.kubernetes.io/managed-by` label.
     #[serde(default = "default_managed_by")]
     pub managed_by: String,
+    /// As written; [`ClusterSection::pod_access`] resolves the default
+    /// (api-proxy, or direct in-cluster).
+    #[serde(default)]
+    pub pod_access: Option<PodAccess>,
+    /// Namespace of session pods, Services and Ingresses.
+    #[serde(default = "default_session_namespace")]
+    pub session_namespace: String,
+    /// Image of the workspace container and of the binary-carrying init
+    /// container.
+    #[serde(default = "default_workspace_image")]
+    pub workspace_image: String,
+    /// Image of an app container when neither app nor session names one.
+    #[serde(default = "default_app_image")]
+    pub default_app_image: String,
+    /// Argv of an app container whose app names no command.
+    #[serde(default = "default_app_command")]
+    pub default_app_command: Vec<String>,
+    /// Session endpoints get `<port>-<sessionId>.<domain>` and an Ingress;
+    /// without it, Service only (endpoints have no host).
+    #[serde(default)]
+    pub ingress_base_domain: Option<String>,
+    /// `spec.ingressClassName` of session Ingresses (needs a base domain).
+    #[serde(default)]
+    pub ingress_class: Option<String>,
+    /// TLS Secret of session Ingresses (needs a base domain).
+    #[serde(default)]
+    pub ingress_tls_secret: Option<String>,
+    /// Per-container ceilings (Kubernetes quantities); requests = limits.
+    #[serde(default = "default_max_cpu")]
+    pub max_cpu: String,
+    #[serde(default = "default_max_memory")]
+    pub max_memory: String,
+    #[serde(default = "default_max_ephemeral_storage")]
+    pub max_ephemeral_storage: String,
     #[serde(default)]
     pub sim: SimSection,
 }
 
+impl ClusterSection {
+    /// `pod_access`, or its default: `direct` in-cluster, `api-proxy`
+    /// otherwise (sim and kubeconfig: the daemon is outside the pod network).
+    pub fn pod_access(&self) -> PodAccess {
+        self.pod_access.unwrap_or(match self.mode {
+            ClusterMode::InCluster => PodAccess::Direct,
+            ClusterMode::Sim | ClusterMode::Kubeconfig => PodAccess::ApiProxy,
+        })
+    }
+}
+
 fn default_managed_by() -> String {
     DEFAULT_MANAGED_BY.into()
+}
+fn default_session_namespace() -> String {
+    DEFAULT_SESSION_NAMESPACE.into()
+}
+fn default_workspace_image() -> String {
+    DEFAULT_WORKSPACE_IMAGE.into()
+}
+fn default_app_image() -> String {
+    DEFAULT_APP_IMAGE.into()
+}
+fn default_app_command() -> Vec<String> {
+    DEFAULT_APP_COMMAND.iter().map(|s| s.to_string()).collect()
+}
+fn default_max_cpu() -> String {
+    "1".into()
+}
+fn default_max_memory() -> String {
+    "1Gi".into()
+}
+fn default_max_ephemeral_storage() -> String {
+    "2Gi".into()
+}
+
+/// `[sessions]`: limits and timings of watch sessions (sessions.md).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsSection {
+    /// Sessions that hold resources (starting, running, suspended) overall.
+    pub max_sessions: u64,
+    pub max_sessions_per_principal: u64,
+    /// No subscriber for this long: checkpoint and suspend.
+    pub idle_secs: u64,
+    /// A session's whole life (its pods' `activeDeadlineSeconds`).
+    pub max_life_secs: u64,
+    /// A suspended session is forgotten after this long.
+    pub suspended_ttl_secs: u64,
+    /// Checkpoint period while running.
+    pub checkpoint_interval_secs: u64,
+    /// `POST …/reload` per session per minute.
+    pub reloads_per_minute: u64,
+    /// Bundle limits: all files, one file (decoded), file count.
+    pub max_bundle_bytes: u64,
+    pub max_file_bytes: u64,
+    pub max_files: u64,
+    /// Output replay ring per app.
+    pub io_ring_bytes: u64,
+    /// Events kept per session for `Last-Event-ID` replay.
+    pub sse_history_events: u64,
+    /// A watch pod no session record knows is reaped after this long.
+    pub orphan_grace_secs: u64,
+    /// Pod created -> Running with a podIP.
+    pub start_deadline_secs: u64,
+    /// Pod running -> workspace agent answering.
+    pub agent_deadline_secs: u64,
+}
+
+impl Default for SessionsSection {
+    fn default() -> Self {
+        SessionsSection {
+            max_sessions: 64,
+            max_sessions_per_principal: 8,
+            idle_secs: 300,
+            max_life_secs: 6 * 3600,
+            suspended_ttl_secs: 24 * 3600,
+            checkpoint_interval_secs: 30,
+            reloads_per_minute: 30,
+            max_bundle_bytes: 64 << 20,
+            max_file_bytes: 8 << 20,
+            max_files: 10_000,
+            io_ring_bytes: 1 << 20,
+            sse_history_events: 1000,
+            orphan_grace_secs: 600,
+            start_deadline_secs: 180,
+            agent_deadline_secs: 120,
+        }
+    }
 }
 
 /// `[cluster.sim]`: the embedded sim (only read with `mode = "sim"`).
@@ -435,6 +582,107 @@ impl Config {
                 );
             }
         }
+        check_dns_label(&c.session_namespace).or_else(|m| {
+            err(
+                "cluster.session_namespace",
+                format!("{:?}: {m}", c.session_namespace),
+            )
+        })?;
+        check_image(&c.workspace_image).or_else(|m| err("cluster.workspace_image", m))?;
+        check_image(&c.default_app_image).or_else(|m| err("cluster.default_app_image", m))?;
+        if c.default_app_command
+            .first()
+            .is_none_or(|a| a.trim().is_empty())
+        {
+            return err(
+                "cluster.default_app_command",
+                "must name a program (a non-empty first element)".into(),
+            );
+        }
+        if let Some(d) = &c.ingress_base_domain {
+            check_dns_subdomain(d)
+                .or_else(|m| err("cluster.ingress_base_domain", format!("{d:?}: {m}")))?;
+            // `<port>-<sessionId>.<domain>` must stay a valid host name.
+            if d.len() > 253 - 64 {
+                return err(
+                    "cluster.ingress_base_domain",
+                    "longer than 189 characters: session hosts would exceed 253".into(),
+                );
+            }
+        }
+        for (key, v) in [
+            ("cluster.ingress_class", &c.ingress_class),
+            ("cluster.ingress_tls_secret", &c.ingress_tls_secret),
+        ] {
+            if let Some(v) = v {
+                if c.ingress_base_domain.is_none() {
+                    return err(key, "only allowed with cluster.ingress_base_domain".into());
+                }
+                check_dns_subdomain(v).or_else(|m| err(key, format!("{v:?}: {m}")))?;
+            }
+        }
+        for (key, v) in [
+            ("cluster.max_cpu", &c.max_cpu),
+            ("cluster.max_memory", &c.max_memory),
+            ("cluster.max_ephemeral_storage", &c.max_ephemeral_storage),
+        ] {
+            match crate::kube::quantity::Quantity::parse(v) {
+                Ok(q) if q.is_positive() => {}
+                Ok(_) => return err(key, format!("{v:?} must be positive")),
+                Err(m) => return err(key, m),
+            }
+        }
+
+        // [sessions]
+        let ss = &self.sessions;
+        for (key, v) in [
+            ("sessions.max_sessions", ss.max_sessions),
+            (
+                "sessions.max_sessions_per_principal",
+                ss.max_sessions_per_principal,
+            ),
+            ("sessions.idle_secs", ss.idle_secs),
+            ("sessions.max_life_secs", ss.max_life_secs),
+            ("sessions.suspended_ttl_secs", ss.suspended_ttl_secs),
+            (
+                "sessions.checkpoint_interval_secs",
+                ss.checkpoint_interval_secs,
+            ),
+            ("sessions.reloads_per_minute", ss.reloads_per_minute),
+            ("sessions.max_bundle_bytes", ss.max_bundle_bytes),
+            ("sessions.max_file_bytes", ss.max_file_bytes),
+            ("sessions.max_files", ss.max_files),
+            ("sessions.io_ring_bytes", ss.io_ring_bytes),
+            ("sessions.sse_history_events", ss.sse_history_events),
+            ("sessions.orphan_grace_secs", ss.orphan_grace_secs),
+            ("sessions.start_deadline_secs", ss.start_deadline_secs),
+            ("sessions.agent_deadline_secs", ss.agent_deadline_secs),
+        ] {
+            positive(key, v)?;
+        }
+        if ss.max_sessions_per_principal > ss.max_sessions {
+            return err(
+                "sessions.max_sessions_per_principal",
+                format!(
+                    "{} exceeds sessions.max_sessions ({})",
+                    ss.max_sessions_per_principal, ss.max_sessions
+                ),
+            );
+        }
+        if ss.max_file_bytes > ss.max_bundle_bytes {
+            return err(
+                "sessions.max_file_bytes",
+                format!(
+                    "{} exceeds sessions.max_bundle_bytes ({})",
+                    ss.max_file_bytes, ss.max_bundle_bytes
+                ),
+            );
+        }
+        // activeDeadlineSeconds is an int64 and a pod's life in seconds;
+        // anything beyond ten years is a typo.
+        if ss.max_life_secs > 10 * 365 * 86_400 {
+            return err("sessions.max_life_secs", "longer than ten years".into());
+        }
 
         // [exec]
         let x = &mut self.exec;
@@ -535,6 +783,20 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// An image reference: not blank, no whitespace or control characters, at
+/// most 512 characters (the registry checks the rest).
+fn check_image(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.len() > 512 || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{s:?} is not an image reference (no spaces, at most 512 characters)"
+        ));
+    }
+    Ok(())
 }
 
 fn positive(key: &str, v: u64) -> Result<(), (String, String)> {
@@ -1042,6 +1304,186 @@ mod tests {
         assert_eq!(key_at(t, t.find("z").unwrap()), "p[1].z");
         assert_eq!(key_at(t, t.find("3").unwrap()), "p[1].z");
         assert_eq!(key_at("top = 1\n", 0), "top");
+    }
+
+    #[test]
+    fn session_defaults() {
+        let c = parse(&minimal()).unwrap();
+        assert_eq!(c.sessions, SessionsSection::default());
+        let ss = &c.sessions;
+        assert_eq!(ss.idle_secs, 300);
+        assert_eq!(ss.max_life_secs, 21600);
+        assert_eq!(ss.suspended_ttl_secs, 86400);
+        assert_eq!(ss.checkpoint_interval_secs, 30);
+        assert_eq!(ss.reloads_per_minute, 30);
+        assert_eq!(ss.max_bundle_bytes, 64 << 20);
+        assert_eq!(ss.max_file_bytes, 8 << 20);
+        assert_eq!(ss.max_files, 10_000);
+        assert_eq!(ss.io_ring_bytes, 1 << 20);
+        assert_eq!(ss.sse_history_events, 1000);
+        assert_eq!(ss.orphan_grace_secs, 600);
+        assert_eq!(ss.start_deadline_secs, 180);
+        assert_eq!(ss.agent_deadline_secs, 120);
+        let k = &c.cluster;
+        assert_eq!(k.session_namespace, "default");
+        assert!(k.workspace_image.starts_with("ghcr.io/kubegate/kubegate:"));
+        assert!(k.workspace_image.ends_with(env!("CARGO_PKG_VERSION")));
+        assert_eq!(k.default_app_image, DEFAULT_APP_IMAGE);
+        assert_eq!(k.default_app_command, vec!["sh", "$(KUBEGATE_ENTRY)"]);
+        assert_eq!(k.ingress_base_domain, None);
+        assert_eq!(k.ingress_class, None);
+        assert_eq!(k.ingress_tls_secret, None);
+        assert_eq!((k.max_cpu.as_str(), k.max_memory.as_str()), ("1", "1Gi"));
+        assert_eq!(k.max_ephemeral_storage, "2Gi");
+    }
+
+    #[test]
+    fn pod_access_defaults_by_mode() {
+        let access = |t: &str| parse(t).unwrap().cluster.pod_access();
+        assert_eq!(access("[cluster]\nmode = \"sim\"\n"), PodAccess::ApiProxy);
+        assert_eq!(
+            access("[cluster]\nmode = \"kubeconfig\"\n"),
+            PodAccess::ApiProxy
+        );
+        assert_eq!(
+            access("[cluster]\nmode = \"in-cluster\"\n"),
+            PodAccess::Direct
+        );
+        assert_eq!(
+            access("[cluster]\nmode = \"in-cluster\"\npod_access = \"api-proxy\"\n"),
+            PodAccess::ApiProxy
+        );
+        assert_eq!(
+            access("[cluster]\nmode = \"sim\"\npod_access = \"direct\"\n"),
+            PodAccess::Direct
+        );
+        assert_eq!(
+            key_of("[cluster]\nmode = \"sim\"\npod_access = \"tunnel\"\n"),
+            "cluster.pod_access"
+        );
+    }
+
+    #[test]
+    fn session_cluster_keys() {
+        let bad = |line: &str| key_of(&format!("{}{line}\n", minimal()));
+        assert_eq!(
+            bad("session_namespace = \"Bad_NS\""),
+            "cluster.session_namespace"
+        );
+        assert_eq!(bad("session_namespace = \"\""), "cluster.session_namespace");
+        assert_eq!(bad("workspace_image = \"\""), "cluster.workspace_image");
+        assert_eq!(bad("workspace_image = \"a b\""), "cluster.workspace_image");
+        assert_eq!(
+            bad("default_app_image = \"x\ty\""),
+            "cluster.default_app_image"
+        );
+        assert_eq!(
+            bad("default_app_command = []"),
+            "cluster.default_app_command"
+        );
+        assert_eq!(
+            bad("default_app_command = [\" \"]"),
+            "cluster.default_app_command"
+        );
+        assert_eq!(
+            bad("ingress_base_domain = \"Example.COM\""),
+            "cluster.ingress_base_domain"
+        );
+        assert_eq!(
+            bad("ingress_base_domain = \"a..b\""),
+            "cluster.ingress_base_domain"
+        );
+        // Class and TLS secret only make sense with a base domain.
+        assert_eq!(bad("ingress_class = \"nginx\""), "cluster.ingress_class");
+        assert_eq!(
+            bad("ingress_tls_secret = \"tls\""),
+            "cluster.ingress_tls_secret"
+        );
+        assert_eq!(
+            bad("ingress_base_domain = \"dev.example.com\"\ningress_class = \"Nginx\""),
+            "cluster.ingress_class"
+        );
+        for k in ["max_cpu", "max_memory", "max_ephemeral_storage"] {
+            assert_eq!(bad(&format!("{k} = \"lots\"")), format!("cluster.{k}"));
+            assert_eq!(bad(&format!("{k} = \"0\"")), format!("cluster.{k}"));
+            assert_eq!(bad(&format!("{k} = \"-1\"")), format!("cluster.{k}"));
+        }
+        let c = parse(&format!(
+            "{}session_namespace = \"dev\"\nworkspace_image = \"reg.local/kg:1\"\ndefault_app_image = \"node:22\"\ndefault_app_command = [\"node\", \"--watch\", \"$(KUBEGATE_ENTRY)\"]\ningress_base_domain = \"dev.example.com\"\ningress_class = \"nginx\"\ningress_tls_secret = \"wildcard-tls\"\nmax_cpu = \"500m\"\nmax_memory = \"512Mi\"\nmax_ephemeral_storage = \"1G\"\n",
+            minimal()
+        ))
+        .unwrap();
+        let k = &c.cluster;
+        assert_eq!(k.session_namespace, "dev");
+        assert_eq!(k.workspace_image, "reg.local/kg:1");
+        assert_eq!(k.default_app_command[1], "--watch");
+        assert_eq!(k.ingress_base_domain.as_deref(), Some("dev.example.com"));
+        assert_eq!(k.ingress_class.as_deref(), Some("nginx"));
+        assert_eq!(k.ingress_tls_secret.as_deref(), Some("wildcard-tls"));
+        assert_eq!(k.max_cpu, "500m");
+    }
+
+    #[test]
+    fn sessions_section() {
+        assert_eq!(
+            key_of(&format!("{}[sessions]\nidle = 3\n", minimal())),
+            "sessions.idle"
+        );
+        assert_eq!(
+            key_of(&format!("{}[sessions]\nidle_secs = \"5m\"\n", minimal())),
+            "sessions.idle_secs"
+        );
+        for k in [
+            "max_sessions",
+            "max_sessions_per_principal",
+            "idle_secs",
+            "max_life_secs",
+            "suspended_ttl_secs",
+            "checkpoint_interval_secs",
+            "reloads_per_minute",
+            "max_bundle_bytes",
+            "max_file_bytes",
+            "max_files",
+            "io_ring_bytes",
+            "sse_history_events",
+            "orphan_grace_secs",
+            "start_deadline_secs",
+            "agent_deadline_secs",
+        ] {
+            assert_eq!(
+                key_of(&format!("{}[sessions]\n{k} = 0\n", minimal())),
+                format!("sessions.{k}")
+            );
+        }
+        assert_eq!(
+            key_of(&format!(
+                "{}[sessions]\nmax_sessions = 4\nmax_sessions_per_principal = 5\n",
+                minimal()
+            )),
+            "sessions.max_sessions_per_principal"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "{}[sessions]\nmax_bundle_bytes = 1024\nmax_file_bytes = 2048\n",
+                minimal()
+            )),
+            "sessions.max_file_bytes"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "{}[sessions]\nmax_life_secs = 400000000\n",
+                minimal()
+            )),
+            "sessions.max_life_secs"
+        );
+        let c = parse(&format!(
+            "{}[sessions]\nidle_secs = 60\nmax_files = 5\n",
+            minimal()
+        ))
+        .unwrap();
+        assert_eq!(c.sessions.idle_secs, 60);
+        assert_eq!(c.sessions.max_files, 5);
+        assert_eq!(c.sessions.max_life_secs, 21600);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod http;
 pub mod kube;
 pub mod metrics;
 pub mod server;
+pub mod session;
 pub mod sim;
 
 #[doc(hidden)]

@@ -2,7 +2,8 @@
 //! with the simulated cluster.
 //!
 //! Sans-IO (bytes and values in, bytes and values out), shared with the sim:
-//! `status`, `meta`, `watch`, `channel`, `jsonstream`, `protobuf`, `time`.
+//! `status`, `meta`, `watch`, `channel`, `jsonstream`, `protobuf`, `time`,
+//! `quantity`.
 //! The client, which does I/O: `connection` (what a cluster is reached
 //! with), `config` (kubeconfig, in-cluster, credentials), `tls_client` (the
 //! one rustls configuration), `client` (REST, errors, typed resources,
@@ -21,6 +22,8 @@
 //! - `protobuf`: decoding of kubectl's protobuf request bodies into the JSON
 //!   the same request would have carried.
 //! - `time`: RFC 3339 timestamps.
+//! - `quantity`: resource quantities (`500m`, `1Gi`) parsed exactly, compared
+//!   and clamped to a ceiling.
 //! - `config`: kubeconfig and in-cluster loading into a `Connection`, and
 //!   the refreshing credentials (token files, exec plugins). The one
 //!   exception to sans-IO here: it reads files and runs credential plugins.
@@ -32,6 +35,7 @@ pub mod connection;
 pub mod jsonstream;
 pub mod meta;
 pub mod protobuf;
+pub mod quantity;
 pub mod remote;
 pub mod status;
 pub mod time;

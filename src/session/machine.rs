@@ -1,0 +1,1702 @@
+//! One session's state machine, sans-IO (sessions.md "Start", "While
+//! running", "Operations"; docs/sessions.md has the diagrams and choices).
+//!
+//! The engine feeds it what it observes ([`Input`]) and the user's
+//! operations ([`UserOp`]), with the current time; it answers with
+//! [`Command`]s to carry out, in order. It never blocks, never does I/O and
+//! never reads a clock: every deadline is a time stamp checked on
+//! [`Input::Tick`].
+//!
+//! Every input about a pod names the pod; inputs about a pod that is no
+//! longer the session's current pod are ignored (a late answer from a
+//! torn-down pod cannot disturb its successor), except a late
+//! [`Input::PodCreated`], whose pod is deleted at once (a stop raced its
+//! create).
+
+use super::pod::{
+    self, all_endpoints, build_ingress, build_pod, build_service, deadline_exceeded, ended_apps,
+    failure_detail, inspect_port, provision_message, Endpoint, PodInput, PodSettings, Requested,
+};
+use super::spec::{AppSpec, Io, Port, Protocol, SessionSpec, AGENT_PORT, INSPECT_BASE_PORT};
+use crate::api::{ApiError, Code};
+use crate::config::SessionsSection;
+use crate::kube::client::{Ingress, Pod, Service};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// Wall-clock time in milliseconds since the Unix epoch (the engine passes
+/// `SystemTime::now()`; tests pass numbers).
+pub type Millis = u64;
+
+/// Where a start (or a later bring-up) stands or failed (contract.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    Validate,
+    Create,
+    Schedule,
+    Workspace,
+    Seed,
+    Publish,
+    /// After the session was running (the pod died or vanished). Not in
+    /// contract.md's list: flagged for its owner (docs/sessions.md).
+    Run,
+}
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Validate => "validate",
+            Stage::Create => "create",
+            Stage::Schedule => "schedule",
+            Stage::Workspace => "workspace",
+            Stage::Seed => "seed",
+            Stage::Publish => "publish",
+            Stage::Run => "run",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Status {
+    Starting { stage: Stage },
+    Running,
+    Suspended,
+    Stopped,
+    Failed { stage: Stage, message: String },
+}
+
+impl Status {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Status::Starting { .. } => "starting",
+            Status::Running => "running",
+            Status::Suspended => "suspended",
+            Status::Stopped => "stopped",
+            Status::Failed { .. } => "failed",
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Status::Stopped | Status::Failed { .. })
+    }
+
+    /// `{stage, message}` of a failed session.
+    pub fn error(&self) -> Option<Value> {
+        match self {
+            Status::Failed { stage, message } => {
+                Some(json!({"stage": stage.as_str(), "message": message}))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What a new pod is seeded from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SeedSource {
+    /// The start request's bundle (plus the engine's workspace marker).
+    Bundle,
+    /// The session's latest checkpoint in the state directory.
+    Checkpoint,
+}
+
+/// How an app's output is tagged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutStream {
+    Tty,
+    Stdout,
+    Stderr,
+}
+
+/// Reachability of a tcp port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reach {
+    Checking,
+    Reachable,
+    Unreachable,
+}
+
+/// A port refused by a re-route, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejected {
+    pub port: u16,
+    pub reason: String,
+}
+
+/// An event for the session's SSE stream (contract.md shapes).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Status {
+        status: Status,
+        endpoints: Option<Vec<Endpoint>>,
+    },
+    Progress {
+        phase: String,
+        message: String,
+        app: Option<String>,
+    },
+    Debug {
+        app: String,
+        frame: Value,
+    },
+    Endpoints {
+        app: String,
+        added: Vec<Endpoint>,
+        removed: Vec<Endpoint>,
+        rejected: Vec<Rejected>,
+    },
+    Reachability {
+        app: String,
+        port: u16,
+        state: Reach,
+    },
+    Run {
+        app: String,
+        generation: u64,
+        ended: Option<RunEnd>,
+    },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnd {
+    pub exit_code: Option<i32>,
+    pub reason: String,
+}
+
+impl Event {
+    /// The SSE `event:` type.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Status { .. } => "status",
+            Event::Progress { .. } => "progress",
+            Event::Debug { .. } => "debug",
+            Event::Endpoints { .. } => "endpoints",
+            Event::Reachability { .. } => "reachability",
+            Event::Run { .. } => "run",
+        }
+    }
+
+    /// The SSE `data:` JSON.
+    pub fn data(&self) -> Value {
+        match self {
+            Event::Status { status, endpoints } => {
+                let mut v = json!({"status": status.as_str()});
+                if let Some(e) = status.error() {
+                    v["error"] = e;
+                }
+                if let Some(eps) = endpoints {
+                    v["endpoints"] = json!(eps);
+                }
+                v
+            }
+            Event::Progress {
+                phase,
+                message,
+                app,
+            } => {
+                let mut v = json!({"phase": phase, "message": message});
+                if let Some(a) = app {
+                    v["app"] = json!(a);
+                }
+                v
+            }
+            Event::Debug { app, frame } => json!({"app": app, "frame": frame}),
+            Event::Endpoints {
+                app,
+                added,
+                removed,
+                rejected,
+            } => {
+                let mut v = json!({"app": app});
+                if !added.is_empty() {
+                    v["added"] = json!(added);
+                }
+                if !removed.is_empty() {
+                    v["removed"] = json!(removed);
+                }
+                if !rejected.is_empty() {
+                    v["rejected"] = json!(rejected);
+                }
+                v
+            }
+            Event::Reachability { app, port, state } => {
+                json!({"app": app, "port": port, "state": state})
+            }
+            Event::Run {
+                app,
+                generation,
+                ended,
+            } => match ended {
+                None => json!({"app": app, "generation": generation, "phase": "started"}),
+                Some(end) => {
+                    let mut v = json!({"app": app, "generation": generation, "phase": "ended",
+                                       "reason": end.reason});
+                    if let Some(c) = end.exit_code {
+                        v["exitCode"] = json!(c);
+                    }
+                    v
+                }
+            },
+        }
+    }
+}
+
+/// What the engine observed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// The create answered with the pod's uid.
+    PodCreated {
+        pod: String,
+        uid: String,
+    },
+    PodCreateFailed {
+        pod: String,
+        message: String,
+    },
+    /// A watch event (ADDED/MODIFIED) or a read of the pod.
+    PodObserved {
+        pod: Box<Pod>,
+    },
+    /// The watch saw DELETED, or a read answered 404.
+    PodGone {
+        pod: String,
+    },
+    /// The workspace agent answered.
+    AgentReady {
+        pod: String,
+    },
+    /// The agent did not answer before the deadline given in
+    /// [`Command::ProbeAgent`]; `message` is the last error.
+    AgentFailed {
+        pod: String,
+        message: String,
+    },
+    SeedDone {
+        pod: String,
+    },
+    SeedFailed {
+        pod: String,
+        message: String,
+    },
+    /// Attach results. A failure is reported on the app's output channel;
+    /// it never fails the session.
+    AttachOk {
+        pod: String,
+        app: String,
+    },
+    AttachFailed {
+        pod: String,
+        app: String,
+        message: String,
+    },
+    /// Results of a [`Command::Publish`], by its id.
+    PublishDone {
+        id: u64,
+    },
+    PublishFailed {
+        id: u64,
+        message: String,
+    },
+    /// A frame of an app's debug stream (relayed to subscribers;
+    /// `Kernel.PortsResolved` re-routes the app's ports).
+    Debug {
+        pod: String,
+        app: String,
+        frame: Value,
+    },
+    Reachability {
+        pod: String,
+        app: String,
+        port: u16,
+        state: Reach,
+    },
+    CheckpointDone {
+        pod: String,
+    },
+    CheckpointFailed {
+        pod: String,
+        message: String,
+    },
+    /// The touch of a reload failed.
+    ReloadFailed {
+        pod: String,
+        app: String,
+        message: String,
+    },
+    /// The number of subscribers (SSE and IO) now attached.
+    Subscribers {
+        count: usize,
+    },
+    /// Time passed: deadlines, idle, checkpoints, TTL, maximum life.
+    Tick,
+}
+
+/// An operation a user asked for (answered at once: `Err` is the HTTP
+/// error; `Ok` commands are carried out and the request answered 202/204).
+#[derive(Debug, Clone, PartialEq)]
+pub enum UserOp {
+    Stop,
+    Suspend,
+    Resume,
+    Reload { app: String },
+    SetApps { apps: Vec<AppSpec> },
+}
+
+/// What the engine must do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    CreatePod {
+        pod: Box<Pod>,
+    },
+    /// Delete with grace 0; 404 is success.
+    DeletePod {
+        name: String,
+    },
+    /// Watch the pod by name (field selector), re-armed after 2 s when the
+    /// stream ends, resuming from the last resourceVersion; events become
+    /// [`Input::PodObserved`] / [`Input::PodGone`].
+    WatchPod {
+        name: String,
+    },
+    StopWatch {
+        name: String,
+    },
+    /// Try the agent at once, then back off from 10 ms doubling to 500 ms,
+    /// until `deadline`: [`Input::AgentReady`] or [`Input::AgentFailed`].
+    ProbeAgent {
+        pod: String,
+        ip: String,
+        deadline: Millis,
+    },
+    /// ONE apply of every file of `source`.
+    Seed {
+        pod: String,
+        ip: String,
+        source: SeedSource,
+    },
+    /// The bundle is no longer needed (the first seed is done).
+    DropBundle,
+    /// Attach to `container` (stdin on, `tty` as declared).
+    Attach {
+        pod: String,
+        app: String,
+        container: String,
+        tty: bool,
+    },
+    /// Close every attach stream of the pod.
+    CloseAttaches {
+        pod: String,
+    },
+    /// Upsert the Service and Ingress; `None` means "must not exist"
+    /// (delete, 404 tolerated).
+    Publish {
+        id: u64,
+        service: Option<Box<Service>>,
+        ingress: Option<Box<Ingress>>,
+    },
+    /// Relay `http://<ip>:<port>/events` of the app (retry 0.5 s doubling to
+    /// 5 s) into [`Input::Debug`].
+    StartRelay {
+        pod: String,
+        ip: String,
+        app: String,
+        port: u16,
+    },
+    StopRelays {
+        pod: String,
+    },
+    /// Reachability probe of a tcp port into [`Input::Reachability`].
+    StartProbe {
+        pod: String,
+        ip: String,
+        app: String,
+        port: u16,
+    },
+    StopProbe {
+        pod: String,
+        app: String,
+        port: u16,
+    },
+    StopProbes {
+        pod: String,
+    },
+    /// Snapshot the workspace into the state directory (atomically
+    /// replacing the previous checkpoint).
+    Checkpoint {
+        pod: String,
+        ip: String,
+    },
+    DeleteCheckpoint,
+    /// Rewrite `path` with its own bytes through the agent (a reload).
+    Touch {
+        pod: String,
+        ip: String,
+        path: String,
+    },
+    /// A message of kubegate's own on an app's output channel.
+    Output {
+        app: String,
+        stream: OutStream,
+        text: String,
+    },
+    Emit(Event),
+    /// Write the session record ([`Session::record`]) atomically.
+    WriteRecord,
+    /// The session reached a terminal status: release its slot.
+    Finished,
+}
+
+/// The timings and limits the machine applies (from `[sessions]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    pub start_deadline_ms: u64,
+    pub agent_deadline_ms: u64,
+    pub idle_ms: u64,
+    pub max_life_ms: u64,
+    pub suspended_ttl_ms: u64,
+    pub checkpoint_interval_ms: u64,
+    pub reloads_per_minute: u64,
+}
+
+impl From<&SessionsSection> for Timings {
+    fn from(s: &SessionsSection) -> Self {
+        let ms = |secs: u64| secs.saturating_mul(1000);
+        Timings {
+            start_deadline_ms: ms(s.start_deadline_secs),
+            agent_deadline_ms: ms(s.agent_deadline_secs),
+            idle_ms: ms(s.idle_secs),
+            max_life_ms: ms(s.max_life_secs),
+            suspended_ttl_ms: ms(s.suspended_ttl_secs),
+            checkpoint_interval_ms: ms(s.checkpoint_interval_secs),
+            reloads_per_minute: s.reloads_per_minute,
+        }
+    }
+}
+
+/// Slack after the agent deadline before the machine gives up on its own
+/// (the engine's probe normally reports first, with its last error).
+const AGENT_DEADLINE_SLACK_MS: u64 = 5_000;
+
+/// One app and the starts of its process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct App {
+    pub spec: AppSpec,
+    /// Starts of the app's process in this session, from 1 (0: never ran).
+    pub generation: u64,
+}
+
+/// The session's current pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRef {
+    pub name: String,
+    pub uid: Option<String>,
+    pub ip: Option<String>,
+}
+
+/// Where the current pod's bring-up stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// No pod.
+    Down,
+    Creating,
+    Scheduling {
+        deadline: Millis,
+        last_progress: Option<String>,
+    },
+    Agent {
+        deadline: Millis,
+    },
+    Seeding,
+    Publishing {
+        id: u64,
+    },
+    Up,
+}
+
+impl Phase {
+    fn stage(&self) -> Stage {
+        match self {
+            Phase::Down | Phase::Creating => Stage::Create,
+            Phase::Scheduling { .. } => Stage::Schedule,
+            Phase::Agent { .. } => Stage::Workspace,
+            Phase::Seeding => Stage::Seed,
+            Phase::Publishing { .. } => Stage::Publish,
+            Phase::Up => Stage::Run,
+        }
+    }
+}
+
+/// What waits for the checkpoint in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum AfterCheckpoint {
+    Suspend { why: String },
+    SetApps(Vec<AppSpec>),
+}
+
+/// A port re-route waiting for its publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PortChange {
+    app: String,
+    accepted: Vec<Port>,
+    removed: Vec<Port>,
+    rejected: Vec<Rejected>,
+}
+
+/// What a session is created from.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub id: String,
+    pub principal: String,
+    pub spec: SessionSpec,
+    pub workspace_token: String,
+    pub settings: Arc<PodSettings>,
+    pub timings: Timings,
+}
+
+/// One watch session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    id: String,
+    principal: String,
+    spec: SessionSpec,
+    apps: Vec<App>,
+    workspace_token: String,
+    settings: Arc<PodSettings>,
+    timings: Timings,
+    status: Status,
+    pod: Option<PodRef>,
+    phase: Phase,
+    seed: SeedSource,
+    pod_seq: u64,
+    user_stopped: bool,
+    /// Apps whose container end was reported for the current pod.
+    ended: BTreeSet<String>,
+    created_at: Millis,
+    updated_at: Millis,
+    /// Life used by earlier pods (suspended time does not count).
+    life_used_ms: u64,
+    /// When the current pod's share of the life began.
+    life_since: Option<Millis>,
+    suspended_at: Option<Millis>,
+    last_checkpoint_at: Option<Millis>,
+    has_checkpoint: bool,
+    checkpoint_in_flight: bool,
+    after_checkpoint: Option<AfterCheckpoint>,
+    subscribers: usize,
+    idle_since: Option<Millis>,
+    reloads: VecDeque<Millis>,
+    next_publish: u64,
+    port_changes: BTreeMap<u64, PortChange>,
+    probes: BTreeSet<(String, u16)>,
+}
+
+/// Reads `Kernel.PortsResolved`: `payload.ports` as a list of `{port,
+/// protocol?}` (udp only when said). `None` for any other frame or a
+/// malformed list.
+pub fn ports_resolved_from(frame: &Value) -> Option<Vec<Port>> {
+    if frame.get("event").and_then(Value::as_str) != Some("Kernel.PortsResolved") {
+        return None;
+    }
+    let list = frame.pointer("/payload/ports")?.as_array()?;
+    let mut out = Vec::with_capacity(list.len());
+    for p in list {
+        let (num, proto) = match p {
+            Value::Number(n) => (n.as_u64()?, None),
+            Value::Object(o) => (o.get("port")?.as_u64()?, o.get("protocol")),
+            _ => return None,
+        };
+        let port = u16::try_from(num).ok().filter(|&x| x > 0)?;
+        let protocol = match proto.and_then(Value::as_str) {
+            Some("udp") | Some("UDP") => Protocol::Udp,
+            _ => Protocol::Tcp,
+        };
+        let p = Port { port, protocol };
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    Some(out)
+}
+
+impl Session {
+    /// A new session, already starting: the first commands create its pod.
+    pub fn start(new: NewSession, now: Millis) -> (Session, Vec<Command>) {
+        let apps = new
+            .spec
+            .apps
+            .iter()
+            .map(|a| App {
+                spec: a.clone(),
+                generation: 0,
+            })
+            .collect();
+        let mut s = Session {
+            id: new.id,
+            principal: new.principal,
+            spec: new.spec,
+            apps,
+            workspace_token: new.workspace_token,
+            settings: new.settings,
+            timings: new.timings,
+            status: Status::Starting {
+                stage: Stage::Create,
+            },
+            pod: None,
+            phase: Phase::Down,
+            seed: SeedSource::Bundle,
+            pod_seq: 0,
+            user_stopped: false,
+            ended: BTreeSet::new(),
+            created_at: now,
+            updated_at: now,
+            life_used_ms: 0,
+            life_since: None,
+            suspended_at: None,
+            last_checkpoint_at: None,
+            has_checkpoint: false,
+            checkpoint_in_flight: false,
+            after_checkpoint: None,
+            subscribers: 0,
+            idle_since: Some(now),
+            reloads: VecDeque::new(),
+            next_publish: 1,
+            port_changes: BTreeMap::new(),
+            probes: BTreeSet::new(),
+        };
+        let mut out = vec![
+            Command::Emit(Event::Status {
+                status: s.status.clone(),
+                endpoints: None,
+            }),
+            Command::WriteRecord,
+        ];
+        s.bring_up(now, SeedSource::Bundle, &mut out);
+        (s, out)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn principal(&self) -> &str {
+        &self.principal
+    }
+
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    pub fn apps(&self) -> &[App] {
+        &self.apps
+    }
+
+    pub fn pod(&self) -> Option<&PodRef> {
+        self.pod.as_ref()
+    }
+
+    pub fn workspace_token(&self) -> &str {
+        &self.workspace_token
+    }
+
+    /// The current endpoints of every app.
+    pub fn endpoints(&self) -> Vec<Endpoint> {
+        all_endpoints(
+            self.settings.ingress_base_domain.as_deref(),
+            &self.id,
+            &self.app_ports(),
+        )
+    }
+
+    fn app_ports(&self) -> Vec<(String, Vec<Port>)> {
+        self.apps
+            .iter()
+            .map(|a| (a.spec.name.clone(), a.spec.ports.clone()))
+            .collect()
+    }
+
+    /// `GET /v1/sessions/{id}` (contract.md).
+    pub fn view(&self) -> Value {
+        let mut v = json!({
+            "sessionId": self.id,
+            "status": self.status.as_str(),
+            "apps": self.apps.iter().map(|a| json!({
+                "name": a.spec.name,
+                "io": a.spec.io,
+                "generation": a.generation,
+                "ports": a.spec.ports.iter().map(|p| json!({"port": p.port, "protocol": p.protocol})).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "endpoints": self.endpoints(),
+            "createdAt": rfc3339(self.created_at),
+            "updatedAt": rfc3339(self.updated_at),
+        });
+        if let Some(e) = self.status.error() {
+            v["error"] = e;
+        }
+        v
+    }
+
+    /// What the session record file holds (re-adoption after a restart).
+    pub fn record(&self) -> Value {
+        json!({
+            "version": 1,
+            "sessionId": self.id,
+            "principal": self.principal,
+            "status": self.status,
+            "spec": self.spec,
+            "apps": self.apps,
+            "pod": self.pod,
+            "podSeq": self.pod_seq,
+            "userStopped": self.user_stopped,
+            "hasCheckpoint": self.has_checkpoint,
+            "workspaceToken": self.workspace_token,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+            "suspendedAt": self.suspended_at,
+            "lifeUsedMs": self.life_used_ms,
+        })
+    }
+
+    // ------------------------------------------------------------ inputs
+
+    /// Handles one observation.
+    pub fn handle(&mut self, input: Input, now: Millis) -> Vec<Command> {
+        let mut out = Vec::new();
+        match input {
+            Input::PodCreated { pod, uid } => {
+                if !self.is_current(&pod) {
+                    // A stop (or a failure) raced the create: the pod exists
+                    // now and nobody owns it.
+                    out.push(Command::DeletePod { name: pod });
+                } else if self.phase == Phase::Creating {
+                    if let Some(p) = self.pod.as_mut() {
+                        p.uid = Some(uid);
+                    }
+                    self.phase = Phase::Scheduling {
+                        deadline: now + self.timings.start_deadline_ms,
+                        last_progress: None,
+                    };
+                    self.set_stage(Stage::Schedule);
+                    out.push(Command::WatchPod { name: pod });
+                    self.progress(&mut out, "schedule", "Scheduling");
+                }
+            }
+            Input::PodCreateFailed { pod, message } => {
+                if self.is_current(&pod) && self.phase == Phase::Creating {
+                    self.fail(
+                        now,
+                        Stage::Create,
+                        format!("failed to create pod: {message}"),
+                        &mut out,
+                    );
+                }
+            }
+            Input::PodObserved { pod } => self.observe(*pod, now, &mut out),
+            Input::PodGone { pod } => {
+                if self.is_current(&pod) && !self.user_stopped {
+                    let stage = self.phase.stage();
+                    let message = match self.phase {
+                        Phase::Creating | Phase::Scheduling { .. } => {
+                            "pod disappeared before reaching Running".to_string()
+                        }
+                        _ => "session pod was deleted".to_string(),
+                    };
+                    self.fail(now, stage, message, &mut out);
+                }
+            }
+            Input::AgentReady { pod } => {
+                if self.is_current(&pod) && matches!(self.phase, Phase::Agent { .. }) {
+                    self.phase = Phase::Seeding;
+                    self.set_stage(Stage::Seed);
+                    self.progress(&mut out, "seed", "Seeding workspace");
+                    let ip = self.pod_ip();
+                    out.push(Command::Seed {
+                        pod,
+                        ip,
+                        source: self.seed,
+                    });
+                }
+            }
+            Input::AgentFailed { pod, message } => {
+                if self.is_current(&pod) && matches!(self.phase, Phase::Agent { .. }) {
+                    self.fail(
+                        now,
+                        Stage::Workspace,
+                        format!("workspace agent did not become ready: {message}"),
+                        &mut out,
+                    );
+                }
+            }
+            Input::SeedDone { pod } => {
+                if self.is_current(&pod) && self.phase == Phase::Seeding {
+                    if self.seed == SeedSource::Bundle {
+                        out.push(Command::DropBundle);
+                    }
+                    for a in &self.apps {
+                        out.push(Command::Attach {
+                            pod: pod.clone(),
+                            app: a.spec.name.clone(),
+                            container: a.spec.container(),
+                            tty: a.spec.io == Io::Tty,
+                        });
+                    }
+                    let id = self.publish(&mut out);
+                    self.phase = Phase::Publishing { id };
+                    self.set_stage(Stage::Publish);
+                    self.progress(&mut out, "publish", "Publishing endpoints");
+                }
+            }
+            Input::SeedFailed { pod, message } => {
+                if self.is_current(&pod) && self.phase == Phase::Seeding {
+                    self.fail(
+                        now,
+                        Stage::Seed,
+                        format!("seeding the workspace failed: {message}"),
+                        &mut out,
+                    );
+                }
+            }
+            Input::AttachOk { .. } => {}
+            Input::AttachFailed { pod, app, message } => {
+                if self.is_current(&pod) {
+                    if let Some(a) = self.app(&app) {
+                        let stream = match a.spec.io {
+                            Io::Tty => OutStream::Tty,
+                            Io::Streams => OutStream::Stderr,
+                        };
+                        out.push(Command::Output {
+                            app,
+                            stream,
+                            text: format!("\r\n[kubegate] failed to attach: {message}\r\n"),
+                        });
+                    }
+                }
+            }
+            Input::PublishDone { id } => {
+                if self.phase == (Phase::Publishing { id }) {
+                    self.go_running(now, &mut out);
+                } else if let Some(c) = self.port_changes.remove(&id) {
+                    self.port_change_published(c, &mut out);
+                    self.touch(now, &mut out);
+                }
+            }
+            Input::PublishFailed { id, message } => {
+                if self.phase == (Phase::Publishing { id }) {
+                    self.fail(
+                        now,
+                        Stage::Publish,
+                        format!("publishing the session's endpoints failed: {message}"),
+                        &mut out,
+                    );
+                } else if let Some(c) = self.port_changes.remove(&id) {
+                    self.port_change_failed(c, &message, &mut out);
+                    self.touch(now, &mut out);
+                }
+            }
+            Input::Debug { pod, app, frame } => {
+                if self.is_current(&pod) && self.app(&app).is_some() {
+                    let ports = ports_resolved_from(&frame);
+                    out.push(Command::Emit(Event::Debug {
+                        app: app.clone(),
+                        frame,
+                    }));
+                    if let (Some(ports), Phase::Up) = (ports, &self.phase) {
+                        self.ports_resolved(&app, ports, &mut out);
+                    }
+                }
+            }
+            Input::Reachability {
+                pod,
+                app,
+                port,
+                state,
+            } => {
+                if self.is_current(&pod) && self.probes.contains(&(app.clone(), port)) {
+                    out.push(Command::Emit(Event::Reachability { app, port, state }));
+                }
+            }
+            Input::CheckpointDone { pod } => {
+                if self.is_current(&pod) && self.checkpoint_in_flight {
+                    self.checkpoint_in_flight = false;
+                    self.last_checkpoint_at = Some(now);
+                    if !self.has_checkpoint {
+                        self.has_checkpoint = true;
+                        out.push(Command::WriteRecord);
+                    }
+                    match self.after_checkpoint.take() {
+                        Some(AfterCheckpoint::Suspend { .. }) => self.suspend_now(now, &mut out),
+                        Some(AfterCheckpoint::SetApps(apps)) => {
+                            self.teardown(now, &mut out);
+                            self.replace_apps(apps);
+                            self.set_status(
+                                now,
+                                Status::Starting {
+                                    stage: Stage::Create,
+                                },
+                                &mut out,
+                            );
+                            self.bring_up(now, SeedSource::Checkpoint, &mut out);
+                        }
+                        None => {}
+                    }
+                }
+            }
+            Input::CheckpointFailed { pod, message } => {
+                if self.is_current(&pod) && self.checkpoint_in_flight {
+                    self.checkpoint_in_flight = false;
+                    // Try again after a full interval, not at every tick.
+                    self.last_checkpoint_at = Some(now);
+                    match self.after_checkpoint.take() {
+                        Some(AfterCheckpoint::Suspend { .. }) => {
+                            // Idle or asked: try again after another idle
+                            // period (a subscriber may come back meanwhile).
+                            self.idle_since = (self.subscribers == 0).then_some(now);
+                            self.progress(
+                                &mut out,
+                                "suspend",
+                                &format!("suspend failed: the workspace could not be checkpointed: {message}"),
+                            );
+                        }
+                        Some(AfterCheckpoint::SetApps(_)) => self.progress(
+                            &mut out,
+                            "apps",
+                            &format!("changing the apps failed: the workspace could not be checkpointed: {message}"),
+                        ),
+                        None => {}
+                    }
+                }
+            }
+            Input::ReloadFailed { pod, app, message } => {
+                if self.is_current(&pod) {
+                    if let Some(a) = self.app(&app) {
+                        let stream = match a.spec.io {
+                            Io::Tty => OutStream::Tty,
+                            Io::Streams => OutStream::Stderr,
+                        };
+                        out.push(Command::Output {
+                            app,
+                            stream,
+                            text: format!("\r\n[kubegate] reload failed: {message}\r\n"),
+                        });
+                    }
+                }
+            }
+            Input::Subscribers { count } => {
+                if count == 0 {
+                    if self.subscribers > 0 || self.idle_since.is_none() {
+                        self.idle_since = Some(now);
+                    }
+                } else {
+                    self.idle_since = None;
+                }
+                self.subscribers = count;
+            }
+            Input::Tick => self.tick(now, &mut out),
+        }
+        out
+    }
+
+    // -------------------------------------------------------- user ops
+
+    /// Handles a user's operation: `Err` is the answer to give.
+    pub fn user(&mut self, op: UserOp, now: Millis) -> Result<Vec<Command>, ApiError> {
+        let mut out = Vec::new();
+        match op {
+            UserOp::Stop => {
+                if self.status.is_terminal() {
+                    return Ok(out);
+                }
+                self.user_stopped = true;
+                let was_suspended = self.status == Status::Suspended;
+                self.teardown(now, &mut out);
+                if was_suspended || self.has_checkpoint {
+                    out.push(Command::DeleteCheckpoint);
+                    self.has_checkpoint = false;
+                }
+                self.set_status(now, Status::Stopped, &mut out);
+                out.push(Command::Finished);
+            }
+            UserOp::Suspend => {
+                self.require_running()?;
+                self.request_suspend("suspending".into(), &mut out);
+            }
+            UserOp::Resume => {
+                if self.status != Status::Suspended {
+                    return Err(ApiError::new(
+                        Code::NotSuspended,
+                        format!(
+                            "session {} is {}, not suspended",
+                            self.id,
+                            self.status.as_str()
+                        ),
+                    ));
+                }
+                self.suspended_at = None;
+                self.set_status(
+                    now,
+                    Status::Starting {
+                        stage: Stage::Create,
+                    },
+                    &mut out,
+                );
+                self.bring_up(now, SeedSource::Checkpoint, &mut out);
+            }
+            UserOp::Reload { app } => {
+                self.require_running()?;
+                let entry = match self.app(&app) {
+                    Some(a) => a.spec.entry.clone(),
+                    None => {
+                        return Err(ApiError::new(
+                            Code::NotFound,
+                            format!("session {} has no app {app:?}", self.id),
+                        ))
+                    }
+                };
+                while self
+                    .reloads
+                    .front()
+                    .is_some_and(|&t| now.saturating_sub(t) >= 60_000)
+                {
+                    self.reloads.pop_front();
+                }
+                if self.reloads.len() as u64 >= self.timings.reloads_per_minute {
+                    return Err(ApiError::new(
+                        Code::ReloadRateLimited,
+                        format!(
+                            "more than {} reloads in a minute",
+                            self.timings.reloads_per_minute
+                        ),
+                    ));
+                }
+                self.reloads.push_back(now);
+                out.push(Command::Touch {
+                    pod: self.pod_name(),
+                    ip: self.pod_ip(),
+                    path: entry,
+                });
+            }
+            UserOp::SetApps { apps } => match self.status {
+                Status::Suspended => {
+                    // The next resume brings the new set up.
+                    self.replace_apps(apps);
+                    self.touch(now, &mut out);
+                }
+                _ => {
+                    self.require_running()?;
+                    self.after_checkpoint = Some(AfterCheckpoint::SetApps(apps));
+                    self.progress(
+                        &mut out,
+                        "apps",
+                        "Checkpointing the workspace to change the apps",
+                    );
+                    self.checkpoint(&mut out);
+                }
+            },
+        }
+        Ok(out)
+    }
+
+    fn require_running(&self) -> Result<(), ApiError> {
+        if self.status != Status::Running || self.phase != Phase::Up {
+            return Err(ApiError::new(
+                Code::NotRunning,
+                format!(
+                    "session {} is {}, not running",
+                    self.id,
+                    self.status.as_str()
+                ),
+            ));
+        }
+        if self.after_checkpoint.is_some() {
+            return Err(ApiError::new(
+                Code::NotRunning,
+                format!("session {} is being suspended or changed", self.id),
+            ));
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------- helpers
+
+    fn is_current(&self, pod: &str) -> bool {
+        self.pod.as_ref().is_some_and(|p| p.name == pod)
+    }
+
+    fn pod_name(&self) -> String {
+        self.pod
+            .as_ref()
+            .map(|p| p.name.clone())
+            .unwrap_or_default()
+    }
+
+    fn pod_ip(&self) -> String {
+        self.pod
+            .as_ref()
+            .and_then(|p| p.ip.clone())
+            .unwrap_or_default()
+    }
+
+    fn app(&self, name: &str) -> Option<&App> {
+        self.apps.iter().find(|a| a.spec.name == name)
+    }
+
+    fn touch(&mut self, now: Millis, out: &mut Vec<Command>) {
+        self.updated_at = now;
+        out.push(Command::WriteRecord);
+    }
+
+    fn progress(&self, out: &mut Vec<Command>, phase: &str, message: &str) {
+        out.push(Command::Emit(Event::Progress {
+            phase: phase.into(),
+            message: message.into(),
+            app: None,
+        }));
+    }
+
+    fn set_stage(&mut self, stage: Stage) {
+        if let Status::Starting { .. } = self.status {
+            self.status = Status::Starting { stage };
+        }
+    }
+
+    /// A status change: event (with endpoints when running) and record.
+    fn set_status(&mut self, now: Millis, status: Status, out: &mut Vec<Command>) {
+        let changed = self.status.as_str() != status.as_str() || status.error().is_some();
+        self.status = status;
+        self.updated_at = now;
+        if changed {
+            let endpoints = (self.status == Status::Running).then(|| self.endpoints());
+            out.push(Command::Emit(Event::Status {
+                status: self.status.clone(),
+                endpoints,
+            }));
+        }
+        out.push(Command::WriteRecord);
+    }
+
+    fn replace_apps(&mut self, apps: Vec<AppSpec>) {
+        let old = std::mem::take(&mut self.apps);
+        self.apps = apps
+            .into_iter()
+            .map(|spec| {
+                let generation = old
+                    .iter()
+                    .find(|a| a.spec.name == spec.name)
+                    .map_or(0, |a| a.generation);
+                App { spec, generation }
+            })
+            .collect();
+        self.spec.apps = self.apps.iter().map(|a| a.spec.clone()).collect();
+    }
+
+    /// The life used so far: every pod's time, not the suspended time.
+    fn life_used(&self, now: Millis) -> u64 {
+        self.life_used_ms + self.life_since.map_or(0, |t| now.saturating_sub(t))
+    }
+
+    /// Builds and creates a new pod (new name, remaining life).
+    fn bring_up(&mut self, now: Millis, seed: SeedSource, out: &mut Vec<Command>) {
+        let lived = self.life_used(now);
+        if lived >= self.timings.max_life_ms {
+            self.end_of_life(now, out);
+            return;
+        }
+        self.life_since = Some(now);
+        let remaining_secs = (self.timings.max_life_ms - lived).div_ceil(1000);
+        self.pod_seq += 1;
+        let name = pod::pod_name(&self.id, now, self.pod_seq);
+        let spec = SessionSpec {
+            apps: self.apps.iter().map(|a| a.spec.clone()).collect(),
+            ..self.spec.clone()
+        };
+        let built = build_pod(
+            &self.settings,
+            &PodInput {
+                session_id: &self.id,
+                principal: &self.principal,
+                spec: &spec,
+                pod_name: &name,
+                remaining_life_secs: remaining_secs,
+                workspace_token: &self.workspace_token,
+                requested: &Requested::default(),
+            },
+        );
+        self.pod = Some(PodRef {
+            name,
+            uid: None,
+            ip: None,
+        });
+        self.phase = Phase::Creating;
+        self.seed = seed;
+        self.ended.clear();
+        self.user_stopped = false;
+        self.set_stage(Stage::Create);
+        self.progress(out, "create", "Creating pod");
+        out.push(Command::CreatePod {
+            pod: Box::new(built),
+        });
+    }
+
+    fn observe(&mut self, pod: Pod, now: Millis, out: &mut Vec<Command>) {
+        let name = pod.metadata.name().to_string();
+        if !self.is_current(&name) || self.user_stopped {
+            return;
+        }
+        // Containers that ended: once per app per pod. With restartPolicy
+        // Never the pod stays Running when an app dies.
+        for e in ended_apps(&pod) {
+            if self.phase == Phase::Creating || self.ended.contains(&e.app) {
+                continue;
+            }
+            let Some(generation) = self.app(&e.app).map(|a| a.generation) else {
+                continue;
+            };
+            self.ended.insert(e.app.clone());
+            out.push(Command::Emit(Event::Run {
+                app: e.app,
+                generation,
+                ended: Some(RunEnd {
+                    exit_code: Some(e.exit_code),
+                    reason: e.message,
+                }),
+            }));
+        }
+        let phase = pod.phase();
+        if phase == "Failed" || phase == "Succeeded" {
+            if self.phase == Phase::Up {
+                if deadline_exceeded(&pod) {
+                    self.end_of_life(now, out);
+                } else {
+                    let detail = failure_detail(&pod);
+                    self.fail(
+                        now,
+                        Stage::Run,
+                        format!("session pod reached {phase} ({detail})"),
+                        out,
+                    );
+                }
+            } else {
+                let stage = self.phase.stage();
+                let detail = failure_detail(&pod);
+                self.fail(
+                    now,
+                    stage,
+                    format!("pod reached {phase} before serving ({detail})"),
+                    out,
+                );
+            }
+            return;
+        }
+        if let Phase::Scheduling { last_progress, .. } = &mut self.phase {
+            let ip = pod.pod_ip().filter(|ip| !ip.is_empty());
+            if let (Some(ip), "Running") = (ip, phase) {
+                if let Some(p) = self.pod.as_mut() {
+                    p.ip = Some(ip.to_string());
+                    if p.uid.is_none() {
+                        p.uid = pod.metadata.uid.clone();
+                    }
+                }
+                let deadline = now + self.timings.agent_deadline_ms;
+                self.phase = Phase::Agent { deadline };
+                // The app containers have started (they wait for their entry).
+                for a in &mut self.apps {
+                    a.generation += 1;
+                }
+                self.set_stage(Stage::Workspace);
+                self.progress(out, "workspace", "Starting workspace");
+                out.push(Command::ProbeAgent {
+                    pod: name,
+                    ip: ip.to_string(),
+                    deadline,
+                });
+            } else {
+                let msg = provision_message(&pod);
+                if last_progress.as_deref() != Some(msg.as_str()) {
+                    *last_progress = Some(msg.clone());
+                    out.push(Command::Emit(Event::Progress {
+                        phase: "schedule".into(),
+                        message: msg,
+                        app: None,
+                    }));
+                }
+            }
+        }
+    }
+
+    fn go_running(&mut self, now: Millis, out: &mut Vec<Command>) {
+        self.phase = Phase::Up;
+        self.last_checkpoint_at = Some(now);
+        if self.subscribers == 0 {
+            self.idle_since = Some(now);
+        }
+        let (pod, ip) = (self.pod_name(), self.pod_ip());
+        self.set_status(now, Status::Running, out);
+        for (i, a) in self.apps.iter().enumerate() {
+            out.push(Command::StartRelay {
+                pod: pod.clone(),
+                ip: ip.clone(),
+                app: a.spec.name.clone(),
+                port: inspect_port(i),
+            });
+        }
+        let tcp: Vec<(String, u16)> = self
+            .apps
+            .iter()
+            .flat_map(|a| {
+                a.spec
+                    .ports
+                    .iter()
+                    .filter(|p| p.protocol == Protocol::Tcp)
+                    .map(|p| (a.spec.name.clone(), p.port))
+            })
+            .collect();
+        for (app, port) in tcp {
+            self.start_probe(&app, port, out);
+        }
+        for a in &self.apps {
+            out.push(Command::Emit(Event::Run {
+                app: a.spec.name.clone(),
+                generation: a.generation,
+                ended: None,
+            }));
+        }
+    }
+
+    fn start_probe(&mut self, app: &str, port: u16, out: &mut Vec<Command>) {
+        if self.probes.insert((app.to_string(), port)) {
+            out.push(Command::StartProbe {
+                pod: self.pod_name(),
+                ip: self.pod_ip(),
+                app: app.to_string(),
+                port,
+            });
+        }
+    }
+
+    /// Publishes the current port set; returns the publish id.
+    fn publish(&mut self, out: &mut Vec<Command>) -> u64 {
+        let id = self.next_publish;
+        self.next_publish += 1;
+        let ports = self.app_ports();
+        let (pod, uid) = match &self.pod {
+            Some(p) => (p.name.clone(), p.uid.clone().unwrap_or_default()),
+            None => Default::default(),
+        };
+        let service = build_service(
+            &self.settings,
+            &self.id,
+            &self.principal,
+            &pod,
+            &uid,
+            &ports,
+        );
+        let ingress = build_ingress(
+            &self.settings,
+            &self.id,
+            &self.principal,
+            &pod,
+            &uid,
+            &ports,
+        );
+        out.push(Command::Publish {
+            id,
+            service: service.map(Box::new),
+            ingress: ingress.map(Box::new),
+        });
+        id
+    }
+
+    /// `Kernel.PortsResolved` for `app`: diff, reject ports another app
+    /// owns (or kubegate uses), replace the app's set, re-publish.
+    fn ports_resolved(&mut self, app: &str, declared: Vec<Port>, out: &mut Vec<Command>) {
+        let Some(idx) = self.apps.iter().position(|a| a.spec.name == app) else {
+            return;
+        };
+        let before = self.apps[idx].spec.ports.clone();
+        let added: Vec<Port> = declared
+            .iter()
+            .filter(|p| !before.contains(p))
+            .copied()
+            .collect();
+        let removed: Vec<Port> = before
+            .iter()
+            .filter(|p| !declared.contains(p))
+            .copied()
+            .collect();
+        if added.is_empty() && removed.is_empty() {
+            return;
+        }
+        let napps = self.apps.len();
+        let mut accepted = Vec::new();
+        let mut rejected = Vec::new();
+        for p in added {
+            let owner = self
+                .apps
+                .iter()
+                .find(|a| a.spec.name != app && a.spec.ports.contains(&p));
+            let reason = if let Some(o) = owner {
+                Some(format!(
+                    "another app in this session ({}) already declares {} port {}",
+                    o.spec.name,
+                    p.protocol.as_str(),
+                    p.port
+                ))
+            } else if p.protocol == Protocol::Tcp && p.port == AGENT_PORT {
+                Some(format!("tcp port {AGENT_PORT} is the workspace agent's"))
+            } else if p.protocol == Protocol::Tcp
+                && (INSPECT_BASE_PORT..INSPECT_BASE_PORT.saturating_add(napps as u16))
+                    .contains(&p.port)
+            {
+                Some(format!("tcp port {} carries an app's debug stream", p.port))
+            } else {
+                None
+            };
+            match reason {
+                Some(reason) => rejected.push(Rejected {
+                    port: p.port,
+                    reason,
+                }),
+                None => accepted.push(p),
+            }
+        }
+        let mut now_ports: Vec<Port> = before
+            .iter()
+            .filter(|p| declared.contains(p))
+            .copied()
+            .collect();
+        now_ports.extend(accepted.iter().copied());
+        self.apps[idx].spec.ports = now_ports;
+        self.spec.apps = self.apps.iter().map(|a| a.spec.clone()).collect();
+        for p in &removed {
+            if p.protocol == Protocol::Tcp && self.probes.remove(&(app.to_string(), p.port)) {
+                out.push(Command::StopProbe {
+                    pod: self.pod_name(),
+                    app: app.to_string(),
+                    port: p.port,
+                });
+            }
+        }
+        if accepted.is_empty() && removed.is_empty() {
+            // Only rejections: nothing to publish.
+            out.push(Command::Emit(Event::Endpoints {
+                app: app.to_string(),
+                added: vec![],
+                removed: vec![],
+                rejected,
+            }));
+            return;
+        }
+        let id = self.publish(out);
+        self.port_changes.insert(
+            id,
+            PortChange {
+                app: app.to_string(),
+                accepted,
+                removed,
+                rejected,
+            },
+        );
+    }
+
+    fn port_change_published(&mut self, c: PortChange, out: &mut Vec<Command>) {
+        let domain = self.settings.ingress_base_domain.clone();
+        out.push(Command::Emit(Event::Endpoints {
+            app: c.app.clone(),
+            added: pod::endpoints(domain.as_deref(), &self.id, &c.app, &c.accepted),
+            removed: pod::endpoints(domain.as_deref(), &self.id, &c.app, &c.removed),
+            rejected: c.rejected,
+        }));
+        if self.phase == Phase::Up && self.app(&c.app).is_some() {
+            for p in c.accepted.iter().filter(|p| p.protocol == Protocol::Tcp) {
+                self.start_probe(&c.app, p.port, out);
+            }
+        }
+    }
+
+    fn port_change_failed(&mut self, c: PortChange, message: &str, out: &mut Vec<Command>) {
+        // The added ports are not routed: they leave the app's set again
+        // and are reported rejected with the error.
+        if let Some(a) = self.apps.iter_mut().find(|a| a.spec.name == c.app) {
+            a.spec.ports.retain(|p| !c.accepted.contains(p));
+        }
+        self.spec.apps = self.apps.iter().map(|a| a.spec.clone()).collect();
+        let mut rejected = c.rejected;
+        rejected.extend(c.accepted.iter().map(|p| Rejected {
+            port: p.port,
+            reason: message.to_string(),
+        }));
+        let domain = self.settings.ingress_base_domain.clone();
+        out.push(Command::Emit(Event::Endpoints {
+            app: c.app.clone(),
+            added: vec![],
+            removed: pod::endpoints(domain.as_deref(), &self.id, &c.app, &c.removed),
+            rejected,
+        }));
+    }
+
+    fn checkpoint(&mut self, out: &mut Vec<Command>) {
+        if self.checkpoint_in_flight {
+            // The one in flight serves (it started moments ago).
+            return;
+        }
+        self.checkpoint_in_flight = true;
+        out.push(Command::Checkpoint {
+            pod: self.pod_name(),
+            ip: self.pod_ip(),
+        });
+    }
+
+    fn request_suspend(&mut self, why: String, out: &mut Vec<Command>) {
+        self.progress(
+            out,
+            "suspend",
+            &format!("{why}: checkpointing the workspace"),
+        );
+        self.after_checkpoint = Some(AfterCheckpoint::Suspend { why });
+        self.checkpoint(out);
+    }
+
+    fn suspend_now(&mut self, now: Millis, out: &mut Vec<Command>) {
+        self.teardown(now, out);
+        self.suspended_at = Some(now);
+        self.set_status(now, Status::Suspended, out);
+    }
+
+    /// Ends everything tied to the current pod: the watch first (so the
+    /// delete is not reported as a failure), relays, probes, attach
+    /// streams, then the pod itself.
+    fn teardown(&mut self, now: Millis, out: &mut Vec<Command>) {
+        self.life_used_ms = self.life_used(now);
+        self.life_since = None;
+        self.checkpoint_in_flight = false;
+        self.after_checkpoint = None;
+        self.port_changes.clear();
+        self.probes.clear();
+        self.ended.clear();
+        let phase = std::mem::replace(&mut self.phase, Phase::Down);
+        let Some(p) = self.pod.take() else {
+            return;
+        };
+        if phase != Phase::Creating {
+            out.push(Command::StopWatch {
+                name: p.name.clone(),
+            });
+        }
+        if phase == Phase::Up || matches!(phase, Phase::Publishing { .. }) {
+            out.push(Command::StopRelays {
+                pod: p.name.clone(),
+            });
+            out.push(Command::StopProbes {
+                pod: p.name.clone(),
+            });
+            out.push(Command::CloseAttaches {
+                pod: p.name.clone(),
+            });
+        }
+        out.push(Command::DeletePod { name: p.name });
+    }
+
+    fn fail(&mut self, now: Millis, stage: Stage, message: String, out: &mut Vec<Command>) {
+        if self.status.is_terminal() {
+            return;
+        }
+        self.teardown(now, out);
+        self.set_status(now, Status::Failed { stage, message }, out);
+        out.push(Command::Finished);
+    }
+
+    /// The session's maximum life is reached: it stops.
+    fn end_of_life(&mut self, now: Millis, out: &mut Vec<Command>) {
+        self.user_stopped = true;
+        self.teardown(now, out);
+        self.progress(
+            out,
+            "stop",
+            &format!(
+                "the session reached its maximum life ({} s)",
+                self.timings.max_life_ms / 1000
+            ),
+        );
+        if self.has_checkpoint {
+            out.push(Command::DeleteCheckpoint);
+            self.has_checkpoint = false;
+        }
+        self.set_status(now, Status::Stopped, out);
+        out.push(Command::Finished);
+    }
+
+    fn tick(&mut self, now: Millis, out: &mut Vec<Command>) {
+        if self.status.is_terminal() {
+            return;
+        }
+        if self.life_since.is_some() && self.life_used(now) >= self.timings.max_life_ms {
+            self.end_of_life(now, out);
+            return;
+        }
+        match &self.phase {
+            Phase::Scheduling {
+                deadline,
+                last_progress,
+            } if now >= *deadline => {
+                let last = last_progress.clone().unwrap_or_else(|| "Scheduling".into());
+                let secs = self.timings.start_deadline_ms / 1000;
+                self.fail(
+                    now,
+                    Stage::Schedule,
+                    format!("pod did not reach Running within {secs} s (last: {last})"),
+                    out,
+                );
+            }
+            Phase::Agent { deadline } if now >= deadline + AGENT_DEADLINE_SLACK_MS => {
+                let secs = self.timings.agent_deadline_ms / 1000;
+                self.fail(
+                    now,
+                    Stage::Workspace,
+                    format!("workspace agent did not answer within {secs} s"),
+                    out,
+                );
+            }
+            Phase::Up => {
+                let idle = self.idle_since.is_some_and(|t| {
+                    self.subscribers == 0 && now.saturating_sub(t) >= self.timings.idle_ms
+                });
+                if idle && self.after_checkpoint.is_none() {
+                    let secs = self.timings.idle_ms / 1000;
+                    self.request_suspend(format!("no subscriber for {secs} s"), out);
+                } else if self
+                    .last_checkpoint_at
+                    .is_none_or(|t| now.saturating_sub(t) >= self.timings.checkpoint_interval_ms)
+                {
+                    self.checkpoint(out);
+                }
+            }
+            Phase::Down if self.status == Status::Suspended => {
+                let since = self.suspended_at.unwrap_or(self.updated_at);
+                if now.saturating_sub(since) >= self.timings.suspended_ttl_ms {
+                    self.progress(out, "stop", "the suspended session expired");
+                    out.push(Command::DeleteCheckpoint);
+                    self.has_checkpoint = false;
+                    self.set_status(now, Status::Stopped, out);
+                    out.push(Command::Finished);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn rfc3339(ms: Millis) -> String {
+    crate::kube::time::rfc3339(UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;

@@ -1,0 +1,1079 @@
+use super::*;
+use crate::session::spec::{AppSpec, Io, Port, Protocol, SessionSpec};
+use std::path::Path;
+
+const T0: Millis = 1_700_000_000_000;
+
+fn timings() -> Timings {
+    Timings {
+        start_deadline_ms: 180_000,
+        agent_deadline_ms: 120_000,
+        idle_ms: 300_000,
+        max_life_ms: 6 * 3_600_000,
+        suspended_ttl_ms: 86_400_000,
+        checkpoint_interval_ms: 30_000,
+        reloads_per_minute: 3,
+    }
+}
+
+fn settings(domain: Option<&str>) -> Arc<PodSettings> {
+    let cfg = crate::config::Config::parse("[cluster]\nmode = \"sim\"\n", Path::new("/x")).unwrap();
+    let mut s = PodSettings::from_config(&cfg);
+    s.ingress_base_domain = domain.map(str::to_string);
+    Arc::new(s)
+}
+
+fn app(name: &str, ports: Vec<Port>) -> AppSpec {
+    AppSpec {
+        name: name.into(),
+        entry: format!("{name}.js"),
+        command: None,
+        image: None,
+        ports,
+        io: Io::Tty,
+        runner: true,
+    }
+}
+
+fn udp(port: u16) -> Port {
+    Port {
+        port,
+        protocol: Protocol::Udp,
+    }
+}
+
+fn new_session(domain: Option<&str>) -> (Session, Vec<Command>) {
+    let mut worker = app("worker", vec![Port::tcp(3000), udp(5353)]);
+    worker.io = Io::Streams;
+    Session::start(
+        NewSession {
+            id: "sid000000001".into(),
+            principal: "demo".into(),
+            spec: SessionSpec {
+                apps: vec![app("web", vec![Port::tcp(8080)]), worker],
+                env: vec![],
+                image: None,
+                pull_policy: None,
+            },
+            workspace_token: "tok".into(),
+            settings: settings(domain),
+            timings: timings(),
+        },
+        T0,
+    )
+}
+
+fn created_pod(cmds: &[Command]) -> Pod {
+    cmds.iter()
+        .find_map(|c| match c {
+            Command::CreatePod { pod } => Some((**pod).clone()),
+            _ => None,
+        })
+        .expect("a CreatePod command")
+}
+
+fn pod_json(name: &str, status: Value) -> Box<Pod> {
+    Box::new(
+        serde_json::from_value(json!({"metadata": {"name": name, "uid": "u-1"}, "status": status}))
+            .unwrap(),
+    )
+}
+
+fn running(name: &str) -> Input {
+    Input::PodObserved {
+        pod: pod_json(
+            name,
+            json!({"phase": "Running", "podIP": "10.0.0.7", "containerStatuses": [
+                {"name": "workspace", "state": {"running": {}}},
+                {"name": "app-web", "state": {"running": {}}},
+            ]}),
+        ),
+    }
+}
+
+fn events(cmds: &[Command]) -> Vec<(&'static str, Value)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Emit(e) => Some((e.kind(), e.data())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn statuses(cmds: &[Command]) -> Vec<String> {
+    events(cmds)
+        .into_iter()
+        .filter(|(k, _)| *k == "status")
+        .map(|(_, d)| d["status"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn has(cmds: &[Command], f: impl Fn(&Command) -> bool) -> bool {
+    cmds.iter().any(f)
+}
+
+fn publish_id(cmds: &[Command]) -> u64 {
+    cmds.iter()
+        .find_map(|c| match c {
+            Command::Publish { id, .. } => Some(*id),
+            _ => None,
+        })
+        .expect("a Publish command")
+}
+
+/// Drives a start to `running`; returns the session, the pod name and the
+/// commands of the last step.
+fn up(domain: Option<&str>) -> (Session, String, Vec<Command>) {
+    let (mut s, c) = new_session(domain);
+    let name = created_pod(&c).metadata.name().to_string();
+    s.handle(
+        Input::PodCreated {
+            pod: name.clone(),
+            uid: "u-1".into(),
+        },
+        T0 + 100,
+    );
+    s.handle(running(&name), T0 + 2_000);
+    s.handle(Input::AgentReady { pod: name.clone() }, T0 + 3_000);
+    let c = s.handle(Input::SeedDone { pod: name.clone() }, T0 + 4_000);
+    let id = publish_id(&c);
+    let c = s.handle(Input::PublishDone { id }, T0 + 5_000);
+    assert_eq!(s.status(), &Status::Running);
+    (s, name, c)
+}
+
+#[test]
+fn happy_start() {
+    let (mut s, c) = new_session(Some("dev.example.com"));
+    assert_eq!(statuses(&c), ["starting"]);
+    assert!(matches!(c[1], Command::WriteRecord));
+    let pod = created_pod(&c);
+    let name = pod.metadata.name().to_string();
+    assert!(name.starts_with("kubegate-watch-sid000000001-"), "{name}");
+    assert_eq!(
+        pod.metadata.labels.as_ref().unwrap()["kubegate.dev/session-id"],
+        "sid000000001"
+    );
+    let deadline = pod.spec.as_ref().unwrap().extra["activeDeadlineSeconds"].clone();
+    assert_eq!(deadline, 21600);
+
+    let c = s.handle(
+        Input::PodCreated {
+            pod: name.clone(),
+            uid: "u-1".into(),
+        },
+        T0 + 100,
+    );
+    assert_eq!(c[0], Command::WatchPod { name: name.clone() });
+    assert_eq!(events(&c)[0].1["message"], "Scheduling");
+
+    // Provisioning progress, reported when it changes.
+    let pending = |reason: &str| Input::PodObserved {
+        pod: pod_json(
+            &name,
+            json!({"phase": "Pending", "containerStatuses": [
+                {"name": "workspace", "state": {"waiting": {"reason": reason}}}]}),
+        ),
+    };
+    let c = s.handle(pending("ContainerCreating"), T0 + 200);
+    assert_eq!(
+        events(&c),
+        [(
+            "progress",
+            json!({"phase": "schedule", "message": "Creating container"})
+        )]
+    );
+    assert!(s.handle(pending("ContainerCreating"), T0 + 300).is_empty());
+    let c = s.handle(pending("ErrImagePull"), T0 + 400);
+    assert_eq!(events(&c)[0].1["message"], "Pulling image");
+
+    // Running with an IP: probe the agent.
+    let c = s.handle(running(&name), T0 + 2_000);
+    assert!(has(&c, |x| *x
+        == Command::ProbeAgent {
+            pod: name.clone(),
+            ip: "10.0.0.7".into(),
+            deadline: T0 + 2_000 + 120_000
+        }));
+    assert_eq!(events(&c)[0].1["message"], "Starting workspace");
+    assert_eq!(s.pod().unwrap().ip.as_deref(), Some("10.0.0.7"));
+
+    let c = s.handle(Input::AgentReady { pod: name.clone() }, T0 + 3_000);
+    assert!(has(&c, |x| *x
+        == Command::Seed {
+            pod: name.clone(),
+            ip: "10.0.0.7".into(),
+            source: SeedSource::Bundle
+        }));
+
+    let c = s.handle(Input::SeedDone { pod: name.clone() }, T0 + 4_000);
+    assert!(has(&c, |x| *x == Command::DropBundle));
+    let attaches: Vec<_> = c
+        .iter()
+        .filter_map(|x| match x {
+            Command::Attach {
+                app,
+                container,
+                tty,
+                ..
+            } => Some((app.as_str(), container.as_str(), *tty)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        attaches,
+        [("web", "app-web", true), ("worker", "app-worker", false)]
+    );
+    let (id, svc, ing) = c
+        .iter()
+        .find_map(|x| match x {
+            Command::Publish {
+                id,
+                service,
+                ingress,
+            } => Some((*id, service.clone(), ingress.clone())),
+            _ => None,
+        })
+        .unwrap();
+    let svc = svc.expect("a Service");
+    assert_eq!(svc.spec.as_ref().unwrap().ports.as_ref().unwrap().len(), 3);
+    assert_eq!(
+        svc.metadata.owner_references.as_ref().unwrap()[0].uid,
+        "u-1"
+    );
+    assert_eq!(
+        ing.expect("an Ingress").spec.unwrap().rules.unwrap().len(),
+        2
+    );
+    assert_eq!(
+        s.status(),
+        &Status::Starting {
+            stage: Stage::Publish
+        }
+    );
+
+    let c = s.handle(Input::PublishDone { id }, T0 + 5_000);
+    let ev = events(&c);
+    assert_eq!(ev[0].0, "status");
+    assert_eq!(ev[0].1["status"], "running");
+    assert_eq!(
+        ev[0].1["endpoints"][0]["host"],
+        "8080-sid000000001.dev.example.com"
+    );
+    let relays: Vec<_> = c
+        .iter()
+        .filter_map(|x| match x {
+            Command::StartRelay { app, port, ip, .. } => Some((app.as_str(), *port, ip.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        relays,
+        [("web", 9230, "10.0.0.7"), ("worker", 9231, "10.0.0.7")]
+    );
+    let probes: Vec<_> = c
+        .iter()
+        .filter_map(|x| match x {
+            Command::StartProbe { app, port, .. } => Some((app.as_str(), *port)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(probes, [("web", 8080), ("worker", 3000)], "tcp ports only");
+    let runs: Vec<_> = ev.iter().filter(|(k, _)| *k == "run").collect();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(
+        runs[0].1,
+        json!({"app": "web", "generation": 1, "phase": "started"})
+    );
+    let v = s.view();
+    assert_eq!(v["status"], "running");
+    assert_eq!(v["apps"][1]["generation"], 1);
+    assert_eq!(v["apps"][1]["io"], "streams");
+    assert_eq!(
+        v["apps"][1]["ports"],
+        json!([{"port": 3000, "protocol": "tcp"}, {"port": 5353, "protocol": "udp"}])
+    );
+    assert_eq!(v["createdAt"], "2023-11-14T22:13:20Z");
+    assert!(v.get("error").is_none());
+    // Reachability reports pass through for probed ports only.
+    let c = s.handle(
+        Input::Reachability {
+            pod: name.clone(),
+            app: "web".into(),
+            port: 8080,
+            state: Reach::Reachable,
+        },
+        T0 + 6_000,
+    );
+    assert_eq!(
+        events(&c),
+        [(
+            "reachability",
+            json!({"app": "web", "port": 8080, "state": "reachable"})
+        )]
+    );
+    assert!(s
+        .handle(
+            Input::Reachability {
+                pod: name,
+                app: "web".into(),
+                port: 1,
+                state: Reach::Reachable
+            },
+            T0 + 6_000
+        )
+        .is_empty());
+}
+
+/// Each start step's failure: the pod is deleted, the session fails with
+/// the step's stage, and its slot is released.
+#[test]
+fn every_start_failure_deletes_the_pod_with_its_stage() {
+    type Step = fn(&mut Session, &str) -> Vec<Command>;
+    let created: Step = |s, n| {
+        s.handle(
+            Input::PodCreated {
+                pod: n.into(),
+                uid: "u".into(),
+            },
+            T0 + 10,
+        )
+    };
+    let cases: Vec<(&str, Vec<Step>, Stage, &str)> = vec![
+        (
+            "create",
+            vec![|s, n| {
+                s.handle(
+                    Input::PodCreateFailed {
+                        pod: n.into(),
+                        message: "quota exceeded".into(),
+                    },
+                    T0 + 10,
+                )
+            }],
+            Stage::Create,
+            "failed to create pod: quota exceeded",
+        ),
+        (
+            "start deadline",
+            vec![created, |s, _| s.handle(Input::Tick, T0 + 10 + 180_000)],
+            Stage::Schedule,
+            "pod did not reach Running within 180 s (last: Scheduling)",
+        ),
+        (
+            "failed before serving",
+            vec![created, |s, n| {
+                s.handle(
+                    Input::PodObserved {
+                        pod: pod_json(n, json!({"phase": "Failed", "reason": "Evicted", "message": "low memory"})),
+                    },
+                    T0 + 20,
+                )
+            }],
+            Stage::Schedule,
+            "pod reached Failed before serving (Failed: Evicted: low memory)",
+        ),
+        (
+            "vanished",
+            vec![created, |s, n| {
+                s.handle(Input::PodGone { pod: n.into() }, T0 + 20)
+            }],
+            Stage::Schedule,
+            "pod disappeared before reaching Running",
+        ),
+        (
+            "agent",
+            vec![created, |s, n| s.handle(running(n), T0 + 20), |s, n| {
+                s.handle(
+                    Input::AgentFailed {
+                        pod: n.into(),
+                        message: "connection refused".into(),
+                    },
+                    T0 + 30,
+                )
+            }],
+            Stage::Workspace,
+            "workspace agent did not become ready: connection refused",
+        ),
+        (
+            "agent deadline backstop",
+            vec![created, |s, n| s.handle(running(n), T0 + 20), |s, _| {
+                s.handle(Input::Tick, T0 + 20 + 125_000)
+            }],
+            Stage::Workspace,
+            "workspace agent did not answer within 120 s",
+        ),
+        (
+            "seed",
+            vec![
+                created,
+                |s, n| s.handle(running(n), T0 + 20),
+                |s, n| s.handle(Input::AgentReady { pod: n.into() }, T0 + 30),
+                |s, n| {
+                    s.handle(
+                        Input::SeedFailed {
+                            pod: n.into(),
+                            message: "disk full".into(),
+                        },
+                        T0 + 40,
+                    )
+                },
+            ],
+            Stage::Seed,
+            "seeding the workspace failed: disk full",
+        ),
+        (
+            "publish",
+            vec![
+                created,
+                |s, n| s.handle(running(n), T0 + 20),
+                |s, n| s.handle(Input::AgentReady { pod: n.into() }, T0 + 30),
+                |s, n| s.handle(Input::SeedDone { pod: n.into() }, T0 + 40),
+                |s, _| {
+                    s.handle(
+                        Input::PublishFailed {
+                            id: 1,
+                            message: "forbidden".into(),
+                        },
+                        T0 + 50,
+                    )
+                },
+            ],
+            Stage::Publish,
+            "publishing the session's endpoints failed: forbidden",
+        ),
+    ];
+    for (what, steps, stage, message) in cases {
+        let (mut s, c) = new_session(None);
+        let name = created_pod(&c).metadata.name().to_string();
+        let mut last = vec![];
+        for step in steps {
+            last = step(&mut s, &name);
+        }
+        assert_eq!(
+            s.status(),
+            &Status::Failed {
+                stage,
+                message: message.into()
+            },
+            "{what}"
+        );
+        assert!(
+            has(&last, |x| *x == Command::DeletePod { name: name.clone() }),
+            "{what}: {last:?}"
+        );
+        assert!(has(&last, |x| *x == Command::Finished), "{what}");
+        let ev = events(&last);
+        let st = ev.iter().find(|(k, _)| *k == "status").unwrap();
+        assert_eq!(
+            st.1,
+            json!({"status": "failed", "error": {"stage": stage.as_str(), "message": message}}),
+            "{what}"
+        );
+        assert_eq!(s.view()["error"]["stage"], stage.as_str());
+        // Nothing more happens to a failed session.
+        assert!(s.handle(Input::Tick, T0 + 1_000_000).is_empty(), "{what}");
+        assert!(
+            s.handle(running(&name), T0 + 1_000_001).is_empty(),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn the_pod_vanishing_or_dying_while_running_fails_the_session() {
+    let (mut s, name, _) = up(None);
+    let c = s.handle(Input::PodGone { pod: name.clone() }, T0 + 10_000);
+    assert_eq!(
+        s.status(),
+        &Status::Failed {
+            stage: Stage::Run,
+            message: "session pod was deleted".into()
+        }
+    );
+    // The watch is stopped before the pod is deleted.
+    let i_watch = c
+        .iter()
+        .position(|x| *x == Command::StopWatch { name: name.clone() })
+        .unwrap();
+    let i_del = c
+        .iter()
+        .position(|x| *x == Command::DeletePod { name: name.clone() })
+        .unwrap();
+    assert!(i_watch < i_del);
+    assert!(has(&c, |x| *x == Command::StopRelays { pod: name.clone() }));
+    assert!(has(&c, |x| *x == Command::CloseAttaches { pod: name.clone() }));
+
+    let (mut s, name, _) = up(None);
+    s.handle(
+        Input::PodObserved {
+            pod: pod_json(&name, json!({"phase": "Failed"})),
+        },
+        T0 + 10_000,
+    );
+    assert_eq!(
+        s.status(),
+        &Status::Failed {
+            stage: Stage::Run,
+            message: "session pod reached Failed (Failed)".into()
+        }
+    );
+    // The maximum life (activeDeadlineSeconds) is a stop, not a failure.
+    let (mut s, name, _) = up(None);
+    let c = s.handle(
+        Input::PodObserved {
+            pod: pod_json(
+                &name,
+                json!({"phase": "Failed", "reason": "DeadlineExceeded"}),
+            ),
+        },
+        T0 + 10_000,
+    );
+    assert_eq!(s.status(), &Status::Stopped);
+    assert!(events(&c).iter().any(|(_, d)| d["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("maximum life"))));
+}
+
+#[test]
+fn an_ended_container_is_reported_once_per_pod() {
+    let (mut s, name, _) = up(None);
+    let ended = || Input::PodObserved {
+        pod: pod_json(
+            &name,
+            json!({"phase": "Running", "podIP": "10.0.0.7", "containerStatuses": [
+                {"name": "workspace", "state": {"running": {}}},
+                {"name": "app-web", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}},
+                {"name": "app-worker", "state": {"running": {}}},
+            ]}),
+        ),
+    };
+    let c = s.handle(ended(), T0 + 10_000);
+    assert_eq!(
+        events(&c),
+        [(
+            "run",
+            json!({"app": "web", "generation": 1, "phase": "ended", "exitCode": 137,
+                   "reason": "application container OOMKilled (exit code 137)"})
+        )]
+    );
+    assert!(s.handle(ended(), T0 + 11_000).is_empty());
+    assert_eq!(s.status(), &Status::Running, "the session goes on");
+}
+
+#[test]
+fn stop_during_start_and_after() {
+    // While the create is in flight: delete at once, and again when the
+    // late create answer arrives.
+    let (mut s, c) = new_session(None);
+    let name = created_pod(&c).metadata.name().to_string();
+    let c = s.user(UserOp::Stop, T0 + 10).unwrap();
+    assert!(has(&c, |x| *x == Command::DeletePod { name: name.clone() }));
+    assert!(!has(&c, |x| matches!(x, Command::StopWatch { .. })));
+    assert_eq!(statuses(&c), ["stopped"]);
+    assert!(has(&c, |x| *x == Command::Finished));
+    let c = s.handle(
+        Input::PodCreated {
+            pod: name.clone(),
+            uid: "u".into(),
+        },
+        T0 + 20,
+    );
+    assert_eq!(c, [Command::DeletePod { name: name.clone() }]);
+    assert!(s
+        .handle(Input::PodGone { pod: name.clone() }, T0 + 30)
+        .is_empty());
+    assert_eq!(s.status(), &Status::Stopped);
+    // Stop is idempotent.
+    assert_eq!(s.user(UserOp::Stop, T0 + 40).unwrap(), []);
+
+    // While scheduling: the watch ends first, then the delete.
+    let (mut s, c) = new_session(None);
+    let name = created_pod(&c).metadata.name().to_string();
+    s.handle(
+        Input::PodCreated {
+            pod: name.clone(),
+            uid: "u".into(),
+        },
+        T0 + 10,
+    );
+    let c = s.user(UserOp::Stop, T0 + 20).unwrap();
+    assert_eq!(c[0], Command::StopWatch { name: name.clone() });
+    assert_eq!(c[1], Command::DeletePod { name: name.clone() });
+
+    // While running: the pod's end is not a failure.
+    let (mut s, name, _) = up(None);
+    s.user(UserOp::Stop, T0 + 10_000).unwrap();
+    let c = s.handle(
+        Input::PodObserved {
+            pod: pod_json(&name, json!({"phase": "Failed"})),
+        },
+        T0 + 10_001,
+    );
+    assert!(c.is_empty());
+    assert_eq!(s.status(), &Status::Stopped);
+}
+
+#[test]
+fn suspend_and_resume() {
+    let (mut s, name, _) = up(None);
+    let e = s.user(UserOp::Resume, T0 + 6_000).unwrap_err();
+    assert_eq!(e.code, Code::NotSuspended);
+    let c = s.user(UserOp::Suspend, T0 + 6_000).unwrap();
+    assert!(has(&c, |x| *x
+        == Command::Checkpoint {
+            pod: name.clone(),
+            ip: "10.0.0.7".into()
+        }));
+    assert_eq!(s.status(), &Status::Running);
+    // A second operation meanwhile is refused.
+    assert_eq!(
+        s.user(UserOp::Suspend, T0 + 6_001).unwrap_err().code,
+        Code::NotRunning
+    );
+    let c = s.handle(Input::CheckpointDone { pod: name.clone() }, T0 + 7_000);
+    assert_eq!(s.status(), &Status::Suspended);
+    let i_watch = c
+        .iter()
+        .position(|x| *x == Command::StopWatch { name: name.clone() })
+        .unwrap();
+    let i_del = c
+        .iter()
+        .position(|x| *x == Command::DeletePod { name: name.clone() })
+        .unwrap();
+    assert!(i_watch < i_del, "the watch stops before the delete");
+    assert_eq!(statuses(&c), ["suspended"]);
+    assert!(s.pod().is_none());
+    assert_eq!(
+        s.user(UserOp::Suspend, T0 + 8_000).unwrap_err().code,
+        Code::NotRunning
+    );
+    assert_eq!(
+        s.user(UserOp::Reload { app: "web".into() }, T0 + 8_000)
+            .unwrap_err()
+            .code,
+        Code::NotRunning
+    );
+
+    // Resume: a new pod, a new name, the rest of the life, seeded from
+    // the checkpoint.
+    let later = T0 + 3_600_000;
+    let c = s.user(UserOp::Resume, later).unwrap();
+    assert_eq!(statuses(&c), ["starting"]);
+    let pod = created_pod(&c);
+    let name2 = pod.metadata.name().to_string();
+    assert_ne!(name2, name);
+    // Suspended time does not count: 7 s of life were used.
+    assert_eq!(
+        pod.spec.as_ref().unwrap().extra["activeDeadlineSeconds"],
+        6 * 3600 - 7
+    );
+    s.handle(
+        Input::PodCreated {
+            pod: name2.clone(),
+            uid: "u2".into(),
+        },
+        later + 1,
+    );
+    s.handle(running(&name2), later + 2);
+    let c = s.handle(Input::AgentReady { pod: name2.clone() }, later + 3);
+    assert!(has(&c, |x| matches!(
+        x,
+        Command::Seed {
+            source: SeedSource::Checkpoint,
+            ..
+        }
+    )));
+    let c = s.handle(Input::SeedDone { pod: name2.clone() }, later + 4);
+    assert!(!has(&c, |x| *x == Command::DropBundle));
+    // A late answer about the old pod changes nothing.
+    assert!(s
+        .handle(Input::AgentReady { pod: name.clone() }, later + 5)
+        .is_empty());
+    assert!(s.handle(Input::PodGone { pod: name }, later + 5).is_empty());
+    let id = publish_id(&c);
+    let c = s.handle(Input::PublishDone { id }, later + 6);
+    assert_eq!(statuses(&c), ["running"]);
+    assert_eq!(s.apps()[0].generation, 2, "a second start of the process");
+}
+
+#[test]
+fn set_apps_recreates_the_pod_from_a_checkpoint() {
+    let (mut s, name, _) = up(None);
+    let new_apps = vec![app("web", vec![Port::tcp(8081)]), app("api", vec![])];
+    let c = s
+        .user(
+            UserOp::SetApps {
+                apps: new_apps.clone(),
+            },
+            T0 + 6_000,
+        )
+        .unwrap();
+    assert!(has(&c, |x| matches!(x, Command::Checkpoint { .. })));
+    let c = s.handle(Input::CheckpointDone { pod: name.clone() }, T0 + 7_000);
+    assert!(has(&c, |x| *x == Command::DeletePod { name: name.clone() }));
+    let pod = created_pod(&c);
+    let containers: Vec<String> = pod
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    assert_eq!(containers, ["workspace", "app-web", "app-api"]);
+    assert_eq!(statuses(&c), ["starting"]);
+    let name2 = pod.metadata.name().to_string();
+    s.handle(
+        Input::PodCreated {
+            pod: name2.clone(),
+            uid: "u2".into(),
+        },
+        T0 + 7_001,
+    );
+    s.handle(running(&name2), T0 + 7_002);
+    let c = s.handle(Input::AgentReady { pod: name2.clone() }, T0 + 7_003);
+    assert!(has(&c, |x| matches!(
+        x,
+        Command::Seed {
+            source: SeedSource::Checkpoint,
+            ..
+        }
+    )));
+    let c = s.handle(Input::SeedDone { pod: name2 }, T0 + 7_004);
+    let id = publish_id(&c);
+    s.handle(Input::PublishDone { id }, T0 + 7_005);
+    let gens: Vec<(String, u64)> = s
+        .apps()
+        .iter()
+        .map(|a| (a.spec.name.clone(), a.generation))
+        .collect();
+    assert_eq!(gens, [("web".into(), 2), ("api".into(), 1)]);
+    assert_eq!(s.endpoints()[0].port, 8081);
+
+    // While suspended, the set is just replaced for the next resume.
+    let (mut s, name, _) = up(None);
+    s.user(UserOp::Suspend, T0 + 6_000).unwrap();
+    s.handle(Input::CheckpointDone { pod: name }, T0 + 6_001);
+    let c = s
+        .user(UserOp::SetApps { apps: new_apps }, T0 + 6_002)
+        .unwrap();
+    assert_eq!(c, [Command::WriteRecord]);
+    assert_eq!(s.apps().len(), 2);
+    assert_eq!(s.status(), &Status::Suspended);
+    // A failed checkpoint leaves the session running as it was.
+    let (mut s, name, _) = up(None);
+    s.user(
+        UserOp::SetApps {
+            apps: vec![app("x", vec![])],
+        },
+        T0 + 6_000,
+    )
+    .unwrap();
+    let c = s.handle(
+        Input::CheckpointFailed {
+            pod: name,
+            message: "agent gone".into(),
+        },
+        T0 + 6_001,
+    );
+    assert!(events(&c)[0].1["message"]
+        .as_str()
+        .unwrap()
+        .contains("agent gone"));
+    assert_eq!(s.status(), &Status::Running);
+    assert_eq!(s.apps()[0].spec.name, "web");
+}
+
+fn ports_frame(ports: Value) -> Value {
+    json!({"kind": "event", "timestamp": "t", "event": "Kernel.PortsResolved", "payload": {"ports": ports}})
+}
+
+#[test]
+fn ports_are_re_routed() {
+    let (mut s, name, _) = up(Some("d.io"));
+    let dbg = |s: &mut Session, frame: Value, at: Millis| {
+        s.handle(
+            Input::Debug {
+                pod: name.clone(),
+                app: "web".into(),
+                frame,
+            },
+            at,
+        )
+    };
+    // An ordinary frame is relayed, nothing else.
+    let c = dbg(
+        &mut s,
+        json!({"kind": "log", "stream": "stdout", "line": "hi"}),
+        T0 + 6_000,
+    );
+    assert_eq!(
+        events(&c),
+        [(
+            "debug",
+            json!({"app": "web", "frame": {"kind": "log", "stream": "stdout", "line": "hi"}})
+        )]
+    );
+    // Add 9000, keep 8080, ask for 3000 (the worker's) and 8099 (the agent's).
+    let c = dbg(
+        &mut s,
+        ports_frame(
+            json!([{"port": 8080}, {"port": 9000, "protocol": "tcp"}, {"port": 3000}, {"port": 8099}]),
+        ),
+        T0 + 6_100,
+    );
+    let id = publish_id(&c);
+    let svc_ports = c
+        .iter()
+        .find_map(|x| match x {
+            Command::Publish { service, .. } => service.clone(),
+            _ => None,
+        })
+        .unwrap()
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .len();
+    assert_eq!(svc_ports, 4, "8080, 9000, the worker's 3000 and 5353");
+    let c = s.handle(Input::PublishDone { id }, T0 + 6_200);
+    let ev = events(&c);
+    assert_eq!(ev[0].0, "endpoints");
+    let d = &ev[0].1;
+    assert_eq!(d["app"], "web");
+    assert_eq!(d["added"][0]["port"], 9000);
+    assert_eq!(d["added"][0]["host"], "9000-sid000000001.d.io");
+    assert!(d.get("removed").is_none());
+    assert_eq!(d["rejected"][0]["port"], 3000);
+    assert!(d["rejected"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("another app in this session (worker)"));
+    assert_eq!(d["rejected"][1]["port"], 8099);
+    assert!(has(&c, |x| matches!(
+        x,
+        Command::StartProbe { port: 9000, .. }
+    )));
+    assert_eq!(s.apps()[0].spec.ports, [Port::tcp(8080), Port::tcp(9000)]);
+    // The same set again: nothing.
+    let c = dbg(&mut s, ports_frame(json!([9000, 8080])), T0 + 6_300);
+    assert_eq!(c.len(), 1, "only the debug event: {c:?}");
+    // Remove 8080: its probe stops, publish, then reported removed.
+    let c = dbg(&mut s, ports_frame(json!([{"port": 9000}])), T0 + 6_400);
+    assert!(has(&c, |x| matches!(
+        x,
+        Command::StopProbe { port: 8080, .. }
+    )));
+    let id = publish_id(&c);
+    let c = s.handle(Input::PublishDone { id }, T0 + 6_500);
+    assert_eq!(events(&c)[0].1["removed"][0]["port"], 8080);
+    // A publish failure: the added port is rejected with the error and
+    // leaves the set again.
+    let c = dbg(
+        &mut s,
+        ports_frame(json!([{"port": 9000}, {"port": 7000, "protocol": "udp"}])),
+        T0 + 6_600,
+    );
+    let id = publish_id(&c);
+    let c = s.handle(
+        Input::PublishFailed {
+            id,
+            message: "services is forbidden".into(),
+        },
+        T0 + 6_700,
+    );
+    assert_eq!(
+        events(&c)[0].1,
+        json!({"app": "web", "rejected": [{"port": 7000, "reason": "services is forbidden"}]})
+    );
+    assert_eq!(s.apps()[0].spec.ports, [Port::tcp(9000)]);
+    // Only rejections: reported without a publish.
+    let c = dbg(&mut s, ports_frame(json!([9000, 3000])), T0 + 6_800);
+    assert!(!has(&c, |x| matches!(x, Command::Publish { .. })));
+    assert_eq!(events(&c)[1].1["rejected"][0]["port"], 3000);
+}
+
+#[test]
+fn ports_resolved_frames() {
+    assert_eq!(
+        ports_resolved_from(&ports_frame(
+            json!([80, {"port": 53, "protocol": "udp"}, {"port": 80}])
+        )),
+        Some(vec![Port::tcp(80), udp(53)])
+    );
+    assert_eq!(ports_resolved_from(&ports_frame(json!([]))), Some(vec![]));
+    assert_eq!(ports_resolved_from(&ports_frame(json!([0]))), None);
+    assert_eq!(ports_resolved_from(&ports_frame(json!([70000]))), None);
+    assert_eq!(ports_resolved_from(&ports_frame(json!("80"))), None);
+    assert_eq!(
+        ports_resolved_from(&json!({"event": "Other", "payload": {"ports": [1]}})),
+        None
+    );
+    assert_eq!(
+        ports_resolved_from(&json!({"event": "Kernel.PortsResolved"})),
+        None
+    );
+}
+
+#[test]
+fn idle_sessions_are_suspended_and_periodic_checkpoints() {
+    let (mut s, name, _) = up(None);
+    // Periodic checkpoint after the interval; none while one is in flight.
+    assert!(s.handle(Input::Tick, T0 + 5_000 + 29_999).is_empty());
+    let c = s.handle(Input::Tick, T0 + 35_000);
+    assert!(has(&c, |x| matches!(x, Command::Checkpoint { .. })));
+    assert!(s.handle(Input::Tick, T0 + 36_000).is_empty());
+    let c = s.handle(Input::CheckpointDone { pod: name.clone() }, T0 + 36_500);
+    assert_eq!(
+        c,
+        [Command::WriteRecord],
+        "the first checkpoint is recorded"
+    );
+    assert_eq!(s.status(), &Status::Running);
+
+    // A subscriber keeps it up; leaving starts the idle clock.
+    s.handle(Input::Subscribers { count: 1 }, T0 + 40_000);
+    let c = s.handle(Input::Tick, T0 + 400_000);
+    assert!(!events(&c).iter().any(|(_, d)| d["phase"] == "suspend"));
+    s.handle(Input::CheckpointDone { pod: name.clone() }, T0 + 400_001);
+    s.handle(Input::Subscribers { count: 0 }, T0 + 500_000);
+    assert!(!has(&s.handle(Input::Tick, T0 + 799_999), |x| matches!(
+        x,
+        Command::Emit(Event::Progress { .. })
+    )));
+    let c = s.handle(Input::Tick, T0 + 800_000);
+    assert!(events(&c)[0].1["message"]
+        .as_str()
+        .unwrap()
+        .contains("no subscriber for 300 s"));
+    let c = s.handle(Input::CheckpointDone { pod: name }, T0 + 800_100);
+    assert_eq!(statuses(&c), ["suspended"]);
+
+    // A suspended session expires after its TTL.
+    assert!(s.handle(Input::Tick, T0 + 800_100 + 86_399_999).is_empty());
+    let c = s.handle(Input::Tick, T0 + 800_100 + 86_400_000);
+    assert_eq!(statuses(&c), ["stopped"]);
+    assert!(has(&c, |x| *x == Command::DeleteCheckpoint));
+    assert!(has(&c, |x| *x == Command::Finished));
+}
+
+#[test]
+fn maximum_life() {
+    let (mut s, name, _) = up(None);
+    let c = s.handle(Input::Tick, T0 + 6 * 3_600_000);
+    assert_eq!(s.status(), &Status::Stopped);
+    assert!(has(&c, |x| *x == Command::DeletePod { name: name.clone() }));
+    // Life is pod time: 5 h running, a long suspend, then 1 h left.
+    let (mut s, name, _) = up(None);
+    let five_h = T0 + 5 * 3_600_000;
+    s.user(UserOp::Suspend, five_h).unwrap();
+    s.handle(Input::CheckpointDone { pod: name }, five_h);
+    let back = five_h + 20 * 3_600_000;
+    assert!(
+        s.handle(Input::Tick, back).is_empty(),
+        "suspended time is free"
+    );
+    let c = s.user(UserOp::Resume, back).unwrap();
+    let pod = created_pod(&c);
+    assert_eq!(
+        pod.spec.as_ref().unwrap().extra["activeDeadlineSeconds"],
+        3600
+    );
+    s.handle(Input::Tick, back + 3_599_999);
+    assert!(!s.status().is_terminal());
+    s.handle(Input::Tick, back + 3_600_000);
+    assert_eq!(s.status(), &Status::Stopped);
+}
+
+#[test]
+fn reloads() {
+    let (mut s, name, _) = up(None);
+    let reload =
+        |s: &mut Session, app: &str, at: Millis| s.user(UserOp::Reload { app: app.into() }, at);
+    assert_eq!(
+        reload(&mut s, "nope", T0 + 6_000).unwrap_err().code,
+        Code::NotFound
+    );
+    let c = reload(&mut s, "web", T0 + 6_000).unwrap();
+    assert_eq!(
+        c,
+        [Command::Touch {
+            pod: name.clone(),
+            ip: "10.0.0.7".into(),
+            path: "web.js".into()
+        }]
+    );
+    reload(&mut s, "web", T0 + 7_000).unwrap();
+    reload(&mut s, "worker", T0 + 8_000).unwrap();
+    let e = reload(&mut s, "web", T0 + 9_000).unwrap_err();
+    assert_eq!(e.code, Code::ReloadRateLimited);
+    assert_eq!(e.status(), 429);
+    // A minute after the first, one slot is free again.
+    reload(&mut s, "web", T0 + 66_000).unwrap();
+    let c = s.handle(
+        Input::ReloadFailed {
+            pod: name,
+            app: "worker".into(),
+            message: "timeout".into(),
+        },
+        T0 + 67_000,
+    );
+    assert_eq!(
+        c,
+        [Command::Output {
+            app: "worker".into(),
+            stream: OutStream::Stderr,
+            text: "\r\n[kubegate] reload failed: timeout\r\n".into()
+        }]
+    );
+}
+
+#[test]
+fn attach_failures_go_to_the_app_not_the_session() {
+    let (mut s, name, _) = up(None);
+    let c = s.handle(
+        Input::AttachFailed {
+            pod: name,
+            app: "web".into(),
+            message: "container not running".into(),
+        },
+        T0 + 6_000,
+    );
+    assert_eq!(
+        c,
+        [Command::Output {
+            app: "web".into(),
+            stream: OutStream::Tty,
+            text: "\r\n[kubegate] failed to attach: container not running\r\n".into()
+        }]
+    );
+    assert_eq!(s.status(), &Status::Running);
+}
+
+#[test]
+fn records() {
+    let (s, name, _) = up(None);
+    let r = s.record();
+    assert_eq!(r["sessionId"], "sid000000001");
+    assert_eq!(r["status"], json!({"status": "running"}));
+    assert_eq!(r["pod"]["name"], name);
+    assert_eq!(r["apps"][0]["generation"], 1);
+    assert_eq!(r["podSeq"], 1);
+    let f = Status::Failed {
+        stage: Stage::Seed,
+        message: "m".into(),
+    };
+    assert_eq!(
+        serde_json::to_value(&f).unwrap(),
+        json!({"status": "failed", "stage": "seed", "message": "m"})
+    );
+    let back: Status =
+        serde_json::from_value(json!({"status": "starting", "stage": "schedule"})).unwrap();
+    assert_eq!(
+        back,
+        Status::Starting {
+            stage: Stage::Schedule
+        }
+    );
+}

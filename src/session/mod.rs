@@ -1,0 +1,65 @@
+//! Watch sessions (sessions.md): the sans-IO core. Nothing here opens a
+//! socket or starts a thread; the engine that drives it (next step of
+//! issue 5) owns the I/O.
+//!
+//! - `spec`: the start request and the app set: strict serde types for
+//!   contract.md's shapes, and validation into a `SessionSpec` (codes
+//!   `INVALID_APP_NAME` … `INVALID_BUNDLE`, `BAD_REQUEST`).
+//! - `pod`: pure builders of the session's Kubernetes objects (the pod, its
+//!   Service and Ingress), the endpoints list, the pod name and labels, and
+//!   the readings of a pod the machine needs (provisioning progress, ended
+//!   containers, failure detail).
+//! - `machine`: the per-session state machine: inputs the engine observes,
+//!   commands it must carry out, events for the SSE stream.
+//!
+//! Design and choices: docs/sessions.md.
+
+pub mod machine;
+pub mod pod;
+pub mod spec;
+
+use rand::Rng;
+
+/// Length of a session id.
+pub const SESSION_ID_LEN: usize = 12;
+
+/// A new session id: 12 characters of `[a-z0-9]`, starting with a letter
+/// (it is part of DNS labels: `kubegate-run-<id>`, `<port>-<id>.<domain>`),
+/// about 61 bits of randomness.
+pub fn new_session_id(rng: &mut impl Rng) -> String {
+    const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyz";
+    const ALNUM: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut id = String::with_capacity(SESSION_ID_LEN);
+    id.push(LETTERS[rng.random_range(0..LETTERS.len())] as char);
+    for _ in 1..SESSION_ID_LEN {
+        id.push(ALNUM[rng.random_range(0..ALNUM.len())] as char);
+    }
+    id
+}
+
+/// Whether `s` has the shape [`new_session_id`] makes (route parameters are
+/// checked with it before any lookup).
+pub fn is_session_id(s: &str) -> bool {
+    s.len() == SESSION_ID_LEN
+        && s.as_bytes()[0].is_ascii_lowercase()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids() {
+        let mut rng = rand::rng();
+        for _ in 0..200 {
+            let id = new_session_id(&mut rng);
+            assert!(is_session_id(&id), "{id}");
+            assert!(crate::config::check_dns_label(&id).is_ok());
+        }
+        assert!(!is_session_id("0abcdefghijk"));
+        assert!(!is_session_id("abc"));
+        assert!(!is_session_id("abcdefghijkL"));
+    }
+}

@@ -1,0 +1,749 @@
+//! Pure builders of a session's Kubernetes objects (sessions.md, "A
+//! session's pod", "Service and Ingress"), the endpoints list, and the
+//! readings of a pod the state machine needs. No I/O.
+//!
+//! The pod:
+//! - name `kubegate-watch-<sessionId>-<millis base36><counter base36>` (a new
+//!   name at every recreate; lookups key on labels);
+//! - labels: managed-by (configured), `kubegate.dev/session-id`,
+//!   `kubegate.dev/mode: watch`, `kubegate.dev/principal` (the principal's
+//!   name when it is a valid label value, else a sanitised prefix plus 12 hex
+//!   digits of its SHA-256, see [`principal_label`]); the full name is kept
+//!   in the annotation of the same key;
+//! - `restartPolicy: Never`, `activeDeadlineSeconds` = what remains of the
+//!   session's life, no service account token, no service links (their env
+//!   would leak other Services into the apps), a non-root uid ([`RUN_AS`]),
+//!   seccomp RuntimeDefault, no privilege escalation, all capabilities
+//!   dropped, read-only root file systems;
+//! - volumes: `workspace` (emptyDir at [`WORKSPACE_ROOT`] in every
+//!   container), `scratch` (emptyDir at `/tmp`, one sub-folder per container,
+//!   also `HOME`), and, with the app runner, `kubegate-bin` (emptyDir filled
+//!   by the init container `kubegate install-self /kubegate/bin` from the
+//!   workspace image, mounted read-only in app containers);
+//! - containers: `workspace` (the agent on `$(POD_IP):8099`, root
+//!   `/workspace`, token in `KUBEGATE_WORKSPACE_TOKEN`), then `app-<name>` in
+//!   the order given.
+//!
+//! An app container runs `sh -c '<wait for "$KUBEGATE_ENTRY">; exec "$@"' sh
+//! <argv…>`: the entry path reaches the shell through the env, never inside
+//! the script, so no file name can inject shell. User-given argv and env
+//! values are made literal for Kubernetes (`$` doubled, so `$(X)` is not
+//! expanded); the configured default command is not, so it may use
+//! `$(KUBEGATE_ENTRY)`.
+//!
+//! The app runner (`kubegate app-runner -- CMD…`) is prepared but off until
+//! its issue lands: [`PodSettings::app_runner`] adds the init container, the
+//! binary volume and the `exec /kubegate/bin/kubegate app-runner -- "$@"`
+//! wrapper for apps with `runner: true`.
+//!
+//! The sim (src/sim/podspec.rs) runs these pods as local processes: it
+//! honours `command`/`args` (argv `kubegate` becomes its own binary, a copy
+//! in a volume runs as is), `$(VAR)` and `$$`, env with the downward API
+//! (`status.podIP`: a loopback 127.0.x.y per pod, so agent, debug and app
+//! ports do not collide between pods), emptyDir volumes with `subPath`,
+//! mount paths rewritten in argv, env values and `workingDir`, `tty`/`stdin`,
+//! init containers and `activeDeadlineSeconds`. It ignores images (no
+//! ENTRYPOINT: our pods always give a command), security contexts and
+//! resources (admission only defaults them). What it needs from the host:
+//! `sh` and `sleep` (the wait loop), and the default app command's program.
+
+use super::spec::{AppSpec, Io, Port, Protocol, SessionSpec, AGENT_PORT, INSPECT_BASE_PORT};
+use crate::config::{check_label_value, Config, MANAGED_BY_LABEL};
+use crate::kube::client::resources::ContainerStateTerminated;
+use crate::kube::client::{Ingress, Pod, Service};
+use crate::kube::quantity;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// Label: the session a pod, Service or Ingress belongs to.
+pub const SESSION_ID_LABEL: &str = "kubegate.dev/session-id";
+/// Label `kubegate.dev/mode: watch`: a session pod (never an exec target).
+pub const MODE_LABEL: &str = "kubegate.dev/mode";
+pub const MODE_WATCH: &str = "watch";
+/// Label (sanitised) and annotation (verbatim): the owning principal.
+pub const PRINCIPAL_LABEL: &str = "kubegate.dev/principal";
+/// Where the workspace volume is mounted in every container.
+pub const WORKSPACE_ROOT: &str = "/workspace";
+/// Where the binary volume is mounted (app runner).
+pub const BIN_DIR: &str = "/kubegate/bin";
+/// The uid and gid every session container runs as.
+pub const RUN_AS: i64 = 65532;
+/// The workspace container's name (also a reserved app name).
+pub const WORKSPACE_CONTAINER: &str = "workspace";
+/// The init container carrying the binary (app runner).
+pub const INSTALL_CONTAINER: &str = "install-kubegate";
+/// Grace period of a session pod (stop and suspend delete with 0).
+pub const TERMINATION_GRACE_SECS: i64 = 5;
+/// The app container's wait loop: polls for the entry every 0.2 s, then
+/// runs its arguments. The entry comes from the env, never from the script.
+pub const WAIT_SCRIPT: &str = r#"while [ ! -f "$KUBEGATE_ENTRY" ]; do sleep 0.2; done; exec "$@""#;
+/// The same, under the app runner.
+pub const WAIT_SCRIPT_RUNNER: &str = r#"while [ ! -f "$KUBEGATE_ENTRY" ]; do sleep 0.2; done; exec /kubegate/bin/kubegate app-runner -- "$@""#;
+
+/// What the builders take from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSettings {
+    pub namespace: String,
+    pub managed_by: String,
+    pub workspace_image: String,
+    pub default_app_image: String,
+    pub default_app_command: Vec<String>,
+    pub ingress_base_domain: Option<String>,
+    pub ingress_class: Option<String>,
+    pub ingress_tls_secret: Option<String>,
+    pub max_cpu: String,
+    pub max_memory: String,
+    pub max_ephemeral_storage: String,
+    /// Wrap `runner: true` apps in `kubegate app-runner` (with its init
+    /// container). Off until `app-runner` and `install-self` exist.
+    pub app_runner: bool,
+}
+
+impl PodSettings {
+    pub fn from_config(cfg: &Config) -> PodSettings {
+        let c = &cfg.cluster;
+        PodSettings {
+            namespace: c.session_namespace.clone(),
+            managed_by: c.managed_by.clone(),
+            workspace_image: c.workspace_image.clone(),
+            default_app_image: c.default_app_image.clone(),
+            default_app_command: c.default_app_command.clone(),
+            ingress_base_domain: c.ingress_base_domain.clone(),
+            ingress_class: c.ingress_class.clone(),
+            ingress_tls_secret: c.ingress_tls_secret.clone(),
+            max_cpu: c.max_cpu.clone(),
+            max_memory: c.max_memory.clone(),
+            max_ephemeral_storage: c.max_ephemeral_storage.clone(),
+            app_runner: false,
+        }
+    }
+}
+
+/// Requested per-container resources (none today: the start request has no
+/// field for them); each is clamped to its ceiling.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requested {
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+    pub ephemeral_storage: Option<String>,
+}
+
+/// Everything one pod is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct PodInput<'a> {
+    pub session_id: &'a str,
+    pub principal: &'a str,
+    pub spec: &'a SessionSpec,
+    pub pod_name: &'a str,
+    /// `activeDeadlineSeconds` (at least 1).
+    pub remaining_life_secs: u64,
+    pub workspace_token: &'a str,
+    pub requested: &'a Requested,
+}
+
+/// `kubegate-watch-<sessionId>-<millis base36><counter base36>`.
+pub fn pod_name(session_id: &str, millis: u64, counter: u64) -> String {
+    format!(
+        "kubegate-watch-{session_id}-{}{}",
+        base36(millis),
+        base36(counter)
+    )
+}
+
+/// `kubegate-run-<sessionId>`: the Service and the Ingress.
+pub fn service_name(session_id: &str) -> String {
+    format!("kubegate-run-{session_id}")
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// A label value for a principal name: the name itself when it is a valid
+/// label value; else its characters outside `[A-Za-z0-9._-]` replaced by
+/// `-`, trimmed to alphanumeric ends, cut to 40, then `-` and the first 12
+/// hex digits of the name's SHA-256 (`p-<hash>` when nothing is left). The
+/// hash keeps two names that sanitise alike apart.
+pub fn principal_label(name: &str) -> String {
+    if check_label_value(name).is_ok() {
+        return name.to_string();
+    }
+    let hash = hex12(name.as_bytes());
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let trimmed = cleaned.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    let mut cut: String = trimmed.chars().take(40).collect();
+    while cut.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        cut.pop();
+    }
+    if cut.is_empty() {
+        format!("p-{hash}")
+    } else {
+        format!("{cut}-{hash}")
+    }
+}
+
+fn hex12(b: &[u8]) -> String {
+    Sha256::digest(b)
+        .iter()
+        .take(6)
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}
+
+/// The labels every object of a session carries.
+pub fn session_labels(settings: &PodSettings, session_id: &str, principal: &str) -> Value {
+    json!({
+        MANAGED_BY_LABEL: settings.managed_by,
+        SESSION_ID_LABEL: session_id,
+        MODE_LABEL: MODE_WATCH,
+        PRINCIPAL_LABEL: principal_label(principal),
+    })
+}
+
+/// Kubernetes expands `$(VAR)` in command, args and env values; `$$` is a
+/// literal `$`. User-given strings are made literal.
+fn literal(s: &str) -> String {
+    s.replace('$', "$$")
+}
+
+fn resources(settings: &PodSettings, r: &Requested) -> Value {
+    let q = json!({
+        "cpu": quantity::clamp(r.cpu.as_deref(), &settings.max_cpu),
+        "memory": quantity::clamp(r.memory.as_deref(), &settings.max_memory),
+        "ephemeral-storage": quantity::clamp(r.ephemeral_storage.as_deref(), &settings.max_ephemeral_storage),
+    });
+    json!({"requests": q, "limits": q})
+}
+
+fn container_security() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": true,
+        "runAsNonRoot": true,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+    })
+}
+
+fn pod_ip_env() -> Value {
+    json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+}
+
+/// The absolute path of `entry` in the containers.
+pub fn entry_path(entry: &str) -> String {
+    format!("{WORKSPACE_ROOT}/{entry}")
+}
+
+/// `KUBEGATE_INSPECT_ADDR` port of app `index`.
+pub fn inspect_port(index: usize) -> u16 {
+    INSPECT_BASE_PORT.saturating_add(index as u16)
+}
+
+fn uses_runner(settings: &PodSettings, app: &AppSpec) -> bool {
+    settings.app_runner && app.runner
+}
+
+fn app_container(
+    settings: &PodSettings,
+    input: &PodInput<'_>,
+    index: usize,
+    app: &AppSpec,
+) -> Value {
+    let spec = input.spec;
+    let image = app
+        .image
+        .as_deref()
+        .or(spec.image.as_deref())
+        .unwrap_or(&settings.default_app_image);
+    let argv: Vec<String> = match &app.command {
+        Some(cmd) => cmd.iter().map(|a| literal(a)).collect(),
+        None => settings.default_app_command.clone(),
+    };
+    let runner = uses_runner(settings, app);
+    let script = if runner {
+        WAIT_SCRIPT_RUNNER
+    } else {
+        WAIT_SCRIPT
+    };
+    let mut env = vec![pod_ip_env()];
+    if !spec.env.iter().any(|(k, _)| k == "HOME") {
+        env.push(json!({"name": "HOME", "value": "/tmp"}));
+    }
+    for (k, v) in &spec.env {
+        env.push(json!({"name": k, "value": literal(v)}));
+    }
+    env.push(json!({"name": "KUBEGATE_APP", "value": app.name}));
+    env.push(json!({"name": "KUBEGATE_WORKSPACE", "value": WORKSPACE_ROOT}));
+    env.push(json!({"name": "KUBEGATE_ENTRY", "value": literal(&entry_path(&app.entry))}));
+    env.push(json!({
+        "name": "KUBEGATE_INSPECT_ADDR",
+        "value": format!("$(POD_IP):{}", inspect_port(index)),
+    }));
+    let container = app.container();
+    let mut mounts = vec![
+        json!({"name": "workspace", "mountPath": WORKSPACE_ROOT}),
+        json!({"name": "scratch", "mountPath": "/tmp", "subPath": container}),
+    ];
+    if runner {
+        mounts.push(json!({"name": "kubegate-bin", "mountPath": BIN_DIR, "readOnly": true}));
+    }
+    let mut c = json!({
+        "name": container,
+        "image": image,
+        "command": ["sh", "-c", script, "sh"],
+        "args": argv,
+        "env": env,
+        "workingDir": WORKSPACE_ROOT,
+        "stdin": true,
+        "tty": app.io == Io::Tty,
+        "volumeMounts": mounts,
+        "securityContext": container_security(),
+        "resources": resources(settings, input.requested),
+    });
+    if !app.ports.is_empty() {
+        c["ports"] = Value::Array(
+            app.ports
+                .iter()
+                .map(|p| json!({"containerPort": p.port, "protocol": p.protocol.kube()}))
+                .collect(),
+        );
+    }
+    if let Some(p) = spec.pull_policy {
+        c["imagePullPolicy"] = json!(p.kube());
+    }
+    c
+}
+
+/// The session pod as JSON (it round-trips into [`Pod`]).
+pub fn build_pod_json(settings: &PodSettings, input: &PodInput<'_>) -> Value {
+    let runner = input.spec.apps.iter().any(|a| uses_runner(settings, a));
+    let workspace = json!({
+        "name": WORKSPACE_CONTAINER,
+        "image": settings.workspace_image,
+        "command": [
+            "kubegate", "workspace-agent",
+            "--listen", format!("$(POD_IP):{AGENT_PORT}"),
+            "--root", WORKSPACE_ROOT,
+        ],
+        "env": [
+            pod_ip_env(),
+            {"name": "HOME", "value": "/tmp"},
+            {"name": "KUBEGATE_WORKSPACE_TOKEN", "value": literal(input.workspace_token)},
+        ],
+        "ports": [{"containerPort": AGENT_PORT, "protocol": "TCP", "name": "agent"}],
+        "volumeMounts": [
+            {"name": "workspace", "mountPath": WORKSPACE_ROOT},
+            {"name": "scratch", "mountPath": "/tmp", "subPath": WORKSPACE_CONTAINER},
+        ],
+        "securityContext": container_security(),
+        "resources": resources(settings, &Requested::default()),
+    });
+    let mut containers = vec![workspace];
+    for (i, app) in input.spec.apps.iter().enumerate() {
+        containers.push(app_container(settings, input, i, app));
+    }
+    let mut volumes = vec![
+        json!({"name": "workspace", "emptyDir": {}}),
+        json!({"name": "scratch", "emptyDir": {}}),
+    ];
+    let mut spec = json!({
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": input.remaining_life_secs.max(1),
+        "automountServiceAccountToken": false,
+        "enableServiceLinks": false,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECS,
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": containers,
+    });
+    if runner {
+        volumes.push(json!({"name": "kubegate-bin", "emptyDir": {}}));
+        spec["initContainers"] = json!([{
+            "name": INSTALL_CONTAINER,
+            "image": settings.workspace_image,
+            "command": ["kubegate", "install-self", BIN_DIR],
+            "volumeMounts": [{"name": "kubegate-bin", "mountPath": BIN_DIR}],
+            "securityContext": container_security(),
+            "resources": resources(settings, &Requested::default()),
+        }]);
+    }
+    spec["volumes"] = Value::Array(volumes);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": input.pod_name,
+            "namespace": settings.namespace,
+            "labels": session_labels(settings, input.session_id, input.principal),
+            "annotations": {PRINCIPAL_LABEL: input.principal},
+        },
+        "spec": spec,
+    })
+}
+
+/// The session pod, typed.
+pub fn build_pod(settings: &PodSettings, input: &PodInput<'_>) -> Pod {
+    // Built from our own JSON above, whose every field Pod models or keeps
+    // in `extra`: this cannot fail (a unit test pins the round trip).
+    serde_json::from_value(build_pod_json(settings, input)).unwrap_or_default()
+}
+
+// ------------------------------------------------- Service and Ingress
+
+/// Every declared port of the session, in app order: `(app, port)`.
+pub type AppPorts<'a> = &'a [(String, Vec<Port>)];
+
+fn owner(pod_name: &str, pod_uid: &str) -> Value {
+    json!([{
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": pod_name,
+        "uid": pod_uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }])
+}
+
+fn service_port_name(p: Port, all: &[Port]) -> String {
+    match p.protocol {
+        Protocol::Tcp => format!("p{}", p.port),
+        // Port names are unique per Service: a udp port whose number is
+        // also a tcp port gets a suffix.
+        Protocol::Udp if all.contains(&Port::tcp(p.port)) => format!("p{}-udp", p.port),
+        Protocol::Udp => format!("p{}", p.port),
+    }
+}
+
+/// The session's Service, owned by the pod; `None` without ports (a
+/// ClusterIP Service needs one).
+pub fn build_service(
+    settings: &PodSettings,
+    session_id: &str,
+    principal: &str,
+    pod_name: &str,
+    pod_uid: &str,
+    ports: AppPorts<'_>,
+) -> Option<Service> {
+    let all: Vec<Port> = ports.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+    if all.is_empty() {
+        return None;
+    }
+    let entries: Vec<Value> = all
+        .iter()
+        .map(|&p| {
+            json!({
+                "name": service_port_name(p, &all),
+                "protocol": p.protocol.kube(),
+                "port": p.port,
+                "targetPort": p.port,
+            })
+        })
+        .collect();
+    let v = json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(session_id),
+            "namespace": settings.namespace,
+            "labels": session_labels(settings, session_id, principal),
+            "ownerReferences": owner(pod_name, pod_uid),
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {SESSION_ID_LABEL: session_id},
+            "ports": entries,
+        },
+    });
+    serde_json::from_value(v).ok()
+}
+
+/// `<port>-<sessionId>.<baseDomain>`.
+pub fn endpoint_host(port: u16, session_id: &str, base_domain: &str) -> String {
+    format!("{port}-{session_id}.{base_domain}")
+}
+
+/// The session's Ingress, owned by the pod: one rule per tcp port; `None`
+/// without a base domain or without tcp ports.
+pub fn build_ingress(
+    settings: &PodSettings,
+    session_id: &str,
+    principal: &str,
+    pod_name: &str,
+    pod_uid: &str,
+    ports: AppPorts<'_>,
+) -> Option<Ingress> {
+    let domain = settings.ingress_base_domain.as_deref()?;
+    let svc = service_name(session_id);
+    let tcp: Vec<u16> = ports
+        .iter()
+        .flat_map(|(_, p)| p.iter())
+        .filter(|p| p.protocol == Protocol::Tcp)
+        .map(|p| p.port)
+        .collect();
+    if tcp.is_empty() {
+        return None;
+    }
+    let hosts: Vec<String> = tcp
+        .iter()
+        .map(|&p| endpoint_host(p, session_id, domain))
+        .collect();
+    let rules: Vec<Value> = tcp
+        .iter()
+        .zip(&hosts)
+        .map(|(&p, h)| {
+            json!({
+                "host": h,
+                "http": {"paths": [{
+                    "path": "/",
+                    "pathType": "Prefix",
+                    "backend": {"service": {"name": svc, "port": {"number": p}}},
+                }]},
+            })
+        })
+        .collect();
+    let mut spec = json!({"rules": rules});
+    if let Some(class) = &settings.ingress_class {
+        spec["ingressClassName"] = json!(class);
+    }
+    if let Some(secret) = &settings.ingress_tls_secret {
+        spec["tls"] = json!([{"hosts": hosts, "secretName": secret}]);
+    }
+    let v = json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": svc,
+            "namespace": settings.namespace,
+            "labels": session_labels(settings, session_id, principal),
+            "ownerReferences": owner(pod_name, pod_uid),
+        },
+        "spec": spec,
+    });
+    serde_json::from_value(v).ok()
+}
+
+/// One endpoint (contract.md: `{app, port, protocol, host, url}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub app: String,
+    pub port: u16,
+    pub protocol: Protocol,
+    /// `<port>-<sessionId>.<baseDomain>`, or "" without a base domain and
+    /// for udp ports (an Ingress routes HTTP only).
+    pub host: String,
+    /// `https://<host>`, or null where host is "".
+    pub url: Option<String>,
+}
+
+/// The endpoints of `ports` (in order).
+pub fn endpoints(
+    base_domain: Option<&str>,
+    session_id: &str,
+    app: &str,
+    ports: &[Port],
+) -> Vec<Endpoint> {
+    ports
+        .iter()
+        .map(|p| {
+            let host = match (base_domain, p.protocol) {
+                (Some(d), Protocol::Tcp) => endpoint_host(p.port, session_id, d),
+                _ => String::new(),
+            };
+            Endpoint {
+                app: app.to_string(),
+                port: p.port,
+                protocol: p.protocol,
+                url: (!host.is_empty()).then(|| format!("https://{host}")),
+                host,
+            }
+        })
+        .collect()
+}
+
+/// The endpoints of every app.
+pub fn all_endpoints(
+    base_domain: Option<&str>,
+    session_id: &str,
+    ports: AppPorts<'_>,
+) -> Vec<Endpoint> {
+    ports
+        .iter()
+        .flat_map(|(app, p)| endpoints(base_domain, session_id, app, p))
+        .collect()
+}
+
+// ------------------------------------------------------ reading a pod
+
+/// Provisioning progress: the first waiting reason of the init containers,
+/// then of the containers, mapped (ContainerCreating -> "Creating
+/// container", PodInitializing -> "Delivering application",
+/// ErrImagePull/ImagePullBackOff -> "Pulling image", others raw); else an
+/// unschedulable pod's condition reason (e.g. "Unschedulable: 0/3 nodes are
+/// available…"); else "Scheduling".
+pub fn provision_message(pod: &Pod) -> String {
+    let Some(status) = pod.status.as_ref() else {
+        return "Scheduling".into();
+    };
+    let waiting = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .find_map(|c| {
+            c.state
+                .as_ref()?
+                .waiting
+                .as_ref()?
+                .reason
+                .as_deref()
+                .filter(|r| !r.is_empty())
+        });
+    if let Some(r) = waiting {
+        return match r {
+            "ContainerCreating" => "Creating container",
+            "PodInitializing" => "Delivering application",
+            "ErrImagePull" | "ImagePullBackOff" => "Pulling image",
+            other => other,
+        }
+        .to_string();
+    }
+    let unschedulable = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.is_some());
+    if let Some(c) = unschedulable {
+        let reason = c.reason.as_deref().unwrap_or_default();
+        return match c.message.as_deref() {
+            Some(m) if !m.is_empty() => format!("{reason}: {m}"),
+            _ => reason.to_string(),
+        };
+    }
+    "Scheduling".into()
+}
+
+/// "application container <reason> (exit code N)", or "application
+/// container exited (code N)" when the reason is absent or `Completed`.
+pub fn ended_message(t: &ContainerStateTerminated) -> String {
+    match t.reason.as_deref() {
+        Some(r) if !r.is_empty() && r != "Completed" => {
+            format!("application container {r} (exit code {})", t.exit_code)
+        }
+        _ => format!("application container exited (code {})", t.exit_code),
+    }
+}
+
+/// An app container that has terminated: `(app name, exit code, message)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedApp {
+    pub app: String,
+    pub exit_code: i32,
+    pub message: String,
+}
+
+/// Every `app-*` container of `pod` in state terminated.
+pub fn ended_apps(pod: &Pod) -> Vec<EndedApp> {
+    pod.status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .filter_map(|c| {
+            let app = c.name.strip_prefix("app-")?;
+            let t = c.state.as_ref()?.terminated.as_ref()?;
+            Some(EndedApp {
+                app: app.to_string(),
+                exit_code: t.exit_code,
+                message: ended_message(t),
+            })
+        })
+        .collect()
+}
+
+/// Why a pod failed, from its own status: `status.reason`/`message` (e.g.
+/// DeadlineExceeded), else the first terminated container's reason, exit
+/// code and message, else the phase alone.
+pub fn failure_detail(pod: &Pod) -> String {
+    let phase = match pod.phase() {
+        "" => "Unknown",
+        p => p,
+    };
+    let Some(s) = pod.status.as_ref() else {
+        return phase.to_string();
+    };
+    let text = |k: &str| {
+        s.extra
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|x| !x.is_empty())
+    };
+    match (text("reason"), text("message")) {
+        (Some(r), Some(m)) => return format!("{phase}: {r}: {m}"),
+        (Some(r), None) => return format!("{phase}: {r}"),
+        (None, Some(m)) => return format!("{phase}: {m}"),
+        (None, None) => {}
+    }
+    let term = s
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(s.container_statuses.iter().flatten())
+        .find_map(|c| {
+            let t = c.state.as_ref()?.terminated.as_ref()?;
+            (t.exit_code != 0 || t.reason.as_deref().is_some_and(|r| r != "Completed"))
+                .then_some((c.name.as_str(), t))
+        });
+    match term {
+        Some((name, t)) => {
+            let mut m = format!(
+                "{phase}: container {name} {} (exit code {})",
+                t.reason.as_deref().unwrap_or("terminated"),
+                t.exit_code
+            );
+            if let Some(msg) = t.message.as_deref().filter(|x| !x.is_empty()) {
+                m.push_str(": ");
+                m.push_str(msg);
+            }
+            m
+        }
+        None => phase.to_string(),
+    }
+}
+
+/// `status.reason == "DeadlineExceeded"`: the pod reached its
+/// `activeDeadlineSeconds` (the session's maximum life).
+pub fn deadline_exceeded(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.extra.get("reason"))
+        .and_then(Value::as_str)
+        == Some("DeadlineExceeded")
+}
+
+#[cfg(test)]
+#[path = "pod_tests.rs"]
+mod tests;

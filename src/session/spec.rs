@@ -1,0 +1,906 @@
+//! The start request (`POST /v1/sessions`) and the app set (`PUT …/apps`):
+//! strict serde types for contract.md's shapes, and their validation into a
+//! [`SessionSpec`] the pod builder and the state machine trust. Sans-IO.
+//!
+//! Parsing is strict, as everywhere in the API (docs/api.md): malformed
+//! JSON, wrong types and unknown fields are 400 `BAD_REQUEST` naming the
+//! problem. Then, in this order (the first problem wins; every message names
+//! the field, e.g. `apps[1].ports[0]`):
+//! - apps: at least one, at most [`MAX_APPS`]; names are DNS labels of at
+//!   most 59 characters so `app-<name>` is a valid container name
+//!   (`INVALID_APP_NAME`), not `workspace` (`RESERVED_APP_NAME`), unique
+//!   (`DUPLICATE_APP_NAME`); commands, images and env are well formed
+//!   (`BAD_REQUEST`); ports are 1..65535 (`BAD_REQUEST`: a malformed value,
+//!   not a conflict), never twice the same protocol/port in the session nor
+//!   a port kubegate itself uses in the pod (`PORT_CONFLICT`: tcp 8099, the
+//!   workspace agent, and tcp 9230 + i, app i's debug stream);
+//! - paths (entries and bundle files): relative, normalised, inside the
+//!   workspace (`INVALID_PATH`, see [`check_path`]);
+//! - the bundle: valid base64, at most `sessions.max_files` files,
+//!   `sessions.max_file_bytes` per decoded file and `sessions.max_bundle_bytes`
+//!   in all, no path twice, no path that is both a file and a folder, and
+//!   every app's entry present (`INVALID_BUNDLE`). The entry rule is a
+//!   choice: an app container waits for its entry file before starting, so
+//!   an entry missing from the bundle would leave it waiting silently
+//!   forever; a 400 at once says what is wrong. `PUT …/apps` has no bundle
+//!   and checks entry paths only (the files are already in the workspace).
+
+use crate::api::{ApiError, Code};
+use crate::config::{check_dns_label, SessionsSection};
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Most apps in one session (each is a container of one pod).
+pub const MAX_APPS: usize = 32;
+/// Longest app name: `app-<name>` must stay a 63-character DNS label.
+pub const MAX_APP_NAME: usize = 59;
+/// The name no app may take: the workspace container's.
+pub const RESERVED_APP_NAME: &str = "workspace";
+/// The workspace agent's port in the pod (tcp).
+pub const AGENT_PORT: u16 = 8099;
+/// App i's debug stream listens on tcp `INSPECT_BASE_PORT + i`.
+pub const INSPECT_BASE_PORT: u16 = 9230;
+/// Longest bundle path, in bytes (Linux PATH_MAX).
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Most session env entries.
+pub const MAX_ENV: usize = 256;
+
+// ------------------------------------------------------------ wire types
+
+/// `POST /v1/sessions` body (contract.md).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StartRequest {
+    pub apps: Vec<AppRequest>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub bundle: BundleRequest,
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub pull_policy: Option<PullPolicy>,
+}
+
+/// `PUT /v1/sessions/{id}/apps` body.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetAppsRequest {
+    pub apps: Vec<AppRequest>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AppRequest {
+    pub name: String,
+    pub entry: String,
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub ports: Option<Vec<PortRequest>>,
+    #[serde(default)]
+    pub io: Option<Io>,
+    #[serde(default)]
+    pub runner: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PortRequest {
+    /// Wider than a port so an out-of-range number gets our message.
+    pub port: i64,
+    #[serde(default)]
+    pub protocol: Option<Protocol>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BundleRequest {
+    pub files: Vec<FileRequest>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileRequest {
+    pub path: String,
+    pub content: String,
+    #[serde(default)]
+    pub encoding: Option<Encoding>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    Utf8,
+    Base64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+
+    /// The Kubernetes spelling (`TCP`, `UDP`).
+    pub fn kube(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Io {
+    #[default]
+    Tty,
+    Streams,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PullPolicy {
+    Missing,
+    Always,
+    Never,
+}
+
+impl PullPolicy {
+    /// `imagePullPolicy`.
+    pub fn kube(self) -> &'static str {
+        match self {
+            PullPolicy::Missing => "IfNotPresent",
+            PullPolicy::Always => "Always",
+            PullPolicy::Never => "Never",
+        }
+    }
+}
+
+// ------------------------------------------------------- validated types
+
+/// A declared port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Port {
+    pub port: u16,
+    pub protocol: Protocol,
+}
+
+impl Port {
+    pub fn tcp(port: u16) -> Port {
+        Port {
+            port,
+            protocol: Protocol::Tcp,
+        }
+    }
+
+    /// `tcp/8080`: the key ports are compared by.
+    pub fn key(self) -> String {
+        format!("{}/{}", self.protocol.as_str(), self.port)
+    }
+}
+
+/// One validated app.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppSpec {
+    pub name: String,
+    /// Normalised path relative to the workspace root.
+    pub entry: String,
+    pub command: Option<Vec<String>>,
+    pub image: Option<String>,
+    /// In the order declared, no duplicates.
+    pub ports: Vec<Port>,
+    pub io: Io,
+    /// Run under `kubegate app-runner` (when the engine enables it).
+    pub runner: bool,
+}
+
+impl AppSpec {
+    /// The container's name.
+    pub fn container(&self) -> String {
+        format!("app-{}", self.name)
+    }
+}
+
+/// A validated session: everything but the bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionSpec {
+    pub apps: Vec<AppSpec>,
+    /// Sorted by name (JSON objects carry no order).
+    pub env: Vec<(String, String)>,
+    pub image: Option<String>,
+    pub pull_policy: Option<PullPolicy>,
+}
+
+/// One decoded bundle file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundleFile {
+    pub path: String,
+    pub data: Vec<u8>,
+}
+
+/// The decoded, checked bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Bundle {
+    pub files: Vec<BundleFile>,
+    pub total_bytes: u64,
+}
+
+/// The bundle limits (`[sessions]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BundleLimits {
+    pub max_bundle_bytes: u64,
+    pub max_file_bytes: u64,
+    pub max_files: u64,
+}
+
+impl From<&SessionsSection> for BundleLimits {
+    fn from(s: &SessionsSection) -> Self {
+        BundleLimits {
+            max_bundle_bytes: s.max_bundle_bytes,
+            max_file_bytes: s.max_file_bytes,
+            max_files: s.max_files,
+        }
+    }
+}
+
+// ------------------------------------------------------------ validation
+
+fn bad(code: Code, msg: String) -> ApiError {
+    ApiError::new(code, msg)
+}
+
+/// Parses and validates a `POST /v1/sessions` body.
+pub fn parse_start(body: &[u8], limits: BundleLimits) -> Result<(SessionSpec, Bundle), ApiError> {
+    let req: StartRequest = serde_json::from_slice(body)
+        .map_err(|e| bad(Code::BadRequest, format!("invalid start request: {e}")))?;
+    validate_start(req, limits)
+}
+
+/// Parses and validates a `PUT …/apps` body.
+pub fn parse_set_apps(body: &[u8]) -> Result<Vec<AppSpec>, ApiError> {
+    let req: SetAppsRequest = serde_json::from_slice(body)
+        .map_err(|e| bad(Code::BadRequest, format!("invalid apps request: {e}")))?;
+    validate_apps(req.apps)
+}
+
+/// Validates a parsed start request.
+pub fn validate_start(
+    req: StartRequest,
+    limits: BundleLimits,
+) -> Result<(SessionSpec, Bundle), ApiError> {
+    let apps = validate_apps(req.apps)?;
+    if req.env.len() > MAX_ENV {
+        return Err(bad(
+            Code::BadRequest,
+            format!("env: more than {MAX_ENV} variables"),
+        ));
+    }
+    for (k, v) in &req.env {
+        check_env_name(k).map_err(|m| bad(Code::BadRequest, format!("env.{k}: {m}")))?;
+        if v.contains('\0') {
+            return Err(bad(
+                Code::BadRequest,
+                format!("env.{k}: the value contains NUL"),
+            ));
+        }
+    }
+    if let Some(i) = &req.image {
+        check_image(i).map_err(|m| bad(Code::BadRequest, format!("image: {m}")))?;
+    }
+    let bundle = validate_bundle(req.bundle, limits)?;
+    let present: BTreeSet<&str> = bundle.files.iter().map(|f| f.path.as_str()).collect();
+    for (i, a) in apps.iter().enumerate() {
+        if !present.contains(a.entry.as_str()) {
+            return Err(bad(
+                Code::InvalidBundle,
+                format!(
+                    "apps[{i}].entry: {:?} is not in the bundle (the app would wait for it forever)",
+                    a.entry
+                ),
+            ));
+        }
+    }
+    Ok((
+        SessionSpec {
+            apps,
+            env: req.env.into_iter().collect(),
+            image: req.image,
+            pull_policy: req.pull_policy,
+        },
+        bundle,
+    ))
+}
+
+/// Validates an app set (start or `PUT …/apps`).
+pub fn validate_apps(apps: Vec<AppRequest>) -> Result<Vec<AppSpec>, ApiError> {
+    if apps.is_empty() {
+        return Err(bad(Code::BadRequest, "apps: at least one app".into()));
+    }
+    if apps.len() > MAX_APPS {
+        return Err(bad(
+            Code::BadRequest,
+            format!("apps: more than {MAX_APPS} apps"),
+        ));
+    }
+    let mut names = BTreeSet::new();
+    let mut owners: BTreeMap<Port, String> = BTreeMap::new();
+    let mut out = Vec::with_capacity(apps.len());
+    let n = apps.len();
+    for (i, a) in apps.into_iter().enumerate() {
+        let at = |f: &str| format!("apps[{i}].{f}");
+        check_app_name(&a.name)
+            .map_err(|(code, m)| bad(code, format!("{}: {:?}: {m}", at("name"), a.name)))?;
+        if !names.insert(a.name.clone()) {
+            return Err(bad(
+                Code::DuplicateAppName,
+                format!("{}: {:?} is used by another app", at("name"), a.name),
+            ));
+        }
+        check_path(&a.entry)
+            .map_err(|m| bad(Code::InvalidPath, format!("{}: {m}", at("entry"))))?;
+        if let Some(cmd) = &a.command {
+            if cmd.first().is_none_or(|c| c.is_empty()) {
+                return Err(bad(
+                    Code::BadRequest,
+                    format!(
+                        "{}: must name a program (a non-empty first element)",
+                        at("command")
+                    ),
+                ));
+            }
+            if cmd.iter().any(|c| c.contains('\0')) {
+                return Err(bad(
+                    Code::BadRequest,
+                    format!("{}: an argument contains NUL", at("command")),
+                ));
+            }
+        }
+        if let Some(img) = &a.image {
+            check_image(img).map_err(|m| bad(Code::BadRequest, format!("{}: {m}", at("image"))))?;
+        }
+        let mut ports = Vec::new();
+        for (j, p) in a.ports.unwrap_or_default().into_iter().enumerate() {
+            let pat = at(&format!("ports[{j}]"));
+            let num = u16::try_from(p.port)
+                .ok()
+                .filter(|&x| x >= 1)
+                .ok_or_else(|| {
+                    bad(
+                        Code::BadRequest,
+                        format!("{pat}.port: {} is not a port (1..65535)", p.port),
+                    )
+                })?;
+            let port = Port {
+                port: num,
+                protocol: p.protocol.unwrap_or(Protocol::Tcp),
+            };
+            if port.protocol == Protocol::Tcp {
+                if num == AGENT_PORT {
+                    return Err(bad(
+                        Code::PortConflict,
+                        format!("{pat}: tcp port {num} is the workspace agent's"),
+                    ));
+                }
+                if (INSPECT_BASE_PORT..INSPECT_BASE_PORT + n as u16).contains(&num) {
+                    return Err(bad(
+                        Code::PortConflict,
+                        format!(
+                            "{pat}: tcp port {num} carries app {}'s debug stream",
+                            num - INSPECT_BASE_PORT
+                        ),
+                    ));
+                }
+            }
+            if let Some(owner) = owners.get(&port) {
+                let who = if *owner == a.name {
+                    "this app already".to_string()
+                } else {
+                    format!("app {owner:?}")
+                };
+                return Err(bad(
+                    Code::PortConflict,
+                    format!(
+                        "{pat}: {} port {num} is already declared by {who}",
+                        port.protocol.as_str()
+                    ),
+                ));
+            }
+            owners.insert(port, a.name.clone());
+            ports.push(port);
+        }
+        out.push(AppSpec {
+            name: a.name,
+            entry: a.entry,
+            command: a.command,
+            image: a.image,
+            ports,
+            io: a.io.unwrap_or_default(),
+            runner: a.runner.unwrap_or(true),
+        });
+    }
+    Ok(out)
+}
+
+fn validate_bundle(b: BundleRequest, limits: BundleLimits) -> Result<Bundle, ApiError> {
+    if b.files.len() as u64 > limits.max_files {
+        return Err(bad(
+            Code::InvalidBundle,
+            format!(
+                "bundle.files: {} files, more than the limit of {}",
+                b.files.len(),
+                limits.max_files
+            ),
+        ));
+    }
+    let mut files = Vec::with_capacity(b.files.len());
+    let mut total: u64 = 0;
+    let mut seen = BTreeSet::new();
+    for (i, f) in b.files.into_iter().enumerate() {
+        let at = format!("bundle.files[{i}]");
+        check_path(&f.path).map_err(|m| bad(Code::InvalidPath, format!("{at}.path: {m}")))?;
+        if !seen.insert(f.path.clone()) {
+            return Err(bad(
+                Code::InvalidBundle,
+                format!("{at}.path: {:?} appears twice", f.path),
+            ));
+        }
+        let data = match f.encoding.unwrap_or(Encoding::Utf8) {
+            Encoding::Utf8 => f.content.into_bytes(),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD
+                .decode(f.content.as_bytes())
+                .map_err(|e| {
+                    bad(
+                        Code::InvalidBundle,
+                        format!("{at}.content: not valid base64 ({e})"),
+                    )
+                })?,
+        };
+        let size = data.len() as u64;
+        if size > limits.max_file_bytes {
+            return Err(bad(
+                Code::InvalidBundle,
+                format!(
+                    "{at}: {:?} is {size} bytes, more than the limit of {} per file",
+                    f.path, limits.max_file_bytes
+                ),
+            ));
+        }
+        total += size;
+        if total > limits.max_bundle_bytes {
+            return Err(bad(
+                Code::InvalidBundle,
+                format!(
+                    "bundle: more than the limit of {} bytes in all",
+                    limits.max_bundle_bytes
+                ),
+            ));
+        }
+        files.push(BundleFile { path: f.path, data });
+    }
+    // A path that is also another path's folder cannot be written.
+    for p in &seen {
+        let mut folder = p.as_str();
+        while let Some((parent, _)) = folder.rsplit_once('/') {
+            if seen.contains(parent) {
+                return Err(bad(
+                    Code::InvalidBundle,
+                    format!("bundle: {parent:?} is both a file and the folder of {p:?}"),
+                ));
+            }
+            folder = parent;
+        }
+    }
+    Ok(Bundle {
+        files,
+        total_bytes: total,
+    })
+}
+
+/// An app name: a DNS label of at most [`MAX_APP_NAME`] characters, not
+/// [`RESERVED_APP_NAME`].
+pub fn check_app_name(name: &str) -> Result<(), (Code, String)> {
+    check_dns_label(name).map_err(|m| (Code::InvalidAppName, m))?;
+    if name.len() > MAX_APP_NAME {
+        return Err((
+            Code::InvalidAppName,
+            format!("longer than {MAX_APP_NAME} characters (the container is named app-<name>)"),
+        ));
+    }
+    if name == RESERVED_APP_NAME {
+        return Err((
+            Code::ReservedAppName,
+            "is reserved for the workspace container".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A workspace path: not empty, at most [`MAX_PATH_BYTES`], no NUL, not
+/// absolute, normalised (no empty, `.` or `..` component, no trailing `/`),
+/// each component at most 255 bytes. So it always stays inside the
+/// workspace root (symlinks are the agent's concern).
+pub fn check_path(p: &str) -> Result<(), String> {
+    if p.is_empty() {
+        return Err("the path is empty".into());
+    }
+    if p.len() > MAX_PATH_BYTES {
+        return Err(format!("the path is longer than {MAX_PATH_BYTES} bytes"));
+    }
+    if p.contains('\0') {
+        return Err(format!("{p:?} contains NUL"));
+    }
+    if p.starts_with('/') {
+        return Err(format!(
+            "{p:?} is absolute (paths are relative to the workspace)"
+        ));
+    }
+    for c in p.split('/') {
+        match c {
+            "" => return Err(format!("{p:?} is not normalised (an empty component)")),
+            "." => return Err(format!("{p:?} is not normalised (a `.` component)")),
+            ".." => return Err(format!("{p:?} leaves the workspace (`..`)")),
+            _ if c.len() > 255 => {
+                return Err(format!("{p:?} has a component longer than 255 bytes"))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// An env name: a C identifier, not one kubegate sets (`POD_IP`,
+/// `KUBEGATE_*`).
+fn check_env_name(k: &str) -> Result<(), String> {
+    let b = k.as_bytes();
+    let ok = !b.is_empty()
+        && k.len() <= 256
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
+    if !ok {
+        return Err("not a variable name ([A-Za-z_][A-Za-z0-9_]*)".into());
+    }
+    if k == "POD_IP" || k.starts_with("KUBEGATE_") {
+        return Err("is set by kubegate".into());
+    }
+    Ok(())
+}
+
+fn check_image(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 512 || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{s:?} is not an image reference (not empty, no spaces, at most 512 characters)"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    const LIMITS: BundleLimits = BundleLimits {
+        max_bundle_bytes: 100,
+        max_file_bytes: 40,
+        max_files: 4,
+    };
+
+    fn base() -> Value {
+        json!({
+            "apps": [
+                {"name": "web", "entry": "src/main.js", "ports": [{"port": 8080}]},
+                {"name": "worker", "entry": "worker.sh", "io": "streams", "command": ["sh", "worker.sh"],
+                 "ports": [{"port": 8080, "protocol": "udp"}], "runner": false, "image": "alpine:3"}
+            ],
+            "env": {"MODE": "dev", "A_1": "$(x)"},
+            "bundle": {"files": [
+                {"path": "src/main.js", "content": "console.log(1)"},
+                {"path": "worker.sh", "content": "ZWNobyBoaQ==", "encoding": "base64"}
+            ]},
+            "image": "node:22",
+            "pullPolicy": "always"
+        })
+    }
+
+    fn start(v: &Value) -> Result<(SessionSpec, Bundle), ApiError> {
+        parse_start(v.to_string().as_bytes(), LIMITS)
+    }
+
+    fn code(v: &Value) -> (Code, String) {
+        let e = start(v).expect_err("must fail");
+        (e.code, e.message)
+    }
+
+    #[test]
+    fn a_valid_request() {
+        let (s, b) = start(&base()).unwrap();
+        assert_eq!(s.apps.len(), 2);
+        let web = &s.apps[0];
+        assert_eq!(web.name, "web");
+        assert_eq!(web.container(), "app-web");
+        assert_eq!(web.io, Io::Tty);
+        assert!(web.runner);
+        assert_eq!(web.ports, vec![Port::tcp(8080)]);
+        let w = &s.apps[1];
+        assert_eq!(w.io, Io::Streams);
+        assert!(!w.runner);
+        assert_eq!(
+            w.ports,
+            vec![Port {
+                port: 8080,
+                protocol: Protocol::Udp
+            }]
+        );
+        assert_eq!(
+            w.command.as_deref(),
+            Some(&["sh".to_string(), "worker.sh".into()][..])
+        );
+        assert_eq!(
+            s.env,
+            vec![("A_1".into(), "$(x)".into()), ("MODE".into(), "dev".into())]
+        );
+        assert_eq!(s.image.as_deref(), Some("node:22"));
+        assert_eq!(s.pull_policy, Some(PullPolicy::Always));
+        assert_eq!(b.files[1].data, b"echo hi");
+        assert_eq!(b.total_bytes, 14 + 7);
+    }
+
+    #[test]
+    fn malformed_shapes_are_bad_request() {
+        let cases: Vec<Value> = vec![
+            json!({"apps": [], "bundle": {"files": []}}),
+            json!({"bundle": {"files": []}}),
+            json!({"apps": [{"name": "a", "entry": "a"}]}),
+            {
+                let mut v = base();
+                v["extra"] = json!(1);
+                v
+            },
+            {
+                let mut v = base();
+                v["apps"][0]["entrypoint"] = json!("x");
+                v
+            },
+            {
+                let mut v = base();
+                v["apps"][0]["io"] = json!("pty");
+                v
+            },
+            {
+                let mut v = base();
+                v["pullPolicy"] = json!("sometimes");
+                v
+            },
+            {
+                let mut v = base();
+                v["bundle"]["files"][0]["encoding"] = json!("hex");
+                v
+            },
+            {
+                let mut v = base();
+                v["apps"][0]["ports"] = json!([8080]);
+                v
+            },
+            {
+                let mut v = base();
+                v["apps"][0]["ports"][0]["port"] = json!(0);
+                v
+            },
+            {
+                let mut v = base();
+                v["apps"][0]["ports"][0]["port"] = json!(65536);
+                v
+            },
+            {
+                let mut v = base();
+                v["apps"][0]["command"] = json!([]);
+                v
+            },
+            {
+                let mut v = base();
+                v["apps"][0]["command"] = json!(["", "x"]);
+                v
+            },
+            {
+                let mut v = base();
+                v["apps"][0]["image"] = json!("a b");
+                v
+            },
+            {
+                let mut v = base();
+                v["image"] = json!("");
+                v
+            },
+            {
+                let mut v = base();
+                v["env"] = json!({"1X": "a"});
+                v
+            },
+            {
+                let mut v = base();
+                v["env"] = json!({"KUBEGATE_ENTRY": "a"});
+                v
+            },
+            {
+                let mut v = base();
+                v["env"] = json!({"POD_IP": "a"});
+                v
+            },
+            {
+                let mut v = base();
+                v["env"] = json!({"X": 3});
+                v
+            },
+        ];
+        for (i, c) in cases.iter().enumerate() {
+            assert_eq!(code(c).0, Code::BadRequest, "case {i}: {c}");
+        }
+        let e = parse_start(b"{not json", LIMITS).unwrap_err();
+        assert_eq!(e.code, Code::BadRequest);
+        let mut v = base();
+        v["apps"][0]["ports"][0]["port"] = json!(70000);
+        assert!(
+            code(&v).1.contains("apps[0].ports[0].port"),
+            "{:?}",
+            code(&v)
+        );
+        let mut v = base();
+        v["apps"] = json!((0..33)
+            .map(|i| json!({"name": format!("a{i}"), "entry": "x"}))
+            .collect::<Vec<_>>());
+        assert_eq!(code(&v).0, Code::BadRequest);
+    }
+
+    #[test]
+    fn app_names() {
+        let with_name = |n: &str| {
+            let mut v = base();
+            v["apps"][0]["name"] = json!(n);
+            v
+        };
+        for n in ["Web", "-web", "web-", "we_b", "", "a.b", &"a".repeat(60)] {
+            assert_eq!(code(&with_name(n)).0, Code::InvalidAppName, "{n:?}");
+        }
+        assert!(start(&with_name(&"a".repeat(59))).is_ok());
+        let (c, m) = code(&with_name("workspace"));
+        assert_eq!(c, Code::ReservedAppName);
+        assert!(m.contains("apps[0].name"), "{m}");
+        let (c, m) = code(&with_name("worker"));
+        assert_eq!(c, Code::DuplicateAppName);
+        assert!(m.contains("apps[1].name"), "{m}");
+    }
+
+    #[test]
+    fn port_conflicts() {
+        let mut v = base();
+        v["apps"][1]["ports"][0]["protocol"] = json!("tcp");
+        let (c, m) = code(&v);
+        assert_eq!(c, Code::PortConflict);
+        assert!(m.contains("app \"web\""), "{m}");
+        let mut v = base();
+        v["apps"][0]["ports"] = json!([{"port": 3000}, {"port": 3000, "protocol": "tcp"}]);
+        assert_eq!(code(&v).0, Code::PortConflict);
+        // Same number, different protocols: fine (the base request has it).
+        assert!(start(&base()).is_ok());
+        // Ports kubegate uses inside the pod.
+        for p in [8099, 9230, 9231] {
+            let mut v = base();
+            v["apps"][0]["ports"] = json!([{"port": p}]);
+            assert_eq!(code(&v).0, Code::PortConflict, "{p}");
+        }
+        // 9232 would be a third app's debug port; with two apps it is free,
+        // and udp 8099 does not clash with the agent.
+        let mut v = base();
+        v["apps"][0]["ports"] = json!([{"port": 9232}, {"port": 8099, "protocol": "udp"}]);
+        assert!(start(&v).is_ok());
+    }
+
+    #[test]
+    fn paths() {
+        for p in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "a/./b",
+            "./a",
+            "a//b",
+            "a/",
+            "a\0b",
+            "..",
+            ".",
+        ] {
+            let mut v = base();
+            v["bundle"]["files"][0]["path"] = json!(p);
+            assert_eq!(code(&v).0, Code::InvalidPath, "{p:?}");
+            let mut v = base();
+            v["apps"][0]["entry"] = json!(p);
+            assert_eq!(code(&v).0, Code::InvalidPath, "entry {p:?}");
+        }
+        let long = "a".repeat(256);
+        assert!(check_path(&long).is_err());
+        assert!(check_path(&"a/".repeat(2100)).is_err());
+        for ok in [
+            "a",
+            "a/b/c.js",
+            ".hidden/x",
+            "a..b",
+            "with space/ü.txt",
+            "a\\b",
+        ] {
+            assert!(check_path(ok).is_ok(), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn bundle_limits() {
+        // Bad base64.
+        let mut v = base();
+        v["bundle"]["files"][1]["content"] = json!("not base64!");
+        assert_eq!(code(&v).0, Code::InvalidBundle);
+        // One file over max_file_bytes (decoded size counts).
+        let mut v = base();
+        v["bundle"]["files"][0]["content"] = json!("x".repeat(41));
+        let (c, m) = code(&v);
+        assert_eq!(c, Code::InvalidBundle);
+        assert!(m.contains("bundle.files[0]"), "{m}");
+        let mut v = base();
+        v["bundle"]["files"][0]["content"] = json!("x".repeat(40));
+        assert!(start(&v).is_ok());
+        // Total over max_bundle_bytes.
+        let mut v = base();
+        v["bundle"]["files"] = json!([
+            {"path": "src/main.js", "content": "x".repeat(40)},
+            {"path": "worker.sh", "content": "x".repeat(40)},
+            {"path": "c", "content": "x".repeat(21)},
+        ]);
+        assert_eq!(code(&v).0, Code::InvalidBundle);
+        // Too many files.
+        let mut v = base();
+        v["bundle"]["files"] = json!((0..5)
+            .map(|i| json!({"path": format!("f{i}"), "content": ""}))
+            .collect::<Vec<_>>());
+        assert_eq!(code(&v).0, Code::InvalidBundle);
+        // Twice the same path; a file that is another's folder.
+        let mut v = base();
+        v["bundle"]["files"][1]["path"] = json!("src/main.js");
+        assert_eq!(code(&v).0, Code::InvalidBundle);
+        let mut v = base();
+        v["bundle"]["files"][1] = json!({"path": "src", "content": ""});
+        v["apps"][1]["entry"] = json!("src");
+        let (c, m) = code(&v);
+        assert_eq!(c, Code::InvalidBundle);
+        assert!(m.contains("both a file and the folder"), "{m}");
+        // The entry must be in the bundle.
+        let mut v = base();
+        v["apps"][0]["entry"] = json!("src/other.js");
+        let (c, m) = code(&v);
+        assert_eq!(c, Code::InvalidBundle);
+        assert!(m.contains("apps[0].entry"), "{m}");
+    }
+
+    #[test]
+    fn set_apps_checks_apps_only() {
+        let body = json!({"apps": [{"name": "api", "entry": "not/in/any/bundle.js", "ports": [{"port": 80}]}]});
+        let apps = parse_set_apps(body.to_string().as_bytes()).unwrap();
+        assert_eq!(apps[0].entry, "not/in/any/bundle.js");
+        let e = parse_set_apps(br#"{"apps": [{"name": "workspace", "entry": "a"}]}"#).unwrap_err();
+        assert_eq!(e.code, Code::ReservedAppName);
+        let e = parse_set_apps(br#"{"apps": [], "x": 1}"#).unwrap_err();
+        assert_eq!(e.code, Code::BadRequest);
+        let e = parse_set_apps(br#"{"apps": [{"name": "a", "entry": "/abs"}]}"#).unwrap_err();
+        assert_eq!(e.code, Code::InvalidPath);
+    }
+}
