@@ -421,12 +421,14 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
     let pty = Pty::open(33, 101);
     let before = pty.settings();
 
-    // The size travels with the request: the remote terminal has it before
-    // the command starts, so `stty size` first thing sees it.
-    let script =
-        r#"stty size; while read l; do [ "$l" = end ] && exit 3; echo "got=$l"; stty size; done"#;
+    // The size travels with the request and reaches the cluster as the
+    // stream's first frame, before any stdin; the cluster applies it as
+    // the command starts (concurrently, in real kubelets as in the sim),
+    // so the remote reads a line first: by then the size is in.
+    let script = r#"read l; stty size; while read l; do [ "$l" = end ] && exit 3; echo "got=$l"; stty size; done"#;
     let mut child = pty.spawn_exec(&d, script);
-    let at = pty.wait_text("33 101\r\n", 0);
+    pty.type_bytes(b"go\r");
+    let at = pty.wait_text("go\r\n33 101\r\n", 0);
     // Ours is raw meanwhile.
     assert_ne!(
         pty.settings(),
