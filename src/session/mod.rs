@@ -17,6 +17,7 @@
 pub mod machine;
 pub mod pod;
 pub mod spec;
+pub mod sse;
 
 use rand::Rng;
 
