@@ -14,6 +14,7 @@
 //!
 //! Design and choices: docs/sessions.md.
 
+pub mod access;
 pub mod machine;
 pub mod pod;
 pub mod spec;
