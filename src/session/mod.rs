@@ -15,6 +15,7 @@
 //! Design and choices: docs/sessions.md.
 
 pub mod access;
+pub mod agent_client;
 pub mod machine;
 pub mod pod;
 pub mod spec;
