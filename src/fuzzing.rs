@@ -84,3 +84,30 @@ pub fn exec_frames(data: &[u8]) {
         let _ = f.encode();
     }
 }
+
+/// The server-sent-events parser, fed in pieces whose sizes come from the
+/// data; the events must not depend on the chunking.
+pub fn sse(data: &[u8]) {
+    let Some((&split, rest)) = data.split_first() else {
+        return;
+    };
+    let step = usize::from(split).max(1);
+    let drain = |p: &mut crate::session::sse::SseParser| {
+        std::iter::from_fn(|| p.next_event()).collect::<Vec<_>>()
+    };
+    let mut chunked = crate::session::sse::SseParser::new(4096);
+    let mut by_chunks = Vec::new();
+    for chunk in rest.chunks(step) {
+        chunked.push(chunk);
+        by_chunks.extend(drain(&mut chunked));
+    }
+    let mut whole = crate::session::sse::SseParser::new(4096);
+    whole.push(rest);
+    assert_eq!(
+        by_chunks,
+        drain(&mut whole),
+        "events depend on the chunking"
+    );
+    assert_eq!(chunked.last_event_id(), whole.last_event_id());
+    assert_eq!(chunked.retry(), whole.retry());
+}

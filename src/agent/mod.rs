@@ -9,17 +9,23 @@
 //! - here: the routes on an `http::Server` (threads `agent-listen`,
 //!   `agent-overflow`, `agent-conn`), the bearer token, the command line.
 //!
+//! - `wire.rs`: the JSON bodies, shared with the daemon's client
+//!   (`session::agent_client`).
+//!
 //! The token comes from `KUBEGATE_WORKSPACE_TOKEN` and is kept only as its
-//! SHA-256 digest, compared in constant time; it is never logged.
+//! SHA-256 digest, compared in constant time; it is never logged. Clients
+//! send it as `Authorization: Bearer TOKEN` or, through the API server's
+//! pod proxy (which consumes `Authorization` as the daemon's own
+//! credential and drops it), as `X-Kubegate-Agent-Token: TOKEN`.
 
 pub mod fs;
 pub mod paths;
+pub mod wire;
 
 use crate::api::{ApiError, Code};
 use crate::http::{Handler, HttpError, Reply, Request, Response, Server, ServerConfig};
 use base64::Engine as _;
 use fs::{FileWrite, Limits, Workspace};
-use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::io::Write as _;
@@ -35,6 +41,10 @@ pub const AGENT_PROTOCOL: u32 = 1;
 
 /// Sent on every response, errors and `/healthz` included.
 pub const PROTOCOL_HEADER: &str = "X-Kubegate-Agent-Protocol";
+
+/// The request header that carries the token where `Authorization` cannot
+/// (the API server's pod proxy drops it).
+pub const TOKEN_HEADER: &str = "X-Kubegate-Agent-Token";
 
 /// The environment variable that carries the bearer token.
 pub const TOKEN_ENV: &str = "KUBEGATE_WORKSPACE_TOKEN";
@@ -127,42 +137,10 @@ pub struct Agent {
     token_digest: [u8; 32],
 }
 
-/// How file content travels in JSON.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Encoding {
-    #[default]
-    Utf8,
-    Base64,
-}
-
-impl Encoding {
-    fn parse(s: &str) -> Option<Encoding> {
-        match s {
-            "utf8" => Some(Encoding::Utf8),
-            "base64" => Some(Encoding::Base64),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApplyBody {
-    #[serde(default)]
-    write: Option<Vec<WriteItem>>,
-    #[serde(default)]
-    delete: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WriteItem {
-    path: String,
-    content: String,
-    #[serde(default)]
-    encoding: Option<Encoding>,
-}
+use wire::{
+    ApplyRequest, ApplyResult, Encoding, FileContent, Snapshot, SnapshotFile, Tree, TreeEntry,
+    VersionInfo,
+};
 
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
@@ -170,6 +148,13 @@ fn b64() -> base64::engine::GeneralPurpose {
 
 fn json_ok(v: serde_json::Value) -> Response {
     Response::json(200, v.to_string().into_bytes())
+}
+
+fn json_body<T: serde::Serialize>(v: &T) -> Response {
+    match serde_json::to_vec(v) {
+        Ok(b) => Response::json(200, b),
+        Err(e) => api_error(&ApiError::new(Code::Internal, format!("encoding: {e}"))),
+    }
 }
 
 /// An [`ApiError`] as its answer: the status of its code, the JSON shape.
@@ -195,7 +180,10 @@ impl Agent {
     }
 
     fn authenticate(&self, req: &Request) -> Result<(), ApiError> {
-        let ok = req.bearer_token().is_some_and(|t| {
+        let token = req
+            .bearer_token()
+            .or_else(|| req.header(TOKEN_HEADER).map(str::trim));
+        let ok = token.is_some_and(|t| {
             let d: [u8; 32] = Sha256::digest(t.as_bytes()).into();
             bool::from(d.ct_eq(&self.token_digest))
         });
@@ -204,7 +192,8 @@ impl Agent {
         } else {
             Err(ApiError::new(
                 Code::Unauthorized,
-                "a valid bearer token is required (Authorization: Bearer TOKEN)",
+                "a valid bearer token is required (Authorization: Bearer TOKEN, \
+                 or X-Kubegate-Agent-Token: TOKEN)",
             ))
         }
     }
@@ -223,10 +212,10 @@ impl Agent {
             ));
         }
         match (req.method.as_str(), path) {
-            ("GET", "/version") => Ok(json_ok(json!({
-                "protocol": AGENT_PROTOCOL,
-                "version": env!("CARGO_PKG_VERSION"),
-            }))),
+            ("GET", "/version") => Ok(json_body(&VersionInfo {
+                protocol: AGENT_PROTOCOL,
+                version: env!("CARGO_PKG_VERSION").into(),
+            })),
             ("GET", "/workspace") => self.tree(),
             ("POST", "/workspace") => self.apply(&req.body),
             ("GET", "/workspace/file") => self.file(req),
@@ -236,30 +225,28 @@ impl Agent {
     }
 
     fn tree(&self) -> Result<Response, ApiError> {
-        let files: Vec<_> = self
+        let files = self
             .ws
             .tree()?
             .into_iter()
-            .map(|(path, hash)| json!({"path": path, "hash": hash}))
+            .map(|(path, hash)| TreeEntry { path, hash })
             .collect();
-        Ok(json_ok(json!({ "files": files })))
+        Ok(json_body(&Tree { files }))
     }
 
     fn snapshot(&self) -> Result<Response, ApiError> {
-        let files: Vec<_> = self
+        let files = self
             .ws
             .snapshot()?
             .into_iter()
-            .map(|f| {
-                json!({
-                    "path": f.path,
-                    "hash": f.hash,
-                    "content": b64().encode(&f.content),
-                    "encoding": "base64",
-                })
+            .map(|f| SnapshotFile {
+                content: b64().encode(&f.content),
+                path: f.path,
+                hash: f.hash,
+                encoding: Encoding::Base64,
             })
             .collect();
-        Ok(json_ok(json!({ "files": files })))
+        Ok(json_body(&Snapshot { files }))
     }
 
     fn file(&self, req: &Request) -> Result<Response, ApiError> {
@@ -288,7 +275,10 @@ impl Agent {
                 )
             })?,
         };
-        Ok(json_ok(json!({"content": content, "size": size})))
+        Ok(json_body(&FileContent {
+            content,
+            size: size as u64,
+        }))
     }
 
     /// `POST /workspace`: parse, normalise and decode everything, then hand
@@ -307,7 +297,7 @@ impl Agent {
                 return Err(bad(format!("write[{i}]: expected an object")));
             }
         }
-        let body: ApplyBody = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
+        let body: ApplyRequest = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
         let items = body.write.unwrap_or_default();
         let deletes_raw = body.delete.unwrap_or_default();
         let norm = |raw: &str| {
@@ -346,7 +336,10 @@ impl Agent {
             files.push(FileWrite { path, content });
         }
         let a = self.ws.apply(files, deletes)?;
-        Ok(json_ok(json!({"written": a.written, "deleted": a.deleted})))
+        Ok(json_body(&ApplyResult {
+            written: a.written as u64,
+            deleted: a.deleted as u64,
+        }))
     }
 }
 

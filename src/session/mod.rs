@@ -14,9 +14,12 @@
 //!
 //! Design and choices: docs/sessions.md.
 
+pub mod access;
+pub mod agent_client;
 pub mod machine;
 pub mod pod;
 pub mod spec;
+pub mod sse;
 
 use rand::Rng;
 
