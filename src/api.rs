@@ -55,10 +55,13 @@ pub enum Code {
     /// A workspace write or snapshot over the file-size, file-count or
     /// total-size limit (docs/agent.md).
     WorkspaceLimit,
+    /// The principal may not do this (start sessions without
+    /// `may_start_sessions`).
+    Forbidden,
 }
 
 impl Code {
-    pub const ALL: [Code; 28] = [
+    pub const ALL: [Code; 29] = [
         Code::Unauthorized,
         Code::NotFound,
         Code::MethodNotAllowed,
@@ -87,6 +90,7 @@ impl Code {
         Code::NotSuspended,
         Code::ReloadRateLimited,
         Code::WorkspaceLimit,
+        Code::Forbidden,
     ];
 
     /// The wire spelling (`EXEC_INVALID`).
@@ -120,6 +124,7 @@ impl Code {
             Code::NotSuspended => "NOT_SUSPENDED",
             Code::ReloadRateLimited => "RELOAD_RATE_LIMITED",
             Code::WorkspaceLimit => "WORKSPACE_LIMIT",
+            Code::Forbidden => "FORBIDDEN",
         }
     }
 
@@ -144,7 +149,7 @@ impl Code {
             | Code::PortConflict
             | Code::InvalidPath
             | Code::InvalidBundle => 400,
-            Code::ExecTargetForbidden => 403,
+            Code::ExecTargetForbidden | Code::Forbidden => 403,
             Code::ExecTargetNotReady
             | Code::TooManySessions
             | Code::NotRunning

@@ -231,6 +231,13 @@ impl Conn<'_> {
             }
         };
         self.buf.drain(..head.len);
+        // The handler may lower the limit for this route before any of the
+        // body is read.
+        let max_body = self
+            .shared
+            .handler
+            .max_body_bytes(&head.method, &head.path)
+            .map_or(max_body, |m| m.min(max_body));
         let body = match head.body {
             BodyKind::None => Vec::new(),
             BodyKind::Length(n) => {

@@ -280,6 +280,13 @@ impl HttpError {
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request) -> Reply;
 
+    /// A lower body limit for this request than the server's
+    /// `max_body_bytes`, decided from its head before the body is read
+    /// (`None`: the server's). Larger bodies get 413 without being read.
+    fn max_body_bytes(&self, _method: &str, _path: &str) -> Option<usize> {
+        None
+    }
+
     /// The body of an error the server answers itself.
     fn error_response(&self, err: &HttpError) -> Response {
         Response::text(err.status(), &format!("{err:?}"))

@@ -85,6 +85,7 @@ pub struct Daemon {
     grace: Duration,
     gateway: Arc<Gateway>,
     principals: Arc<RwLock<Arc<Principals>>>,
+    engine: Arc<crate::session::engine::Engine>,
 }
 
 impl Daemon {
@@ -163,7 +164,14 @@ impl Daemon {
             keep_alive_idle: Duration::from_secs(cfg.server.keep_alive_idle_secs),
             request_read_timeout: Duration::from_secs(cfg.server.request_read_timeout_secs),
             max_header_bytes: usize::try_from(cfg.server.max_header_bytes).unwrap_or(usize::MAX),
-            max_body_bytes: usize::try_from(cfg.server.max_body_bytes).unwrap_or(usize::MAX),
+            // A session's bundle travels base64 in JSON: room for it here;
+            // every other route checks `server.max_body_bytes` itself.
+            max_body_bytes: usize::try_from(
+                cfg.server
+                    .max_body_bytes
+                    .max(cfg.sessions.max_bundle_bytes.saturating_mul(4) / 3 + (1 << 20)),
+            )
+            .unwrap_or(usize::MAX),
             tls,
             name: "door",
             ..ServerConfig::default()
@@ -210,6 +218,22 @@ impl Daemon {
             metrics.clone(),
         );
         let principals = Arc::new(RwLock::new(Arc::new(Principals::new(&cfg.principals))));
+        let ss = &cfg.sessions;
+        let engine = crate::session::engine::Engine::new(
+            client.clone(),
+            crate::session::agent_ops(&cfg.cluster, client.clone()),
+            crate::session::engine::EngineSettings {
+                pod: Arc::new(crate::session::pod::PodSettings::from_config(cfg)),
+                timings: crate::session::machine::Timings::from(ss),
+                state_dir: state_dir.clone(),
+                max_sessions: usize::try_from(ss.max_sessions).unwrap_or(usize::MAX),
+                max_sessions_per_principal: usize::try_from(ss.max_sessions_per_principal)
+                    .unwrap_or(usize::MAX),
+                sse_history: usize::try_from(ss.sse_history_events).unwrap_or(usize::MAX),
+                keep_finished: Duration::from_secs(3600),
+            },
+        );
+        let max_body = usize::try_from(cfg.server.max_body_bytes).unwrap_or(usize::MAX);
         let handler = Arc::new(FrontDoor {
             probe,
             client,
@@ -217,6 +241,9 @@ impl Daemon {
             principals: principals.clone(),
             gateway: gateway.clone(),
             metrics,
+            engine: engine.clone(),
+            bundle_limits: crate::session::spec::BundleLimits::from(ss),
+            max_body,
         });
         let listen = cfg.server.listen_addr();
         let server = Server::bind(listen, server_cfg, handler)
@@ -229,6 +256,7 @@ impl Daemon {
             grace: Duration::from_secs(cfg.server.shutdown_grace_secs),
             gateway,
             principals,
+            engine,
         })
     }
 
@@ -249,6 +277,7 @@ impl Daemon {
     /// a parent-death signal).
     pub fn shutdown(self) {
         self.gateway.shutdown();
+        self.engine.shutdown();
         let grace = self.grace;
         let (tx, rx) = crossbeam_channel::bounded::<()>(1);
         let stopper = std::thread::Builder::new()
@@ -510,6 +539,11 @@ struct FrontDoor {
     principals: Arc<RwLock<Arc<Principals>>>,
     gateway: Arc<Gateway>,
     metrics: Arc<Metrics>,
+    engine: Arc<crate::session::engine::Engine>,
+    bundle_limits: crate::session::spec::BundleLimits,
+    /// Body limit of every route but `POST /v1/sessions` (whose bundle has
+    /// its own limits; the server's own limit is raised to fit it).
+    max_body: usize,
 }
 
 /// The routes behind authentication, and their methods.
@@ -547,6 +581,10 @@ impl FrontDoor {
 
     fn route(&self, req: Request) -> Result<Reply, ApiError> {
         let path = req.path.as_str();
+        if path == "/v1/sessions" || path.starts_with("/v1/sessions/") {
+            let who = self.authenticate(&req)?;
+            return self.sessions(&who, &req);
+        }
         let Some(&(_, method)) = ROUTES.iter().find(|(p, _)| *p == path) else {
             // Authenticate first: unknown routes tell nothing to strangers.
             self.authenticate(&req)?;
@@ -570,6 +608,85 @@ impl FrontDoor {
             )
             .into()),
         }
+    }
+
+    /// `/v1/sessions[/{id}[/events]]` (contract.md "Sessions").
+    fn sessions(&self, who: &Identity, req: &Request) -> Result<Reply, ApiError> {
+        let rest = req.path.trim_start_matches("/v1/sessions");
+        let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+        let method = req.method.as_str();
+        let not_found = || ApiError::new(Code::NotFound, "no such session");
+        let wrong = |allowed: &str| {
+            ApiError::new(
+                Code::MethodNotAllowed,
+                format!("{} accepts {allowed} only", req.path),
+            )
+        };
+        match parts.as_slice() {
+            [] => match method {
+                "POST" => self.session_start(who, req),
+                "GET" => {
+                    let list: Vec<Value> = self
+                        .engine
+                        .list(&who.name)
+                        .iter()
+                        .map(|h| h.view())
+                        .collect();
+                    Ok(
+                        Response::json(200, json!({ "sessions": list }).to_string().into_bytes())
+                            .into(),
+                    )
+                }
+                _ => Err(wrong("GET, POST")),
+            },
+            [id, tail @ ..] => {
+                if !crate::session::is_session_id(id) {
+                    return Err(not_found());
+                }
+                let h = self.engine.get(&who.name, id).ok_or_else(not_found)?;
+                match (tail, method) {
+                    ([], "GET") => {
+                        Ok(Response::json(200, h.view().to_string().into_bytes()).into())
+                    }
+                    ([], "DELETE") => {
+                        if !h.is_finished() {
+                            // Already stopping or stopped: still 204.
+                            let _ = h.user(crate::session::machine::UserOp::Stop);
+                        }
+                        Ok(Response::empty(204).into())
+                    }
+                    ([], _) => Err(wrong("GET, DELETE")),
+                    (["events"], "GET") => Ok(sse_stream(&h, req).into()),
+                    (["events"], _) => Err(wrong("GET")),
+                    _ => Err(ApiError::new(
+                        Code::NotFound,
+                        format!("no route {}", req.path),
+                    )),
+                }
+            }
+        }
+    }
+
+    fn session_start(&self, who: &Identity, req: &Request) -> Result<Reply, ApiError> {
+        if !who.may_start_sessions {
+            return Err(ApiError::new(
+                Code::Forbidden,
+                "this token may not start sessions (may_start_sessions)",
+            ));
+        }
+        let body: crate::session::spec::StartRequest = serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::new(Code::BadRequest, format!("request body: {e}")))?;
+        let (spec, bundle) = crate::session::spec::validate_start(body, self.bundle_limits)?;
+        let h = self.engine.start(&who.name, spec, bundle)?;
+        let v = h.view();
+        let id = h.id.clone();
+        let body = json!({
+            "sessionId": id,
+            "streamUrl": format!("/v1/sessions/{id}/events"),
+            "ioUrl": format!("/v1/sessions/{id}/io"),
+            "createdAt": v["createdAt"],
+        });
+        Ok(Response::json(201, body.to_string().into_bytes()).into())
     }
 
     fn exec_oneshot(&self, who: &Identity, req: &Request) -> Result<Reply, ApiError> {
@@ -699,7 +816,65 @@ impl FrontDoor {
     }
 }
 
+/// Heartbeat comment period on an idle event stream (contract.md).
+const SSE_HEARTBEAT: Duration = Duration::from_secs(20);
+
+/// `GET /v1/sessions/{id}/events`: Server-Sent Events from the session's
+/// log, after `Last-Event-ID` when given (a `gap` event when the history no
+/// longer holds what was asked), a heartbeat comment every 20 s, ending
+/// after a terminal status.
+fn sse_stream(h: &Arc<crate::session::engine::Handle>, req: &Request) -> Response {
+    let mut after: u64 = req
+        .header("last-event-id")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let events = h.events.clone();
+    Response::stream(
+        200,
+        "text/event-stream",
+        Box::new(move |sink| {
+            let mut last_beat = std::time::Instant::now();
+            loop {
+                let s = events.since(after, Duration::from_secs(1));
+                let mut out = String::new();
+                if let Some((from, to)) = s.gap {
+                    out.push_str(&format!(
+                        "event: gap\ndata: {}\n\n",
+                        json!({"from": from, "to": to})
+                    ));
+                }
+                for e in &s.events {
+                    out.push_str(&format!(
+                        "id: {}\nevent: {}\ndata: {}\n\n",
+                        e.id, e.kind, e.data
+                    ));
+                    after = e.id;
+                }
+                if out.is_empty() && last_beat.elapsed() >= SSE_HEARTBEAT {
+                    out.push_str(": heartbeat\n\n");
+                }
+                if !out.is_empty() {
+                    sink.send(out.as_bytes())?;
+                    last_beat = std::time::Instant::now();
+                }
+                if s.closed && after >= events.last_id() {
+                    return Ok(());
+                }
+                if sink.peer_closed() {
+                    return Ok(());
+                }
+            }
+        }),
+    )
+    .with_header("Cache-Control", "no-cache")
+}
+
 impl Handler for FrontDoor {
+    fn max_body_bytes(&self, method: &str, path: &str) -> Option<usize> {
+        // Only a session start carries a bundle.
+        (!(method == "POST" && path == "/v1/sessions")).then_some(self.max_body)
+    }
+
     fn handle(&self, req: Request) -> Reply {
         let reply = match (req.method.as_str(), req.path.as_str()) {
             ("GET", "/healthz") => Response::json(200, br#"{"status":"ok"}"#.to_vec()).into(),

@@ -16,11 +16,14 @@
 
 pub mod access;
 pub mod agent_client;
+mod agent_ops;
+pub mod engine;
 pub mod machine;
 pub mod pod;
 pub mod spec;
 pub mod sse;
 
+pub use agent_ops::agent_ops;
 use rand::Rng;
 
 /// Length of a session id.

@@ -610,12 +610,12 @@ pub fn provision_message(pod: &Pod) -> String {
     let Some(status) = pod.status.as_ref() else {
         return "Scheduling".into();
     };
-    let waiting = status
+    let reasons: Vec<&str> = status
         .init_container_statuses
         .iter()
         .flatten()
         .chain(status.container_statuses.iter().flatten())
-        .find_map(|c| {
+        .filter_map(|c| {
             c.state
                 .as_ref()?
                 .waiting
@@ -623,7 +623,16 @@ pub fn provision_message(pod: &Pod) -> String {
                 .reason
                 .as_deref()
                 .filter(|r| !r.is_empty())
-        });
+        })
+        .collect();
+    // The first waiting reason, except that an image that cannot be pulled
+    // is said first wherever it is: the other containers of such a pod wait
+    // in ContainerCreating, which would hide the one thing to fix.
+    let waiting = reasons
+        .iter()
+        .find(|r| matches!(**r, "ErrImagePull" | "ImagePullBackOff"))
+        .or(reasons.first())
+        .copied();
     if let Some(r) = waiting {
         return match r {
             "ContainerCreating" => "Creating container",

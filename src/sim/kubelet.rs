@@ -90,16 +90,21 @@ pub struct Kubelet {
     pub(crate) faults: Arc<Faults>,
 }
 
-/// Loopback pod IPs 127.0.x.y (x >= 1), handed out round-robin so an
+/// Loopback pod IPs 127.B.x.y (B drawn per sim, x >= 1), handed out round-robin so an
 /// address is reused as late as possible.
 struct IpPool {
+    /// The second octet: each sim draws its own `127.B.0.0/16` block, and a
+    /// random start in it, so concurrent sims (parallel tests, a daemon's
+    /// embedded sim beside a standalone one) do not hand out the same pod
+    /// addresses, where two pods' servers on one port would collide.
+    block: u32,
     next: u32,
     used: std::collections::HashSet<u32>,
 }
 
 impl IpPool {
-    const FIRST: u32 = 256; // 127.0.1.0
-    const LAST: u32 = 65_534; // 127.0.255.254
+    const FIRST: u32 = 256; // 127.B.1.0
+    const LAST: u32 = 65_534; // 127.B.255.254
 
     fn alloc(&mut self) -> Option<String> {
         for _ in 0..(Self::LAST - Self::FIRST) {
@@ -110,15 +115,17 @@ impl IpPool {
                 continue;
             }
             self.used.insert(n);
-            return Some(format!("127.0.{x}.{y}"));
+            return Some(format!("127.{}.{x}.{y}", self.block));
         }
         None
     }
 
     fn free(&mut self, ip: &str) {
         let parts: Vec<u32> = ip.split('.').filter_map(|p| p.parse().ok()).collect();
-        if let [127, 0, x, y] = parts.as_slice() {
-            self.used.remove(&((x << 8) | y));
+        if let [127, b, x, y] = parts.as_slice() {
+            if *b == self.block {
+                self.used.remove(&((x << 8) | y));
+            }
         }
     }
 }
@@ -135,9 +142,14 @@ impl Kubelet {
             self_exe,
             pods: Mutex::new(HashMap::new()),
             simulated_ips: Mutex::new(HashMap::new()),
-            ips: Mutex::new(IpPool {
-                next: IpPool::FIRST,
-                used: Default::default(),
+            ips: Mutex::new({
+                use rand::Rng;
+                let mut rng = rand::rng();
+                IpPool {
+                    block: rng.random_range(1..=254),
+                    next: rng.random_range(IpPool::FIRST..=IpPool::LAST),
+                    used: Default::default(),
+                }
             }),
             stop: AtomicBool::new(false),
             watcher: Mutex::new(None),
@@ -1206,6 +1218,7 @@ mod tests {
     #[test]
     fn ip_pool_round_robin_and_free() {
         let mut p = IpPool {
+            block: 0,
             next: IpPool::FIRST,
             used: Default::default(),
         };

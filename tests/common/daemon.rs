@@ -324,3 +324,113 @@ pub fn parse_response(resp: &[u8]) -> (u16, Vec<u8>) {
     }
     (status, body)
 }
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<u64>,
+    pub event: String,
+    pub data: serde_json::Value,
+}
+
+/// A blocking reader of a daemon's event stream (chunked HTTP/1.1).
+pub struct SseClient {
+    r: std::io::BufReader<TcpStream>,
+    pending: String,
+    ended: bool,
+}
+
+impl SseClient {
+    /// `GET path` with the token and optional `Last-Event-ID`; panics unless 200.
+    pub fn open(d: &DaemonProc, path: &str, last_event_id: Option<u64>) -> SseClient {
+        let mut s = TcpStream::connect(&d.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        let mut head = format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\n",
+            d.token
+        );
+        if let Some(id) = last_event_id {
+            head.push_str(&format!("Last-Event-ID: {id}\r\n"));
+        }
+        head.push_str("\r\n");
+        s.write_all(head.as_bytes()).expect("write");
+        let mut r = std::io::BufReader::new(s);
+        let mut status = String::new();
+        r.read_line(&mut status).expect("status line");
+        assert!(status.contains(" 200 "), "event stream refused: {status}");
+        loop {
+            let mut l = String::new();
+            r.read_line(&mut l).expect("header");
+            if l == "\r\n" || l.is_empty() {
+                break;
+            }
+        }
+        SseClient {
+            r,
+            pending: String::new(),
+            ended: false,
+        }
+    }
+
+    /// The next event (comments skipped); None when the stream ended.
+    pub fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.pending.find("\n\n") {
+                let block: String = self.pending.drain(..end + 2).collect();
+                let (mut id, mut event, mut data) = (None, String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        id = v.parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event: ") {
+                        event = v.to_string();
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                if event.is_empty() {
+                    continue; // a comment (heartbeat)
+                }
+                let data = serde_json::from_str(&data).unwrap_or(serde_json::Value::Null);
+                return Some(SseEvent { id, event, data });
+            }
+            if self.ended {
+                return None;
+            }
+            // One chunk: size line, data, CRLF.
+            let mut size = String::new();
+            match self.r.read_line(&mut size) {
+                Ok(0) => {
+                    self.ended = true;
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => panic!("reading the event stream: {e}"),
+            }
+            let n = usize::from_str_radix(size.trim(), 16)
+                .unwrap_or_else(|_| panic!("bad chunk size line {size:?}"));
+            if n == 0 {
+                self.ended = true;
+                continue;
+            }
+            let mut buf = vec![0u8; n + 2];
+            if let Err(e) = self.r.read_exact(&mut buf) {
+                panic!("reading a chunk of the event stream: {e}");
+            }
+            self.pending.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+
+    /// Reads events until `f` says stop; all events read, in order.
+    pub fn until(&mut self, mut f: impl FnMut(&SseEvent) -> bool) -> Vec<SseEvent> {
+        let mut seen = Vec::new();
+        while let Some(e) = self.next() {
+            let stop = f(&e);
+            seen.push(e);
+            if stop {
+                break;
+            }
+        }
+        seen
+    }
+}

@@ -1,0 +1,794 @@
+//! The session engine: drives each session's sans-IO [`Session`] machine on
+//! threads.
+//!
+//! ```text
+//!  routes ──User(op, reply)──┐
+//!  workers ──Input───────────┴─> inbox (bounded 256) ─> session-<id> (owner):
+//!                                                        Session::handle / user
+//!                                                        -> Commands, carried out:
+//!   CreatePod/DeletePod/Publish/ProbeAgent/Seed/Checkpoint/Touch: a short-lived
+//!     `session-work` thread per command, its result back as an Input;
+//!   WatchPod: a `session-watch` thread per pod (the client's resuming Watcher);
+//!   Emit: the session's EventLog (bounded history, SSE readers wait on it);
+//!   WriteRecord: the record file, atomically.
+//! ```
+//!
+//! Only the owner thread touches its `Session`; a worker never blocks the
+//! owner (results come back through the inbox, and a worker whose send
+//! would block waits, which is backpressure on workers only). A view of
+//! the session (what `GET` answers) is published after every step.
+
+use super::machine::{Command, Event, Input, Millis, NewSession, SeedSource, Session, UserOp};
+use super::pod::PodSettings;
+use super::spec::{Bundle, SessionSpec};
+use crate::api::{ApiError, Code};
+use crate::kube::client::{
+    Api, Client, DeleteParams, Ingress, KubeError, Pod, Service, WatchEvent, WatchParams,
+    WatchStopper,
+};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use parking_lot::{Condvar, Mutex, RwLock};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Messages a session's owner thread handles.
+pub enum Msg {
+    Input(Input),
+    User(UserOp, Sender<Result<(), ApiError>>),
+}
+
+/// Files to write through the agent (path, bytes).
+pub type Files = Vec<(String, Vec<u8>)>;
+
+/// The workspace agent, as the engine uses it (the pod-access seam and the
+/// agent client implement it; tests may give a fake).
+pub trait AgentOps: Send + Sync {
+    /// Waits until the agent answers (first try at once, then backing off),
+    /// or the deadline passes: the last error.
+    fn wait_ready(&self, pod: &AgentTarget, deadline: Instant) -> Result<(), String>;
+    /// One apply writing every file.
+    fn write_all(&self, pod: &AgentTarget, files: Files) -> Result<(), String>;
+    /// Every file of the workspace.
+    fn snapshot(&self, pod: &AgentTarget) -> Result<Files, String>;
+    /// Rewrites `path` with its own bytes.
+    fn touch(&self, pod: &AgentTarget, path: &str) -> Result<(), String>;
+}
+
+/// Where a session's agent is.
+#[derive(Debug, Clone)]
+pub struct AgentTarget {
+    pub namespace: String,
+    pub pod: String,
+    pub ip: String,
+    pub token: String,
+}
+
+/// One SSE event as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logged {
+    pub id: u64,
+    pub kind: &'static str,
+    pub data: String,
+}
+
+/// A session's events: a bounded history with ids from 1, and a condition
+/// variable SSE readers wait on.
+pub struct EventLog {
+    inner: Mutex<LogInner>,
+    cv: Condvar,
+}
+
+struct LogInner {
+    next: u64,
+    events: VecDeque<Logged>,
+    cap: usize,
+    /// A terminal status was logged: readers end after it.
+    closed: bool,
+}
+
+/// What a reader gets.
+#[derive(Debug, Default)]
+pub struct Since {
+    /// Ids `from..=to` asked for but no longer held.
+    pub gap: Option<(u64, u64)>,
+    pub events: Vec<Logged>,
+    pub closed: bool,
+}
+
+impl EventLog {
+    pub fn new(cap: usize) -> EventLog {
+        EventLog {
+            inner: Mutex::new(LogInner {
+                next: 1,
+                events: VecDeque::new(),
+                cap: cap.max(1),
+                closed: false,
+            }),
+            cv: Condvar::new(),
+        }
+    }
+
+    pub fn push(&self, kind: &'static str, data: String, terminal: bool) {
+        let mut g = self.inner.lock();
+        let id = g.next;
+        g.next += 1;
+        if g.events.len() >= g.cap {
+            g.events.pop_front();
+        }
+        g.events.push_back(Logged { id, kind, data });
+        g.closed |= terminal;
+        drop(g);
+        self.cv.notify_all();
+    }
+
+    /// Events after id `after`, waiting up to `wait` when there are none.
+    pub fn since(&self, after: u64, wait: Duration) -> Since {
+        let mut g = self.inner.lock();
+        if g.next <= after + 1 && !g.closed {
+            let _ = self.cv.wait_for(&mut g, wait);
+        }
+        let mut out = Since {
+            closed: g.closed,
+            ..Since::default()
+        };
+        let oldest = g.events.front().map_or(g.next, |e| e.id);
+        if after + 1 < oldest {
+            out.gap = Some((after + 1, oldest - 1));
+        }
+        out.events = g.events.iter().filter(|e| e.id > after).cloned().collect();
+        out
+    }
+
+    /// The last id given out (0: none yet).
+    pub fn last_id(&self) -> u64 {
+        self.inner.lock().next - 1
+    }
+}
+
+/// A session as the routes see it.
+pub struct Handle {
+    pub id: String,
+    pub principal: String,
+    inbox: Sender<Msg>,
+    view: Mutex<Value>,
+    pub events: Arc<EventLog>,
+    /// Set once the machine reached a terminal status.
+    finished: Mutex<Option<Instant>>,
+}
+
+impl Handle {
+    /// What `GET /v1/sessions/{id}` answers.
+    pub fn view(&self) -> Value {
+        self.view.lock().clone()
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished.lock().is_some()
+    }
+
+    /// Sends an operation to the owner and waits for its answer.
+    pub fn user(&self, op: UserOp) -> Result<(), ApiError> {
+        let (tx, rx) = bounded(1);
+        if self
+            .inbox
+            .send_timeout(Msg::User(op, tx), Duration::from_secs(10))
+            .is_err()
+        {
+            return Err(ApiError::new(Code::NotRunning, "the session has ended"));
+        }
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(r) => r,
+            Err(_) => Err(ApiError::new(Code::NotRunning, "the session has ended")),
+        }
+    }
+}
+
+/// Settings of the engine.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    pub pod: Arc<PodSettings>,
+    pub timings: super::machine::Timings,
+    pub state_dir: PathBuf,
+    pub max_sessions: usize,
+    pub max_sessions_per_principal: usize,
+    pub sse_history: usize,
+    /// How long a finished session stays visible.
+    pub keep_finished: Duration,
+}
+
+pub struct Engine {
+    client: Client,
+    agent: Arc<dyn AgentOps>,
+    settings: EngineSettings,
+    sessions: RwLock<BTreeMap<String, Arc<Handle>>>,
+}
+
+fn now_ms() -> Millis {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Engine {
+    pub fn new(client: Client, agent: Arc<dyn AgentOps>, settings: EngineSettings) -> Arc<Engine> {
+        Arc::new(Engine {
+            client,
+            agent,
+            settings,
+            sessions: RwLock::new(BTreeMap::new()),
+        })
+    }
+
+    /// A principal's own session (others' sessions do not exist for it).
+    pub fn get(&self, principal: &str, id: &str) -> Option<Arc<Handle>> {
+        self.evict();
+        let g = self.sessions.read();
+        g.get(id).filter(|h| h.principal == principal).cloned()
+    }
+
+    /// A principal's sessions, oldest first.
+    pub fn list(&self, principal: &str) -> Vec<Arc<Handle>> {
+        self.evict();
+        self.sessions
+            .read()
+            .values()
+            .filter(|h| h.principal == principal)
+            .cloned()
+            .collect()
+    }
+
+    fn evict(&self) {
+        let keep = self.settings.keep_finished;
+        let stale: Vec<String> = self
+            .sessions
+            .read()
+            .iter()
+            .filter(|(_, h)| h.finished.lock().is_some_and(|t| t.elapsed() > keep))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !stale.is_empty() {
+            let mut g = self.sessions.write();
+            for k in stale {
+                g.remove(&k);
+            }
+        }
+    }
+
+    /// Starts a validated session; answers before the pod exists.
+    pub fn start(
+        self: &Arc<Self>,
+        principal: &str,
+        spec: SessionSpec,
+        bundle: Bundle,
+    ) -> Result<Arc<Handle>, ApiError> {
+        let mut sessions = self.sessions.write();
+        let live = |h: &&Arc<Handle>| !h.is_finished();
+        let total = sessions.values().filter(live).count();
+        let mine = sessions
+            .values()
+            .filter(live)
+            .filter(|h| h.principal == principal)
+            .count();
+        if total >= self.settings.max_sessions {
+            return Err(ApiError::new(
+                Code::TooManySessions,
+                format!("{total} sessions are running, the most this daemon allows"),
+            ));
+        }
+        if mine >= self.settings.max_sessions_per_principal {
+            return Err(ApiError::new(
+                Code::TooManySessions,
+                format!("you have {mine} sessions, the most allowed per principal"),
+            ));
+        }
+        let mut rng = rand::rng();
+        let id = loop {
+            let id = super::new_session_id(&mut rng);
+            if !sessions.contains_key(&id) {
+                break id;
+            }
+        };
+        let token = random_token();
+        let (session, first) = Session::start(
+            NewSession {
+                id: id.clone(),
+                principal: principal.to_string(),
+                spec,
+                workspace_token: token,
+                settings: self.settings.pod.clone(),
+                timings: self.settings.timings,
+            },
+            now_ms(),
+        );
+        let (tx, rx) = bounded(256);
+        let handle = Arc::new(Handle {
+            id: id.clone(),
+            principal: principal.to_string(),
+            inbox: tx.clone(),
+            view: Mutex::new(session.view()),
+            events: Arc::new(EventLog::new(self.settings.sse_history)),
+            finished: Mutex::new(None),
+        });
+        let owner = Owner {
+            engine: self.clone(),
+            handle: handle.clone(),
+            inbox_tx: tx,
+            bundle: Some(bundle),
+            watches: HashMap::new(),
+        };
+        std::thread::Builder::new()
+            .name(format!("session-{id}"))
+            .spawn(move || owner.run(session, first, rx))
+            .map_err(|e| {
+                ApiError::new(Code::Internal, format!("starting the session thread: {e}"))
+            })?;
+        sessions.insert(id, handle.clone());
+        Ok(handle)
+    }
+
+    /// Stops every session's owner at daemon shutdown (pods are left
+    /// running; the restart issue re-adopts them).
+    pub fn shutdown(&self) {
+        self.sessions.write().clear();
+    }
+
+    fn record_path(&self, id: &str) -> PathBuf {
+        self.settings
+            .state_dir
+            .join("sessions")
+            .join(format!("{id}.json"))
+    }
+
+    fn checkpoint_path(&self, id: &str) -> PathBuf {
+        self.settings
+            .state_dir
+            .join("sessions")
+            .join(format!("{id}.checkpoint.json"))
+    }
+}
+
+fn random_token() -> String {
+    use rand::Rng;
+    let b: [u8; 32] = rand::rng().random();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Writes `data` to `path` atomically (temporary file, then rename), mode 0600.
+pub fn write_atomic(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("no parent folder"))?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(data)?;
+    f.sync_data()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+/// The owner thread's I/O state (the `Session` itself is a local of `run`).
+struct Owner {
+    engine: Arc<Engine>,
+    handle: Arc<Handle>,
+    inbox_tx: Sender<Msg>,
+    bundle: Option<Bundle>,
+    watches: HashMap<String, WatchStopper>,
+}
+
+impl Owner {
+    fn run(mut self, mut s: Session, first: Vec<Command>, inbox: Receiver<Msg>) {
+        let mut done = self.execute(&s, first);
+        while !done {
+            let cmds = match inbox.recv_timeout(Duration::from_secs(1)) {
+                Ok(Msg::Input(i)) => s.handle(i, now_ms()),
+                Ok(Msg::User(op, reply)) => match s.user(op, now_ms()) {
+                    Ok(c) => {
+                        let _ = reply.send(Ok(()));
+                        c
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        Vec::new()
+                    }
+                },
+                Err(RecvTimeoutError::Timeout) => s.handle(Input::Tick, now_ms()),
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            done = self.execute(&s, cmds);
+        }
+        for (_, w) in self.watches.drain() {
+            w.stop();
+        }
+    }
+
+    /// Carries out commands in order; true once the session finished.
+    fn execute(&mut self, s: &Session, cmds: Vec<Command>) -> bool {
+        // The machine is already in its new state: publish the view first,
+        // so a client that reacts to an emitted event reads a view at least
+        // that new.
+        *self.handle.view.lock() = s.view();
+        let mut finished = false;
+        for c in cmds {
+            match c {
+                Command::CreatePod { pod } => self.create_pod(*pod),
+                Command::DeletePod { name } => self.delete_pod(name),
+                Command::WatchPod { name } => self.watch_pod(name),
+                Command::StopWatch { name } => {
+                    if let Some(w) = self.watches.remove(&name) {
+                        w.stop();
+                    }
+                }
+                Command::ProbeAgent { pod, ip, deadline } => {
+                    let t = self.target(s, &pod, ip);
+                    let left = Duration::from_millis(deadline.saturating_sub(now_ms()));
+                    let agent = self.engine.agent.clone();
+                    self.work(move || match agent.wait_ready(&t, Instant::now() + left) {
+                        Ok(()) => Input::AgentReady { pod },
+                        Err(message) => Input::AgentFailed { pod, message },
+                    });
+                }
+                Command::Seed { pod, ip, source } => {
+                    let t = self.target(s, &pod, ip);
+                    let files = match source {
+                        SeedSource::Bundle => Ok(self
+                            .bundle
+                            .as_ref()
+                            .map(|b| {
+                                b.files
+                                    .iter()
+                                    .map(|f| (f.path.clone(), f.data.clone()))
+                                    .collect()
+                            })
+                            .unwrap_or_default()),
+                        SeedSource::Checkpoint => {
+                            read_checkpoint(&self.engine.checkpoint_path(s.id()))
+                        }
+                    };
+                    let agent = self.engine.agent.clone();
+                    self.work(move || match files.and_then(|f| agent.write_all(&t, f)) {
+                        Ok(()) => Input::SeedDone { pod },
+                        Err(message) => Input::SeedFailed { pod, message },
+                    });
+                }
+                Command::DropBundle => self.bundle = None,
+                Command::Checkpoint { pod, ip } => {
+                    let t = self.target(s, &pod, ip);
+                    let agent = self.engine.agent.clone();
+                    let path = self.engine.checkpoint_path(s.id());
+                    self.work(move || {
+                        let r = agent.snapshot(&t).and_then(|files| {
+                            write_checkpoint(&path, &files)
+                                .map_err(|e| format!("writing the checkpoint: {e}"))
+                        });
+                        match r {
+                            Ok(()) => Input::CheckpointDone { pod },
+                            Err(message) => Input::CheckpointFailed { pod, message },
+                        }
+                    });
+                }
+                Command::DeleteCheckpoint => {
+                    let _ = std::fs::remove_file(self.engine.checkpoint_path(s.id()));
+                }
+                Command::Touch { pod, ip, path } => {
+                    let t = self.target(s, &pod, ip);
+                    let agent = self.engine.agent.clone();
+                    let app = s
+                        .apps()
+                        .iter()
+                        .find(|a| {
+                            super::pod::entry_path(&a.spec.entry) == path || a.spec.entry == path
+                        })
+                        .map(|a| a.spec.name.clone())
+                        .unwrap_or_default();
+                    let rel = path
+                        .strip_prefix(super::pod::WORKSPACE_ROOT)
+                        .map(|p| p.trim_start_matches('/').to_string())
+                        .unwrap_or(path);
+                    self.work_opt(move || match agent.touch(&t, &rel) {
+                        Ok(()) => None,
+                        Err(message) => Some(Input::ReloadFailed { pod, app, message }),
+                    });
+                }
+                Command::Publish {
+                    id,
+                    service,
+                    ingress,
+                } => self.publish(id, service, ingress),
+                Command::Emit(ev) => self.emit(&ev),
+                Command::WriteRecord => {
+                    let path = self.engine.record_path(s.id());
+                    let data = s.record().to_string();
+                    if let Err(e) = write_atomic(&path, data.as_bytes()) {
+                        log::error!("session {}: writing its record: {e}", s.id());
+                    }
+                }
+                Command::Finished => {
+                    *self.handle.finished.lock() = Some(Instant::now());
+                    finished = true;
+                }
+                // The IO, relay and probe commands belong to later steps of
+                // the engine (docs/sessions.md, "Engine: what is wired").
+                Command::Attach { .. }
+                | Command::CloseAttaches { .. }
+                | Command::StartRelay { .. }
+                | Command::StopRelays { .. }
+                | Command::StartProbe { .. }
+                | Command::StopProbe { .. }
+                | Command::StopProbes { .. }
+                | Command::Output { .. } => {}
+            }
+        }
+        finished
+    }
+
+    fn target(&self, s: &Session, pod: &str, ip: String) -> AgentTarget {
+        AgentTarget {
+            namespace: self.engine.settings.pod.namespace.clone(),
+            pod: pod.to_string(),
+            ip,
+            token: s.workspace_token().to_string(),
+        }
+    }
+
+    /// Runs `f` on a worker thread; its Input goes back to the inbox.
+    fn work(&self, f: impl FnOnce() -> Input + Send + 'static) {
+        self.work_opt(move || Some(f()));
+    }
+
+    /// [`Owner::work`] for work whose success needs no answer.
+    fn work_opt(&self, f: impl FnOnce() -> Option<Input> + Send + 'static) {
+        let tx = self.inbox_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("session-work".into())
+            .spawn(move || {
+                if let Some(i) = f() {
+                    let _ = tx.send(Msg::Input(i));
+                }
+            });
+        if let Err(e) = spawned {
+            log::error!("session {}: spawning a worker: {e}", self.handle.id);
+        }
+    }
+
+    fn create_pod(&self, pod: Pod) {
+        let api = Api::<Pod>::namespaced(&self.engine.client, &self.engine.settings.pod.namespace);
+        let name = pod.metadata.name().to_string();
+        self.work(move || match api.create(&pod) {
+            Ok(p) => Input::PodCreated {
+                pod: name,
+                uid: p.metadata.uid.unwrap_or_default(),
+            },
+            Err(e) => Input::PodCreateFailed {
+                pod: name,
+                message: e.to_string(),
+            },
+        });
+    }
+
+    fn delete_pod(&self, name: String) {
+        let api = Api::<Pod>::namespaced(&self.engine.client, &self.engine.settings.pod.namespace);
+        let id = self.handle.id.clone();
+        self.work_opt(move || {
+            let params = DeleteParams {
+                grace_period: Some(0),
+                ..DeleteParams::default()
+            };
+            match api.delete(&name, &params) {
+                Ok(_) | Err(KubeError::NotFound(_)) => {}
+                Err(e) => log::warn!("session {id}: deleting pod {name}: {e}"),
+            }
+            None
+        });
+    }
+
+    fn watch_pod(&mut self, name: String) {
+        let api = Api::<Pod>::namespaced(&self.engine.client, &self.engine.settings.pod.namespace);
+        let watcher = api.watch_object(&name, WatchParams::default());
+        self.watches.insert(name.clone(), watcher.stopper());
+        let tx = self.inbox_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("session-watch".into())
+            .spawn(move || {
+                for ev in watcher {
+                    let input = match ev {
+                        Ok(WatchEvent::Added(p)) | Ok(WatchEvent::Modified(p)) => {
+                            Input::PodObserved { pod: Box::new(p) }
+                        }
+                        Ok(WatchEvent::Deleted(_)) => Input::PodGone { pod: name.clone() },
+                        Ok(WatchEvent::Resynced { items, .. }) => match items.into_iter().next() {
+                            Some(p) => Input::PodObserved { pod: Box::new(p) },
+                            None => Input::PodGone { pod: name.clone() },
+                        },
+                        // The watcher retries by itself; errors are logged there.
+                        Err(_) => continue,
+                    };
+                    if tx.send(Msg::Input(input)).is_err() {
+                        break;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::error!("session {}: spawning the pod watch: {e}", self.handle.id);
+        }
+    }
+
+    fn publish(&self, id: u64, service: Option<Box<Service>>, ingress: Option<Box<Ingress>>) {
+        let client = self.engine.client.clone();
+        let ns = self.engine.settings.pod.namespace.clone();
+        let sid = self.handle.id.clone();
+        self.work(move || {
+            let r = upsert_or_delete::<Service>(
+                &client,
+                &ns,
+                &super::pod::service_name(&sid),
+                service.map(|b| *b),
+            )
+            .and_then(|()| {
+                upsert_or_delete::<Ingress>(
+                    &client,
+                    &ns,
+                    &super::pod::service_name(&sid),
+                    ingress.map(|b| *b),
+                )
+            });
+            match r {
+                Ok(()) => Input::PublishDone { id },
+                Err(message) => Input::PublishFailed { id, message },
+            }
+        });
+    }
+
+    fn emit(&self, ev: &Event) {
+        let terminal = matches!(ev, Event::Status { status, .. } if status.is_terminal());
+        self.handle
+            .events
+            .push(ev.kind(), ev.data().to_string(), terminal);
+    }
+}
+
+/// Create; on AlreadyExists read and replace carrying resourceVersion (and
+/// a Service's clusterIP/clusterIPs); a Conflict on the replace retries
+/// (bounded). `None`: delete, 404 tolerated.
+fn upsert_or_delete<K>(client: &Client, ns: &str, name: &str, obj: Option<K>) -> Result<(), String>
+where
+    K: crate::kube::client::Resource + serde::Serialize + serde::de::DeserializeOwned + Clone,
+{
+    let api = Api::<K>::namespaced(client, ns);
+    let Some(obj) = obj else {
+        return match api.delete(name, &DeleteParams::default()) {
+            Ok(_) | Err(KubeError::NotFound(_)) => Ok(()),
+            Err(e) => Err(format!("deleting {} {name}: {e}", K::KIND)),
+        };
+    };
+    match api.create(&obj) {
+        Ok(_) => return Ok(()),
+        Err(KubeError::AlreadyExists(_)) => {}
+        Err(e) => return Err(format!("creating {} {name}: {e}", K::KIND)),
+    }
+    for _ in 0..5 {
+        let current = api
+            .get(name)
+            .map_err(|e| format!("reading {} {name}: {e}", K::KIND))?;
+        let mut next = serde_json::to_value(&obj).map_err(|e| e.to_string())?;
+        let cur = serde_json::to_value(&current).map_err(|e| e.to_string())?;
+        next["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"].clone();
+        if K::KIND == "Service" {
+            for k in ["clusterIP", "clusterIPs"] {
+                if let Some(v) = cur["spec"].get(k) {
+                    next["spec"][k] = v.clone();
+                }
+            }
+        }
+        let next: K = serde_json::from_value(next).map_err(|e| e.to_string())?;
+        match api.replace(name, &next) {
+            Ok(_) => return Ok(()),
+            Err(KubeError::Conflict(_)) => continue,
+            Err(e) => return Err(format!("replacing {} {name}: {e}", K::KIND)),
+        }
+    }
+    Err(format!(
+        "replacing {} {name}: still conflicting after 5 tries",
+        K::KIND
+    ))
+}
+
+fn write_checkpoint(path: &std::path::Path, files: &Files) -> std::io::Result<()> {
+    use base64::Engine as _;
+    let list: Vec<Value> = files
+        .iter()
+        .map(|(p, d)| {
+            serde_json::json!({"path": p, "content": base64::engine::general_purpose::STANDARD.encode(d)})
+        })
+        .collect();
+    write_atomic(
+        path,
+        serde_json::json!({"version": 1, "files": list})
+            .to_string()
+            .as_bytes(),
+    )
+}
+
+fn read_checkpoint(path: &std::path::Path) -> Result<Files, String> {
+    use base64::Engine as _;
+    let text = std::fs::read(path).map_err(|e| format!("reading the checkpoint: {e}"))?;
+    let v: Value = serde_json::from_slice(&text).map_err(|e| format!("the checkpoint: {e}"))?;
+    let mut out = Vec::new();
+    for f in v["files"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let (Some(p), Some(c)) = (f["path"].as_str(), f["content"].as_str()) else {
+            return Err("the checkpoint holds a malformed file entry".into());
+        };
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(c)
+            .map_err(|e| format!("the checkpoint: {p}: {e}"))?;
+        out.push((p.to_string(), data));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_log_ids_history_gap_and_close() {
+        let log = EventLog::new(3);
+        for i in 0..5 {
+            log.push("progress", format!("{{\"n\":{i}}}"), false);
+        }
+        assert_eq!(log.last_id(), 5);
+        let s = log.since(0, Duration::ZERO);
+        assert_eq!(s.gap, Some((1, 2)));
+        assert_eq!(
+            s.events.iter().map(|e| e.id).collect::<Vec<_>>(),
+            vec![3, 4, 5]
+        );
+        let s = log.since(4, Duration::ZERO);
+        assert_eq!(s.gap, None);
+        assert_eq!(s.events.len(), 1);
+        assert!(!s.closed);
+        // A waiting reader wakes on the next push.
+        let log = Arc::new(log);
+        let l2 = log.clone();
+        let t = std::thread::spawn(move || l2.since(5, Duration::from_secs(30)));
+        log.push("status", "{\"status\":\"stopped\"}".into(), true);
+        let s = t.join().unwrap();
+        assert_eq!(s.events[0].id, 6);
+        assert!(s.closed);
+    }
+
+    #[test]
+    fn checkpoints_round_trip_bytes() {
+        let dir = std::env::temp_dir().join(format!("kubegate-ckpt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("s.checkpoint.json");
+        let files = vec![
+            ("a.txt".to_string(), b"hi".to_vec()),
+            ("b/c.bin".to_string(), vec![0, 255]),
+        ];
+        write_checkpoint(&path, &files).unwrap();
+        assert_eq!(read_checkpoint(&path).unwrap(), files);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        std::fs::write(&path, b"{\"files\":[{\"path\":1}]}").unwrap();
+        assert!(read_checkpoint(&path).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,261 @@
+//! Watch sessions through a real `kubegate serve` on its embedded sim:
+//! create, follow the event stream to `running`, list and get, another
+//! principal's 404, delete leaving no pod; a failing start reports its
+//! stage and leaves no pod; bad requests get their codes before anything
+//! is created. Waits are conditions with deadlines.
+
+mod common;
+
+use common::daemon::{DaemonProc, SseClient, SseEvent};
+use common::wait_for;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// A second principal, `other`, with token `other-token`.
+fn with_other_principal(c: String) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(b"other-token");
+    let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{c}\n[[principal]]\nname = \"other\"\ntoken_sha256 = \"{hex}\"\nworkspaces = []\nmay_start_sessions = true\n"
+    )
+}
+
+fn start_body(image: Option<&str>) -> Value {
+    let mut b = json!({
+        "apps": [{"name": "web", "entry": "main.sh", "command": ["sh", "main.sh"], "io": "streams"}],
+        "bundle": {"files": [
+            {"path": "main.sh", "content": "echo started; while :; do sleep 1; done"},
+            {"path": "data/readme.txt", "content": "aGVsbG8=", "encoding": "base64"}
+        ]}
+    });
+    if let Some(i) = image {
+        b["image"] = json!(i);
+    }
+    b
+}
+
+fn session_pods(d: &DaemonProc, id: &str) -> Vec<String> {
+    let out = d.kubectl_ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            "default",
+            "-l",
+            &format!("kubegate.dev/session-id={id}"),
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+        None,
+    );
+    out.split_whitespace().map(str::to_string).collect()
+}
+
+fn status_of(e: &SseEvent) -> Option<&str> {
+    (e.event == "status")
+        .then(|| e.data["status"].as_str())
+        .flatten()
+}
+
+#[test]
+fn a_session_starts_runs_and_stops_leaving_no_pod() {
+    let d = DaemonProc::start_with(with_other_principal, "info");
+    let (st, v) = d.json("POST", "/v1/sessions", Some(&start_body(None)));
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().expect("sessionId").to_string();
+    assert_eq!(v["streamUrl"], format!("/v1/sessions/{id}/events"));
+    assert_eq!(v["ioUrl"], format!("/v1/sessions/{id}/io"));
+    assert!(v["createdAt"].as_str().unwrap().ends_with('Z'));
+
+    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
+    let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
+    let last = seen.last().expect("events");
+    assert_eq!(status_of(last), Some("running"), "{seen:#?}");
+    assert_eq!(status_of(&seen[0]), Some("starting"));
+    assert!(seen.iter().any(|e| e.event == "progress"), "{seen:#?}");
+    let ids: Vec<u64> = seen.iter().filter_map(|e| e.id).collect();
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "{ids:?}");
+
+    // Get and list show it; another principal does not see it.
+    let (st, g) = d.json("GET", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(st, 200);
+    assert_eq!(g["status"], "running");
+    assert_eq!(g["apps"][0]["name"], "web");
+    let (_, l) = d.json("GET", "/v1/sessions", None);
+    assert_eq!(l["sessions"][0]["sessionId"], id.as_str());
+    let (st, _) = d.request(
+        "GET",
+        &format!("/v1/sessions/{id}"),
+        Some("other-token"),
+        None,
+    );
+    assert_eq!(st, 404);
+    let (st, _) = d.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}"),
+        Some("other-token"),
+        None,
+    );
+    assert_eq!(st, 404);
+    let (_, l) = d.request("GET", "/v1/sessions", Some("other-token"), None);
+    let l: Value = serde_json::from_slice(&l).unwrap();
+    assert_eq!(l["sessions"], json!([]));
+    assert_eq!(session_pods(&d, &id).len(), 1);
+
+    // Replay from Last-Event-ID: exactly what came after it.
+    let mut again = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), Some(ids[1]));
+    let first = again.next().expect("an event");
+    assert_eq!(first.id, Some(ids[1] + 1));
+
+    // Stop: 204, then `stopped` ends the stream, and the pod is gone.
+    let (st, _) = d.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}"),
+        Some(&d.token),
+        None,
+    );
+    assert_eq!(st, 204);
+    let rest = sse.until(|e| status_of(e) == Some("stopped"));
+    assert_eq!(
+        rest.last().and_then(status_of),
+        Some("stopped"),
+        "{rest:#?}"
+    );
+    assert!(
+        sse.next().is_none(),
+        "the stream ends after a terminal status"
+    );
+    wait_for(
+        "the session pod to be gone",
+        Duration::from_secs(30),
+        || session_pods(&d, &id).is_empty().then_some(()),
+    );
+    let (st, _) = d.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}"),
+        Some(&d.token),
+        None,
+    );
+    assert_eq!(st, 204, "deleting a stopped session is still 204");
+    let (st, _) = d.request("DELETE", "/v1/sessions/abcdefghijkl", Some(&d.token), None);
+    assert_eq!(st, 404);
+    // The record is on disk, private.
+    let rec = d
+        .dir
+        .join("state")
+        .join("sessions")
+        .join(format!("{id}.json"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&rec).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+#[test]
+fn a_failing_start_reports_its_stage_and_leaves_no_pod() {
+    let d = DaemonProc::start_with(
+        |c| {
+            c.replace(
+                "[cluster.sim]\n",
+                "[cluster.sim]\nfail_images = [\"broken/*\"]\n",
+            )
+            .replace("[sessions]\n", "[sessions]\nstart_deadline_secs = 3\n")
+        },
+        "info",
+    );
+    let (st, v) = d.json(
+        "POST",
+        "/v1/sessions",
+        Some(&start_body(Some("broken/app:1"))),
+    );
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().unwrap().to_string();
+    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
+    let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed" | "stopped")));
+    assert!(
+        seen.iter().any(|e| e.data["message"] == "Pulling image"),
+        "the provisioning messages: {seen:#?}"
+    );
+    let last = seen.last().expect("events");
+    assert_eq!(status_of(last), Some("failed"), "{seen:#?}");
+    assert_eq!(last.data["error"]["stage"], "schedule", "{last:?}");
+    assert!(
+        !last.data["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .is_empty(),
+        "{last:?}"
+    );
+    wait_for("no session pod", Duration::from_secs(30), || {
+        session_pods(&d, &id).is_empty().then_some(())
+    });
+    let (_, g) = d.json("GET", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(g["status"], "failed");
+}
+
+#[test]
+fn bad_session_requests_get_their_codes_before_anything_is_created() {
+    let d = DaemonProc::start();
+    let app = |name: &str| json!({"name": name, "entry": "main.sh"});
+    let bundle = json!({"files": [{"path": "main.sh", "content": "true"}]});
+    let cases = vec![
+        (
+            json!({"apps": [app("Web")], "bundle": bundle}),
+            "INVALID_APP_NAME",
+        ),
+        (
+            json!({"apps": [app("web"), app("web")], "bundle": bundle}),
+            "DUPLICATE_APP_NAME",
+        ),
+        (
+            json!({"apps": [app("workspace")], "bundle": bundle}),
+            "RESERVED_APP_NAME",
+        ),
+        (
+            json!({"apps": [
+                {"name": "a", "entry": "main.sh", "ports": [{"port": 8080}]},
+                {"name": "b", "entry": "main.sh", "ports": [{"port": 8080}]}
+            ], "bundle": bundle}),
+            "PORT_CONFLICT",
+        ),
+        (
+            json!({"apps": [app("web")], "bundle": {"files": [{"path": "../x", "content": ""}]}}),
+            "INVALID_PATH",
+        ),
+        (
+            json!({"apps": [app("web")], "bundle": {"files": [{"path": "/etc/x", "content": ""}]}}),
+            "INVALID_PATH",
+        ),
+        (
+            json!({"apps": [app("web")], "bundle": {"files": [{"path": "main.sh", "content": "%%", "encoding": "base64"}]}}),
+            "INVALID_BUNDLE",
+        ),
+        (json!({"apps": "web", "bundle": bundle}), "BAD_REQUEST"),
+    ];
+    for (body, code) in cases {
+        let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (400, Some(code)),
+            "{body} -> {v}"
+        );
+    }
+    let (_, l) = d.json("GET", "/v1/sessions", None);
+    assert_eq!(l["sessions"], json!([]));
+    let pods = d.kubectl_ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            "default",
+            "-l",
+            "kubegate.dev/mode=watch",
+            "-o",
+            "name",
+        ],
+        None,
+    );
+    assert_eq!(pods.trim(), "", "a pod was created");
+}
