@@ -535,13 +535,21 @@ fn provisioning_progress() {
         msg(json!({"containerStatuses": [waiting("app-a", "CreateContainerConfigError")]})),
         "CreateContainerConfigError"
     );
-    // Init containers come first.
+    // Init containers come first...
+    assert_eq!(
+        msg(json!({
+            "initContainerStatuses": [waiting("install-kubegate", "PodInitializing")],
+            "containerStatuses": [waiting("app-a", "ContainerCreating")]
+        })),
+        "Delivering application"
+    );
+    // ...but an image that cannot be pulled is said first wherever it is.
     assert_eq!(
         msg(json!({
             "initContainerStatuses": [waiting("install-kubegate", "PodInitializing")],
             "containerStatuses": [waiting("app-a", "ErrImagePull")]
         })),
-        "Delivering application"
+        "Pulling image"
     );
     // The first WAITING one: a running container is skipped.
     assert_eq!(
