@@ -243,6 +243,38 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// An error the HTTP server answers itself, in our vocabulary.
+    pub fn from_http(err: &crate::http::HttpError) -> ApiError {
+        use crate::http::HttpError;
+        match err {
+            HttpError::BadRequest(m) => ApiError::new(Code::BadRequest, m.clone()),
+            HttpError::HeadersTooLarge => {
+                ApiError::new(Code::HeadersTooLarge, "request head too large")
+            }
+            HttpError::BodyTooLarge { limit } => ApiError::new(
+                Code::BodyTooLarge,
+                format!("request body larger than {limit} bytes"),
+            ),
+            HttpError::Overloaded => ApiError::new(Code::Overloaded, "too many connections"),
+            HttpError::Internal => ApiError::new(Code::Internal, "internal error"),
+        }
+    }
+
+    /// The HTTP answer: the status of the code and the JSON shape.
+    pub fn response(&self) -> crate::http::Response {
+        crate::http::Response::json(self.status(), self.body().to_string().into_bytes())
+    }
+
+    /// The answer to an error the server found itself: our JSON body, the
+    /// server's status (431 and 503 are HTTP's own).
+    pub fn http_response(err: &crate::http::HttpError) -> crate::http::Response {
+        let mut r = ApiError::from_http(err).response();
+        r.status = err.status();
+        r
+    }
+}
+
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.code, self.message)

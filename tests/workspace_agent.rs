@@ -14,7 +14,7 @@ use base64::Engine as _;
 use common::{run_with_timeout, temp_dir, terminate, KUBEGATE};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -88,23 +88,8 @@ impl AgentProc {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn kubegate workspace-agent");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = r.read_line(&mut line);
-            let _ = tx.send(line);
-            let mut sink = Vec::new();
-            let _ = r.read_to_end(&mut sink);
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(l) => l,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the agent did not print its listening line within 30 s");
-            }
+        let Some(line) = common::first_line(&mut child, Duration::from_secs(30)) else {
+            panic!("the agent did not print its listening line within 30 s");
         };
         let Some(url) = line
             .trim()

@@ -159,7 +159,7 @@ fn json_body<T: serde::Serialize>(v: &T) -> Response {
 
 /// An [`ApiError`] as its answer: the status of its code, the JSON shape.
 fn api_error(e: &ApiError) -> Response {
-    Response::json(e.status(), e.body().to_string().into_bytes())
+    e.response()
 }
 
 /// The routes behind the token, and their methods.
@@ -364,22 +364,7 @@ impl Handler for Agent {
     }
 
     fn error_response(&self, err: &HttpError) -> Response {
-        let e = match err {
-            HttpError::BadRequest(m) => ApiError::new(Code::BadRequest, m.clone()),
-            HttpError::HeadersTooLarge => {
-                ApiError::new(Code::HeadersTooLarge, "request head too large")
-            }
-            HttpError::BodyTooLarge { limit } => ApiError::new(
-                Code::BodyTooLarge,
-                format!("request body larger than {limit} bytes"),
-            ),
-            HttpError::Overloaded => ApiError::new(Code::Overloaded, "too many connections"),
-            HttpError::Internal => ApiError::new(Code::Internal, "internal error"),
-        };
-        let mut r = api_error(&e);
-        // The server decides the status of its own errors.
-        r.status = err.status();
-        r.with_header(PROTOCOL_HEADER, &AGENT_PROTOCOL.to_string())
+        ApiError::http_response(err).with_header(PROTOCOL_HEADER, &AGENT_PROTOCOL.to_string())
     }
 }
 

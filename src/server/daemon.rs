@@ -527,7 +527,7 @@ pub fn error_response(status: u16, code: &str, message: &str) -> Response {
 /// An [`ApiError`] as its HTTP answer: the status of its code (one table,
 /// `api::Code::status`) and the JSON shape.
 pub fn api_error(e: &ApiError) -> Response {
-    Response::json(e.status(), e.body().to_string().into_bytes())
+    e.response()
 }
 
 /// The front door's handler: routing, authentication, and the exec gateway.
@@ -900,25 +900,10 @@ impl Handler for FrontDoor {
     }
 
     fn error_response(&self, err: &HttpError) -> Response {
-        let e = match err {
-            HttpError::BadRequest(m) => ApiError::new(Code::BadRequest, m.clone()),
-            HttpError::HeadersTooLarge => {
-                ApiError::new(Code::HeadersTooLarge, "request head too large")
-            }
-            HttpError::BodyTooLarge { limit } => ApiError::new(
-                Code::BodyTooLarge,
-                format!("request body larger than {limit} bytes"),
-            ),
-            HttpError::Overloaded => ApiError::new(Code::Overloaded, "too many connections"),
-            HttpError::Internal => ApiError::new(Code::Internal, "internal error"),
-        };
+        let e = ApiError::from_http(err);
         self.metrics
             .inc("kubegate_api_errors_total", format!("code=\"{}\"", e.code));
-        let mut r = api_error(&e);
-        // The server decides the status of its own errors (431 and 503 are
-        // the HTTP ones); the body carries our code.
-        r.status = err.status();
-        r
+        ApiError::http_response(err)
     }
 }
 

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use super::{temp_dir, wait_for, KUBEGATE};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -70,26 +70,11 @@ impl DaemonProc {
                 let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
             }
         });
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        std::thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            let mut first = String::new();
-            let _ = r.read_line(&mut first);
-            let _ = tx.send(first);
-            let mut rest = Vec::new();
-            let _ = r.read_to_end(&mut rest);
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(90)) {
-            Ok(l) => l,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "kubegate serve printed no line within 90 s; log:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
+        let Some(line) = super::first_line(&mut child, Duration::from_secs(90)) else {
+            panic!(
+                "kubegate serve printed no line within 90 s; log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
         };
         let url = match line
             .strip_suffix('\n')

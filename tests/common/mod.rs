@@ -28,6 +28,30 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
+/// The first line a child prints on its piped stdout (the rest is drained,
+/// so the child never blocks on a full pipe). `None` after `within`, with
+/// the child killed and reaped.
+pub fn first_line(child: &mut Child, within: Duration) -> Option<String> {
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(stdout);
+        let mut line = String::new();
+        let _ = r.read_line(&mut line);
+        let _ = tx.send(line);
+        let mut sink = Vec::new();
+        let _ = r.read_to_end(&mut sink);
+    });
+    match rx.recv_timeout(within) {
+        Ok(l) => Some(l),
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            None
+        }
+    }
+}
+
 /// Polls `f` until it returns Some or the deadline passes.
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
@@ -72,23 +96,8 @@ impl SimProc {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("spawn kubegate sim");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = r.read_line(&mut line);
-            let _ = tx.send(line);
-            // Keep draining so the sim never blocks on stdout.
-            let mut sink = Vec::new();
-            let _ = r.read_to_end(&mut sink);
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(l) => l,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("kubegate sim did not print its listening line within 30 s");
-            }
+        let Some(line) = first_line(&mut child, Duration::from_secs(30)) else {
+            panic!("kubegate sim did not print its listening line within 30 s");
         };
         let url = line
             .trim()
