@@ -20,6 +20,7 @@ mod agent_ops;
 pub mod engine;
 pub mod machine;
 pub mod pod;
+pub mod relay;
 pub mod spec;
 pub mod sse;
 

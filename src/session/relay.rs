@@ -1,0 +1,1109 @@
+//! The session's live links to its pod's ports (sessions.md "While
+//! running"), all through the pod-access seam (`session::access`), so they
+//! work in both `[cluster] pod_access` modes:
+//!
+//! - the debug relay ([`start_relay`]): one thread per app streaming
+//!   `GET /events` from the app's debug port, parsing server-sent events
+//!   (`session::sse`) and handing every valid JSON frame to a callback;
+//!   retries with backoff (0.5 s doubling to 5 s) until stopped, resuming
+//!   with `Last-Event-ID`;
+//! - the reachability prober ([`start_probe`]): one thread per tcp port,
+//!   `checking` at once, `reachable` on the first accepted connection,
+//!   `unreachable` once after 30 s, then slower probes;
+//! - the port proxy helper ([`proxy_http`]): one HTTP exchange for the
+//!   daemon's `…/ports/{port}/{path}` route, without hop-by-hop headers nor
+//!   the client's `Authorization`.
+//!
+//! Threads: a relay is a `session-relay` thread, a probe a `session-probe`
+//! thread; each is told to stop through its handle (`stop()`, or `Drop`):
+//! a flag, a disconnected channel that ends any wait at once (waits are
+//! `recv_timeout` on it, never a bare sleep), and for the relay the current
+//! stream's canceller, which cuts a blocked read. `stop()` never waits for
+//! the thread (the engine's owner thread calls it, and the callbacks may be
+//! sending to that owner's bounded inbox: waiting could deadlock).
+//! Callbacks are not called once the thread has seen the stop; a frame or
+//! state being delivered at the very moment of the stop may still arrive,
+//! which the machine tolerates (every input names its pod, and a stopped
+//! probe's port is no longer in its set). A thread blocked in a connect or
+//! a probe ends when that call returns (bounded by its timeout).
+//! `stop_and_wait` is there for tests and shutdown.
+
+use crate::session::access::{AccessError, PodAccess, PodRequest, PodResponse, PodTarget};
+use crate::session::access::{StreamCanceller, StreamHandle};
+use crate::session::machine::Reach;
+use crate::session::sse::{SseError, SseParser};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use serde_json::Value;
+use std::io::{ErrorKind, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use ureq::http::Method;
+
+/// The path of an app's event stream on its debug port.
+pub const EVENTS_PATH: &str = "/events";
+
+// ------------------------------------------------------------- stopping
+
+/// What a handle and its thread share to stop it.
+struct Stop {
+    stopped: AtomicBool,
+    /// Dropped by `stop()`: the thread's waits end at once.
+    wake: Mutex<Option<Sender<()>>>,
+    /// The relay's current stream, cut by `stop()`.
+    current: Mutex<Option<StreamCanceller>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Stop {
+    /// The shared state and the thread's end of the wake channel.
+    fn new() -> (Arc<Stop>, Receiver<()>) {
+        let (tx, rx) = bounded(1);
+        let s = Stop {
+            stopped: AtomicBool::new(false),
+            wake: Mutex::new(Some(tx)),
+            current: Mutex::new(None),
+        };
+        (Arc::new(s), rx)
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    fn stop(&self) {
+        // The flag and the canceller slot change under the slot's lock, so
+        // a stream that opens while we stop is either cut here or never
+        // registered (the thread then cuts it itself).
+        let current = {
+            let mut slot = lock(&self.current);
+            self.stopped.store(true, Ordering::SeqCst);
+            slot.take()
+        };
+        if let Some(c) = current {
+            c.cancel();
+        }
+        lock(&self.wake).take();
+    }
+
+    /// Registers the stream being read; false (and the stream cut) when
+    /// the stop came first.
+    fn set_current(&self, c: StreamCanceller) -> bool {
+        let mut slot = lock(&self.current);
+        if self.is_stopped() {
+            drop(slot);
+            c.cancel();
+            return false;
+        }
+        *slot = Some(c);
+        true
+    }
+
+    fn clear_current(&self) {
+        lock(&self.current).take();
+    }
+}
+
+/// Waits `d` on the wake channel: true when the time passed, false when
+/// the thread must stop.
+fn wait(wake: &Receiver<()>, stop: &Stop, d: Duration) -> bool {
+    if stop.is_stopped() {
+        return false;
+    }
+    matches!(wake.recv_timeout(d), Err(RecvTimeoutError::Timeout)) && !stop.is_stopped()
+}
+
+/// The thread behind a handle.
+struct Worker {
+    stop: Arc<Stop>,
+    /// Disconnected when the thread ends (its sender is dropped then).
+    done: Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    fn spawn(name: &str, f: impl FnOnce(&Stop, &Receiver<()>) + Send + 'static) -> Worker {
+        let (stop, wake) = Stop::new();
+        let (done_tx, done) = bounded::<()>(1);
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let _done = done_tx;
+                f(&s, &wake);
+            });
+        let thread = match thread {
+            Ok(t) => Some(t),
+            Err(e) => {
+                log::error!("spawning a {name} thread: {e}");
+                None
+            }
+        };
+        Worker { stop, done, thread }
+    }
+
+    fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    fn stop_and_wait(&mut self, timeout: Duration) -> bool {
+        self.stop.stop();
+        match self.done.recv_timeout(timeout) {
+            Err(RecvTimeoutError::Timeout) => false,
+            _ => {
+                if let Some(t) = self.thread.take() {
+                    let _ = t.join();
+                }
+                true
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- relay
+
+/// The relay's timings (the defaults are the spec's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayTimings {
+    /// The wait after the first failure (and after any stream that
+    /// delivered a frame): 0.5 s.
+    pub first_retry: Duration,
+    /// The longest wait between attempts: 5 s.
+    pub max_retry: Duration,
+    /// The stream is given up (and retried) when nothing, not even a
+    /// heartbeat comment, arrives for this long: 60 s. Also bounds the wait
+    /// for the answer's head.
+    pub idle: Duration,
+}
+
+impl Default for RelayTimings {
+    fn default() -> Self {
+        RelayTimings {
+            first_retry: Duration::from_millis(500),
+            max_retry: Duration::from_secs(5),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The wait before the next attempt: `first`, doubling to `max` while
+/// attempts keep failing, back to `first` after a stream that delivered.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub fn new(first: Duration, max: Duration) -> Backoff {
+        Backoff {
+            first,
+            max: max.max(first),
+            next: first,
+        }
+    }
+
+    /// The wait after an attempt (`delivered`: it gave at least a frame).
+    pub fn after(&mut self, delivered: bool) -> Duration {
+        if delivered {
+            self.next = self.first;
+        }
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+}
+
+/// A running relay; stops when told or dropped.
+pub struct RelayHandle {
+    worker: Worker,
+}
+
+impl RelayHandle {
+    /// Ends the relay: cuts the stream being read, ends a backoff wait.
+    /// Returns at once (see the module documentation).
+    pub fn stop(&self) {
+        self.worker.stop.stop();
+    }
+
+    /// [`RelayHandle::stop`], then waits up to `timeout` for the thread to
+    /// end; true when it did.
+    pub fn stop_and_wait(mut self, timeout: Duration) -> bool {
+        self.worker.stop_and_wait(timeout)
+    }
+
+    /// Whether the thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.worker.is_finished()
+    }
+}
+
+impl Drop for RelayHandle {
+    fn drop(&mut self) {
+        self.worker.stop.stop();
+    }
+}
+
+/// Relays `GET /events` of `port` with the default timings.
+pub fn start_relay(
+    access: Arc<dyn PodAccess>,
+    target: PodTarget,
+    port: u16,
+    on_frame: impl Fn(Value) + Send + 'static,
+) -> RelayHandle {
+    start_relay_with(access, target, port, RelayTimings::default(), on_frame)
+}
+
+/// Relays `GET /events` of `port`: every valid frame ([`parse_frame`]) goes
+/// to `on_frame`, in order, on the relay's thread.
+pub fn start_relay_with(
+    access: Arc<dyn PodAccess>,
+    target: PodTarget,
+    port: u16,
+    timings: RelayTimings,
+    on_frame: impl Fn(Value) + Send + 'static,
+) -> RelayHandle {
+    let worker = Worker::spawn("session-relay", move |stop, wake| {
+        relay_loop(&*access, &target, port, timings, stop, wake, &on_frame)
+    });
+    RelayHandle { worker }
+}
+
+fn relay_loop(
+    access: &dyn PodAccess,
+    target: &PodTarget,
+    port: u16,
+    timings: RelayTimings,
+    stop: &Stop,
+    wake: &Receiver<()>,
+    on_frame: &dyn Fn(Value),
+) {
+    let mut parser = SseParser::default();
+    let mut backoff = Backoff::new(timings.first_retry, timings.max_retry);
+    let what = format!("debug stream {}:{port}{EVENTS_PATH}", target.name);
+    let mut last_error = String::new();
+    loop {
+        if stop.is_stopped() {
+            return;
+        }
+        let mut headers = vec![
+            ("Accept".to_string(), "text/event-stream".to_string()),
+            ("Cache-Control".to_string(), "no-cache".to_string()),
+        ];
+        if let Some(id) = parser.last_event_id() {
+            headers.push(("Last-Event-ID".to_string(), id.to_string()));
+        }
+        parser.reset();
+        let delivered = match access.stream(target, port, EVENTS_PATH, &headers, timings.idle) {
+            Ok(s) => {
+                if !stop.set_current(s.canceller()) {
+                    return;
+                }
+                last_error.clear();
+                log::debug!("{what}: connected");
+                let n = read_stream(s, &mut parser, stop, on_frame, &what);
+                stop.clear_current();
+                n
+            }
+            Err(e) => {
+                // Apps without an event stream are common: say it once.
+                let m = e.to_string();
+                if m != last_error {
+                    log::debug!("{what}: {m}");
+                    last_error = m;
+                }
+                0
+            }
+        };
+        if !wait(wake, stop, backoff.after(delivered > 0)) {
+            return;
+        }
+    }
+}
+
+/// Reads one stream to its end (or error, or stop); the number of frames
+/// delivered.
+fn read_stream(
+    mut s: StreamHandle,
+    parser: &mut SseParser,
+    stop: &Stop,
+    on_frame: &dyn Fn(Value),
+    what: &str,
+) -> usize {
+    let mut delivered = 0;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match s.read(&mut buf) {
+            Ok(0) => {
+                log::debug!("{what}: ended");
+                return delivered;
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => {
+                if !stop.is_stopped() {
+                    log::debug!("{what}: {e}");
+                }
+                return delivered;
+            }
+        };
+        parser.push(&buf[..n]);
+        while let Some(ev) = parser.next_event() {
+            match ev {
+                Ok(ev) => {
+                    if let Some(frame) = parse_frame(&ev.data) {
+                        if stop.is_stopped() {
+                            return delivered;
+                        }
+                        on_frame(frame);
+                        delivered += 1;
+                    }
+                }
+                Err(e @ SseError::TooLarge { .. }) => log::warn!("{what}: {e}"),
+            }
+        }
+    }
+}
+
+/// A debug frame from an event's data, or `None` (skipped): a JSON object
+/// that is either an event (`kind` absent or `"event"`, `event` a string;
+/// `timestamp`, `payload`, `metadata` optional and passed as they are) or a
+/// log line (`kind: "log"`, `stream` and `line` strings). Nothing is added
+/// or removed: subscribers get the app's object.
+pub fn parse_frame(data: &str) -> Option<Value> {
+    let v: Value = serde_json::from_str(data).ok()?;
+    let obj = v.as_object()?;
+    let is_str = |k: &str| obj.get(k).is_some_and(Value::is_string);
+    let ok = match obj.get("kind") {
+        None => is_str("event"),
+        Some(Value::String(k)) if k == "event" => is_str("event"),
+        Some(Value::String(k)) if k == "log" => is_str("stream") && is_str("line"),
+        Some(_) => false,
+    };
+    ok.then_some(v)
+}
+
+// ---------------------------------------------------------------- probe
+
+/// The prober's timings (the defaults are the spec's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeTimings {
+    /// Between probe starts until `unreachable` is reported: 1 s.
+    pub interval: Duration,
+    /// One probe's timeout: 1 s.
+    pub timeout: Duration,
+    /// Without success for this long, `unreachable` (once): 30 s.
+    pub unreachable_after: Duration,
+    /// Between probe starts after that: 5 s.
+    pub slow_interval: Duration,
+}
+
+impl Default for ProbeTimings {
+    fn default() -> Self {
+        ProbeTimings {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            unreachable_after: Duration::from_secs(30),
+            slow_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A running probe; stops when told, dropped, or after `reachable`.
+pub struct ProbeHandle {
+    worker: Worker,
+}
+
+impl ProbeHandle {
+    /// Ends the probe (a probe in flight ends within its timeout; no state
+    /// is reported after it). Returns at once.
+    pub fn stop(&self) {
+        self.worker.stop.stop();
+    }
+
+    /// [`ProbeHandle::stop`], then waits up to `timeout` for the thread to
+    /// end; true when it did.
+    pub fn stop_and_wait(mut self, timeout: Duration) -> bool {
+        self.worker.stop_and_wait(timeout)
+    }
+
+    /// Whether the thread has ended (stopped, or `reachable` reported).
+    pub fn is_finished(&self) -> bool {
+        self.worker.is_finished()
+    }
+}
+
+impl Drop for ProbeHandle {
+    fn drop(&mut self) {
+        self.worker.stop.stop();
+    }
+}
+
+/// Probes `port` with the default timings.
+pub fn start_probe(
+    access: Arc<dyn PodAccess>,
+    target: PodTarget,
+    port: u16,
+    on_state: impl Fn(Reach) + Send + 'static,
+) -> ProbeHandle {
+    start_probe_with(access, target, port, ProbeTimings::default(), on_state)
+}
+
+/// Probes `port` (`PodAccess::probe_tcp`): `Checking` at once, `Reachable`
+/// on the first success (then the thread ends), `Unreachable` once after
+/// `unreachable_after` without success, then slower probes that may still
+/// report `Reachable`. A failure to ask (the pod not found, the API server
+/// refusing) counts as not reachable; the engine stops the probe with the
+/// pod.
+pub fn start_probe_with(
+    access: Arc<dyn PodAccess>,
+    target: PodTarget,
+    port: u16,
+    timings: ProbeTimings,
+    on_state: impl Fn(Reach) + Send + 'static,
+) -> ProbeHandle {
+    let worker = Worker::spawn("session-probe", move |stop, wake| {
+        probe_loop(&*access, &target, port, timings, stop, wake, &on_state)
+    });
+    ProbeHandle { worker }
+}
+
+fn probe_loop(
+    access: &dyn PodAccess,
+    target: &PodTarget,
+    port: u16,
+    timings: ProbeTimings,
+    stop: &Stop,
+    wake: &Receiver<()>,
+    on_state: &dyn Fn(Reach),
+) {
+    let tell = |r: Reach| {
+        if !stop.is_stopped() {
+            on_state(r);
+        }
+    };
+    tell(Reach::Checking);
+    let start = Instant::now();
+    let mut told_unreachable = false;
+    let mut last_error = String::new();
+    loop {
+        if stop.is_stopped() {
+            return;
+        }
+        let t0 = Instant::now();
+        let ok = match access.probe_tcp(target, port, timings.timeout) {
+            Ok(ok) => ok,
+            Err(e) => {
+                let m = e.to_string();
+                if m != last_error {
+                    log::debug!("probing {}:{port}: {m}", target.name);
+                    last_error = m;
+                }
+                false
+            }
+        };
+        if ok {
+            tell(Reach::Reachable);
+            return;
+        }
+        if !told_unreachable && start.elapsed() >= timings.unreachable_after {
+            told_unreachable = true;
+            tell(Reach::Unreachable);
+        }
+        let every = if told_unreachable {
+            timings.slow_interval
+        } else {
+            timings.interval
+        };
+        if !wait(
+            wake,
+            stop,
+            (t0 + every).saturating_duration_since(Instant::now()),
+        ) {
+            return;
+        }
+    }
+}
+
+// ----------------------------------------------------------- port proxy
+
+/// Bounds of one proxied exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyLimits {
+    /// The whole exchange: 60 s (api-proxy: see `session::access`).
+    pub timeout: Duration,
+    /// The app's answer body: 16 MiB (the answer is read whole).
+    pub max_response_bytes: usize,
+}
+
+impl Default for ProxyLimits {
+    fn default() -> Self {
+        ProxyLimits {
+            timeout: Duration::from_secs(60),
+            max_response_bytes: 16 << 20,
+        }
+    }
+}
+
+/// Hop-by-hop headers (RFC 9110 section 7.6.1, plus the old
+/// `Proxy-Connection` and `Keep-Alive`), and the framing headers: the
+/// exchange below re-frames both ways.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "host",
+];
+
+/// `headers` without hop-by-hop ones (those above and those the
+/// `Connection` header names) and without `also`.
+pub fn end_to_end_headers(headers: &[(String, String)], also: &[&str]) -> Vec<(String, String)> {
+    let named: Vec<String> = headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, v)| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    headers
+        .iter()
+        .filter(|(k, _)| {
+            let k = k.to_ascii_lowercase();
+            !HOP_BY_HOP.contains(&k.as_str())
+                && !also.iter().any(|a| a.eq_ignore_ascii_case(&k))
+                && !named.contains(&k)
+        })
+        .cloned()
+        .collect()
+}
+
+/// One HTTP exchange with `port` of the pod for the daemon's port proxy
+/// route, with the default [`ProxyLimits`].
+pub fn proxy_http(
+    access: &dyn PodAccess,
+    target: &PodTarget,
+    port: u16,
+    method: Method,
+    path_and_query: &str,
+    headers: &[(String, String)],
+    body: Option<Vec<u8>>,
+) -> Result<PodResponse, AccessError> {
+    proxy_http_with(
+        access,
+        target,
+        port,
+        method,
+        path_and_query,
+        headers,
+        body,
+        ProxyLimits::default(),
+    )
+}
+
+/// [`proxy_http`] with explicit bounds. The client's hop-by-hop headers
+/// and its `Authorization` (kubegate's credential, not the app's) are
+/// dropped; so are the answer's hop-by-hop and framing headers (the body
+/// comes back whole; the route frames it anew). The app's status, errors
+/// included, is the answer; `AccessError` is for no answer at all.
+#[allow(clippy::too_many_arguments)]
+pub fn proxy_http_with(
+    access: &dyn PodAccess,
+    target: &PodTarget,
+    port: u16,
+    method: Method,
+    path_and_query: &str,
+    headers: &[(String, String)],
+    body: Option<Vec<u8>>,
+    limits: ProxyLimits,
+) -> Result<PodResponse, AccessError> {
+    let req = PodRequest {
+        method,
+        path: path_and_query.to_string(),
+        headers: end_to_end_headers(headers, &["authorization"]),
+        body,
+        timeout: limits.timeout,
+        max_response_bytes: limits.max_response_bytes,
+    };
+    let mut resp = access.request(target, port, &req)?;
+    resp.headers = end_to_end_headers(&resp.headers, &[]);
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::access::DirectAccess;
+    use crossbeam_channel::unbounded;
+    use serde_json::json;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    /// One connection as the server saw it: when it came, its request head
+    /// (names lower-cased) and body.
+    struct Conn {
+        at: Instant,
+        head: String,
+        body: Vec<u8>,
+    }
+
+    /// A scripted HTTP server on 127.0.0.1: every connection's request is
+    /// reported on `conns`, then `handler(index, socket)` answers.
+    struct Script {
+        port: u16,
+        conns: Receiver<Conn>,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl Drop for Script {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            // Wakes the accept.
+            let _ = TcpStream::connect(("127.0.0.1", self.port));
+        }
+    }
+
+    fn script(handler: impl Fn(usize, TcpStream) + Send + Sync + 'static) -> Script {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let (tx, conns) = unbounded();
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let handler = Arc::new(handler);
+        std::thread::spawn(move || {
+            for (i, s) in l.incoming().enumerate() {
+                if st.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(s) = s else { continue };
+                let (tx, handler) = (tx.clone(), handler.clone());
+                std::thread::spawn(move || {
+                    let at = Instant::now();
+                    let Ok(r) = s.try_clone() else { return };
+                    let mut r = BufReader::new(r);
+                    let mut head = String::new();
+                    let mut len = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            break;
+                        }
+                        let line = line.to_ascii_lowercase();
+                        if let Some(v) = line.strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                        head.push_str(&line);
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0u8; len];
+                    let _ = r.read_exact(&mut body);
+                    let _ = tx.send(Conn { at, head, body });
+                    handler(i, s);
+                });
+            }
+        });
+        Script { port, conns, stop }
+    }
+
+    const SSE_HEAD: &[u8] =
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n";
+
+    /// Reads until the client closes; then says so on `closed`.
+    fn hold(mut s: TcpStream, closed: &Sender<()>) {
+        let mut buf = [0u8; 1024];
+        while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+        let _ = closed.send(());
+    }
+
+    fn target() -> PodTarget {
+        PodTarget {
+            namespace: "default".into(),
+            name: "kubegate-watch-test".into(),
+            ip: "127.0.0.1".into(),
+        }
+    }
+
+    fn access() -> Arc<dyn PodAccess> {
+        Arc::new(DirectAccess::new())
+    }
+
+    fn fast_relay() -> RelayTimings {
+        RelayTimings {
+            first_retry: Duration::from_millis(10),
+            max_retry: Duration::from_millis(50),
+            idle: Duration::from_secs(10),
+        }
+    }
+
+    fn relay(port: u16, timings: RelayTimings) -> (RelayHandle, Receiver<Value>) {
+        let (tx, rx) = unbounded();
+        let h = start_relay_with(access(), target(), port, timings, move |f| {
+            let _ = tx.send(f);
+        });
+        (h, rx)
+    }
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn next<T>(rx: &Receiver<T>, what: &str) -> T {
+        rx.recv_timeout(WAIT)
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    }
+
+    /// Polls `f` until true or the deadline (never a bare sleep as a wait).
+    fn until(what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + WAIT;
+        let (_tx, tick) = bounded::<()>(1);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            let _ = tick.recv_timeout(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn frames_are_parsed_and_others_skipped() {
+        let event =
+            json!({"event": "Kernel.PortsResolved", "payload": {"ports": [{"port": 8080}]}});
+        let typed = json!({"kind": "event", "timestamp": "2024-01-01T00:00:00Z", "event": "x", "metadata": {"a": 1}});
+        let log = json!({"kind": "log", "timestamp": 1, "stream": "stdout", "line": "hi"});
+        assert_eq!(parse_frame(&event.to_string()), Some(event.clone()));
+        assert_eq!(parse_frame(&typed.to_string()), Some(typed));
+        assert_eq!(parse_frame(&log.to_string()), Some(log));
+        for bad in [
+            "",
+            "not json",
+            "[1, 2]",
+            "\"event\"",
+            "{}",
+            r#"{"event": 3}"#,
+            r#"{"kind": "other", "event": "x"}"#,
+            r#"{"kind": 1, "event": "x"}"#,
+            r#"{"kind": "log", "stream": "stdout"}"#,
+            r#"{"kind": "log", "stream": "stdout", "line": 3}"#,
+            r#"{"kind": "event", "line": "x", "stream": "stdout"}"#,
+        ] {
+            assert_eq!(parse_frame(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_resets_after_delivery() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(500), ms(5000));
+        let waits: Vec<_> = (0..7).map(|_| b.after(false)).collect();
+        assert_eq!(
+            waits,
+            [500, 1000, 2000, 4000, 5000, 5000, 5000].map(ms).to_vec()
+        );
+        assert_eq!(b.after(true), ms(500));
+        assert_eq!(b.after(false), ms(1000));
+        assert_eq!(b.after(true), ms(500));
+    }
+
+    #[test]
+    fn relay_delivers_events_and_log_lines_skipping_the_rest() {
+        let (closed_tx, closed) = unbounded();
+        let srv = script(move |_, mut s| {
+            let body: &[&[u8]] = &[
+                SSE_HEAD,
+                b": heartbeat\n\n",
+                b"data: {\"event\":\"Kernel.PortsResolved\",\"payload\":{\"ports\":[{\"port\":8080}]}}\n\n",
+                b"data: not json\n\n",
+                b"event: odd\r\ndata: [1]\r\n\r\n",
+                b"data: {\"kind\":\"log\",\"timestamp\":1,",
+                b"\"stream\":\"stderr\",\"line\":\"boom\"}\n\n",
+                b"data: {\"kind\":\"other\",\"event\":\"x\"}\n\n",
+                b"data: {\"kind\":\"log\",\n",
+                b"data: \"stream\":\"stdout\",\"line\":\"two data lines\"}\n\n",
+                b": heartbeat\n\n",
+            ];
+            for part in body {
+                if s.write_all(part).is_err() {
+                    return;
+                }
+            }
+            hold(s, &closed_tx);
+        });
+        let (h, frames) = relay(srv.port, fast_relay());
+        let conn = next(&srv.conns, "the relay's request");
+        assert!(
+            conn.head.starts_with("get /events http/1.1\r\n"),
+            "{}",
+            conn.head
+        );
+        assert!(conn.head.contains("accept: text/event-stream\r\n"));
+        assert!(!conn.head.contains("last-event-id"));
+        assert_eq!(
+            next(&frames, "the event"),
+            json!({"event": "Kernel.PortsResolved", "payload": {"ports": [{"port": 8080}]}})
+        );
+        assert_eq!(
+            next(&frames, "the log line"),
+            json!({"kind": "log", "timestamp": 1, "stream": "stderr", "line": "boom"})
+        );
+        assert_eq!(
+            next(&frames, "the split log line"),
+            json!({"kind": "log", "stream": "stdout", "line": "two data lines"})
+        );
+        assert!(h.stop_and_wait(WAIT));
+        next(&closed, "the server saw the relay close");
+        assert!(frames.try_recv().is_err(), "nothing else was delivered");
+    }
+
+    #[test]
+    fn relay_retries_with_growing_capped_waits() {
+        // Every connection is closed before an answer: an error each time.
+        let srv = script(|_, s| drop(s));
+        let ms = Duration::from_millis;
+        let timings = RelayTimings {
+            first_retry: ms(25),
+            max_retry: ms(200),
+            idle: Duration::from_secs(10),
+        };
+        let (h, _frames) = relay(srv.port, timings);
+        let at: Vec<Instant> = (0..7).map(|_| next(&srv.conns, "an attempt").at).collect();
+        let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        let nominal = [25, 50, 100, 200, 200, 200].map(ms);
+        for (g, n) in gaps.iter().zip(nominal) {
+            // A wait is never shorter than asked (small slack for the
+            // server thread's own clock reading).
+            assert!(*g + ms(5) >= n, "gaps {gaps:?}");
+        }
+        // Uncapped, the last gap would be 800 ms.
+        assert!(gaps[5] < ms(600), "capped: {gaps:?}");
+        assert!(h.stop_and_wait(WAIT));
+    }
+
+    #[test]
+    fn relay_resumes_with_last_event_id() {
+        let (closed_tx, closed) = unbounded();
+        let srv = script(move |i, mut s| {
+            let _ = s.write_all(SSE_HEAD);
+            if i == 0 {
+                // Two events, the second without an id of its own; then the
+                // stream ends.
+                let _ =
+                    s.write_all(b"id: 7\ndata: {\"event\":\"a\"}\n\ndata: {\"event\":\"b\"}\n\n");
+            } else {
+                let _ = s.write_all(b"data: {\"event\":\"c\"}\n\n");
+                hold(s, &closed_tx);
+            }
+        });
+        let (h, frames) = relay(srv.port, fast_relay());
+        let names: Vec<Value> = (0..3)
+            .map(|_| next(&frames, "a frame")["event"].clone())
+            .collect();
+        assert_eq!(names, vec![json!("a"), json!("b"), json!("c")]);
+        let first = next(&srv.conns, "the first request");
+        let second = next(&srv.conns, "the reconnect");
+        assert!(!first.head.contains("last-event-id"), "{}", first.head);
+        assert!(
+            second.head.contains("last-event-id: 7\r\n"),
+            "{}",
+            second.head
+        );
+        // A stream that delivered is retried after the first wait.
+        assert!(second.at - first.at < Duration::from_secs(5));
+        drop(h);
+        next(&closed, "dropping the handle stopped the relay");
+    }
+
+    #[test]
+    fn relay_stops_promptly_while_blocked_in_a_read() {
+        let (closed_tx, closed) = unbounded();
+        let srv = script(move |_, mut s| {
+            let _ = s.write_all(SSE_HEAD);
+            let _ = s.write_all(b"data: {\"event\":\"only\"}\n\n");
+            hold(s, &closed_tx);
+        });
+        let timings = RelayTimings {
+            idle: Duration::from_secs(600),
+            ..fast_relay()
+        };
+        let (h, frames) = relay(srv.port, timings);
+        next(&frames, "the frame");
+        // The relay now waits on a silent stream (idle time 10 minutes).
+        assert!(!h.is_finished());
+        let t0 = Instant::now();
+        assert!(h.stop_and_wait(WAIT), "the relay ended");
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        next(&closed, "the connection was closed");
+        assert_eq!(srv.conns.len(), 1, "no reconnect after the stop");
+    }
+
+    #[test]
+    fn relay_stops_promptly_in_a_backoff_wait() {
+        let srv = script(|_, s| drop(s));
+        let timings = RelayTimings {
+            first_retry: Duration::from_secs(600),
+            max_retry: Duration::from_secs(600),
+            idle: Duration::from_secs(10),
+        };
+        let (h, _frames) = relay(srv.port, timings);
+        next(&srv.conns, "the first attempt");
+        let t0 = Instant::now();
+        assert!(h.stop_and_wait(WAIT));
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    }
+
+    /// A port nothing listens on (bound, then released).
+    fn free_port() -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    }
+
+    fn probe(port: u16, timings: ProbeTimings) -> (ProbeHandle, Receiver<Reach>) {
+        let (tx, rx) = unbounded();
+        let h = start_probe_with(access(), target(), port, timings, move |r| {
+            let _ = tx.send(r);
+        });
+        (h, rx)
+    }
+
+    /// Every state until the probe's thread ends (its callback, holding the
+    /// sender, is dropped then).
+    fn rest(rx: &Receiver<Reach>) -> Vec<Reach> {
+        let mut out = Vec::new();
+        loop {
+            match rx.recv_timeout(WAIT) {
+                Ok(r) => out.push(r),
+                Err(RecvTimeoutError::Disconnected) => return out,
+                Err(RecvTimeoutError::Timeout) => panic!("the probe did not end: {out:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn probe_checking_then_reachable_when_a_listener_appears() {
+        let port = free_port();
+        let ms = Duration::from_millis;
+        let timings = ProbeTimings {
+            interval: ms(20),
+            timeout: ms(500),
+            unreachable_after: Duration::from_secs(600),
+            slow_interval: ms(20),
+        };
+        let (h, states) = probe(port, timings);
+        assert_eq!(next(&states, "checking"), Reach::Checking);
+        assert!(!h.is_finished(), "still probing");
+        let _l = TcpListener::bind(("127.0.0.1", port)).expect("listen on the probed port");
+        assert_eq!(rest(&states), vec![Reach::Reachable]);
+        until("the probe's thread ended", || h.is_finished());
+    }
+
+    #[test]
+    fn probe_unreachable_once_after_the_deadline_then_reachable() {
+        let port = free_port();
+        let ms = Duration::from_millis;
+        let timings = ProbeTimings {
+            interval: ms(10),
+            timeout: ms(500),
+            unreachable_after: ms(150),
+            slow_interval: ms(30),
+        };
+        let t0 = Instant::now();
+        let (_h, states) = probe(port, timings);
+        assert_eq!(next(&states, "checking"), Reach::Checking);
+        assert_eq!(next(&states, "unreachable"), Reach::Unreachable);
+        assert!(t0.elapsed() >= ms(150), "{:?}", t0.elapsed());
+        let _l = TcpListener::bind(("127.0.0.1", port)).expect("listen on the probed port");
+        assert_eq!(
+            rest(&states),
+            vec![Reach::Reachable],
+            "unreachable only once"
+        );
+    }
+
+    #[test]
+    fn probe_stops_when_told() {
+        let (h, states) = probe(free_port(), ProbeTimings::default());
+        assert_eq!(next(&states, "checking"), Reach::Checking);
+        assert!(h.stop_and_wait(WAIT));
+        assert_eq!(rest(&states), vec![]);
+    }
+
+    #[test]
+    fn proxy_drops_hop_by_hop_headers_and_authorization() {
+        let srv = script(|_, mut s| {
+            let _ = s.write_all(
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 5\r\nConnection: close, X-Hop\r\n\
+X-Hop: a\r\nKeep-Alive: timeout=5\r\nX-App: yes\r\n\r\nnope!",
+            );
+        });
+        let h = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let headers = vec![
+            h("Host", "kubegate.example"),
+            h("Authorization", "Bearer kubegate-token"),
+            h("Connection", "keep-alive, X-Secret"),
+            h("X-Secret", "hop"),
+            h("Keep-Alive", "timeout=5"),
+            h("Upgrade", "websocket"),
+            h("Proxy-Authorization", "Basic x"),
+            h("TE", "trailers"),
+            h("Content-Type", "text/plain"),
+            h("X-Foo", "bar"),
+        ];
+        let r = proxy_http(
+            &DirectAccess::new(),
+            &target(),
+            srv.port,
+            Method::POST,
+            "/api/items?x=1&y=%20",
+            &headers,
+            Some(b"hello".to_vec()),
+        )
+        .expect("an answer");
+        assert_eq!((r.status, r.body.as_slice()), (404, &b"nope!"[..]));
+        assert_eq!(r.header("x-app"), Some("yes"));
+        for gone in ["connection", "keep-alive", "x-hop", "content-length"] {
+            assert_eq!(r.header(gone), None, "{gone}");
+        }
+        let conn = next(&srv.conns, "the request");
+        assert!(
+            conn.head
+                .starts_with("post /api/items?x=1&y=%20 http/1.1\r\n"),
+            "{}",
+            conn.head
+        );
+        assert!(conn.head.contains("x-foo: bar\r\n"));
+        assert!(conn.head.contains("content-type: text/plain\r\n"));
+        for gone in [
+            "authorization",
+            "x-secret",
+            "keep-alive",
+            "upgrade",
+            "te:",
+            "kubegate.example",
+        ] {
+            assert!(!conn.head.contains(gone), "{gone} in {}", conn.head);
+        }
+        assert_eq!(conn.body, b"hello");
+
+        // No answer at all is an error, not a response.
+        match proxy_http(
+            &DirectAccess::new(),
+            &target(),
+            free_port(),
+            Method::GET,
+            "/",
+            &[],
+            None,
+        ) {
+            Err(AccessError::Refused { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}
