@@ -58,10 +58,13 @@ pub enum Code {
     /// The principal may not do this (start sessions without
     /// `may_start_sessions`).
     Forbidden,
+    /// The session's app did not answer on that port (refused, unreachable
+    /// or timed out) through the port proxy route.
+    PortUnreachable,
 }
 
 impl Code {
-    pub const ALL: [Code; 29] = [
+    pub const ALL: [Code; 30] = [
         Code::Unauthorized,
         Code::NotFound,
         Code::MethodNotAllowed,
@@ -91,6 +94,7 @@ impl Code {
         Code::ReloadRateLimited,
         Code::WorkspaceLimit,
         Code::Forbidden,
+        Code::PortUnreachable,
     ];
 
     /// The wire spelling (`EXEC_INVALID`).
@@ -125,6 +129,7 @@ impl Code {
             Code::ReloadRateLimited => "RELOAD_RATE_LIMITED",
             Code::WorkspaceLimit => "WORKSPACE_LIMIT",
             Code::Forbidden => "FORBIDDEN",
+            Code::PortUnreachable => "PORT_UNREACHABLE",
         }
     }
 
@@ -157,7 +162,7 @@ impl Code {
             Code::ExecOutputLimit => 422,
             Code::ExecTooMany | Code::ReloadRateLimited => 429,
             Code::ExecAborted => 499,
-            Code::ExecFailed => 502,
+            Code::ExecFailed | Code::PortUnreachable => 502,
             Code::Overloaded | Code::NotReady => 503,
             Code::Internal => 500,
         }

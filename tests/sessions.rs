@@ -259,3 +259,109 @@ fn bad_session_requests_get_their_codes_before_anything_is_created() {
     );
     assert_eq!(pods.trim(), "", "a pod was created");
 }
+
+/// An app serving HTTP on `$POD_IP:8080` and `:8081` and, on its inspect
+/// address, a debug stream that declares port 8081 only.
+const APP_PY: &str = r#"
+import http.server, json, os, threading, time
+ip = os.environ["POD_IP"]
+class App(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("hello from %d %s" % (self.server.server_port, self.path)).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-App", "yes")
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+class Events(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        ev = {"event": "Kernel.PortsResolved", "payload": {"ports": [{"port": 8081}]}}
+        self.wfile.write(("data: %s\n\n" % json.dumps(ev)).encode())
+        self.wfile.flush()
+        while True:
+            time.sleep(1)
+            self.wfile.write(b": hb\n\n")
+            self.wfile.flush()
+    def log_message(self, *a): pass
+for port in (8080, 8081):
+    s = http.server.ThreadingHTTPServer((ip, port), App)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+host, port = os.environ["KUBEGATE_INSPECT_ADDR"].rsplit(":", 1)
+http.server.ThreadingHTTPServer((host, int(port)), Events).serve_forever()
+"#;
+
+#[test]
+fn ports_are_probed_proxied_and_re_routed_by_the_debug_stream() {
+    let d = DaemonProc::start();
+    let body = json!({
+        "apps": [{"name": "web", "entry": "app.py", "command": ["python3", "app.py"],
+                  "io": "streams", "ports": [{"port": 8080}]}],
+        "bundle": {"files": [{"path": "app.py", "content": APP_PY}]}
+    });
+    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().unwrap().to_string();
+    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
+    let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
+    assert_eq!(
+        seen.last().and_then(status_of),
+        Some("running"),
+        "{seen:#?}"
+    );
+    // The declared port: probed reachable, then re-routed by the app's own
+    // debug stream to 8081 (8080 removed).
+    let mut reachable = false;
+    let mut rerouted = false;
+    let more = sse.until(|e| {
+        reachable |= e.event == "reachability" && e.data["state"] == "reachable";
+        rerouted |= e.event == "endpoints"
+            && e.data["added"][0]["port"] == 8081
+            && e.data["removed"][0]["port"] == 8080;
+        reachable && rerouted
+    });
+    assert!(reachable && rerouted, "{more:#?}");
+    assert!(more
+        .iter()
+        .any(|e| e.event == "debug" && e.data["frame"]["event"] == "Kernel.PortsResolved"));
+    // The port proxy reaches the app on its current port only.
+    let (st, b) = d.request(
+        "GET",
+        &format!("/v1/sessions/{id}/ports/8081/x?y=1"),
+        Some(&d.token),
+        None,
+    );
+    assert_eq!(
+        (st, String::from_utf8_lossy(&b).as_ref()),
+        (200, "hello from 8081 /x?y=1")
+    );
+    let (st, _) = d.request(
+        "GET",
+        &format!("/v1/sessions/{id}/ports/8080/"),
+        Some(&d.token),
+        None,
+    );
+    assert_eq!(st, 404, "8080 is no longer declared");
+    let (st, _) = d.request(
+        "GET",
+        &format!("/v1/sessions/{id}/ports/8081/"),
+        Some("nope"),
+        None,
+    );
+    assert_eq!(st, 401);
+    let (st, _) = d.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}"),
+        Some(&d.token),
+        None,
+    );
+    assert_eq!(st, 204);
+    wait_for(
+        "the session pod to be gone",
+        Duration::from_secs(30),
+        || session_pods(&d, &id).is_empty().then_some(()),
+    );
+}

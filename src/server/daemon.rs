@@ -219,9 +219,10 @@ impl Daemon {
         );
         let principals = Arc::new(RwLock::new(Arc::new(Principals::new(&cfg.principals))));
         let ss = &cfg.sessions;
+        let access = crate::session::pod_access(&cfg.cluster, &client);
         let engine = crate::session::engine::Engine::new(
             client.clone(),
-            crate::session::agent_ops(&cfg.cluster, client.clone()),
+            access.clone(),
             crate::session::engine::EngineSettings {
                 pod: Arc::new(crate::session::pod::PodSettings::from_config(cfg)),
                 timings: crate::session::machine::Timings::from(ss),
@@ -658,6 +659,7 @@ impl FrontDoor {
                     ([], _) => Err(wrong("GET, DELETE")),
                     (["events"], "GET") => Ok(sse_stream(&h, req).into()),
                     (["events"], _) => Err(wrong("GET")),
+                    (["ports", port, ..], _) => self.port_proxy(&h, port, req),
                     _ => Err(ApiError::new(
                         Code::NotFound,
                         format!("no route {}", req.path),
@@ -665,6 +667,70 @@ impl FrontDoor {
                 }
             }
         }
+    }
+
+    /// `…/v1/sessions/{id}/ports/{port}/{path}`: HTTP to a declared tcp
+    /// port of the session's pod, through the pod-access seam (docs/api.md).
+    fn port_proxy(
+        &self,
+        h: &crate::session::engine::Handle,
+        port: &str,
+        req: &Request,
+    ) -> Result<Reply, ApiError> {
+        let declared = h.view()["apps"]
+            .as_array()
+            .map(|apps| {
+                apps.iter()
+                    .flat_map(|a| a["ports"].as_array().cloned().unwrap_or_default())
+                    .filter(|p| p["protocol"] != "udp")
+                    .filter_map(|p| p["port"].as_u64())
+                    .collect::<Vec<u64>>()
+            })
+            .unwrap_or_default();
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| declared.contains(&u64::from(*p)))
+            .ok_or_else(|| {
+                ApiError::new(Code::NotFound, "the session declares no such tcp port")
+            })?;
+        let (pod, ip) = h
+            .pod()
+            .ok_or_else(|| ApiError::new(Code::NotRunning, "the session has no pod now"))?;
+        let prefix = format!("/v1/sessions/{}/ports/{port}", h.id);
+        let raw = req.target.strip_prefix(&prefix).unwrap_or("/");
+        let path = if raw.is_empty() || raw.starts_with('?') {
+            format!("/{raw}")
+        } else {
+            raw.to_string()
+        };
+        let method = ureq::http::Method::from_bytes(req.method.as_bytes())
+            .map_err(|_| ApiError::new(Code::BadRequest, "unsupported method"))?;
+        let target = crate::session::access::PodTarget {
+            namespace: self.engine.namespace().to_string(),
+            name: pod,
+            ip,
+        };
+        let body = (!req.body.is_empty()).then(|| req.body.clone());
+        let resp = crate::session::relay::proxy_http(
+            self.engine.access().as_ref(),
+            &target,
+            port,
+            method,
+            &path,
+            &req.headers,
+            body,
+        )
+        .map_err(|e| ApiError::new(Code::PortUnreachable, format!("port {port}: {e}")))?;
+        let mut r = Response {
+            status: resp.status,
+            headers: Vec::new(),
+            body: crate::http::Body::Bytes(resp.body),
+        };
+        for (k, v) in crate::session::relay::end_to_end_headers(&resp.headers, &[]) {
+            r = r.with_header(&k, &v);
+        }
+        Ok(r.into())
     }
 
     fn session_start(&self, who: &Identity, req: &Request) -> Result<Reply, ApiError> {

@@ -81,9 +81,12 @@ impl AgentOps for Ops {
     }
 }
 
-/// The agent operations for `[cluster] pod_access`.
-pub fn agent_ops(cluster: &ClusterSection, client: Client) -> Arc<dyn AgentOps> {
-    Arc::new(Ops {
-        access: access::from_config(cluster.pod_access(), &client),
-    })
+/// The pod-access seam for `[cluster] pod_access`.
+pub fn pod_access(cluster: &ClusterSection, client: &Client) -> Arc<dyn PodAccess> {
+    access::from_config(cluster.pod_access(), client)
+}
+
+/// The agent operations over `access`.
+pub fn agent_ops(access: Arc<dyn PodAccess>) -> Arc<dyn AgentOps> {
+    Arc::new(Ops { access })
 }

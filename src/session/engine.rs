@@ -18,8 +18,10 @@
 //! would block waits, which is backpressure on workers only). A view of
 //! the session (what `GET` answers) is published after every step.
 
+use super::access::{PodAccess, PodTarget};
 use super::machine::{Command, Event, Input, Millis, NewSession, SeedSource, Session, UserOp};
 use super::pod::PodSettings;
+use super::relay::{start_probe, start_relay, ProbeHandle, RelayHandle};
 use super::spec::{Bundle, SessionSpec};
 use crate::api::{ApiError, Code};
 use crate::kube::client::{
@@ -155,6 +157,8 @@ pub struct Handle {
     pub principal: String,
     inbox: Sender<Msg>,
     view: Mutex<Value>,
+    /// The current pod's name and IP, when it has one.
+    pod: Mutex<Option<(String, String)>>,
     pub events: Arc<EventLog>,
     /// Set once the machine reached a terminal status.
     finished: Mutex<Option<Instant>>,
@@ -164,6 +168,11 @@ impl Handle {
     /// What `GET /v1/sessions/{id}` answers.
     pub fn view(&self) -> Value {
         self.view.lock().clone()
+    }
+
+    /// The current pod (name, IP) once it has an address.
+    pub fn pod(&self) -> Option<(String, String)> {
+        self.pod.lock().clone()
     }
 
     pub fn is_finished(&self) -> bool {
@@ -202,6 +211,7 @@ pub struct EngineSettings {
 
 pub struct Engine {
     client: Client,
+    access: Arc<dyn PodAccess>,
     agent: Arc<dyn AgentOps>,
     settings: EngineSettings,
     sessions: RwLock<BTreeMap<String, Arc<Handle>>>,
@@ -214,10 +224,15 @@ fn now_ms() -> Millis {
 }
 
 impl Engine {
-    pub fn new(client: Client, agent: Arc<dyn AgentOps>, settings: EngineSettings) -> Arc<Engine> {
+    pub fn new(
+        client: Client,
+        access: Arc<dyn PodAccess>,
+        settings: EngineSettings,
+    ) -> Arc<Engine> {
         Arc::new(Engine {
             client,
-            agent,
+            agent: super::agent_ops(access.clone()),
+            access,
             settings,
             sessions: RwLock::new(BTreeMap::new()),
         })
@@ -310,6 +325,7 @@ impl Engine {
             principal: principal.to_string(),
             inbox: tx.clone(),
             view: Mutex::new(session.view()),
+            pod: Mutex::new(None),
             events: Arc::new(EventLog::new(self.settings.sse_history)),
             finished: Mutex::new(None),
         });
@@ -319,6 +335,8 @@ impl Engine {
             inbox_tx: tx,
             bundle: Some(bundle),
             watches: HashMap::new(),
+            relays: HashMap::new(),
+            probes: HashMap::new(),
         };
         std::thread::Builder::new()
             .name(format!("session-{id}"))
@@ -334,6 +352,15 @@ impl Engine {
     /// running; the restart issue re-adopts them).
     pub fn shutdown(&self) {
         self.sessions.write().clear();
+    }
+
+    /// The pod-access seam (the port proxy route uses it).
+    pub fn access(&self) -> &Arc<dyn PodAccess> {
+        &self.access
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.settings.pod.namespace
     }
 
     fn record_path(&self, id: &str) -> PathBuf {
@@ -388,6 +415,10 @@ struct Owner {
     inbox_tx: Sender<Msg>,
     bundle: Option<Bundle>,
     watches: HashMap<String, WatchStopper>,
+    /// Debug relays by pod.
+    relays: HashMap<String, Vec<RelayHandle>>,
+    /// Reachability probes by pod, app and port.
+    probes: HashMap<(String, String, u16), ProbeHandle>,
 }
 
 impl Owner {
@@ -414,6 +445,12 @@ impl Owner {
         for (_, w) in self.watches.drain() {
             w.stop();
         }
+        for (_, r) in self.relays.drain() {
+            r.iter().for_each(RelayHandle::stop);
+        }
+        for (_, p) in self.probes.drain() {
+            p.stop();
+        }
     }
 
     /// Carries out commands in order; true once the session finished.
@@ -422,6 +459,7 @@ impl Owner {
         // so a client that reacts to an emitted event reads a view at least
         // that new.
         *self.handle.view.lock() = s.view();
+        *self.handle.pod.lock() = s.pod().and_then(|p| Some((p.name.clone(), p.ip.clone()?)));
         let mut finished = false;
         for c in cmds {
             match c {
@@ -521,19 +559,76 @@ impl Owner {
                     *self.handle.finished.lock() = Some(Instant::now());
                     finished = true;
                 }
-                // The IO, relay and probe commands belong to later steps of
-                // the engine (docs/sessions.md, "Engine: what is wired").
-                Command::Attach { .. }
-                | Command::CloseAttaches { .. }
-                | Command::StartRelay { .. }
-                | Command::StopRelays { .. }
-                | Command::StartProbe { .. }
-                | Command::StopProbe { .. }
-                | Command::StopProbes { .. }
-                | Command::Output { .. } => {}
+                Command::StartRelay { pod, ip, app, port } => {
+                    let tx = self.inbox_tx.clone();
+                    let p = pod.clone();
+                    let h = start_relay(
+                        self.engine.access.clone(),
+                        self.pod_target(&pod, ip),
+                        port,
+                        move |frame| {
+                            let _ = tx.send(Msg::Input(Input::Debug {
+                                pod: p.clone(),
+                                app: app.clone(),
+                                frame,
+                            }));
+                        },
+                    );
+                    self.relays.entry(pod).or_default().push(h);
+                }
+                Command::StopRelays { pod } => {
+                    for r in self.relays.remove(&pod).unwrap_or_default() {
+                        r.stop();
+                    }
+                }
+                Command::StartProbe { pod, ip, app, port } => {
+                    let tx = self.inbox_tx.clone();
+                    let (p, a) = (pod.clone(), app.clone());
+                    let h = start_probe(
+                        self.engine.access.clone(),
+                        self.pod_target(&pod, ip),
+                        port,
+                        move |state| {
+                            let _ = tx.send(Msg::Input(Input::Reachability {
+                                pod: p.clone(),
+                                app: a.clone(),
+                                port,
+                                state,
+                            }));
+                        },
+                    );
+                    if let Some(old) = self.probes.insert((pod, app, port), h) {
+                        old.stop();
+                    }
+                }
+                Command::StopProbe { pod, app, port } => {
+                    if let Some(h) = self.probes.remove(&(pod, app, port)) {
+                        h.stop();
+                    }
+                }
+                Command::StopProbes { pod } => {
+                    let keys: Vec<_> = self.probes.keys().filter(|k| k.0 == pod).cloned().collect();
+                    for k in keys {
+                        if let Some(h) = self.probes.remove(&k) {
+                            h.stop();
+                        }
+                    }
+                }
+                // The IO commands belong to the next step of the engine
+                // (docs/sessions.md, "The engine: what is wired").
+                Command::Attach { .. } | Command::CloseAttaches { .. } | Command::Output { .. } => {
+                }
             }
         }
         finished
+    }
+
+    fn pod_target(&self, pod: &str, ip: String) -> PodTarget {
+        PodTarget {
+            namespace: self.engine.settings.pod.namespace.clone(),
+            name: pod.to_string(),
+            ip,
+        }
     }
 
     fn target(&self, s: &Session, pod: &str, ip: String) -> AgentTarget {

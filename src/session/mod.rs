@@ -24,7 +24,7 @@ pub mod relay;
 pub mod spec;
 pub mod sse;
 
-pub use agent_ops::agent_ops;
+pub use agent_ops::{agent_ops, pod_access};
 use rand::Rng;
 
 /// Length of a session id.
