@@ -18,6 +18,7 @@ pub mod access;
 pub mod agent_client;
 mod agent_ops;
 pub mod engine;
+pub mod io;
 pub mod machine;
 pub mod pod;
 pub mod relay;
