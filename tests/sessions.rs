@@ -365,3 +365,110 @@ fn ports_are_probed_proxied_and_re_routed_by_the_debug_stream() {
         || session_pods(&d, &id).is_empty().then_some(()),
     );
 }
+
+#[test]
+fn app_output_reaches_the_io_socket_with_replay_and_stdin_reaches_the_app() {
+    use kubegate::session::io::{decode_frame, SUBPROTOCOL};
+    use tungstenite::Message;
+    let d = DaemonProc::start_with(with_other_principal, "info");
+    let body = json!({
+        "apps": [{"name": "echo", "entry": "echo.sh", "command": ["sh", "echo.sh"], "io": "streams"}],
+        "bundle": {"files": [{"path": "echo.sh",
+            "content": "echo ready; while read l; do echo \"out:$l\"; echo \"err:$l\" >&2; done"}]}
+    });
+    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().unwrap().to_string();
+    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
+    let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
+    assert_eq!(
+        seen.last().and_then(status_of),
+        Some("running"),
+        "{seen:#?}"
+    );
+
+    let open = |q: &str, token: &str| {
+        let a = format!("Bearer {token}");
+        d.ws(
+            &format!("/v1/sessions/{id}/io?{q}"),
+            &[("Authorization", &a)],
+            &[SUBPROTOCOL],
+        )
+        .map(|(ws, _)| ws)
+        .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)))
+    };
+    // (seq, stream, text) frames until `want` is seen on `stream`.
+    let read_until =
+        |ws: &mut tungstenite::WebSocket<std::net::TcpStream>, stream: u8, want: &str| {
+            let mut got = Vec::new();
+            let mut text = String::new();
+            while !text.contains(want) {
+                match ws.read().expect("read") {
+                    Message::Binary(b) => {
+                        let (seq, s, p) = decode_frame(&b).expect("frame");
+                        if s == stream {
+                            text.push_str(&String::from_utf8_lossy(p));
+                        }
+                        got.push((seq, s, String::from_utf8_lossy(p).into_owned()));
+                    }
+                    Message::Text(_) | Message::Ping(_) | Message::Pong(_) => {}
+                    m => panic!("unexpected {m:?} after {got:?}"),
+                }
+            }
+            got
+        };
+    let mut ws = open("app=echo", &d.token);
+    let first = read_until(&mut ws, 1, "ready\n");
+    assert_eq!(first[0].0, 1, "seq starts at 1: {first:?}");
+    ws.send(Message::Binary(b"hi\n".to_vec().into())).unwrap();
+    let out = read_until(&mut ws, 1, "out:hi\n");
+    let err = read_until(&mut ws, 2, "err:hi\n");
+    let last_seen = out.iter().chain(err.iter()).map(|f| f.0).max().unwrap();
+    drop(ws);
+    // More output while nobody watches, then a replay from lastSeq: exactly
+    // what was missed.
+    let mut ws2 = open(&format!("app=echo&lastSeq={last_seen}"), &d.token);
+    ws2.send(Message::Binary(b"again\n".to_vec().into()))
+        .unwrap();
+    let more = read_until(&mut ws2, 1, "out:again\n");
+    assert_eq!(more[0].0, last_seen + 1, "{more:?}");
+    // Unknown app, unknown session, another principal's session: 4004.
+    for (q, token, path_id) in [
+        ("app=nope", d.token.as_str(), id.as_str()),
+        ("app=echo", "other-token", id.as_str()),
+        ("app=echo", d.token.as_str(), "abcdefghijkl"),
+    ] {
+        let a = format!("Bearer {token}");
+        let (mut ws, _) = d
+            .ws(
+                &format!("/v1/sessions/{path_id}/io?{q}"),
+                &[("Authorization", &a)],
+                &[SUBPROTOCOL],
+            )
+            .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)));
+        let code = loop {
+            match ws.read() {
+                Ok(Message::Close(Some(f))) => break u16::from(f.code),
+                Ok(_) => {}
+                Err(e) => panic!("{q} {token}: no close frame: {e}"),
+            }
+        };
+        assert_eq!(code, 4004, "{q} {token} {path_id}");
+    }
+    let (st, _) = d.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}"),
+        Some(&d.token),
+        None,
+    );
+    assert_eq!(st, 204);
+    // The session's end closes viewers with 1000.
+    let code = loop {
+        match ws2.read() {
+            Ok(Message::Close(Some(f))) => break u16::from(f.code),
+            Ok(_) => {}
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    assert_eq!(code, 1000);
+}

@@ -199,7 +199,7 @@ impl Daemon {
         }
         let gateway = Gateway::new(
             client.clone(),
-            exec_conn,
+            exec_conn.clone(),
             Settings {
                 limits: Limits::from_config(x),
                 ownership: Ownership {
@@ -222,6 +222,7 @@ impl Daemon {
         let access = crate::session::pod_access(&cfg.cluster, &client);
         let engine = crate::session::engine::Engine::new(
             client.clone(),
+            exec_conn.clone(),
             access.clone(),
             crate::session::engine::EngineSettings {
                 pod: Arc::new(crate::session::pod::PodSettings::from_config(cfg)),
@@ -231,6 +232,8 @@ impl Daemon {
                 max_sessions_per_principal: usize::try_from(ss.max_sessions_per_principal)
                     .unwrap_or(usize::MAX),
                 sse_history: usize::try_from(ss.sse_history_events).unwrap_or(usize::MAX),
+                io_ring_bytes: usize::try_from(ss.io_ring_bytes).unwrap_or(usize::MAX),
+                ping_interval: Duration::from_secs(cfg.exec.ping_interval_secs),
                 keep_finished: Duration::from_secs(3600),
             },
         );
@@ -641,10 +644,28 @@ impl FrontDoor {
                 _ => Err(wrong("GET, POST")),
             },
             [id, tail @ ..] => {
-                if !crate::session::is_session_id(id) {
+                let h = crate::session::is_session_id(id)
+                    .then(|| self.engine.get(&who.name, id))
+                    .flatten();
+                let Some(h) = h else {
+                    // The io socket says "unknown session" with its own
+                    // close code (contract.md), once upgraded.
+                    if tail == ["io"] && req.is_websocket_upgrade() {
+                        return Ok(Reply::Upgrade(Upgrade {
+                            protocol: Some(crate::session::io::SUBPROTOCOL.to_string()),
+                            headers: Vec::new(),
+                            max_message_bytes: 1024,
+                            on_open: Box::new(|conn| {
+                                crate::session::io::refuse(
+                                    conn,
+                                    crate::session::io::CLOSE_UNKNOWN,
+                                    "no such session",
+                                )
+                            }),
+                        }));
+                    }
                     return Err(not_found());
-                }
-                let h = self.engine.get(&who.name, id).ok_or_else(not_found)?;
+                };
                 match (tail, method) {
                     ([], "GET") => {
                         Ok(Response::json(200, h.view().to_string().into_bytes()).into())
@@ -660,6 +681,8 @@ impl FrontDoor {
                     (["events"], "GET") => Ok(sse_stream(&h, req).into()),
                     (["events"], _) => Err(wrong("GET")),
                     (["ports", port, ..], _) => self.port_proxy(&h, port, req),
+                    (["io"], "GET") => self.session_io(&h, req),
+                    (["io"], _) => Err(wrong("GET")),
                     _ => Err(ApiError::new(
                         Code::NotFound,
                         format!("no route {}", req.path),
@@ -667,6 +690,52 @@ impl FrontDoor {
                 }
             }
         }
+    }
+
+    /// `GET /v1/sessions/{id}/io?app=NAME&lastSeq=N`: the app's output from
+    /// its replay ring, then live; stdin and resizes back (contract.md).
+    fn session_io(
+        &self,
+        h: &crate::session::engine::Handle,
+        req: &Request,
+    ) -> Result<Reply, ApiError> {
+        use crate::session::io::{self, SUBPROTOCOL as IO_PROTOCOL};
+        if !req.is_websocket_upgrade() {
+            return Err(ApiError::new(
+                Code::BadRequest,
+                "this route needs a WebSocket upgrade (HTTP/1.1 GET with Upgrade: websocket)",
+            ));
+        }
+        if !req.websocket_protocols().iter().any(|p| p == IO_PROTOCOL) {
+            return Err(ApiError::new(
+                Code::BadRequest,
+                format!("offer the WebSocket subprotocol {IO_PROTOCOL}"),
+            ));
+        }
+        let last_seq = match req.query("lastSeq") {
+            None | Some("") => None,
+            Some(v) => Some(v.parse::<u32>().map_err(|_| {
+                ApiError::new(Code::BadRequest, "lastSeq must be a non-negative integer")
+            })?),
+        };
+        let app = req.query("app").unwrap_or("").to_string();
+        let ping = self.engine.ping_interval();
+        let on_open: Box<dyn FnOnce(crate::http::ws::WsConn) + Send> = match h.app_io(&app) {
+            Some(app_io) => Box::new(move |conn| io::serve(app_io, last_seq, conn, ping)),
+            None => Box::new(move |conn| {
+                io::refuse(
+                    conn,
+                    io::CLOSE_UNKNOWN,
+                    &format!("the session has no app {app:?}"),
+                )
+            }),
+        };
+        Ok(Reply::Upgrade(Upgrade {
+            protocol: Some(IO_PROTOCOL.to_string()),
+            headers: Vec::new(),
+            max_message_bytes: self.max_body.max(64 * 1024),
+            on_open,
+        }))
     }
 
     /// `…/v1/sessions/{id}/ports/{port}/{path}`: HTTP to a declared tcp
@@ -895,10 +964,24 @@ fn sse_stream(h: &Arc<crate::session::engine::Handle>, req: &Request) -> Respons
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
     let events = h.events.clone();
+    let handle = h.clone();
     Response::stream(
         200,
         "text/event-stream",
         Box::new(move |sink| {
+            // Counted as a subscriber while attached (the idle rule).
+            struct Reader(Arc<crate::session::engine::Handle>);
+            impl Drop for Reader {
+                fn drop(&mut self) {
+                    self.0
+                        .sse_readers
+                        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            handle
+                .sse_readers
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let _reader = Reader(handle);
             let mut last_beat = std::time::Instant::now();
             loop {
                 let s = events.since(after, Duration::from_secs(1));

@@ -19,6 +19,7 @@
 //! the session (what `GET` answers) is published after every step.
 
 use super::access::{PodAccess, PodTarget};
+use super::io::{AppIo, AttachHandle};
 use super::machine::{Command, Event, Input, Millis, NewSession, SeedSource, Session, UserOp};
 use super::pod::PodSettings;
 use super::relay::{start_probe, start_relay, ProbeHandle, RelayHandle};
@@ -28,12 +29,14 @@ use crate::kube::client::{
     Api, Client, DeleteParams, Ingress, KubeError, Pod, Service, WatchEvent, WatchParams,
     WatchStopper,
 };
+use crate::kube::connection::Connection;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -159,6 +162,11 @@ pub struct Handle {
     view: Mutex<Value>,
     /// The current pod's name and IP, when it has one.
     pod: Mutex<Option<(String, String)>>,
+    /// Each app's output ring and input, kept across pod recreates.
+    ios: Mutex<HashMap<String, Arc<AppIo>>>,
+    /// Event-stream readers now attached (the idle rule counts them).
+    pub sse_readers: AtomicUsize,
+    ring_bytes: usize,
     pub events: Arc<EventLog>,
     /// Set once the machine reached a terminal status.
     finished: Mutex<Option<Instant>>,
@@ -168,6 +176,28 @@ impl Handle {
     /// What `GET /v1/sessions/{id}` answers.
     pub fn view(&self) -> Value {
         self.view.lock().clone()
+    }
+
+    /// An app's IO, created on first use.
+    pub fn io(&self, app: &str) -> Arc<AppIo> {
+        self.ios
+            .lock()
+            .entry(app.to_string())
+            .or_insert_with(|| Arc::new(AppIo::new(self.ring_bytes)))
+            .clone()
+    }
+
+    /// An app's IO if the session has that app.
+    pub fn app_io(&self, app: &str) -> Option<Arc<AppIo>> {
+        let known = self.view()["apps"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["name"] == app));
+        known.then(|| self.io(app))
+    }
+
+    fn subscribers(&self) -> usize {
+        let io: usize = self.ios.lock().values().map(|i| i.subscribers()).sum();
+        io + self.sse_readers.load(Ordering::Relaxed)
     }
 
     /// The current pod (name, IP) once it has an address.
@@ -205,12 +235,18 @@ pub struct EngineSettings {
     pub max_sessions: usize,
     pub max_sessions_per_principal: usize,
     pub sse_history: usize,
+    /// Output replay ring per app.
+    pub io_ring_bytes: usize,
+    /// WebSocket ping period of io sockets.
+    pub ping_interval: Duration,
     /// How long a finished session stays visible.
     pub keep_finished: Duration,
 }
 
 pub struct Engine {
     client: Client,
+    /// For attach streams.
+    conn: Connection,
     access: Arc<dyn PodAccess>,
     agent: Arc<dyn AgentOps>,
     settings: EngineSettings,
@@ -226,11 +262,13 @@ fn now_ms() -> Millis {
 impl Engine {
     pub fn new(
         client: Client,
+        conn: Connection,
         access: Arc<dyn PodAccess>,
         settings: EngineSettings,
     ) -> Arc<Engine> {
         Arc::new(Engine {
             client,
+            conn,
             agent: super::agent_ops(access.clone()),
             access,
             settings,
@@ -326,6 +364,9 @@ impl Engine {
             inbox: tx.clone(),
             view: Mutex::new(session.view()),
             pod: Mutex::new(None),
+            ios: Mutex::new(HashMap::new()),
+            sse_readers: AtomicUsize::new(0),
+            ring_bytes: self.settings.io_ring_bytes,
             events: Arc::new(EventLog::new(self.settings.sse_history)),
             finished: Mutex::new(None),
         });
@@ -337,6 +378,8 @@ impl Engine {
             watches: HashMap::new(),
             relays: HashMap::new(),
             probes: HashMap::new(),
+            attaches: Arc::new(Mutex::new(Attaches::default())),
+            subscribers: 0,
         };
         std::thread::Builder::new()
             .name(format!("session-{id}"))
@@ -357,6 +400,10 @@ impl Engine {
     /// The pod-access seam (the port proxy route uses it).
     pub fn access(&self) -> &Arc<dyn PodAccess> {
         &self.access
+    }
+
+    pub fn ping_interval(&self) -> Duration {
+        self.settings.ping_interval
     }
 
     pub fn namespace(&self) -> &str {
@@ -419,6 +466,16 @@ struct Owner {
     relays: HashMap<String, Vec<RelayHandle>>,
     /// Reachability probes by pod, app and port.
     probes: HashMap<(String, String, u16), ProbeHandle>,
+    /// Attach streams by pod; workers add theirs, unless the pod's
+    /// attaches were closed meanwhile (then they close it at once).
+    attaches: Arc<Mutex<Attaches>>,
+    subscribers: usize,
+}
+
+#[derive(Default)]
+struct Attaches {
+    open: HashMap<String, Vec<AttachHandle>>,
+    closed: std::collections::HashSet<String>,
 }
 
 impl Owner {
@@ -441,6 +498,14 @@ impl Owner {
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             done = self.execute(&s, cmds);
+            // Subscribers come and go on other threads: the idle rule
+            // hears of changes here.
+            let n = self.handle.subscribers();
+            if !done && n != self.subscribers {
+                self.subscribers = n;
+                let cmds = s.handle(Input::Subscribers { count: n }, now_ms());
+                done = self.execute(&s, cmds);
+            }
         }
         for (_, w) in self.watches.drain() {
             w.stop();
@@ -450,6 +515,17 @@ impl Owner {
         }
         for (_, p) in self.probes.drain() {
             p.stop();
+        }
+        let open: Vec<AttachHandle> = self
+            .attaches
+            .lock()
+            .open
+            .drain()
+            .flat_map(|(_, v)| v)
+            .collect();
+        open.into_iter().for_each(AttachHandle::close);
+        for io in self.handle.ios.lock().values() {
+            io.end(super::io::CLOSE_ENDED, "session ended");
         }
     }
 
@@ -614,13 +690,61 @@ impl Owner {
                         }
                     }
                 }
-                // The IO commands belong to the next step of the engine
-                // (docs/sessions.md, "The engine: what is wired").
-                Command::Attach { .. } | Command::CloseAttaches { .. } | Command::Output { .. } => {
+                Command::Attach {
+                    pod,
+                    app,
+                    container,
+                    tty,
+                } => self.attach(pod, app, container, tty),
+                Command::CloseAttaches { pod } => {
+                    let handles = {
+                        let mut g = self.attaches.lock();
+                        g.closed.insert(pod.clone());
+                        g.open.remove(&pod).unwrap_or_default()
+                    };
+                    handles.into_iter().for_each(AttachHandle::close);
+                }
+                Command::Output { app, stream, text } => {
+                    self.handle.io(&app).push(stream, text.into_bytes());
                 }
             }
         }
         finished
+    }
+
+    /// Attaches to an app container on a worker; the stream's end comes
+    /// back as an input (a failure on the app's own channel).
+    fn attach(&self, pod: String, app: String, container: String, tty: bool) {
+        let io = self.handle.io(&app);
+        let conn = self.engine.conn.clone();
+        let ns = self.engine.settings.pod.namespace.clone();
+        let attaches = self.attaches.clone();
+        let tx = self.inbox_tx.clone();
+        self.work_opt(move || {
+            let (p, a) = (pod.clone(), app.clone());
+            let on_end = move |r: Result<(), String>| {
+                if let Err(message) = r {
+                    let _ = tx.send(Msg::Input(Input::AttachFailed {
+                        pod: p,
+                        app: a,
+                        message,
+                    }));
+                }
+            };
+            match super::io::attach(&conn, &ns, &pod, &container, tty, io, on_end) {
+                Ok(h) => {
+                    let mut g = attaches.lock();
+                    if g.closed.contains(&pod) {
+                        drop(g);
+                        h.close();
+                        return None;
+                    }
+                    g.open.entry(pod.clone()).or_default().push(h);
+                    Some(Input::AttachOk { pod, app })
+                }
+                Err(message) => Some(Input::AttachFailed { pod, app, message }),
+            }
+        });
     }
 
     fn pod_target(&self, pod: &str, ip: String) -> PodTarget {
