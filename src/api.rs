@@ -61,10 +61,12 @@ pub enum Code {
     /// The session's app did not answer on that port (refused, unreachable
     /// or timed out) through the port proxy route.
     PortUnreachable,
+    /// The session's workspace agent did not answer usably.
+    WorkspaceUnavailable,
 }
 
 impl Code {
-    pub const ALL: [Code; 30] = [
+    pub const ALL: [Code; 31] = [
         Code::Unauthorized,
         Code::NotFound,
         Code::MethodNotAllowed,
@@ -95,6 +97,7 @@ impl Code {
         Code::WorkspaceLimit,
         Code::Forbidden,
         Code::PortUnreachable,
+        Code::WorkspaceUnavailable,
     ];
 
     /// The wire spelling (`EXEC_INVALID`).
@@ -130,6 +133,7 @@ impl Code {
             Code::WorkspaceLimit => "WORKSPACE_LIMIT",
             Code::Forbidden => "FORBIDDEN",
             Code::PortUnreachable => "PORT_UNREACHABLE",
+            Code::WorkspaceUnavailable => "WORKSPACE_UNAVAILABLE",
         }
     }
 
@@ -162,7 +166,7 @@ impl Code {
             Code::ExecOutputLimit => 422,
             Code::ExecTooMany | Code::ReloadRateLimited => 429,
             Code::ExecAborted => 499,
-            Code::ExecFailed | Code::PortUnreachable => 502,
+            Code::ExecFailed | Code::PortUnreachable | Code::WorkspaceUnavailable => 502,
             Code::Overloaded | Code::NotReady => 503,
             Code::Internal => 500,
         }

@@ -472,3 +472,138 @@ fn app_output_reaches_the_io_socket_with_replay_and_stdin_reaches_the_app() {
     };
     assert_eq!(code, 1000);
 }
+
+#[test]
+fn workspace_edits_reload_set_apps_suspend_and_resume_keep_every_file() {
+    let d = DaemonProc::start();
+    let body = json!({
+        "apps": [{"name": "web", "entry": "main.sh", "command": ["sh", "main.sh"], "io": "streams"}],
+        "bundle": {"files": [
+            {"path": "main.sh", "content": "cat lib/msg.txt; while :; do sleep 1; done"},
+            {"path": "lib/msg.txt", "content": "v1\n"}
+        ]}
+    });
+    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().unwrap().to_string();
+    let base = format!("/v1/sessions/{id}");
+    let mut sse = SseClient::open(&d, &format!("{base}/events"), None);
+    let running = |sse: &mut SseClient| {
+        let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
+        assert_eq!(
+            seen.last().and_then(status_of),
+            Some("running"),
+            "{seen:#?}"
+        );
+    };
+    running(&mut sse);
+
+    // Edits land atomically through the agent; paths are checked here too.
+    let (st, v) = d.json(
+        "POST",
+        &format!("{base}/workspace"),
+        Some(
+            &json!({"write": [{"path": "lib/msg.txt", "content": "v2\n"},
+                               {"path": "new/file.bin", "content": "AAEC", "encoding": "base64"}]}),
+        ),
+    );
+    assert_eq!((st, v["written"].as_u64()), (200, Some(2)), "{v}");
+    let (st, v) = d.json(
+        "GET",
+        &format!("{base}/workspace/file?path=lib/msg.txt"),
+        None,
+    );
+    assert_eq!((st, v["content"].as_str()), (200, Some("v2\n")), "{v}");
+    for bad in ["../escape", "/etc/passwd", "a/../../b"] {
+        let (st, v) = d.json(
+            "POST",
+            &format!("{base}/workspace"),
+            Some(&json!({"write": [{"path": bad, "content": "x"}]})),
+        );
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (400, Some("INVALID_PATH")),
+            "{bad}: {v}"
+        );
+    }
+    let (st, v) = d.json("GET", &format!("{base}/workspace"), None);
+    assert_eq!(st, 200);
+    let paths: Vec<&str> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert_eq!(paths, vec!["lib/msg.txt", "main.sh", "new/file.bin"], "{v}");
+    // Reload touches the entry; unknown apps are 404.
+    let (st, _) = d.request(
+        "POST",
+        &format!("{base}/reload?app=web"),
+        Some(&d.token),
+        Some(b""),
+    );
+    assert_eq!(st, 202);
+    let (st, _) = d.request(
+        "POST",
+        &format!("{base}/reload?app=nope"),
+        Some(&d.token),
+        Some(b""),
+    );
+    assert_eq!(st, 404);
+
+    // setApps: a new pod with the new app set, every file kept.
+    let apps = json!({"apps": [
+        {"name": "web", "entry": "main.sh", "command": ["sh", "main.sh"], "io": "streams"},
+        {"name": "second", "entry": "main.sh", "command": ["sh", "main.sh"], "io": "tty"}
+    ]});
+    let (st, v) = d.json("PUT", &format!("{base}/apps"), Some(&apps));
+    assert_eq!(st, 202, "{v}");
+    running(&mut sse);
+    let (_, g) = d.json("GET", &base, None);
+    assert_eq!(g["apps"].as_array().map(Vec::len), Some(2), "{g}");
+    let (st, v) = d.json(
+        "GET",
+        &format!("{base}/workspace/file?path=new/file.bin&encoding=base64"),
+        None,
+    );
+    assert_eq!((st, v["content"].as_str()), (200, Some("AAEC")), "{v}");
+
+    // Suspend deletes the pod; resume restores the files.
+    let (st, v) = d.json("POST", &format!("{base}/suspend"), Some(&json!({})));
+    assert_eq!(st, 202, "{v}");
+    let seen = sse.until(|e| status_of(e) == Some("suspended"));
+    assert_eq!(seen.last().and_then(status_of), Some("suspended"));
+    wait_for("no pod while suspended", Duration::from_secs(30), || {
+        session_pods(&d, &id).is_empty().then_some(())
+    });
+    let (st, v) = d.json("GET", &format!("{base}/workspace"), None);
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (409, Some("NOT_RUNNING")),
+        "{v}"
+    );
+    let (st, v) = d.json("POST", &format!("{base}/suspend"), Some(&json!({})));
+    assert_eq!(st, 409, "{v}");
+    let (st, v) = d.json("POST", &format!("{base}/resume"), Some(&json!({})));
+    assert_eq!(st, 202, "{v}");
+    running(&mut sse);
+    let (st, v) = d.json(
+        "GET",
+        &format!("{base}/workspace/file?path=lib/msg.txt"),
+        None,
+    );
+    assert_eq!((st, v["content"].as_str()), (200, Some("v2\n")), "{v}");
+    let (st, v) = d.json("POST", &format!("{base}/resume"), Some(&json!({})));
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (409, Some("NOT_SUSPENDED")),
+        "{v}"
+    );
+    let (st, _) = d.request("DELETE", &base, Some(&d.token), None);
+    assert_eq!(st, 204);
+    wait_for(
+        "the session pod to be gone",
+        Duration::from_secs(30),
+        || session_pods(&d, &id).is_empty().then_some(()),
+    );
+}

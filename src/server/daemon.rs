@@ -683,11 +683,109 @@ impl FrontDoor {
                     (["ports", port, ..], _) => self.port_proxy(&h, port, req),
                     (["io"], "GET") => self.session_io(&h, req),
                     (["io"], _) => Err(wrong("GET")),
+                    (["workspace"], "GET" | "POST") | (["workspace", "file"], "GET") => {
+                        self.session_workspace(&h, tail, req)
+                    }
+                    (["workspace"], _) => Err(wrong("GET, POST")),
+                    (["workspace", "file"], _) => Err(wrong("GET")),
+                    ([op @ ("reload" | "suspend" | "resume")], "POST") | ([op @ "apps"], "PUT") => {
+                        use crate::session::machine::UserOp;
+                        let op = match *op {
+                            "reload" => UserOp::Reload {
+                                app: req.query("app").unwrap_or("").to_string(),
+                            },
+                            "suspend" => UserOp::Suspend,
+                            "resume" => UserOp::Resume,
+                            _ => {
+                                let body: crate::session::spec::SetAppsRequest =
+                                    serde_json::from_slice(&req.body).map_err(|e| {
+                                        ApiError::new(
+                                            Code::BadRequest,
+                                            format!("request body: {e}"),
+                                        )
+                                    })?;
+                                UserOp::SetApps {
+                                    apps: crate::session::spec::validate_apps(body.apps)?,
+                                }
+                            }
+                        };
+                        h.user(op)?;
+                        Ok(Response::json(202, br#"{"accepted":true}"#.to_vec()).into())
+                    }
+                    (["reload" | "suspend" | "resume"], _) => Err(wrong("POST")),
+                    (["apps"], _) => Err(wrong("PUT")),
                     _ => Err(ApiError::new(
                         Code::NotFound,
                         format!("no route {}", req.path),
                     )),
                 }
+            }
+        }
+    }
+
+    /// The workspace routes, through the session's workspace agent; paths
+    /// are checked here again before anything is sent (docs/agent.md rules).
+    fn session_workspace(
+        &self,
+        h: &crate::session::engine::Handle,
+        tail: &[&str],
+        req: &Request,
+    ) -> Result<Reply, ApiError> {
+        use crate::agent::paths::{check_plan, normalize};
+        use crate::agent::wire::{ApplyRequest, Encoding};
+        let bad_path =
+            |e: crate::agent::paths::PathError| ApiError::new(Code::InvalidPath, e.to_string());
+        let agent = self.engine.agent_of(h)?;
+        let answer = |v: Result<Value, crate::session::agent_client::AgentError>| match v {
+            Ok(v) => Ok(Response::json(200, v.to_string().into_bytes()).into()),
+            Err(e) => Err(agent_error(&e)),
+        };
+        match (tail, req.method.as_str()) {
+            (["workspace"], "GET") => answer(
+                agent
+                    .tree()
+                    .map(|t| serde_json::to_value(t).unwrap_or(Value::Null)),
+            ),
+            (["workspace"], _) => {
+                let mut body: ApplyRequest = serde_json::from_slice(&req.body)
+                    .map_err(|e| ApiError::new(Code::BadRequest, format!("request body: {e}")))?;
+                let mut writes = Vec::new();
+                for w in body.write.iter_mut().flatten() {
+                    w.path = normalize(&w.path).map_err(bad_path)?;
+                    writes.push(w.path.clone());
+                }
+                let mut deletes = Vec::new();
+                for d in body.delete.iter_mut().flatten() {
+                    *d = normalize(d).map_err(bad_path)?;
+                    deletes.push(d.clone());
+                }
+                check_plan(&writes, &deletes).map_err(bad_path)?;
+                answer(
+                    agent
+                        .apply(
+                            body.write.unwrap_or_default(),
+                            body.delete.unwrap_or_default(),
+                        )
+                        .map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
+                )
+            }
+            _ => {
+                let path = normalize(req.query("path").unwrap_or("")).map_err(bad_path)?;
+                let encoding = match req.query("encoding") {
+                    None | Some("utf8") => Encoding::Utf8,
+                    Some("base64") => Encoding::Base64,
+                    Some(other) => {
+                        return Err(ApiError::new(
+                            Code::BadRequest,
+                            format!("encoding must be utf8 or base64, not {other:?}"),
+                        ))
+                    }
+                };
+                answer(
+                    agent
+                        .file(&path, encoding)
+                        .map(|f| serde_json::to_value(f).unwrap_or(Value::Null)),
+                )
             }
         }
     }
@@ -948,6 +1046,26 @@ impl FrontDoor {
             out.push(json!({"project": w.project, "uid": w.uid, "deployments": deployments}));
         }
         Ok(Response::json(200, json!({ "workspaces": out }).to_string().into_bytes()).into())
+    }
+}
+
+/// An agent's answer as the daemon's error: the agent's own codes (bad
+/// paths, limits, a missing file) pass through with their status; a
+/// transport or protocol problem is the session's, 502.
+fn agent_error(e: &crate::session::agent_client::AgentError) -> ApiError {
+    use crate::session::agent_client::AgentError;
+    match e {
+        AgentError::Agent { code, message, .. } => match Code::parse(code) {
+            Some(c) => ApiError::new(c, message.clone()),
+            None => ApiError::new(
+                Code::WorkspaceUnavailable,
+                format!("workspace agent: {code}: {message}"),
+            ),
+        },
+        other => ApiError::new(
+            Code::WorkspaceUnavailable,
+            format!("workspace agent: {other}"),
+        ),
     }
 }
 

@@ -158,6 +158,8 @@ impl EventLog {
 pub struct Handle {
     pub id: String,
     pub principal: String,
+    /// The workspace agent's token for this session.
+    token: String,
     inbox: Sender<Msg>,
     view: Mutex<Value>,
     /// The current pod's name and IP, when it has one.
@@ -351,7 +353,7 @@ impl Engine {
                 id: id.clone(),
                 principal: principal.to_string(),
                 spec,
-                workspace_token: token,
+                workspace_token: token.clone(),
                 settings: self.settings.pod.clone(),
                 timings: self.settings.timings,
             },
@@ -361,6 +363,7 @@ impl Engine {
         let handle = Arc::new(Handle {
             id: id.clone(),
             principal: principal.to_string(),
+            token,
             inbox: tx.clone(),
             view: Mutex::new(session.view()),
             pod: Mutex::new(None),
@@ -395,6 +398,23 @@ impl Engine {
     /// running; the restart issue re-adopts them).
     pub fn shutdown(&self) {
         self.sessions.write().clear();
+    }
+
+    /// The workspace agent of `h`'s current pod (the workspace routes).
+    pub fn agent_of(&self, h: &Handle) -> Result<super::agent_client::AgentClient, ApiError> {
+        let (pod, ip) = h
+            .pod()
+            .filter(|_| h.view()["status"] == "running")
+            .ok_or_else(|| ApiError::new(Code::NotRunning, "the session is not running"))?;
+        Ok(super::agent_client::AgentClient::new(
+            self.access.clone(),
+            PodTarget {
+                namespace: self.settings.pod.namespace.clone(),
+                name: pod,
+                ip,
+            },
+            &h.token,
+        ))
     }
 
     /// The pod-access seam (the port proxy route uses it).
