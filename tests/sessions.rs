@@ -607,3 +607,56 @@ fn workspace_edits_reload_set_apps_suspend_and_resume_keep_every_file() {
         || session_pods(&d, &id).is_empty().then_some(()),
     );
 }
+
+#[test]
+fn an_ended_app_is_reported_once_and_a_pod_deleted_behind_our_back_fails_the_session() {
+    let d = DaemonProc::start();
+    let body = json!({
+        "apps": [
+            {"name": "quick", "entry": "quick.sh", "command": ["sh", "quick.sh"], "io": "streams"},
+            {"name": "stay", "entry": "stay.sh", "command": ["sh", "stay.sh"], "io": "streams"}
+        ],
+        "bundle": {"files": [
+            {"path": "quick.sh", "content": "echo bye; exit 3"},
+            {"path": "stay.sh", "content": "while :; do sleep 1; done"}
+        ]}
+    });
+    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().unwrap().to_string();
+    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
+    let seen =
+        sse.until(|e| e.event == "run" && e.data["app"] == "quick" && e.data["phase"] == "ended");
+    let ended = seen.last().expect("events");
+    assert_eq!(ended.data["exitCode"], 3, "{ended:?}");
+    assert!(
+        seen.iter().any(|e| status_of(e) == Some("running")),
+        "{seen:#?}"
+    );
+    // The session stays up; the end is not reported again.
+    let (_, g) = d.json("GET", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(g["status"], "running");
+
+    // Someone deletes the pod: the session fails with the pod's fate.
+    let pods = session_pods(&d, &id);
+    assert_eq!(pods.len(), 1);
+    d.kubectl_ok(
+        &["delete", "pod", "-n", "default", &pods[0], "--wait=false"],
+        None,
+    );
+    let rest = sse.until(|e| matches!(status_of(e), Some("failed" | "stopped")));
+    let last = rest.last().expect("events");
+    assert_eq!(status_of(last), Some("failed"), "{rest:#?}");
+    assert!(
+        !last.data["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .is_empty(),
+        "{last:?}"
+    );
+    let again = rest
+        .iter()
+        .filter(|e| e.event == "run" && e.data["app"] == "quick" && e.data["phase"] == "ended")
+        .count();
+    assert_eq!(again, 0, "the ended app was reported twice: {rest:#?}");
+}
