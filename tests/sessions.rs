@@ -660,3 +660,153 @@ fn an_ended_app_is_reported_once_and_a_pod_deleted_behind_our_back_fails_the_ses
         .count();
     assert_eq!(again, 0, "the ended app was reported twice: {rest:#?}");
 }
+
+/// A debug stream on the inspect address that claims `PORTS` (JSON list).
+const CLAIM_PY: &str = r#"
+import http.server, json, os, time
+ports = json.loads(os.environ.get("CLAIM", "[]"))
+class Events(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        ev = {"event": "Kernel.PortsResolved", "payload": {"ports": [{"port": p} for p in ports]}}
+        self.wfile.write(("data: %s\n\n" % json.dumps(ev)).encode())
+        self.wfile.flush()
+        while True:
+            time.sleep(1)
+            self.wfile.write(b": hb\n\n")
+            self.wfile.flush()
+    def log_message(self, *a): pass
+host, port = os.environ["KUBEGATE_INSPECT_ADDR"].rsplit(":", 1)
+http.server.ThreadingHTTPServer((host, int(port)), Events).serve_forever()
+"#;
+
+#[test]
+fn direct_access_publishes_service_and_ingress_and_rejects_a_port_another_app_owns() {
+    let d = DaemonProc::start_with(
+        |c| {
+            c.replace("# pod_access = \"api-proxy\"", "pod_access = \"direct\"")
+                .replace(
+                    "# ingress_base_domain = \"dev.example.com\"",
+                    "ingress_base_domain = \"dev.example.com\"",
+                )
+        },
+        "info",
+    );
+    let body = json!({
+        "apps": [
+            {"name": "a", "entry": "a.sh", "command": ["sh", "a.sh"], "io": "streams",
+             "ports": [{"port": 8080}, {"port": 5353, "protocol": "udp"}]},
+            {"name": "b", "entry": "claim.py", "command": ["python3", "claim.py"], "io": "streams"}
+        ],
+        "env": {"CLAIM": "[8080, 9090]"},
+        "bundle": {"files": [
+            {"path": "a.sh", "content": "while :; do sleep 1; done"},
+            {"path": "claim.py", "content": CLAIM_PY}
+        ]}
+    });
+    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().unwrap().to_string();
+    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
+    let seen = sse.until(|e| {
+        e.event == "endpoints" && e.data["app"] == "b" && e.data.get("rejected").is_some()
+    });
+    let ev = seen.last().expect("events");
+    assert!(
+        seen.iter().any(|e| status_of(e) == Some("running")),
+        "{seen:#?}"
+    );
+    assert_eq!(ev.data["rejected"][0]["port"], 8080, "{ev:?}");
+    assert!(!ev.data["rejected"][0]["reason"]
+        .as_str()
+        .unwrap_or("")
+        .is_empty());
+    assert_eq!(ev.data["added"][0]["port"], 9090, "{ev:?}");
+    assert_eq!(
+        ev.data["added"][0]["host"],
+        format!("9090-{id}.dev.example.com"),
+        "{ev:?}"
+    );
+    // The Service and the Ingress, owned by the pod.
+    let name = format!("kubegate-run-{id}");
+    let pod = session_pods(&d, &id).pop().expect("pod");
+    let svc: Value = serde_json::from_str(&d.kubectl_ok(
+        &["get", "service", "-n", "default", &name, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    let ports: Vec<(i64, String)> = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["port"].as_i64().unwrap(),
+                p["protocol"].as_str().unwrap_or("TCP").to_string(),
+            )
+        })
+        .collect();
+    assert!(ports.contains(&(8080, "TCP".into())), "{ports:?}");
+    assert!(ports.contains(&(5353, "UDP".into())), "{ports:?}");
+    assert!(ports.contains(&(9090, "TCP".into())), "{ports:?}");
+    let owner = &svc["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["name"].as_str()),
+        (Some("Pod"), Some(pod.as_str()))
+    );
+    assert_eq!(owner["controller"], true);
+    let ing: Value = serde_json::from_str(&d.kubectl_ok(
+        &["get", "ingress", "-n", "default", &name, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    let hosts: Vec<&str> = ing["spec"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["host"].as_str())
+        .collect();
+    assert!(
+        hosts.contains(&format!("8080-{id}.dev.example.com").as_str()),
+        "{hosts:?}"
+    );
+    assert!(
+        hosts.contains(&format!("9090-{id}.dev.example.com").as_str()),
+        "{hosts:?}"
+    );
+    assert_eq!(hosts.len(), 2, "udp ports get no rule: {hosts:?}");
+    // Stop leaves no pod, Service or Ingress.
+    let (st, _) = d.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}"),
+        Some(&d.token),
+        None,
+    );
+    assert_eq!(st, 204);
+    wait_for(
+        "pod, Service and Ingress gone",
+        Duration::from_secs(30),
+        || {
+            let left = d.kubectl_ok(
+                &[
+                    "get",
+                    "pods,services,ingresses",
+                    "-n",
+                    "default",
+                    "-l",
+                    &format!("kubegate.dev/session-id={id}"),
+                    "-o",
+                    "name",
+                ],
+                None,
+            );
+            let named = d.kubectl_ok(
+                &["get", "services,ingresses", "-n", "default", "-o", "name"],
+                None,
+            );
+            (left.trim().is_empty() && !named.contains(&name)).then_some(())
+        },
+    );
+}
