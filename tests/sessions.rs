@@ -810,3 +810,105 @@ fn direct_access_publishes_service_and_ingress_and_rejects_a_port_another_app_ow
         },
     );
 }
+
+#[test]
+fn stdin_and_resize_reach_the_right_app_and_reloads_are_rate_limited() {
+    use kubegate::session::io::{decode_frame, SUBPROTOCOL};
+    use tungstenite::Message;
+    let d = DaemonProc::start_with(
+        |c| c.replace("[sessions]\n", "[sessions]\nreloads_per_minute = 2\n"),
+        "info",
+    );
+    let body = json!({
+        "apps": [
+            {"name": "term", "entry": "t.sh", "command": ["sh", "t.sh"], "io": "tty"},
+            {"name": "pipe", "entry": "p.sh", "command": ["sh", "p.sh"], "io": "streams"}
+        ],
+        "bundle": {"files": [
+            {"path": "t.sh", "content": "while read l; do echo \"term:$l\"; stty size; done"},
+            {"path": "p.sh", "content": "while read l; do echo \"pipe:$l\"; done"}
+        ]}
+    });
+    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().unwrap().to_string();
+    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
+    let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
+    assert_eq!(
+        seen.last().and_then(status_of),
+        Some("running"),
+        "{seen:#?}"
+    );
+    let auth = format!("Bearer {}", d.token);
+    let open = |app: &str| {
+        d.ws(
+            &format!("/v1/sessions/{id}/io?app={app}"),
+            &[("Authorization", &auth)],
+            &[SUBPROTOCOL],
+        )
+        .map(|(ws, _)| ws)
+        .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)))
+    };
+    let mut term = open("term");
+    let mut pipe = open("pipe");
+    term.send(Message::Text(
+        r#"{"type":"resize","cols":111,"rows":22}"#.into(),
+    ))
+    .unwrap();
+    term.send(Message::Binary(b"one\r".to_vec().into()))
+        .unwrap();
+    pipe.send(Message::Binary(b"two\n".to_vec().into()))
+        .unwrap();
+    let read_text = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>, want: &str| {
+        let mut text = String::new();
+        let mut streams = Vec::new();
+        while !text.contains(want) {
+            if let Message::Binary(b) = ws.read().expect("read") {
+                let (_, s, p) = decode_frame(&b).expect("frame");
+                streams.push(s);
+                text.push_str(&String::from_utf8_lossy(p));
+            }
+        }
+        (text, streams)
+    };
+    // The size is applied concurrently with the app's reads: type lines
+    // until one shows it.
+    let (mut t, mut s) = read_text(&mut term, "term:one");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !t.contains("22 111") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the size never showed: {t:?}"
+        );
+        term.send(Message::Binary(b"again\r".to_vec().into()))
+            .unwrap();
+        let (more, st) = read_text(&mut term, "term:again");
+        t.push_str(&more);
+        s.extend(st);
+    }
+    assert!(
+        !t.contains("two"),
+        "the other app's stdin reached this one: {t:?}"
+    );
+    assert!(
+        s.iter().all(|s| *s == 0),
+        "a tty app's output is stream 0: {s:?}"
+    );
+    let (p, s) = read_text(&mut pipe, "pipe:two\n");
+    assert!(!p.contains("one"), "{p:?}");
+    assert!(s.iter().all(|s| *s == 1), "{s:?}");
+    // Reloads: two per minute here, then 429.
+    for want in [202, 202, 429] {
+        let (st, b) = d.request(
+            "POST",
+            &format!("/v1/sessions/{id}/reload?app=pipe"),
+            Some(&d.token),
+            Some(b""),
+        );
+        assert_eq!(st, want, "{}", String::from_utf8_lossy(&b));
+        if st == 429 {
+            let v: Value = serde_json::from_slice(&b).unwrap();
+            assert_eq!(v["error"]["code"], "RELOAD_RATE_LIMITED");
+        }
+    }
+}
