@@ -1150,6 +1150,24 @@ fn figure_idle(d: &Daemon, sim: &SimProc, client: &Client, want_max: usize, tck:
             }
         );
     }
+    let sampled: f64 = last.cpu_by_name.iter().map(|(_, s)| s).sum();
+    let total = last.cpu_pct / 100.0 * IDLE_WINDOW.as_secs_f64();
+    println!(
+        "| (threads that started or ended within the window: per-command `session-work`, e.g. checkpoints) | - | - | - | {:.2} |",
+        (total - sampled).max(0.0)
+    );
+    println!("| **daemon process total** | - | {} | - | {total:.2} |", last.threads);
+    println!();
+    println!("### fixed per-session allocations (from the types, for the RSS breakdown)");
+    println!();
+    println!("| what | bytes |");
+    println!("|---|---|");
+    let msg = std::mem::size_of::<kubegate::session::engine::Msg>();
+    println!("| session inbox: `bounded(256)` of `engine::Msg` ({msg} B each), slots written at creation | {} |", 256 * msg);
+    let out = std::mem::size_of::<kubegate::kube::remote::Output>();
+    println!("| per attach: output channel `bounded(64)` of `kube::remote::Output` ({out} B each) | {} |", 64 * out);
+    println!("| per attach WebSocket: tungstenite 0.30 read buffer (`WebSocketConfig::default()`, zero-filled up to its capacity on the first read) | {} |", 128 * 1024);
+    println!("| per kube HTTP connection in use (the session's pod watch): ureq 3 input + output buffers (128 KiB each, default) | {} |", 256 * 1024);
     let _ = client;
     all_ids
 }
