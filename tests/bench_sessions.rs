@@ -203,7 +203,7 @@ fn fold_name(comm: &str) -> String {
         "session-probe",
     ];
     if let Some(rest) = comm.strip_prefix("session-") {
-        if !KNOWN.iter().any(|k| comm == *k) && rest.len() >= 6 {
+        if !KNOWN.contains(&comm) && rest.len() >= 6 {
             return "session-<id> (owner)".into();
         }
     }
@@ -231,9 +231,9 @@ fn rss_split(pid: u32) -> RssSplit {
     let mut prev: Option<(u64, u64, String)> = None;
     let mut cur: Option<(u64, u64, String, String)> = None;
     let close = |m: &Option<(u64, u64, String, String)>,
-                     rss: u64,
-                     prev: &Option<(u64, u64, String)>,
-                     out: &mut RssSplit| {
+                 rss: u64,
+                 prev: &Option<(u64, u64, String)>,
+                 out: &mut RssSplit| {
         let Some((start, _end, perms, path)) = m else {
             return;
         };
@@ -617,10 +617,14 @@ fn start_one(d: &Daemon, clock: &PodClock, client: &Client) -> Start {
         }
     };
     drop(sse);
-    let seen = wait_for("the bench's watch to see the pod", Duration::from_secs(30), || {
-        let s = clock.get(&id);
-        s.running.map(|r| (s.added.unwrap_or(r), r))
-    });
+    let seen = wait_for(
+        "the bench's watch to see the pod",
+        Duration::from_secs(30),
+        || {
+            let s = clock.get(&id);
+            s.running.map(|r| (s.added.unwrap_or(r), r))
+        },
+    );
     let pods = session_pods(client, &format!("kubegate.dev/session-id={id}"));
     let pod = pods.first().cloned().unwrap_or(Value::Null);
     let created = ts_secs(&pod["metadata"]["creationTimestamp"]).unwrap_or(0);
@@ -725,10 +729,7 @@ fn figure_start(d: &Daemon, clock: &PodClock, client: &Client, n: usize) {
     println!();
     println!("| progress phase | p50 ms | p99 ms |");
     println!("|---|---|---|");
-    let mut names: Vec<String> = runs
-        .iter()
-        .flat_map(|s| s.phases.keys().cloned())
-        .collect();
+    let mut names: Vec<String> = runs.iter().flat_map(|s| s.phases.keys().cloned()).collect();
     names.sort_by(|a, b| {
         let at = |p: &str| {
             percentile(
@@ -743,7 +744,10 @@ fn figure_start(d: &Daemon, clock: &PodClock, client: &Client, n: usize) {
     });
     names.dedup();
     for p in names {
-        let v: Vec<f64> = runs.iter().filter_map(|s| s.phases.get(&p).copied()).collect();
+        let v: Vec<f64> = runs
+            .iter()
+            .filter_map(|s| s.phases.get(&p).copied())
+            .collect();
         println!(
             "| {p} | {:.1} | {:.1} |",
             percentile(&v, 50.0),
@@ -962,7 +966,13 @@ fn running_count(d: &Daemon) -> usize {
         .map_or(0, |a| a.iter().filter(|s| s["status"] == "running").count())
 }
 
-fn figure_idle(d: &Daemon, sim: &SimProc, client: &Client, want_max: usize, tck: f64) -> Vec<String> {
+fn figure_idle(
+    d: &Daemon,
+    sim: &SimProc,
+    client: &Client,
+    want_max: usize,
+    tck: f64,
+) -> Vec<String> {
     let limits = Limits {
         sim_pid: sim.child.id(),
         daemon_pid: d.pid(),
@@ -1031,19 +1041,23 @@ fn figure_idle(d: &Daemon, sim: &SimProc, client: &Client, want_max: usize, tck:
         let verdict = if f.n == 0 {
             format!("CPU {}", bar(f.cpu_pct < 2.0))
         } else {
-            format!(
-                "RSS {}; CPU {}",
-                bar(per <= 300.0),
-                bar(f.cpu_pct < 2.0)
-            )
+            format!("RSS {}; CPU {}", bar(per <= 300.0), bar(f.cpu_pct < 2.0))
         };
         println!(
             "| {} | {:.1} | {} | {} | {} | {} | {:.2} | {verdict} |",
             f.n,
             f.rss_kib as f64 / 1024.0,
-            if per.is_nan() { "-".into() } else { format!("{per:.0}") },
+            if per.is_nan() {
+                "-".into()
+            } else {
+                format!("{per:.0}")
+            },
             f.threads,
-            if tper.is_nan() { "-".into() } else { format!("{tper:.2}") },
+            if tper.is_nan() {
+                "-".into()
+            } else {
+                format!("{tper:.2}")
+            },
             f.fds,
             f.cpu_pct,
         );
@@ -1156,7 +1170,10 @@ fn figure_idle(d: &Daemon, sim: &SimProc, client: &Client, want_max: usize, tck:
         "| (threads that started or ended within the window: per-command `session-work`, e.g. checkpoints) | - | - | - | {:.2} |",
         (total - sampled).max(0.0)
     );
-    println!("| **daemon process total** | - | {} | - | {total:.2} |", last.threads);
+    println!(
+        "| **daemon process total** | - | {} | - | {total:.2} |",
+        last.threads
+    );
     println!();
     println!("### fixed per-session allocations (from the types, for the RSS breakdown)");
     println!();
@@ -1225,7 +1242,9 @@ fn teardown(d: &Daemon, client: &Client, ids: &[String]) {
         refused.load(Ordering::Relaxed)
     );
     println!();
-    println!("| s after the first DELETE | pods left | of them terminating (deletionTimestamp set) |");
+    println!(
+        "| s after the first DELETE | pods left | of them terminating (deletionTimestamp set) |"
+    );
     println!("|---|---|---|");
     for (t, n, term) in trail {
         println!("| {t:.1} | {n} | {term} |");
