@@ -19,4 +19,8 @@ for i in $(seq 1 "$runs"); do
   echo "## exec gateway: one daemon vs the same embedded sim reached directly (run $i of $runs)"
   cargo test --release --locked --test bench_exec -- --ignored --nocapture --test-threads 1 2>&1 \
     | grep -E '^(\||###)' || { echo "bench_exec failed"; exit 1; }
+  echo
+  echo "## watch sessions: start overhead and idle footprint, a daemon against a separate sim (run $i of $runs)"
+  cargo test --release --locked --test bench_sessions -- --ignored --nocapture --test-threads 1 2>&1 \
+    | grep -E '^(\||###)' || { echo "bench_sessions failed"; exit 1; }
 done
