@@ -178,7 +178,7 @@ impl Client {
                 ),
             ));
         }
-        connect::into_websocket(sock, rest, &self.ep).map_err(|e| self.unreachable(e))
+        connect::into_websocket(sock, rest, &self.ep, None).map_err(|e| self.unreachable(e))
     }
 }
 

@@ -659,6 +659,8 @@ pub fn attach(
         stderr: !tty,
         tty,
         initial_size: if tty { io.term_size() } else { None },
+        // Held for the session's life, mostly idle: a small read buffer.
+        read_buffer_bytes: Some(remote::SMALL_READ_BUFFER),
         ..ExecOptions::default()
     };
     let process =

@@ -454,6 +454,11 @@ fn build_agent(
         // concurrent callers tear connections down and redo TLS handshakes.
         .max_idle_connections(64)
         .max_idle_connections_per_host(32)
+        // Each held connection (a session's pod watch, a pooled idle one)
+        // keeps these: ureq's 128 KiB defaults cost ~256 KiB per watch.
+        // Bodies stream through them; Kubernetes heads are a few KiB.
+        .input_buffer_size(32 * 1024)
+        .output_buffer_size(16 * 1024)
         .build();
     ureq::Agent::with_parts(
         config,

@@ -47,6 +47,10 @@ pub fn ws_config() -> WebSocketConfig {
         .max_frame_size(Some(MAX_MESSAGE))
 }
 
+/// Read buffer of long-lived, mostly idle streams (attach): tungstenite's
+/// default 128 KiB is zero-filled at the first read, per stream.
+pub const SMALL_READ_BUFFER: usize = 16 * 1024;
+
 fn transport(what: &str, ep: &Endpoint, e: impl std::fmt::Display) -> RemoteError {
     RemoteError::Transport(format!("{what} {}: {e}", ep.authority))
 }
@@ -65,6 +69,7 @@ pub fn open(
     path_and_query: &str,
     offer: &[Protocol],
     timeout: Duration,
+    read_buffer: Option<usize>,
 ) -> Result<Opened, RemoteError> {
     let bearer = conn.credentials.bearer()?;
     let deadline = Instant::now() + timeout;
@@ -84,7 +89,7 @@ pub fn open(
     if head.code == 101 {
         let protocol =
             handshake::check_switch(&head, &key, offer).map_err(RemoteError::Handshake)?;
-        let ws = into_websocket(sock, rest, ep)?;
+        let ws = into_websocket(sock, rest, ep, read_buffer)?;
         return Ok(Opened { ws, protocol });
     }
 
@@ -177,7 +182,13 @@ pub(crate) fn into_websocket(
     sock: ClientSocket,
     rest: Vec<u8>,
     ep: &Endpoint,
+    read_buffer: Option<usize>,
 ) -> Result<WebSocket<ClientSocket>, RemoteError> {
+    let mut config = ws_config();
+    if let Some(n) = read_buffer {
+        // Taken at construction only (set_config does not resize it).
+        config = config.read_buffer_size(n);
+    }
     sock.set_read_timeout(None)
         .and_then(|()| sock.set_write_timeout(None))
         .map_err(|e| transport("configuring the socket to", ep, e))?;
@@ -185,7 +196,7 @@ pub(crate) fn into_websocket(
         sock,
         rest,
         Role::Client,
-        Some(ws_config()),
+        Some(config),
     ))
 }
 

@@ -40,6 +40,7 @@ mod process;
 pub(crate) mod request;
 
 pub use crate::kube::channel::{Protocol, TermSize};
+pub use connect::SMALL_READ_BUFFER;
 pub use demux::{ExitStatus, Output};
 pub use error::RemoteError;
 pub use process::{Controller, RemoteProcess, StdinWriter, MAX_STDIN_CHUNK};
@@ -72,6 +73,10 @@ pub struct ExecOptions {
     /// of copied payloads: for relays whose own frames have the same
     /// `[channel][data]` layout (the daemon's exec gateway). Default false.
     pub raw_frames: bool,
+    /// The WebSocket read buffer (tungstenite's default 128 KiB, allocated
+    /// at the first read): smaller for long-lived, mostly idle streams such
+    /// as attaches held by watch sessions. Default none (128 KiB).
+    pub read_buffer_bytes: Option<usize>,
     /// Subprotocols offered, preferred first. Default v5 then v4. Offering
     /// only v4 exists for tests of the fallback.
     pub protocols: Vec<Protocol>,
@@ -98,6 +103,7 @@ impl Default for ExecOptions {
             initial_size: None,
             output_capacity: 64,
             raw_frames: false,
+            read_buffer_bytes: None,
             protocols: vec![Protocol::V5, Protocol::V4],
             connect_timeout: Duration::from_secs(30),
             ping_interval: Some(Duration::from_secs(30)),
@@ -171,7 +177,14 @@ fn open(
     let path = request::path_and_query(
         &ep.prefix, kind, namespace, pod, container, command, streams,
     );
-    let opened = connect::open(conn, &ep, &path, &opts.protocols, opts.connect_timeout)?;
+    let opened = connect::open(
+        conn,
+        &ep,
+        &path,
+        &opts.protocols,
+        opts.connect_timeout,
+        opts.read_buffer_bytes,
+    )?;
     process::start(
         opened,
         StartOptions {
