@@ -52,6 +52,26 @@ fn session_pods(d: &DaemonProc, id: &str) -> Vec<String> {
     out.split_whitespace().map(str::to_string).collect()
 }
 
+/// POSTs a session and opens its event stream; the id and the stream.
+fn create(d: &DaemonProc, body: &Value) -> (String, SseClient) {
+    let (st, v) = d.json("POST", "/v1/sessions", Some(body));
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().expect("sessionId").to_string();
+    let sse = SseClient::open(d, &format!("/v1/sessions/{id}/events"), None);
+    (id, sse)
+}
+
+/// Reads events until `running` (panics on `failed`); the events read.
+fn until_running(sse: &mut SseClient) -> Vec<SseEvent> {
+    let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
+    assert_eq!(
+        seen.last().and_then(status_of),
+        Some("running"),
+        "{seen:#?}"
+    );
+    seen
+}
+
 fn status_of(e: &SseEvent) -> Option<&str> {
     (e.event == "status")
         .then(|| e.data["status"].as_str())
@@ -302,16 +322,8 @@ fn ports_are_probed_proxied_and_re_routed_by_the_debug_stream() {
                   "io": "streams", "ports": [{"port": 8080}]}],
         "bundle": {"files": [{"path": "app.py", "content": APP_PY}]}
     });
-    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
-    assert_eq!(st, 201, "{v}");
-    let id = v["sessionId"].as_str().unwrap().to_string();
-    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
-    let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
-    assert_eq!(
-        seen.last().and_then(status_of),
-        Some("running"),
-        "{seen:#?}"
-    );
+    let (id, mut sse) = create(&d, &body);
+    until_running(&mut sse);
     // The declared port: probed reachable, then re-routed by the app's own
     // debug stream to 8081 (8080 removed).
     let mut reachable = false;
@@ -376,16 +388,8 @@ fn app_output_reaches_the_io_socket_with_replay_and_stdin_reaches_the_app() {
         "bundle": {"files": [{"path": "echo.sh",
             "content": "echo ready; while read l; do echo \"out:$l\"; echo \"err:$l\" >&2; done"}]}
     });
-    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
-    assert_eq!(st, 201, "{v}");
-    let id = v["sessionId"].as_str().unwrap().to_string();
-    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
-    let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
-    assert_eq!(
-        seen.last().and_then(status_of),
-        Some("running"),
-        "{seen:#?}"
-    );
+    let (id, mut sse) = create(&d, &body);
+    until_running(&mut sse);
 
     let open = |q: &str, token: &str| {
         let a = format!("Bearer {token}");
@@ -488,15 +492,7 @@ fn workspace_edits_reload_set_apps_suspend_and_resume_keep_every_file() {
     let id = v["sessionId"].as_str().unwrap().to_string();
     let base = format!("/v1/sessions/{id}");
     let mut sse = SseClient::open(&d, &format!("{base}/events"), None);
-    let running = |sse: &mut SseClient| {
-        let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
-        assert_eq!(
-            seen.last().and_then(status_of),
-            Some("running"),
-            "{seen:#?}"
-        );
-    };
-    running(&mut sse);
+    until_running(&mut sse);
 
     // Edits land atomically through the agent; paths are checked here too.
     let (st, v) = d.json(
@@ -558,7 +554,7 @@ fn workspace_edits_reload_set_apps_suspend_and_resume_keep_every_file() {
     ]});
     let (st, v) = d.json("PUT", &format!("{base}/apps"), Some(&apps));
     assert_eq!(st, 202, "{v}");
-    running(&mut sse);
+    until_running(&mut sse);
     let (_, g) = d.json("GET", &base, None);
     assert_eq!(g["apps"].as_array().map(Vec::len), Some(2), "{g}");
     let (st, v) = d.json(
@@ -586,7 +582,7 @@ fn workspace_edits_reload_set_apps_suspend_and_resume_keep_every_file() {
     assert_eq!(st, 409, "{v}");
     let (st, v) = d.json("POST", &format!("{base}/resume"), Some(&json!({})));
     assert_eq!(st, 202, "{v}");
-    running(&mut sse);
+    until_running(&mut sse);
     let (st, v) = d.json(
         "GET",
         &format!("{base}/workspace/file?path=lib/msg.txt"),
@@ -621,10 +617,7 @@ fn an_ended_app_is_reported_once_and_a_pod_deleted_behind_our_back_fails_the_ses
             {"path": "stay.sh", "content": "while :; do sleep 1; done"}
         ]}
     });
-    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
-    assert_eq!(st, 201, "{v}");
-    let id = v["sessionId"].as_str().unwrap().to_string();
-    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
+    let (id, mut sse) = create(&d, &body);
     let seen =
         sse.until(|e| e.event == "run" && e.data["app"] == "quick" && e.data["phase"] == "ended");
     let ended = seen.last().expect("events");
@@ -706,10 +699,7 @@ fn direct_access_publishes_service_and_ingress_and_rejects_a_port_another_app_ow
             {"path": "claim.py", "content": CLAIM_PY}
         ]}
     });
-    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
-    assert_eq!(st, 201, "{v}");
-    let id = v["sessionId"].as_str().unwrap().to_string();
-    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
+    let (id, mut sse) = create(&d, &body);
     let seen = sse.until(|e| {
         e.event == "endpoints" && e.data["app"] == "b" && e.data.get("rejected").is_some()
     });
@@ -829,16 +819,8 @@ fn stdin_and_resize_reach_the_right_app_and_reloads_are_rate_limited() {
             {"path": "p.sh", "content": "while read l; do echo \"pipe:$l\"; done"}
         ]}
     });
-    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
-    assert_eq!(st, 201, "{v}");
-    let id = v["sessionId"].as_str().unwrap().to_string();
-    let mut sse = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), None);
-    let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
-    assert_eq!(
-        seen.last().and_then(status_of),
-        Some("running"),
-        "{seen:#?}"
-    );
+    let (id, mut sse) = create(&d, &body);
+    until_running(&mut sse);
     let auth = format!("Bearer {}", d.token);
     let open = |app: &str| {
         d.ws(
