@@ -32,6 +32,8 @@
 
 mod common;
 
+use common::bench::{bar, clock_ticks, cpu_ticks, median, percentile, status_field};
+
 use common::daemon::DaemonProc;
 use common::{wait_for, KUBEGATE};
 use kubegate::exec::frames::{ClientFrame, ServerFrame, SUBPROTOCOL, TYPE_STDOUT};
@@ -61,20 +63,6 @@ const TTY_CAT: &str = "stty raw -echo; echo READY; exec cat";
 
 type Ws = tungstenite::WebSocket<TcpStream>;
 
-/// Aborts the bench binary if the guard is not dropped within `secs`.
-fn watchdog(secs: u64) -> crossbeam_channel::Sender<()> {
-    let (tx, rx) = crossbeam_channel::bounded::<()>(0);
-    std::thread::spawn(move || {
-        if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-            rx.recv_timeout(Duration::from_secs(secs))
-        {
-            eprintln!("watchdog: bench_exec hung for {secs} s");
-            std::process::abort();
-        }
-    });
-    tx
-}
-
 fn runs() -> usize {
     std::env::var("BENCH_RUNS")
         .ok()
@@ -83,77 +71,13 @@ fn runs() -> usize {
         .max(1)
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-/// Nearest-rank percentile of unsorted samples.
-fn percentile(v: &[f64], p: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
-    s[rank.clamp(1, s.len()) - 1]
-}
-
 fn spread(v: &[f64]) -> (f64, f64) {
     let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     (lo, hi)
 }
 
-fn bar(holds: bool) -> &'static str {
-    if holds {
-        "holds"
-    } else {
-        "FAILS"
-    }
-}
-
 // ---------------------------------------------------------------- /proc
-
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
-/// utime + stime of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces): state is the
-    // first, utime the 12th, stime the 13th (stat fields 14 and 15).
-    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let n = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    n(11) + n(12)
-}
-
-/// A numeric field of /proc/<pid>/status (`VmRSS:` in KiB, `Threads:`).
-fn status_field(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
 
 /// This process's own CPU plus that of its waited-for children (kubectl,
 /// the CLI), in clock ticks: the client side of a figure.
@@ -1267,7 +1191,7 @@ fn figure_idle(fresh: &Idle, after: &Idle) {
 #[test]
 #[ignore]
 fn bench_exec() {
-    let _w = watchdog(290);
+    let _w = common::bench::watchdog("bench_exec", 290);
     // RUST_LOG=info, as the example runs: one log line per exec is part of the cost.
     let d = DaemonProc::start();
     let tck = clock_ticks();

@@ -37,6 +37,8 @@
 
 mod common;
 
+use common::bench::{bar, clock_ticks, cpu_ticks, env_usize, percentile, status_field};
+
 use common::daemon::raw_exchange;
 use common::{first_line, temp_dir, terminate, wait_for, SimProc, KUBEGATE};
 use kubegate::kube::client::{Api, Client, Pod, WatchEvent, WatchParams, WatchStopper};
@@ -59,76 +61,7 @@ const RAMP_BUDGET: Duration = Duration::from_secs(240);
 /// threads as well as processes).
 const TASK_RESERVE: u64 = 4096;
 
-/// Aborts the bench binary if the guard is not dropped within `secs`.
-fn watchdog(secs: u64) -> crossbeam_channel::Sender<()> {
-    let (tx, rx) = crossbeam_channel::bounded::<()>(0);
-    std::thread::spawn(move || {
-        if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-            rx.recv_timeout(Duration::from_secs(secs))
-        {
-            eprintln!("watchdog: bench_sessions hung for {secs} s");
-            std::process::abort();
-        }
-    });
-    tx
-}
-
-fn env_usize(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Nearest-rank percentile of unsorted samples.
-fn percentile(v: &[f64], p: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
-    s[rank.clamp(1, s.len()) - 1]
-}
-
-fn bar(holds: bool) -> &'static str {
-    if holds {
-        "holds"
-    } else {
-        "FAILS"
-    }
-}
-
 // ---------------------------------------------------------------- /proc
-
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
-/// utime + stime of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let n = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    n(11) + n(12)
-}
-
-/// A numeric field of /proc/<pid>/status (`VmRSS:` in KiB, `Threads:`).
-fn status_field(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
 
 fn open_fds(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
@@ -1260,7 +1193,7 @@ fn processes_in(dir: &Path) -> Vec<u32> {
 #[test]
 #[ignore]
 fn bench_sessions() {
-    let _w = watchdog(600);
+    let _w = common::bench::watchdog("bench_sessions", 600);
     let starts = env_usize("BENCH_SESSION_STARTS", 30).max(1);
     let want_max = env_usize("BENCH_IDLE_MAX", 1000).max(100);
     let tck = clock_ticks();

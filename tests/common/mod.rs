@@ -4,6 +4,7 @@
 //! kills a hung child so a test fails instead of hanging CI.
 #![allow(dead_code)]
 
+pub mod bench;
 pub mod daemon;
 
 use std::io::{BufRead, BufReader, Read, Write};
