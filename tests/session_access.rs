@@ -25,14 +25,12 @@
 mod common;
 
 use base64::Engine as _;
-use common::{wait_for, SimProc};
+use common::pod_fixture::{fixture, Fixture};
+use common::wait_for;
 use kubegate::agent::wire::{Encoding, WriteItem};
 use kubegate::agent::AGENT_PROTOCOL;
 use kubegate::config::PodAccess as Mode;
-use kubegate::kube::client::resources::Pod;
-use kubegate::kube::client::{Api, Client};
-use kubegate::kube::connection::Connection;
-use kubegate::session::access::{self, AccessError, PodAccess, PodRequest, PodTarget};
+use kubegate::session::access::{self, AccessError, PodAccess, PodRequest};
 use kubegate::session::agent_client::{AgentClient, AgentError};
 use kubegate::session::sse::{SseEvent, SseParser};
 use serde_json::json;
@@ -142,39 +140,6 @@ fn pod_json() -> serde_json::Value {
     })
 }
 
-struct Fixture {
-    sim: SimProc,
-    client: Client,
-    target: PodTarget,
-}
-
-/// A sim and the pod, Running with an IP.
-fn fixture() -> Fixture {
-    let sim = SimProc::start(&[]);
-    let client = Client::new(Connection::plain(&sim.url)).expect("client");
-    let pods = Api::<Pod>::namespaced(&client, "default");
-    let pod: Pod = serde_json::from_value(pod_json()).expect("pod");
-    pods.create(&pod).expect("create the pod");
-    let ip = wait_for(
-        "the pod Running with an IP",
-        Duration::from_secs(60),
-        || {
-            let p = pods.get(POD).ok()?;
-            let ip = p.status.as_ref()?.pod_ip.clone()?;
-            (p.phase() == "Running" && !ip.is_empty()).then_some(ip)
-        },
-    );
-    Fixture {
-        sim,
-        client,
-        target: PodTarget {
-            namespace: "default".into(),
-            name: POD.into(),
-            ip,
-        },
-    }
-}
-
 /// One access mode over the fixture, with the ports and trigger names
 /// that are its own (the modes run one after the other on one pod).
 struct Run<'a> {
@@ -218,7 +183,7 @@ fn sha(b: &[u8]) -> String {
 /// the same address and ports.
 #[test]
 fn both_access_modes_against_the_sim() {
-    let f = fixture();
+    let f = fixture(pod_json(), Duration::from_secs(60));
     for (mode, late_port) in [(Mode::ApiProxy, 18200), (Mode::Direct, 18201)] {
         // Shown with a failure: which mode it was.
         eprintln!("--- pod access {mode:?}");

@@ -25,13 +25,11 @@
 
 mod common;
 
-use common::{wait_for, SimProc};
+use common::pod_fixture::{fixture, Fixture};
+use common::wait_for;
 use crossbeam_channel::{unbounded, Receiver};
 use kubegate::config::PodAccess as Mode;
-use kubegate::kube::client::resources::Pod;
-use kubegate::kube::client::{Api, Client};
-use kubegate::kube::connection::Connection;
-use kubegate::session::access::{self, PodAccess, PodTarget};
+use kubegate::session::access::{self, PodAccess};
 use kubegate::session::machine::Reach;
 use kubegate::session::relay::{self, ProbeTimings};
 use serde_json::{json, Value};
@@ -150,49 +148,19 @@ fn pod_json() -> Value {
     })
 }
 
-struct Fixture {
-    sim: SimProc,
-    client: Client,
-    target: PodTarget,
-}
-
-fn fixture() -> Fixture {
-    let sim = SimProc::start(&[]);
-    let client = Client::new(Connection::plain(&sim.url)).expect("client");
-    let pods = Api::<Pod>::namespaced(&client, "default");
-    let pod: Pod = serde_json::from_value(pod_json()).expect("pod");
-    pods.create(&pod).expect("create the pod");
-    let ip = wait_for("the pod Running with an IP", WAIT, || {
-        let p = pods.get(POD).ok()?;
-        let ip = p.status.as_ref()?.pod_ip.clone()?;
-        (p.phase() == "Running" && !ip.is_empty()).then_some(ip)
-    });
-    Fixture {
-        sim,
-        client,
-        target: PodTarget {
-            namespace: "default".into(),
-            name: POD.into(),
-            ip,
-        },
-    }
-}
-
-impl Fixture {
-    /// The host folder of the pod's `shared` volume (the sim's layout).
-    fn shared_dir(&self) -> PathBuf {
-        let pods = self.sim.state_dir.join("pods");
-        let prefix = format!("default_{POD}_");
-        let dir = std::fs::read_dir(&pods)
-            .expect("pods dir")
-            .flatten()
-            .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-            .expect("the pod's folder")
-            .path();
-        let d = dir.join("volumes").join("shared");
-        assert!(d.is_dir(), "{}", d.display());
-        d
-    }
+/// The host folder of the pod's `shared` volume (the sim's layout).
+fn shared_dir(f: &Fixture) -> PathBuf {
+    let pods = f.sim.state_dir.join("pods");
+    let prefix = format!("default_{POD}_");
+    let dir = std::fs::read_dir(&pods)
+        .expect("pods dir")
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .expect("the pod's folder")
+        .path();
+    let d = dir.join("volumes").join("shared");
+    assert!(d.is_dir(), "{}", d.display());
+    d
 }
 
 fn next<T>(rx: &Receiver<T>, what: &str) -> T {
@@ -203,7 +171,7 @@ fn next<T>(rx: &Receiver<T>, what: &str) -> T {
 /// Both modes against one sim and one pod, one after the other.
 #[test]
 fn relay_probe_and_proxy_in_both_access_modes() {
-    let f = fixture();
+    let f = fixture(pod_json(), WAIT);
     let modes = [(Mode::ApiProxy, 18400, 9231), (Mode::Direct, 18401, 9232)];
     for (mode, late_port, late_events) in modes {
         eprintln!("--- pod access {mode:?}");
@@ -263,7 +231,7 @@ fn relay_before_the_app_listens(f: &Fixture, access: &Arc<dyn PodAccess>, port: 
         (!r.expect("probe")).then_some(())
     });
     assert!(frames.try_recv().is_err());
-    std::fs::write(f.shared_dir().join(format!("listen-{port}")), b"").expect("trigger");
+    std::fs::write(shared_dir(f).join(format!("listen-{port}")), b"").expect("trigger");
     let first = next(&frames, "the first frame once the app listens");
     assert_eq!(first["event"], "Kernel.PortsResolved");
     assert_eq!(next(&frames, "the log line")["kind"], "log");
@@ -285,7 +253,7 @@ fn probe_and_proxy(f: &Fixture, access: &Arc<dyn PodAccess>, port: u16) {
         .probe_tcp(&f.target, port, Duration::from_secs(2))
         .expect("probe"));
     let trigger_at = Instant::now();
-    std::fs::write(f.shared_dir().join(format!("listen-{port}")), b"").expect("trigger");
+    std::fs::write(shared_dir(f).join(format!("listen-{port}")), b"").expect("trigger");
     let (at, state) = next(&states, "reachable");
     assert_eq!(state, Reach::Reachable);
     assert!(at >= trigger_at, "reachable only once listening");

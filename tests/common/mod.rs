@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod daemon;
+pub mod pod_fixture;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
