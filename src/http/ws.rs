@@ -298,8 +298,44 @@ pub fn run_stream<S: PollStream>(
     inbound: Sender<Message>,
     opts: WsOptions,
 ) -> WsEnd {
+    run_stream_into(ws, outbound, inbound, opts).0
+}
+
+/// Where a pump hands the peer's messages: without ever blocking, taking
+/// the message or giving it back ([`Refused::Full`]; the pump holds it and
+/// stops reading the socket until it is taken: backpressure) or saying no
+/// one wants messages any more ([`Refused::Gone`]; the pump drops them and
+/// keeps the socket going for its close).
+pub trait Inbound {
+    fn offer(&mut self, m: Message) -> Result<(), Refused>;
+}
+
+/// Why an [`Inbound`] did not take a message.
+pub enum Refused {
+    Full(Message),
+    Gone,
+}
+
+impl Inbound for Sender<Message> {
+    fn offer(&mut self, m: Message) -> Result<(), Refused> {
+        self.try_send(m).map_err(|e| match e {
+            TrySendError::Full(m) => Refused::Full(m),
+            TrySendError::Disconnected(_) => Refused::Gone,
+        })
+    }
+}
+
+/// [`run_stream`] into any [`Inbound`] (e.g. a consumer that handles each
+/// message on the pump's own thread instead of a channel and a thread of
+/// its own), which it gives back at the end.
+pub fn run_stream_into<S: PollStream, I: Inbound>(
+    ws: WebSocket<S>,
+    outbound: OutboxReceiver,
+    inbound: I,
+    opts: WsOptions,
+) -> (WsEnd, I) {
     if let Err(e) = ws.get_ref().set_nonblocking(true) {
-        return WsEnd::Error(format!("set_nonblocking: {e}"));
+        return (WsEnd::Error(format!("set_nonblocking: {e}")), inbound);
     }
     let now = Instant::now();
     let mut pump = Pump {
@@ -319,13 +355,13 @@ pub fn run_stream<S: PollStream>(
     };
     let end = pump.run();
     let _ = pump.ws.get_ref().set_nonblocking(false);
-    end
+    (end, pump.inbound)
 }
 
-struct Pump<S: PollStream> {
+struct Pump<S: PollStream, I: Inbound> {
     ws: WebSocket<S>,
     out: OutboxReceiver,
-    inbound: Sender<Message>,
+    inbound: I,
     opts: WsOptions,
     /// A message the full inbound channel did not take yet.
     held: Option<Message>,
@@ -346,7 +382,7 @@ fn would_block(e: &WsError) -> bool {
     matches!(e, WsError::Io(io) if io.kind() == io::ErrorKind::WouldBlock)
 }
 
-impl<S: PollStream> Pump<S> {
+impl<S: PollStream, I: Inbound> Pump<S, I> {
     fn run(&mut self) -> WsEnd {
         loop {
             if self.closing.is_none() {
@@ -478,10 +514,10 @@ impl<S: PollStream> Pump<S> {
         if self.inbound_gone {
             return;
         }
-        match self.inbound.try_send(m) {
+        match self.inbound.offer(m) {
             Ok(()) => {}
-            Err(TrySendError::Full(m)) => self.held = Some(m),
-            Err(TrySendError::Disconnected(_)) => self.inbound_gone = true,
+            Err(Refused::Full(m)) => self.held = Some(m),
+            Err(Refused::Gone) => self.inbound_gone = true,
         }
     }
 
@@ -524,7 +560,7 @@ impl<S: PollStream> Pump<S> {
     /// The peer sent Close: pass it on, push tungstenite's reply out.
     fn peer_close(&mut self, frame: Option<CloseFrame>) -> WsEnd {
         if !self.inbound_gone {
-            let _ = self.inbound.try_send(Message::Close(frame.clone()));
+            let _ = self.inbound.offer(Message::Close(frame.clone()));
         }
         let deadline = Instant::now() + self.opts.close_timeout;
         self.flush_until(deadline);

@@ -2,7 +2,7 @@
 //! Input; contract.md's `GET /v1/sessions/{id}/io` socket):
 //!
 //! ```text
-//!  k8s attach ─ kube-remote-io/-out ─> session-attach: push ──┐
+//!  k8s attach ─ kube-remote-io (demux in place) ─────> push ──┐
 //!  machine Command::Output ──────────────────────────> push ──┤
 //!                                                             v
 //!                     AppIo: replay ring (bytes-bounded) + subscribers
@@ -29,8 +29,10 @@
 //!   [`AppIo::stdin`] (blocking while the attach's queue is full:
 //!   backpressure to that viewer's socket only) and [`AppIo::resize`]
 //!   (tty apps only; the last size is kept for the next attach).
-//! - [`attach`]: a Kubernetes attach into an `AppIo`, on one thread
-//!   (`session-attach`), reporting an end of its own through a callback.
+//! - [`attach`]: a Kubernetes attach into an `AppIo` on the stream's one
+//!   thread (`kube-remote-io`, which demultiplexes and pushes in place:
+//!   `kube::remote::attach_into`), reporting an end of its own through a
+//!   callback.
 //! - [`serve`]: one viewer's WebSocket (`kubegate.io.v1`), on the calling
 //!   connection thread plus two.
 //!
@@ -38,14 +40,15 @@
 
 use crate::http::ws::{self, Outbox, WsConn, WsOptions};
 use crate::kube::connection::Connection;
-use crate::kube::remote::{self, Controller, ExecOptions, Output, StdinWriter, TermSize};
+use crate::kube::remote::{
+    self, Controller, ExecOptions, Output, SinkProcess, StdinWriter, TermSize,
+};
 use crate::session::machine::OutStream;
-use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::CloseFrame;
@@ -598,31 +601,32 @@ fn close_frame(code: u16, reason: &str) -> CloseFrame {
 
 /// A running attach (see [`attach`]). Dropping it closes it.
 pub struct AttachHandle {
-    stop: Option<Sender<()>>,
     on_end: Arc<Mutex<Option<EndFn>>>,
-    thread: Option<JoinHandle<()>>,
+    io: Arc<AppIo>,
+    input_id: u64,
+    process: Option<SinkProcess>,
 }
 
 type EndFn = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 impl AttachHandle {
     /// Ends the attach without waiting: the input is removed from the
-    /// `AppIo` by the attach thread, which then cancels the stream. The
-    /// `on_end` callback is not called after this (unless it was already
-    /// running).
+    /// `AppIo` and the stream is closed (a Close 1000 queued without
+    /// blocking). The `on_end` callback is not called after this (unless
+    /// it was already running).
     pub fn close(mut self) {
         self.stop_now();
     }
 
-    /// Whether the attach thread is done (the stream ended or was closed).
+    /// Whether the stream's thread is done (the stream ended or was closed).
     pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+        self.process.as_ref().is_none_or(SinkProcess::is_finished)
     }
 
     fn stop_now(&mut self) {
         self.on_end.lock().take();
-        self.stop.take();
-        self.thread.take();
+        self.io.clear_input(self.input_id);
+        self.process.take();
     }
 }
 
@@ -634,13 +638,14 @@ impl Drop for AttachHandle {
 
 /// Attaches to `container` of `namespace/pod` (stdin on, `tty` as
 /// declared; without a tty stdout and stderr stay apart as streams 1 and
-/// 2, with one everything is stream 0) and relays its output into `io` on
-/// a `session-attach` thread; installs the attach's input into `io`.
-/// Blocks for the connect and upgrade (up to 30 s): call it off the
-/// session's owner thread. With a tty the stream starts at the last size a
-/// viewer asked for.
+/// 2, with one everything is stream 0) and pushes its output into `io`
+/// from the stream's own thread (`kube-remote-io`, one per attach: the
+/// ring never blocks, so no output channel or relay thread is needed);
+/// installs the attach's input into `io`. Blocks for the connect and
+/// upgrade (up to 30 s): call it off the session's owner thread. With a tty
+/// the stream starts at the last size a viewer asked for.
 ///
-/// `on_end` is called once, from the attach thread, when the stream ends
+/// `on_end` is called once, from the stream's thread, when the stream ends
 /// by itself: `Ok(())` for a normal end (the container's process exited or
 /// closed its streams), `Err` with the reason otherwise. It is not called
 /// after [`AttachHandle::close`].
@@ -663,75 +668,75 @@ pub fn attach(
         read_buffer_bytes: Some(remote::SMALL_READ_BUFFER),
         ..ExecOptions::default()
     };
-    let process =
-        remote::attach(conn, namespace, pod, Some(container), opts).map_err(|e| e.to_string())?;
-    let input_id = io.set_input(Some(Input {
-        stdin: process.stdin(),
-        controller: process.controller(),
-        tty,
-    }));
     let on_end: Arc<Mutex<Option<EndFn>>> = Arc::new(Mutex::new(Some(Box::new(on_end))));
-    let (stop_tx, stop_rx) = bounded::<()>(0);
-    let thread = {
+    // The input id is known only once the stream is open; the end
+    // callback (which may run at once) reads it from here.
+    let input_slot: Arc<Mutex<Option<u64>>> = Arc::new(Mutex::new(None));
+    let out_stream = if tty {
+        OutStream::Tty
+    } else {
+        OutStream::Stdout
+    };
+    let sink = {
+        let io = io.clone();
+        Box::new(move |o: Output| match o {
+            Output::Stdout(d) => {
+                io.push(out_stream, d);
+            }
+            Output::Stderr(d) => {
+                io.push(OutStream::Stderr, d);
+            }
+            // Not asked for (raw_frames is off); handled anyway:
+            // `[channel][data]`, copied so the ring never pins a larger
+            // read buffer.
+            Output::Frame(f) => {
+                let s = if f.first() == Some(&2) {
+                    OutStream::Stderr
+                } else {
+                    out_stream
+                };
+                io.push(s, f.get(1..).unwrap_or_default().to_vec());
+            }
+        })
+    };
+    let end = {
         let io = io.clone();
         let on_end = on_end.clone();
-        std::thread::Builder::new()
-            .name("session-attach".into())
-            .spawn(move || {
-                let output = process.output();
-                let out_stream = if tty {
-                    OutStream::Tty
-                } else {
-                    OutStream::Stdout
-                };
-                let stopped = loop {
-                    select! {
-                        recv(output) -> c => match c {
-                            Ok(Output::Stdout(d)) => {
-                                io.push(out_stream, d);
-                            }
-                            Ok(Output::Stderr(d)) => {
-                                io.push(OutStream::Stderr, d);
-                            }
-                            Ok(Output::Frame(f)) => {
-                                // Not asked for (raw_frames is off); handled
-                                // anyway: `[channel][data]`, copied so the
-                                // ring never pins a larger read buffer.
-                                let s = if f.first() == Some(&2) { OutStream::Stderr } else { out_stream };
-                                io.push(s, Bytes::copy_from_slice(f.get(1..).unwrap_or_default()));
-                            }
-                            Err(_) => break false,
-                        },
-                        recv(stop_rx) -> _ => break true,
-                    }
-                };
-                io.clear_input(input_id);
-                drop(output);
-                if stopped {
-                    // A Close through the stream's queue (waits at most 5 s
-                    // for room), then the handle's own best-effort Close.
-                    let _ = process.controller().cancel();
-                    drop(process);
-                    return;
-                }
-                let result = process.wait().map(|_| ()).map_err(|e| e.to_string());
-                let cb = on_end.lock().take();
-                if let Some(cb) = cb {
-                    cb(result);
-                }
-            })
+        let input_slot = input_slot.clone();
+        Box::new(move |r: Result<remote::ExitStatus, remote::RemoteError>| {
+            if let Some(id) = *input_slot.lock() {
+                io.clear_input(id);
+            }
+            let cb = on_end.lock().take();
+            if let Some(cb) = cb {
+                cb(r.map(|_| ()).map_err(|e| e.to_string()));
+            }
+        })
     };
-    match thread {
-        Ok(t) => Ok(AttachHandle {
-            stop: Some(stop_tx),
-            on_end,
-            thread: Some(t),
-        }),
-        Err(e) => {
-            io.clear_input(input_id);
-            Err(format!("spawning the attach thread: {e}"))
-        }
+    let process = remote::attach_into(conn, namespace, pod, Some(container), opts, sink, end)
+        .map_err(|e| e.to_string())?;
+    let input_id = {
+        // Under the slot's lock: an end racing with this sees either no id
+        // (and this installs an input the finished stream refuses: cleared
+        // below) or the id.
+        let mut slot = input_slot.lock();
+        let id = io.set_input(Some(Input {
+            stdin: process.stdin(),
+            controller: process.controller(),
+            tty,
+        }));
+        *slot = Some(id);
+        id
+    };
+    if process.is_finished() {
+        io.clear_input(input_id);
     }
+    Ok(AttachHandle {
+        on_end,
+        io,
+        input_id,
+        process: Some(process),
+    })
 }
 
 // ------------------------------------------------------------------- serve

@@ -43,7 +43,9 @@ pub use crate::kube::channel::{Protocol, TermSize};
 pub use connect::SMALL_READ_BUFFER;
 pub use demux::{ExitStatus, Output};
 pub use error::RemoteError;
-pub use process::{Controller, RemoteProcess, StdinWriter, MAX_STDIN_CHUNK};
+pub use process::{
+    Controller, EndSink, OutputSink, RemoteProcess, SinkProcess, StdinWriter, MAX_STDIN_CHUNK,
+};
 
 use crate::kube::connection::Connection;
 use process::StartOptions;
@@ -140,7 +142,24 @@ pub fn attach(
     container: Option<&str>,
     opts: ExecOptions,
 ) -> Result<RemoteProcess, RemoteError> {
-    open(conn, Kind::Attach, namespace, pod, container, &[], opts)
+    let (opened, start) = connect(conn, Kind::Attach, namespace, pod, container, &[], opts)?;
+    process::start(opened, start)
+}
+
+/// [`attach`] with the output handed to `sink` on the stream's own thread
+/// (see [`SinkProcess`]) and the verdict to `on_end` when the stream ends;
+/// `output_capacity` is unused.
+pub fn attach_into(
+    conn: &Connection,
+    namespace: &str,
+    pod: &str,
+    container: Option<&str>,
+    opts: ExecOptions,
+    sink: OutputSink,
+    on_end: EndSink,
+) -> Result<SinkProcess, RemoteError> {
+    let (opened, start) = connect(conn, Kind::Attach, namespace, pod, container, &[], opts)?;
+    process::start_sink(opened, start, sink, on_end)
 }
 
 fn open(
@@ -152,6 +171,20 @@ fn open(
     command: &[String],
     opts: ExecOptions,
 ) -> Result<RemoteProcess, RemoteError> {
+    let (opened, start) = connect(conn, kind, namespace, pod, container, command, opts)?;
+    process::start(opened, start)
+}
+
+/// Validates, connects and upgrades; the settings to start threads with.
+fn connect(
+    conn: &Connection,
+    kind: Kind,
+    namespace: &str,
+    pod: &str,
+    container: Option<&str>,
+    command: &[String],
+    opts: ExecOptions,
+) -> Result<(connect::Opened, StartOptions), RemoteError> {
     let streams = Streams {
         stdin: opts.stdin,
         stdout: opts.stdout,
@@ -185,7 +218,7 @@ fn open(
         opts.connect_timeout,
         opts.read_buffer_bytes,
     )?;
-    process::start(
+    Ok((
         opened,
         StartOptions {
             kind,
@@ -196,5 +229,5 @@ fn open(
             ping_interval: opts.ping_interval,
             idle_timeout: opts.idle_timeout,
         },
-    )
+    ))
 }

@@ -18,6 +18,10 @@
 //! down to its pace. Both threads end when the socket ends; `wait` joins
 //! them.
 //!
+//! [`SinkProcess`] (`attach_into`) is the one-thread variant: the pump
+//! hands each message to the demux in place ([`Inbound`]) and the output to
+//! a sink that must never block; no output channel, no `kube-remote-out`.
+//!
 //! Like an OS pipe pair, a consumer that writes stdin and never reads
 //! output can still deadlock with a remote process that stops reading its
 //! stdin because its stdout is full (`cat`): read output on another thread.
@@ -26,7 +30,9 @@ use super::connect::Opened;
 use super::demux::{Demux, ExitStatus, Output};
 use super::error::RemoteError;
 use super::request::{Kind, Streams};
-use crate::http::ws::{run_stream, try_outbox, Outbox, WsEnd, WsOptions};
+use crate::http::ws::{
+    run_stream, run_stream_into, try_outbox, Inbound, Outbox, Refused, WsEnd, WsOptions,
+};
 use crate::kube::channel::{
     encode_frame, encode_resize, Protocol, TermSize, CLOSE_STDIN_V5, STDIN,
 };
@@ -147,6 +153,121 @@ pub(crate) fn start(opened: Opened, o: StartOptions) -> Result<RemoteProcess, Re
         io: Some(io),
         demux: Some(demux),
     })
+}
+
+/// What a [`SinkProcess`] does with output: called on the stream's own
+/// thread for every chunk, in order. It must not block (the socket is not
+/// read meanwhile); push into a buffer that drops or closes its own slow
+/// readers instead.
+pub type OutputSink = Box<dyn FnMut(Output) + Send>;
+/// Called once on the stream's thread when it ends: the verdict
+/// [`RemoteProcess::wait`] would give.
+pub type EndSink = Box<dyn FnOnce(Result<ExitStatus, RemoteError>) + Send>;
+
+/// A running stream whose output goes to an [`OutputSink`] on the
+/// stream's one thread (`kube-remote-io` demultiplexes in place): no
+/// output channel and no second thread. For long-lived, mostly idle
+/// streams whose consumer never blocks (a watch session's attaches).
+/// Dropping it closes the stream (a Close 1000, as [`RemoteProcess`]).
+pub struct SinkProcess {
+    protocol: Protocol,
+    streams: Streams,
+    outbox: Option<Outbox>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Feeds each message through the demux into the sink.
+struct DemuxSink {
+    demux: Demux,
+    sink: OutputSink,
+}
+
+impl Inbound for DemuxSink {
+    fn offer(&mut self, m: Message) -> Result<(), Refused> {
+        if let Some(out) = self.demux.message(m) {
+            (self.sink)(out);
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn start_sink(
+    opened: Opened,
+    o: StartOptions,
+    sink: OutputSink,
+    on_end: EndSink,
+) -> Result<SinkProcess, RemoteError> {
+    let Opened { ws, protocol } = opened;
+    let (outbox, out_rx) = try_outbox(OUTBOX_CAPACITY)
+        .map_err(|e| RemoteError::Transport(format!("creating the stream's waker: {e}")))?;
+    if let (true, Some(size)) = (o.streams.tty, o.initial_size) {
+        let _ = outbox.try_send(Message::Binary(encode_resize(size).into()));
+    }
+    let ws_opts = WsOptions {
+        ping_interval: o.ping_interval,
+        idle_timeout: o.idle_timeout,
+        close_timeout: CLOSE_TIMEOUT,
+    };
+    let kind = o.kind;
+    let mut demux = Demux::new(protocol);
+    if o.raw_frames {
+        demux = demux.raw_frames();
+    }
+    let thread = std::thread::Builder::new()
+        .name("kube-remote-io".into())
+        .spawn(move || {
+            let (end, s) = run_stream_into(ws, out_rx, DemuxSink { demux, sink }, ws_opts);
+            drop(s.sink);
+            on_end(s.demux.finish(kind, &end));
+        })
+        .map_err(|e| RemoteError::Transport(format!("spawning the stream thread: {e}")))?;
+    Ok(SinkProcess {
+        protocol,
+        streams: o.streams,
+        outbox: Some(outbox),
+        thread: Some(thread),
+    })
+}
+
+impl SinkProcess {
+    /// See [`RemoteProcess::protocol`].
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// See [`RemoteProcess::stdin`].
+    pub fn stdin(&self) -> StdinWriter {
+        StdinWriter {
+            outbox: self.outbox.clone(),
+            protocol: self.protocol,
+            enabled: self.streams.stdin,
+            closed: false,
+        }
+    }
+
+    /// See [`RemoteProcess::controller`].
+    pub fn controller(&self) -> Controller {
+        Controller {
+            outbox: self.outbox.clone(),
+        }
+    }
+
+    /// Whether the stream's thread is done (the end callback has run).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+}
+
+impl Drop for SinkProcess {
+    fn drop(&mut self) {
+        if let Some(o) = self.outbox.take() {
+            // Best effort without blocking; a full queue gets its Close
+            // when the last Outbox clone (a StdinWriter's) goes.
+            let _ = o.try_send(close_normal());
+        }
+        // Detached: the thread ends with the socket.
+        self.thread.take();
+    }
 }
 
 impl RemoteProcess {
