@@ -8,7 +8,8 @@
 //!                                                        -> Commands, carried out:
 //!   CreatePod/DeletePod/Publish/ProbeAgent/Seed/Checkpoint/Touch: a short-lived
 //!     `session-work` thread per command, its result back as an Input;
-//!   WatchPod: a `session-watch` thread per pod (the client's resuming Watcher);
+//!   WatchPod: a route in the engine's one `PodHub` (`session-pods` thread: one
+//!     resuming Watcher of every session pod), delivered without blocking;
 //!   Emit: the session's EventLog (bounded history, SSE readers wait on it);
 //!   WriteRecord: the record file, atomically.
 //! ```
@@ -22,13 +23,11 @@ use super::access::{PodAccess, PodTarget};
 use super::io::{AppIo, AttachHandle};
 use super::machine::{Command, Event, Input, Millis, NewSession, SeedSource, Session, UserOp};
 use super::pod::PodSettings;
+use super::pod_hub::{PodHub, PodUpdate};
 use super::relay::{start_probe, start_relay, ProbeHandle, RelayHandle};
 use super::spec::{Bundle, SessionSpec};
 use crate::api::{ApiError, Code};
-use crate::kube::client::{
-    Api, Client, DeleteParams, Ingress, KubeError, Pod, Service, WatchEvent, WatchParams,
-    WatchStopper,
-};
+use crate::kube::client::{Api, Client, DeleteParams, Ingress, KubeError, Pod, Service};
 use crate::kube::connection::Connection;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -44,6 +43,8 @@ use std::time::{Duration, Instant, SystemTime};
 pub enum Msg {
     Input(Input),
     User(UserOp, Sender<Result<(), ApiError>>),
+    /// Look at the pod updates a full inbox refused (the owner's overflow).
+    Wake,
 }
 
 /// Files to write through the agent (path, bytes).
@@ -253,6 +254,8 @@ pub struct Engine {
     agent: Arc<dyn AgentOps>,
     settings: EngineSettings,
     sessions: RwLock<BTreeMap<String, Arc<Handle>>>,
+    /// The one watch of every session pod.
+    pods: Arc<PodHub>,
 }
 
 fn now_ms() -> Millis {
@@ -268,6 +271,14 @@ impl Engine {
         access: Arc<dyn PodAccess>,
         settings: EngineSettings,
     ) -> Arc<Engine> {
+        let selector = format!(
+            "{}={},{}={}",
+            crate::config::MANAGED_BY_LABEL,
+            settings.pod.managed_by,
+            super::pod::MODE_LABEL,
+            super::pod::MODE_WATCH
+        );
+        let pods = PodHub::start(client.clone(), &settings.pod.namespace, selector);
         Arc::new(Engine {
             client,
             conn,
@@ -275,6 +286,7 @@ impl Engine {
             access,
             settings,
             sessions: RwLock::new(BTreeMap::new()),
+            pods,
         })
     }
 
@@ -378,7 +390,8 @@ impl Engine {
             handle: handle.clone(),
             inbox_tx: tx,
             bundle: Some(bundle),
-            watches: HashMap::new(),
+            watches: std::collections::HashSet::new(),
+            overflow: Arc::new(Mutex::new(Vec::new())),
             relays: HashMap::new(),
             probes: HashMap::new(),
             attaches: Arc::new(Mutex::new(Attaches::default())),
@@ -398,6 +411,7 @@ impl Engine {
     /// running; the restart issue re-adopts them).
     pub fn shutdown(&self) {
         self.sessions.write().clear();
+        self.pods.stop();
     }
 
     /// The workspace agent of `h`'s current pod (the workspace routes).
@@ -481,7 +495,11 @@ struct Owner {
     handle: Arc<Handle>,
     inbox_tx: Sender<Msg>,
     bundle: Option<Bundle>,
-    watches: HashMap<String, WatchStopper>,
+    /// Pods whose updates the hub routes here.
+    watches: std::collections::HashSet<String>,
+    /// Pod updates a full inbox refused, oldest first, one per pod (the
+    /// latest state wins); drained by the owner at every turn.
+    overflow: Arc<Mutex<Vec<(String, Input)>>>,
     /// Debug relays by pod.
     relays: HashMap<String, Vec<RelayHandle>>,
     /// Reachability probes by pod, app and port.
@@ -502,7 +520,19 @@ impl Owner {
     fn run(mut self, mut s: Session, first: Vec<Command>, inbox: Receiver<Msg>) {
         let mut done = self.execute(&s, first);
         while !done {
+            let parked = std::mem::take(&mut *self.overflow.lock());
+            for (_, i) in parked {
+                let cmds = s.handle(i, now_ms());
+                done = self.execute(&s, cmds);
+                if done {
+                    break;
+                }
+            }
+            if done {
+                break;
+            }
             let cmds = match inbox.recv_timeout(Duration::from_secs(1)) {
+                Ok(Msg::Wake) => Vec::new(),
                 Ok(Msg::Input(i)) => s.handle(i, now_ms()),
                 Ok(Msg::User(op, reply)) => match s.user(op, now_ms()) {
                     Ok(c) => {
@@ -527,8 +557,8 @@ impl Owner {
                 done = self.execute(&s, cmds);
             }
         }
-        for (_, w) in self.watches.drain() {
-            w.stop();
+        for name in self.watches.drain() {
+            self.engine.pods.unregister(&name);
         }
         for (_, r) in self.relays.drain() {
             r.iter().for_each(RelayHandle::stop);
@@ -563,8 +593,8 @@ impl Owner {
                 Command::DeletePod { name } => self.delete_pod(name),
                 Command::WatchPod { name } => self.watch_pod(name),
                 Command::StopWatch { name } => {
-                    if let Some(w) = self.watches.remove(&name) {
-                        w.stop();
+                    if self.watches.remove(&name) {
+                        self.engine.pods.unregister(&name);
                     }
                 }
                 Command::ProbeAgent { pod, ip, deadline } => {
@@ -835,35 +865,14 @@ impl Owner {
         });
     }
 
+    /// Routes the pod's updates from the engine's shared watch into the
+    /// inbox (see [`deliver_into`]).
     fn watch_pod(&mut self, name: String) {
-        let api = Api::<Pod>::namespaced(&self.engine.client, &self.engine.settings.pod.namespace);
-        let watcher = api.watch_object(&name, WatchParams::default());
-        self.watches.insert(name.clone(), watcher.stopper());
-        let tx = self.inbox_tx.clone();
-        let spawned = std::thread::Builder::new()
-            .name("session-watch".into())
-            .spawn(move || {
-                for ev in watcher {
-                    let input = match ev {
-                        Ok(WatchEvent::Added(p)) | Ok(WatchEvent::Modified(p)) => {
-                            Input::PodObserved { pod: Box::new(p) }
-                        }
-                        Ok(WatchEvent::Deleted(_)) => Input::PodGone { pod: name.clone() },
-                        Ok(WatchEvent::Resynced { items, .. }) => match items.into_iter().next() {
-                            Some(p) => Input::PodObserved { pod: Box::new(p) },
-                            None => Input::PodGone { pod: name.clone() },
-                        },
-                        // The watcher retries by itself; errors are logged there.
-                        Err(_) => continue,
-                    };
-                    if tx.send(Msg::Input(input)).is_err() {
-                        break;
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            log::error!("session {}: spawning the pod watch: {e}", self.handle.id);
-        }
+        self.watches.insert(name.clone());
+        self.engine.pods.register(
+            &name,
+            deliver_into(self.inbox_tx.clone(), self.overflow.clone()),
+        );
     }
 
     fn publish(&self, id: u64, service: Option<Box<Service>>, ingress: Option<Box<Ingress>>) {
@@ -898,6 +907,42 @@ impl Owner {
             .events
             .push(ev.kind(), ev.data().to_string(), terminal);
     }
+}
+
+/// A hub route into a session's inbox that never blocks the hub: what a
+/// full inbox refuses is parked in `overflow` (one entry per pod, the
+/// latest state wins) and a `Wake` is sent; while anything is parked,
+/// later updates join it, so their order holds.
+fn deliver_into(
+    tx: Sender<Msg>,
+    overflow: Arc<Mutex<Vec<(String, Input)>>>,
+) -> super::pod_hub::Deliver {
+    Box::new(move |u| {
+        let (pod, input) = match u {
+            PodUpdate::Observed(p) => {
+                (p.metadata.name().to_string(), Input::PodObserved { pod: p })
+            }
+            PodUpdate::Gone(n) => (n.clone(), Input::PodGone { pod: n }),
+        };
+        let mut parked = overflow.lock();
+        if parked.is_empty() {
+            match tx.try_send(Msg::Input(input)) {
+                Ok(()) => return,
+                Err(crossbeam_channel::TrySendError::Full(Msg::Input(i))) => {
+                    parked.push((pod, i));
+                }
+                // The session is over (or, not reachable, another message
+                // came back).
+                Err(_) => return,
+            }
+        } else if let Some(slot) = parked.iter_mut().find(|(p, _)| *p == pod) {
+            slot.1 = input;
+        } else {
+            parked.push((pod, input));
+        }
+        drop(parked);
+        let _ = tx.try_send(Msg::Wake);
+    })
 }
 
 /// Create; on AlreadyExists read and replace carrying resourceVersion (and
@@ -1008,6 +1053,48 @@ mod tests {
         let s = t.join().unwrap();
         assert_eq!(s.events[0].id, 6);
         assert!(s.closed);
+    }
+
+    #[test]
+    fn pod_updates_never_block_and_a_full_inbox_parks_the_latest_per_pod() {
+        let pod = |name: &str, phase: &str| -> Box<Pod> {
+            Box::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name}, "status": {"phase": phase}
+                }))
+                .unwrap(),
+            )
+        };
+        let (tx, rx) = bounded(1);
+        let overflow = Arc::new(Mutex::new(Vec::new()));
+        let mut d = deliver_into(tx, overflow.clone());
+        d(PodUpdate::Observed(pod("a", "Pending")));
+        // The inbox is full from here: nothing blocks.
+        d(PodUpdate::Observed(pod("a", "Running")));
+        d(PodUpdate::Observed(pod("b", "Pending")));
+        d(PodUpdate::Observed(pod("a", "Failed")));
+        d(PodUpdate::Gone("b".into()));
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Msg::Input(Input::PodObserved { pod })) if pod.metadata.name() == "a"
+        ));
+        let parked: Vec<String> = overflow
+            .lock()
+            .iter()
+            .map(|(p, i)| match i {
+                Input::PodObserved { pod } => format!(
+                    "{p}:{}",
+                    serde_json::to_value(pod).unwrap()["status"]["phase"]
+                ),
+                Input::PodGone { .. } => format!("{p}:gone"),
+                _ => format!("{p}:?"),
+            })
+            .collect();
+        assert_eq!(parked, vec!["a:\"Failed\"", "b:gone"]);
+        // With room again, updates still queue behind what is parked.
+        d(PodUpdate::Observed(pod("c", "Pending")));
+        assert_eq!(overflow.lock().len(), 3);
+        assert!(matches!(rx.try_recv(), Ok(Msg::Wake)));
     }
 
     #[test]

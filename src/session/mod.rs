@@ -21,6 +21,7 @@ pub mod engine;
 pub mod io;
 pub mod machine;
 pub mod pod;
+pub mod pod_hub;
 pub mod relay;
 pub mod spec;
 pub mod sse;
