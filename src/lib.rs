@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod server;
 pub mod session;
 pub mod sim;
+pub mod timer;
 
 #[doc(hidden)]
 pub mod fuzzing;

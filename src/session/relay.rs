@@ -2,8 +2,10 @@
 //! running"), all through the pod-access seam (`session::access`), so they
 //! work in both `[cluster] pod_access` modes:
 //!
-//! - the debug relay ([`start_relay`]): one thread per app streaming
-//!   `GET /events` from the app's debug port, parsing server-sent events
+//! - the debug relay ([`start_relay`]): per app, `GET /events` streamed
+//!   from the app's debug port on a thread that lives as long as one
+//!   attempt (between attempts a job on the process-wide `crate::timer`
+//!   waits, not a thread), parsing server-sent events
 //!   (`session::sse`) and handing every valid JSON frame to a callback;
 //!   retries with backoff (0.5 s doubling to 5 s) until stopped, resuming
 //!   with `Last-Event-ID`;
@@ -14,8 +16,9 @@
 //!   daemon's `…/ports/{port}/{path}` route, without hop-by-hop headers nor
 //!   the client's `Authorization`.
 //!
-//! Threads: a relay is a `session-relay` thread, a probe a `session-probe`
-//! thread; each is told to stop through its handle (`stop()`, or `Drop`):
+//! Threads: a relay attempt is a `session-relay` thread, a probe a
+//! `session-probe` thread; each is told to stop through its handle
+//! (`stop()`, or `Drop`; a relay's next attempt then never starts):
 //! a flag, a disconnected channel that ends any wait at once (waits are
 //! `recv_timeout` on it, never a bare sleep), and for the relay the current
 //! stream's canceller, which cuts a blocked read. `stop()` never waits for
@@ -221,31 +224,64 @@ impl Backoff {
 
 /// A running relay; stops when told or dropped.
 pub struct RelayHandle {
-    worker: Worker,
+    relay: Arc<Relay>,
+}
+
+/// One relay: what its attempts share. No thread waits between attempts:
+/// the next one is a job on the process-wide timer (`crate::timer`), which
+/// holds only a `Weak` (a dropped handle ends the relay), and each attempt
+/// runs on a `session-relay` thread of its own that ends with the attempt
+/// (a failed connect at once; a stream when it ends).
+struct Relay {
+    access: Arc<dyn PodAccess>,
+    target: PodTarget,
+    port: u16,
+    timings: RelayTimings,
+    stop: Arc<Stop>,
+    /// Taken by the one attempt running (attempts never overlap).
+    progress: Mutex<Progress>,
+    /// An attempt thread is running.
+    in_flight: parking_lot::Mutex<bool>,
+    idle: parking_lot::Condvar,
+}
+
+struct Progress {
+    parser: SseParser,
+    backoff: Backoff,
+    last_error: String,
+    on_frame: Box<dyn Fn(Value) + Send>,
 }
 
 impl RelayHandle {
-    /// Ends the relay: cuts the stream being read, ends a backoff wait.
-    /// Returns at once (see the module documentation).
+    /// Ends the relay: cuts the stream being read, cancels the next
+    /// attempt. Returns at once (see the module documentation).
     pub fn stop(&self) {
-        self.worker.stop.stop();
+        self.relay.stop.stop();
     }
 
-    /// [`RelayHandle::stop`], then waits up to `timeout` for the thread to
-    /// end; true when it did.
-    pub fn stop_and_wait(mut self, timeout: Duration) -> bool {
-        self.worker.stop_and_wait(timeout)
+    /// [`RelayHandle::stop`], then waits up to `timeout` for a running
+    /// attempt to end; true when none runs any more.
+    pub fn stop_and_wait(self, timeout: Duration) -> bool {
+        self.relay.stop.stop();
+        let mut busy = self.relay.in_flight.lock();
+        let deadline = Instant::now() + timeout;
+        while *busy {
+            if self.relay.idle.wait_until(&mut busy, deadline).timed_out() {
+                return !*busy;
+            }
+        }
+        true
     }
 
-    /// Whether the thread has ended.
+    /// Whether the relay is over: stopped, and no attempt running.
     pub fn is_finished(&self) -> bool {
-        self.worker.is_finished()
+        self.relay.stop.is_stopped() && !*self.relay.in_flight.lock()
     }
 }
 
 impl Drop for RelayHandle {
     fn drop(&mut self) {
-        self.worker.stop.stop();
+        self.relay.stop.stop();
     }
 }
 
@@ -260,7 +296,8 @@ pub fn start_relay(
 }
 
 /// Relays `GET /events` of `port`: every valid frame ([`parse_frame`]) goes
-/// to `on_frame`, in order, on the relay's thread.
+/// to `on_frame`, in order, on the relay's attempt threads (one at a time).
+/// The first attempt starts at once.
 pub fn start_relay_with(
     access: Arc<dyn PodAccess>,
     target: PodTarget,
@@ -268,62 +305,110 @@ pub fn start_relay_with(
     timings: RelayTimings,
     on_frame: impl Fn(Value) + Send + 'static,
 ) -> RelayHandle {
-    let worker = Worker::spawn("session-relay", move |stop, wake| {
-        relay_loop(&*access, &target, port, timings, stop, wake, &on_frame)
+    let (stop, _wake) = Stop::new();
+    let relay = Arc::new(Relay {
+        access,
+        target,
+        port,
+        timings,
+        stop,
+        progress: Mutex::new(Progress {
+            parser: SseParser::default(),
+            backoff: Backoff::new(timings.first_retry, timings.max_retry),
+            last_error: String::new(),
+            on_frame: Box::new(on_frame),
+        }),
+        in_flight: parking_lot::Mutex::new(false),
+        idle: parking_lot::Condvar::new(),
     });
-    RelayHandle { worker }
+    launch(&relay);
+    RelayHandle { relay }
 }
 
-fn relay_loop(
-    access: &dyn PodAccess,
-    target: &PodTarget,
-    port: u16,
-    timings: RelayTimings,
-    stop: &Stop,
-    wake: &Receiver<()>,
-    on_frame: &dyn Fn(Value),
-) {
-    let mut parser = SseParser::default();
-    let mut backoff = Backoff::new(timings.first_retry, timings.max_retry);
-    let what = format!("debug stream {}:{port}{EVENTS_PATH}", target.name);
-    let mut last_error = String::new();
-    loop {
-        if stop.is_stopped() {
-            return;
-        }
-        let mut headers = vec![
-            ("Accept".to_string(), "text/event-stream".to_string()),
-            ("Cache-Control".to_string(), "no-cache".to_string()),
-        ];
-        if let Some(id) = parser.last_event_id() {
-            headers.push(("Last-Event-ID".to_string(), id.to_string()));
-        }
-        parser.reset();
-        let delivered = match access.stream(target, port, EVENTS_PATH, &headers, timings.idle) {
-            Ok(s) => {
-                if !stop.set_current(s.canceller()) {
-                    return;
-                }
-                last_error.clear();
-                log::debug!("{what}: connected");
-                let n = read_stream(s, &mut parser, stop, on_frame, &what);
-                stop.clear_current();
-                n
-            }
-            Err(e) => {
-                // Apps without an event stream are common: say it once.
-                let m = e.to_string();
-                if m != last_error {
-                    log::debug!("{what}: {m}");
-                    last_error = m;
-                }
-                0
-            }
-        };
-        if !wait(wake, stop, backoff.after(delivered > 0)) {
-            return;
-        }
+/// Starts the relay's next attempt on a thread of its own.
+fn launch(relay: &Arc<Relay>) {
+    if relay.stop.is_stopped() {
+        return;
     }
+    *relay.in_flight.lock() = true;
+    let r = relay.clone();
+    let spawned = std::thread::Builder::new()
+        .name("session-relay".into())
+        .spawn(move || {
+            let wait = attempt(&r);
+            {
+                let mut busy = r.in_flight.lock();
+                *busy = false;
+                r.idle.notify_all();
+            }
+            if !r.stop.is_stopped() {
+                schedule(&r, wait);
+            }
+        });
+    if let Err(e) = spawned {
+        log::error!("spawning a session-relay thread: {e}");
+        *relay.in_flight.lock() = false;
+        relay.idle.notify_all();
+        schedule(relay, relay.timings.max_retry);
+    }
+}
+
+/// The next attempt after `wait`, unless the relay is gone by then.
+fn schedule(relay: &Arc<Relay>, wait: Duration) {
+    let weak = Arc::downgrade(relay);
+    crate::timer::after(wait, move || {
+        if let Some(r) = weak.upgrade() {
+            launch(&r);
+        }
+    });
+}
+
+/// One connect and, when it opens, the stream to its end; the wait before
+/// the next attempt.
+fn attempt(relay: &Relay) -> Duration {
+    let mut guard = lock(&relay.progress);
+    let p = &mut *guard;
+    let stop = &*relay.stop;
+    let what = format!(
+        "debug stream {}:{}{EVENTS_PATH}",
+        relay.target.name, relay.port
+    );
+    let mut headers = vec![
+        ("Accept".to_string(), "text/event-stream".to_string()),
+        ("Cache-Control".to_string(), "no-cache".to_string()),
+    ];
+    if let Some(id) = p.parser.last_event_id() {
+        headers.push(("Last-Event-ID".to_string(), id.to_string()));
+    }
+    p.parser.reset();
+    let delivered = match relay.access.stream(
+        &relay.target,
+        relay.port,
+        EVENTS_PATH,
+        &headers,
+        relay.timings.idle,
+    ) {
+        Ok(s) => {
+            if !stop.set_current(s.canceller()) {
+                return Duration::ZERO;
+            }
+            p.last_error.clear();
+            log::debug!("{what}: connected");
+            let n = read_stream(s, &mut p.parser, stop, &*p.on_frame, &what);
+            stop.clear_current();
+            n
+        }
+        Err(e) => {
+            // Apps without an event stream are common: say it once.
+            let m = e.to_string();
+            if m != p.last_error {
+                log::debug!("{what}: {m}");
+                p.last_error = m;
+            }
+            0
+        }
+    };
+    p.backoff.after(delivered > 0)
 }
 
 /// Reads one stream to its end (or error, or stop); the number of frames
