@@ -73,6 +73,11 @@ impl AgentOps for Ops {
             .collect()
     }
 
+    fn tree(&self, t: &AgentTarget) -> Result<Vec<(String, String)>, String> {
+        let tree = self.client(t).tree().map_err(|e| e.to_string())?;
+        Ok(tree.files.into_iter().map(|f| (f.path, f.hash)).collect())
+    }
+
     fn touch(&self, t: &AgentTarget, path: &str) -> Result<(), String> {
         self.client(t)
             .touch(path)

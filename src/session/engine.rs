@@ -60,6 +60,8 @@ pub trait AgentOps: Send + Sync {
     fn write_all(&self, pod: &AgentTarget, files: Files) -> Result<(), String>;
     /// Every file of the workspace.
     fn snapshot(&self, pod: &AgentTarget) -> Result<Files, String>;
+    /// Every file's path and content hash (cheap next to a snapshot).
+    fn tree(&self, pod: &AgentTarget) -> Result<Vec<(String, String)>, String>;
     /// Rewrites `path` with its own bytes.
     fn touch(&self, pod: &AgentTarget, path: &str) -> Result<(), String>;
 }
@@ -392,6 +394,7 @@ impl Engine {
             bundle: Some(bundle),
             watches: std::collections::HashSet::new(),
             overflow: Arc::new(Mutex::new(Vec::new())),
+            checkpointed: Arc::new(Mutex::new(None)),
             relays: HashMap::new(),
             probes: HashMap::new(),
             attaches: Arc::new(Mutex::new(Attaches::default())),
@@ -500,6 +503,10 @@ struct Owner {
     /// Pod updates a full inbox refused, oldest first, one per pod (the
     /// latest state wins); drained by the owner at every turn.
     overflow: Arc<Mutex<Vec<(String, Input)>>>,
+    /// The digest of the workspace listing (paths and content hashes) the
+    /// checkpoint file holds; a checkpoint of an unchanged workspace only
+    /// lists it.
+    checkpointed: Arc<Mutex<Option<[u8; 32]>>>,
     /// Debug relays by pod.
     relays: HashMap<String, Vec<RelayHandle>>,
     /// Reachability probes by pod, app and port.
@@ -634,11 +641,9 @@ impl Owner {
                     let t = self.target(s, &pod, ip);
                     let agent = self.engine.agent.clone();
                     let path = self.engine.checkpoint_path(s.id());
+                    let last = self.checkpointed.clone();
                     self.work(move || {
-                        let r = agent.snapshot(&t).and_then(|files| {
-                            write_checkpoint(&path, &files)
-                                .map_err(|e| format!("writing the checkpoint: {e}"))
-                        });
+                        let r = checkpoint(&*agent, &t, &path, &last);
                         match r {
                             Ok(()) => Input::CheckpointDone { pod },
                             Err(message) => Input::CheckpointFailed { pod, message },
@@ -646,6 +651,7 @@ impl Owner {
                     });
                 }
                 Command::DeleteCheckpoint => {
+                    self.checkpointed.lock().take();
                     let _ = std::fs::remove_file(self.engine.checkpoint_path(s.id()));
                 }
                 Command::Touch { pod, ip, path } => {
@@ -991,6 +997,38 @@ where
     ))
 }
 
+/// Checkpoints the workspace into `path`, unless its listing (every path
+/// and content hash) is the one the file already holds: then the file is
+/// kept as it is and only the listing was fetched (an idle session's
+/// periodic checkpoint costs one small request, not a snapshot and a
+/// synced write). The listing is taken before the snapshot, so a change
+/// racing with it at worst costs one more snapshot next time.
+fn checkpoint(
+    agent: &dyn AgentOps,
+    t: &AgentTarget,
+    path: &std::path::Path,
+    last: &Mutex<Option<[u8; 32]>>,
+) -> Result<(), String> {
+    use sha2::{Digest, Sha256};
+    let mut listing = agent.tree(t)?;
+    listing.sort();
+    let mut h = Sha256::new();
+    for (p, hash) in &listing {
+        h.update(p.as_bytes());
+        h.update([0]);
+        h.update(hash.as_bytes());
+        h.update([0]);
+    }
+    let digest: [u8; 32] = h.finalize().into();
+    if *last.lock() == Some(digest) && path.exists() {
+        return Ok(());
+    }
+    let files = agent.snapshot(t)?;
+    write_checkpoint(path, &files).map_err(|e| format!("writing the checkpoint: {e}"))?;
+    *last.lock() = Some(digest);
+    Ok(())
+}
+
 fn write_checkpoint(path: &std::path::Path, files: &Files) -> std::io::Result<()> {
     use base64::Engine as _;
     let list: Vec<Value> = files
@@ -1095,6 +1133,89 @@ mod tests {
         d(PodUpdate::Observed(pod("c", "Pending")));
         assert_eq!(overflow.lock().len(), 3);
         assert!(matches!(rx.try_recv(), Ok(Msg::Wake)));
+    }
+
+    /// An agent over an in-memory workspace that counts snapshots.
+    struct FakeAgent {
+        files: Mutex<Files>,
+        snapshots: AtomicUsize,
+    }
+
+    impl AgentOps for FakeAgent {
+        fn wait_ready(&self, _: &AgentTarget, _: Instant) -> Result<(), String> {
+            Ok(())
+        }
+        fn write_all(&self, _: &AgentTarget, files: Files) -> Result<(), String> {
+            let mut cur = self.files.lock();
+            for (p, d) in files {
+                cur.retain(|(q, _)| *q != p);
+                cur.push((p, d));
+            }
+            Ok(())
+        }
+        fn snapshot(&self, _: &AgentTarget) -> Result<Files, String> {
+            self.snapshots.fetch_add(1, Ordering::SeqCst);
+            Ok(self.files.lock().clone())
+        }
+        fn tree(&self, _: &AgentTarget) -> Result<Vec<(String, String)>, String> {
+            use sha2::{Digest, Sha256};
+            Ok(self
+                .files
+                .lock()
+                .iter()
+                .map(|(p, d)| {
+                    let h: [u8; 32] = Sha256::digest(d).into();
+                    (p.clone(), h.iter().map(|b| format!("{b:02x}")).collect())
+                })
+                .collect())
+        }
+        fn touch(&self, _: &AgentTarget, _: &str) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_unchanged_workspace_is_not_snapshotted_again() {
+        let dir = std::env::temp_dir().join(format!("kubegate-ckpt2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("s.checkpoint.json");
+        let agent = FakeAgent {
+            files: Mutex::new(vec![("a.txt".into(), b"one".to_vec())]),
+            snapshots: AtomicUsize::new(0),
+        };
+        let t = AgentTarget {
+            namespace: "ns".into(),
+            pod: "p".into(),
+            ip: "127.0.0.1".into(),
+            token: "t".into(),
+        };
+        let last = Mutex::new(None);
+        let snaps = || agent.snapshots.load(Ordering::SeqCst);
+        checkpoint(&agent, &t, &path, &last).unwrap();
+        assert_eq!(snaps(), 1);
+        checkpoint(&agent, &t, &path, &last).unwrap();
+        assert_eq!(snaps(), 1, "unchanged: listed, not snapshotted");
+        // A changed file, then a new one: each is snapshotted and lands.
+        agent
+            .write_all(&t, vec![("a.txt".into(), b"two".to_vec())])
+            .unwrap();
+        checkpoint(&agent, &t, &path, &last).unwrap();
+        assert_eq!(snaps(), 2);
+        assert_eq!(
+            read_checkpoint(&path).unwrap(),
+            vec![("a.txt".to_string(), b"two".to_vec())]
+        );
+        agent
+            .write_all(&t, vec![("b.txt".into(), b"".to_vec())])
+            .unwrap();
+        checkpoint(&agent, &t, &path, &last).unwrap();
+        assert_eq!(snaps(), 3);
+        // The file gone from disk: written again even though unchanged.
+        std::fs::remove_file(&path).unwrap();
+        checkpoint(&agent, &t, &path, &last).unwrap();
+        assert_eq!(snaps(), 4);
+        assert_eq!(read_checkpoint(&path).unwrap().len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
