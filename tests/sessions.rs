@@ -280,6 +280,101 @@ fn bad_session_requests_get_their_codes_before_anything_is_created() {
     assert_eq!(pods.trim(), "", "a pod was created");
 }
 
+#[test]
+fn oversize_bundles_are_refused_before_a_pod_exists() {
+    let d = DaemonProc::start_with(
+        |c| {
+            let limited = c
+                .replace("# max_bundle_bytes = 67108864", "max_bundle_bytes = 4096")
+                .replace("# max_file_bytes = 8388608", "max_file_bytes = 2048")
+                .replace("# max_files = 10000", "max_files = 3");
+            assert!(limited.contains("\nmax_bundle_bytes = 4096"));
+            assert!(limited.contains("\nmax_file_bytes = 2048"));
+            assert!(limited.contains("\nmax_files = 3"));
+            limited
+        },
+        "info",
+    );
+    let file = |path: &str, n: usize| json!({"path": path, "content": "x".repeat(n)});
+    let start = |files: Vec<Value>| json!({"apps": [{"name": "web", "entry": "f0"}], "bundle": {"files": files}});
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(vec![b'y'; 2049]);
+    let cases = vec![
+        (
+            "one file over max_file_bytes",
+            start(vec![file("f0", 2049)]),
+        ),
+        (
+            "a base64 file decoding to over max_file_bytes",
+            start(vec![
+                json!({"path": "f0", "content": b64, "encoding": "base64"}),
+            ]),
+        ),
+        (
+            "files over max_bundle_bytes together",
+            start(vec![file("f0", 1500), file("f1", 1500), file("f2", 1500)]),
+        ),
+        (
+            "more files than max_files",
+            start(vec![
+                file("f0", 1),
+                file("f1", 1),
+                file("f2", 1),
+                file("f3", 1),
+            ]),
+        ),
+    ];
+    for (what, body) in &cases {
+        let (st, v) = d.json("POST", "/v1/sessions", Some(body));
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (400, Some("INVALID_BUNDLE")),
+            "{what}: {v}"
+        );
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}: {v}"
+        );
+    }
+    // A body far over what any bundle within the limits can take is
+    // refused from its head, before it is read.
+    let (st, v) = d.json(
+        "POST",
+        "/v1/sessions",
+        Some(&start(vec![file("f0", 3 << 20)])),
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (413, Some("BODY_TOO_LARGE")),
+        "{v}"
+    );
+    let (_, l) = d.json("GET", "/v1/sessions", None);
+    assert_eq!(l["sessions"], json!([]));
+    let pods = d.kubectl_ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            "default",
+            "-l",
+            "kubegate.dev/mode=watch",
+            "-o",
+            "name",
+        ],
+        None,
+    );
+    assert_eq!(pods.trim(), "", "a pod was created");
+    // The limits are inclusive: exactly at every one of them is accepted.
+    let at_limits = start(vec![file("f0", 2048), file("f1", 2048), file("f2", 0)]);
+    let (st, v) = d.json("POST", "/v1/sessions", Some(&at_limits));
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().expect("sessionId").to_string();
+    let (st, _) = d.json("DELETE", &format!("/v1/sessions/{id}"), None);
+    assert!(st == 202 || st == 200 || st == 204, "{st}");
+}
+
 /// An app serving HTTP on `$POD_IP:8080` and `:8081` and, on its inspect
 /// address, a debug stream that declares port 8081 only.
 const APP_PY: &str = r#"
