@@ -923,7 +923,13 @@ fn stdin_and_resize_reach_the_right_app_and_reloads_are_rate_limited() {
             &[("Authorization", &auth)],
             &[SUBPROTOCOL],
         )
-        .map(|(ws, _)| ws)
+        .map(|(ws, _)| {
+            // A read that never comes fails the test instead of hanging it.
+            ws.get_ref()
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .expect("read timeout");
+            ws
+        })
         .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)))
     };
     let mut term = open("term");

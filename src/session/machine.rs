@@ -516,8 +516,14 @@ enum Phase {
         deadline: Millis,
     },
     Seeding,
+    /// Publishing endpoints (`id`) and attaching every app (`attaching`:
+    /// the apps whose attach has not answered yet); `running` once both
+    /// are done (sessions.md "Start" 6-8), so a viewer that connects on
+    /// `running` never types into an app that is not attached yet.
     Publishing {
         id: u64,
+        published: bool,
+        attaching: std::collections::BTreeSet<String>,
     },
     Up,
 }
@@ -849,7 +855,11 @@ impl Session {
                         });
                     }
                     let id = self.publish(&mut out);
-                    self.phase = Phase::Publishing { id };
+                    self.phase = Phase::Publishing {
+                        id,
+                        published: false,
+                        attaching: self.apps.iter().map(|a| a.spec.name.clone()).collect(),
+                    };
                     self.set_stage(Stage::Publish);
                     self.progress(&mut out, "publish", "Publishing endpoints");
                 }
@@ -864,9 +874,14 @@ impl Session {
                     );
                 }
             }
-            Input::AttachOk { .. } => {}
+            Input::AttachOk { pod, app } => {
+                if self.is_current(&pod) {
+                    self.attach_answered(&app, now, &mut out);
+                }
+            }
             Input::AttachFailed { pod, app, message } => {
                 if self.is_current(&pod) {
+                    self.attach_answered(&app, now, &mut out);
                     if let Some(a) = self.app(&app) {
                         let stream = match a.spec.io {
                             Io::Tty => OutStream::Tty,
@@ -881,15 +896,28 @@ impl Session {
                 }
             }
             Input::PublishDone { id } => {
-                if self.phase == (Phase::Publishing { id }) {
-                    self.go_running(now, &mut out);
+                let bring_up = match &mut self.phase {
+                    Phase::Publishing {
+                        id: current,
+                        published,
+                        attaching,
+                    } if *current == id => {
+                        *published = true;
+                        Some(attaching.is_empty())
+                    }
+                    _ => None,
+                };
+                if let Some(all_attached) = bring_up {
+                    if all_attached {
+                        self.go_running(now, &mut out);
+                    }
                 } else if let Some(c) = self.port_changes.remove(&id) {
                     self.port_change_published(c, &mut out);
                     self.touch(now, &mut out);
                 }
             }
             Input::PublishFailed { id, message } => {
-                if self.phase == (Phase::Publishing { id }) {
+                if matches!(self.phase, Phase::Publishing { id: current, .. } if current == id) {
                     self.fail(
                         now,
                         Stage::Publish,
@@ -1327,6 +1355,21 @@ impl Session {
                         app: None,
                     }));
                 }
+            }
+        }
+    }
+
+    /// An app's attach answered (either way) during the bring-up.
+    fn attach_answered(&mut self, app: &str, now: Millis, out: &mut Vec<Command>) {
+        if let Phase::Publishing {
+            published,
+            attaching,
+            ..
+        } = &mut self.phase
+        {
+            attaching.remove(app);
+            if *published && attaching.is_empty() {
+                self.go_running(now, out);
             }
         }
     }

@@ -121,6 +121,25 @@ fn publish_id(cmds: &[Command]) -> u64 {
         .expect("a Publish command")
 }
 
+/// Every app's attach answers OK (the bring-up waits for them and the
+/// publish before `running`).
+fn attach_all(s: &mut Session, pod: &str, now: Millis) {
+    let apps: Vec<String> = s.apps().iter().map(|a| a.spec.name.clone()).collect();
+    for app in apps {
+        let c = s.handle(
+            Input::AttachOk {
+                pod: pod.to_string(),
+                app,
+            },
+            now,
+        );
+        assert!(
+            statuses(&c).is_empty(),
+            "not running before the publish: {c:?}"
+        );
+    }
+}
+
 /// Drives a start to `running`; returns the session, the pod name and the
 /// commands of the last step.
 fn up(domain: Option<&str>) -> (Session, String, Vec<Command>) {
@@ -137,6 +156,7 @@ fn up(domain: Option<&str>) -> (Session, String, Vec<Command>) {
     s.handle(Input::AgentReady { pod: name.clone() }, T0 + 3_000);
     let c = s.handle(Input::SeedDone { pod: name.clone() }, T0 + 4_000);
     let id = publish_id(&c);
+    attach_all(&mut s, &name, T0 + 4_500);
     let c = s.handle(Input::PublishDone { id }, T0 + 5_000);
     assert_eq!(s.status(), &Status::Running);
     (s, name, c)
@@ -252,7 +272,34 @@ fn happy_start() {
         }
     );
 
+    // Published, but `running` waits for every app's attach to answer (a
+    // failed one counts: it is reported on the app's own channel).
     let c = s.handle(Input::PublishDone { id }, T0 + 5_000);
+    assert!(statuses(&c).is_empty(), "{c:?}");
+    let c = s.handle(
+        Input::AttachFailed {
+            pod: "some-older-pod".into(),
+            app: "web".into(),
+            message: "late".into(),
+        },
+        T0 + 5_001,
+    );
+    assert!(c.is_empty(), "another pod's attach is ignored: {c:?}");
+    let c = s.handle(
+        Input::AttachOk {
+            pod: name.clone(),
+            app: "web".into(),
+        },
+        T0 + 5_002,
+    );
+    assert!(statuses(&c).is_empty(), "{c:?}");
+    let c = s.handle(
+        Input::AttachOk {
+            pod: name.clone(),
+            app: "worker".into(),
+        },
+        T0 + 5_003,
+    );
     let ev = events(&c);
     assert_eq!(ev[0].0, "status");
     assert_eq!(ev[0].1["status"], "running");
@@ -692,6 +739,7 @@ fn suspend_and_resume() {
         .is_empty());
     assert!(s.handle(Input::PodGone { pod: name }, later + 5).is_empty());
     let id = publish_id(&c);
+    attach_all(&mut s, &name2, later + 6);
     let c = s.handle(Input::PublishDone { id }, later + 6);
     assert_eq!(statuses(&c), ["running"]);
     assert_eq!(s.apps()[0].generation, 2, "a second start of the process");
@@ -740,8 +788,9 @@ fn set_apps_recreates_the_pod_from_a_checkpoint() {
             ..
         }
     )));
-    let c = s.handle(Input::SeedDone { pod: name2 }, T0 + 7_004);
+    let c = s.handle(Input::SeedDone { pod: name2.clone() }, T0 + 7_004);
     let id = publish_id(&c);
+    attach_all(&mut s, &name2, T0 + 7_005);
     s.handle(Input::PublishDone { id }, T0 + 7_005);
     let gens: Vec<(String, u64)> = s
         .apps()
