@@ -98,8 +98,11 @@ fn pid_max() -> u64 {
         .unwrap_or(32_768)
 }
 
-/// Per-thread (tid -> (name, ticks)) of a process.
-fn task_ticks(pid: u32) -> HashMap<u32, (String, u64)> {
+/// Per-thread (tid -> (name, CPU ns)) of a process. The time comes from
+/// `/proc/PID/task/TID/schedstat` (nanoseconds on the CPU): the clock-tick
+/// counts of `stat` truncate each thread's share to 10 ms, which with
+/// hundreds of mostly idle threads hid where an idle daemon's CPU went.
+fn task_cpu_ns(pid: u32) -> HashMap<u32, (String, u64)> {
     let mut out = HashMap::new();
     for e in std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
@@ -115,9 +118,11 @@ fn task_ticks(pid: u32) -> HashMap<u32, (String, u64)> {
         let (Some(open), Some(close)) = (s.find('('), s.rfind(')')) else {
             continue;
         };
-        let f: Vec<&str> = s[close + 1..].split_whitespace().collect();
-        let n = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-        out.insert(tid, (fold_name(&s[open + 1..close]), n(11) + n(12)));
+        let ns = std::fs::read_to_string(e.path().join("schedstat"))
+            .ok()
+            .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        out.insert(tid, (fold_name(&s[open + 1..close]), ns));
     }
     out
 }
@@ -857,12 +862,12 @@ struct Footprint {
 fn footprint(d: &Daemon, sim: &SimProc, n: usize, tck: f64) -> Footprint {
     let pid = d.pid();
     let before = cpu_ticks(pid);
-    let tasks0 = task_ticks(pid);
+    let tasks0 = task_cpu_ns(pid);
     let t0 = Instant::now();
     std::thread::sleep(IDLE_WINDOW);
     let cpu = (cpu_ticks(pid) - before) as f64 / tck;
     let secs = t0.elapsed().as_secs_f64();
-    let tasks1 = task_ticks(pid);
+    let tasks1 = task_cpu_ns(pid);
     let mut by: BTreeMap<String, f64> = BTreeMap::new();
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
     for (tid, (name, t)) in &tasks1 {
@@ -870,7 +875,7 @@ fn footprint(d: &Daemon, sim: &SimProc, n: usize, tck: f64) -> Footprint {
             .get(tid)
             .filter(|(n0, t0)| n0 == name && t0 <= t)
             .map_or(0, |(_, t0)| *t0);
-        *by.entry(name.clone()).or_default() += (t - base) as f64 / tck;
+        *by.entry(name.clone()).or_default() += (t - base) as f64 / 1e9;
         *names.entry(name.clone()).or_default() += 1;
     }
     let mut cpu_by_name: Vec<(String, f64)> = by.into_iter().filter(|(_, s)| *s > 0.0).collect();

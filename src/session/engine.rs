@@ -551,17 +551,22 @@ impl Owner {
                         Vec::new()
                     }
                 },
-                Err(RecvTimeoutError::Timeout) => s.handle(Input::Tick, now_ms()),
+                Err(RecvTimeoutError::Timeout) => {
+                    let cmds = s.handle(Input::Tick, now_ms());
+                    // Most ticks of a settled session change nothing: no
+                    // commands, no new view to publish (building it every
+                    // second was most of an idle session's CPU).
+                    if cmds.is_empty() {
+                        done = self.idle_turn(&mut s);
+                        continue;
+                    }
+                    cmds
+                }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             done = self.execute(&s, cmds);
-            // Subscribers come and go on other threads: the idle rule
-            // hears of changes here.
-            let n = self.handle.subscribers();
-            if !done && n != self.subscribers {
-                self.subscribers = n;
-                let cmds = s.handle(Input::Subscribers { count: n }, now_ms());
-                done = self.execute(&s, cmds);
+            if !done {
+                done = self.idle_turn(&mut s);
             }
         }
         for name in self.watches.drain() {
@@ -584,6 +589,18 @@ impl Owner {
         for io in self.handle.ios.lock().values() {
             io.end(super::io::CLOSE_ENDED, "session ended");
         }
+    }
+
+    /// Subscribers come and go on other threads: the idle rule hears of
+    /// changes here, after every turn. True once the session finished.
+    fn idle_turn(&mut self, s: &mut Session) -> bool {
+        let n = self.handle.subscribers();
+        if n == self.subscribers {
+            return false;
+        }
+        self.subscribers = n;
+        let cmds = s.handle(Input::Subscribers { count: n }, now_ms());
+        self.execute(s, cmds)
     }
 
     /// Carries out commands in order; true once the session finished.

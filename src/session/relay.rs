@@ -229,9 +229,10 @@ pub struct RelayHandle {
 
 /// One relay: what its attempts share. No thread waits between attempts:
 /// the next one is a job on the process-wide timer (`crate::timer`), which
-/// holds only a `Weak` (a dropped handle ends the relay), and each attempt
-/// runs on a `session-relay` thread of its own that ends with the attempt
-/// (a failed connect at once; a stream when it ends).
+/// holds only a `Weak` (a dropped handle ends the relay); the attempt's
+/// connect runs on one of the process's relay connector threads, and only
+/// an opened stream gets a `session-relay` thread of its own, ending with
+/// the stream.
 struct Relay {
     access: Arc<dyn PodAccess>,
     target: PodTarget,
@@ -325,31 +326,90 @@ pub fn start_relay_with(
     RelayHandle { relay }
 }
 
-/// Starts the relay's next attempt on a thread of its own.
+/// Threads that make relay connection attempts for every relay of the
+/// process. A failed attempt (the common case: an app without a debug
+/// stream, retried every 5 s) then costs a request on a thread that
+/// already exists; only an attempt that opens a stream gets a thread of
+/// its own, which reads the stream to its end.
+const CONNECTOR_THREADS: usize = 2;
+/// Attempts waiting for a connector; when full, an attempt gets a thread
+/// of its own (as it does if the connectors could not be started).
+const CONNECT_QUEUE: usize = 4096;
+
+static CONNECTORS: std::sync::OnceLock<Option<Sender<Arc<Relay>>>> = std::sync::OnceLock::new();
+
+fn connectors() -> Option<&'static Sender<Arc<Relay>>> {
+    CONNECTORS
+        .get_or_init(|| {
+            let (tx, rx) = bounded::<Arc<Relay>>(CONNECT_QUEUE);
+            let mut started = 0;
+            for _ in 0..CONNECTOR_THREADS {
+                let rx = rx.clone();
+                match std::thread::Builder::new()
+                    .name("session-relays".into())
+                    .spawn(move || rx.iter().for_each(|r| connect_step(&r)))
+                {
+                    Ok(_) => started += 1,
+                    Err(e) => log::error!("spawning a relay connector thread: {e}"),
+                }
+            }
+            (started > 0).then_some(tx)
+        })
+        .as_ref()
+}
+
+/// Starts the relay's next attempt: on a connector thread, or on a thread
+/// of its own when they are all behind.
 fn launch(relay: &Arc<Relay>) {
     if relay.stop.is_stopped() {
         return;
     }
     *relay.in_flight.lock() = true;
+    if let Some(tx) = connectors() {
+        if tx.try_send(relay.clone()).is_ok() {
+            return;
+        }
+    }
+    let r = relay.clone();
+    let spawned = std::thread::Builder::new()
+        .name("session-relay".into())
+        .spawn(move || connect_step(&r));
+    if let Err(e) = spawned {
+        log::error!("spawning a session-relay thread: {e}");
+        finish(relay, relay.timings.max_retry);
+    }
+}
+
+/// One connection attempt; an opened stream is read on a `session-relay`
+/// thread of its own, so the caller (a connector) is free at once.
+fn connect_step(relay: &Arc<Relay>) {
+    let stream = match open_stream(relay) {
+        Ok(s) => s,
+        Err(wait) => return finish(relay, wait),
+    };
     let r = relay.clone();
     let spawned = std::thread::Builder::new()
         .name("session-relay".into())
         .spawn(move || {
-            let wait = attempt(&r);
-            {
-                let mut busy = r.in_flight.lock();
-                *busy = false;
-                r.idle.notify_all();
-            }
-            if !r.stop.is_stopped() {
-                schedule(&r, wait);
-            }
+            let wait = read_to_end(&r, stream);
+            finish(&r, wait);
         });
     if let Err(e) = spawned {
         log::error!("spawning a session-relay thread: {e}");
-        *relay.in_flight.lock() = false;
+        relay.stop.clear_current();
+        finish(relay, relay.timings.max_retry);
+    }
+}
+
+/// The attempt is over: wake `stop_and_wait`, schedule the next one.
+fn finish(relay: &Arc<Relay>, wait: Duration) {
+    {
+        let mut busy = relay.in_flight.lock();
+        *busy = false;
         relay.idle.notify_all();
-        schedule(relay, relay.timings.max_retry);
+    }
+    if !relay.stop.is_stopped() {
+        schedule(relay, wait);
     }
 }
 
@@ -363,16 +423,18 @@ fn schedule(relay: &Arc<Relay>, wait: Duration) {
     });
 }
 
-/// One connect and, when it opens, the stream to its end; the wait before
-/// the next attempt.
-fn attempt(relay: &Relay) -> Duration {
-    let mut guard = lock(&relay.progress);
-    let p = &mut *guard;
-    let stop = &*relay.stop;
-    let what = format!(
+fn what(relay: &Relay) -> String {
+    format!(
         "debug stream {}:{}{EVENTS_PATH}",
         relay.target.name, relay.port
-    );
+    )
+}
+
+/// Opens the stream (registered with the stop, so `stop()` cuts it); on
+/// failure or stop the wait before the next attempt.
+fn open_stream(relay: &Relay) -> Result<StreamHandle, Duration> {
+    let mut guard = lock(&relay.progress);
+    let p = &mut *guard;
     let mut headers = vec![
         ("Accept".to_string(), "text/event-stream".to_string()),
         ("Cache-Control".to_string(), "no-cache".to_string()),
@@ -381,7 +443,7 @@ fn attempt(relay: &Relay) -> Duration {
         headers.push(("Last-Event-ID".to_string(), id.to_string()));
     }
     p.parser.reset();
-    let delivered = match relay.access.stream(
+    match relay.access.stream(
         &relay.target,
         relay.port,
         EVENTS_PATH,
@@ -389,26 +451,32 @@ fn attempt(relay: &Relay) -> Duration {
         relay.timings.idle,
     ) {
         Ok(s) => {
-            if !stop.set_current(s.canceller()) {
-                return Duration::ZERO;
+            if !relay.stop.set_current(s.canceller()) {
+                return Err(Duration::ZERO);
             }
             p.last_error.clear();
-            log::debug!("{what}: connected");
-            let n = read_stream(s, &mut p.parser, stop, &*p.on_frame, &what);
-            stop.clear_current();
-            n
+            log::debug!("{}: connected", what(relay));
+            Ok(s)
         }
         Err(e) => {
             // Apps without an event stream are common: say it once.
             let m = e.to_string();
             if m != p.last_error {
-                log::debug!("{what}: {m}");
+                log::debug!("{}: {m}", what(relay));
                 p.last_error = m;
             }
-            0
+            Err(p.backoff.after(false))
         }
-    };
-    p.backoff.after(delivered > 0)
+    }
+}
+
+/// Reads an opened stream to its end; the wait before the next attempt.
+fn read_to_end(relay: &Relay, s: StreamHandle) -> Duration {
+    let mut guard = lock(&relay.progress);
+    let p = &mut *guard;
+    let n = read_stream(s, &mut p.parser, &relay.stop, &*p.on_frame, &what(relay));
+    relay.stop.clear_current();
+    p.backoff.after(n > 0)
 }
 
 /// Reads one stream to its end (or error, or stop); the number of frames
