@@ -138,6 +138,8 @@ fn fold_name(comm: &str) -> String {
         "session-io-out",
         "session-io-in",
         "session-relay",
+        "session-relays",
+        "session-pods",
         "session-probe",
     ];
     if let Some(rest) = comm.strip_prefix("session-") {

@@ -54,3 +54,32 @@ fn scratch_attempt_cost() {
         );
     }
 }
+
+#[test]
+#[ignore]
+fn scratch_agent_cost() {
+    let f = fixture(
+        json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p1"},"spec":{"containers":[{"name":"c","image":"x","command":["sleep","1000"]}]}}),
+        Duration::from_secs(30),
+    );
+    let n = 1000;
+    let c0 = thread_cpu();
+    for _ in 0..n {
+        let a = f.client.stream_agent(Some(Duration::from_secs(60)));
+        drop(a);
+    }
+    eprintln!("agent build+drop: {:?} cpu", (thread_cpu() - c0) / n);
+    let c0 = thread_cpu();
+    for _ in 0..n {
+        let _ = std::net::TcpStream::connect(f.sim.url.trim_start_matches("http://")).unwrap();
+    }
+    eprintln!("tcp connect+close: {:?} cpu", (thread_cpu() - c0) / n);
+    let c0 = thread_cpu();
+    let api = kubegate::kube::client::Api::<kubegate::kube::client::Pod>::namespaced(
+        &f.client, "default",
+    );
+    for _ in 0..n {
+        let _ = api.get("p1");
+    }
+    eprintln!("REST get pod (pooled): {:?} cpu", (thread_cpu() - c0) / n);
+}

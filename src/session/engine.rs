@@ -526,6 +526,10 @@ struct Attaches {
 impl Owner {
     fn run(mut self, mut s: Session, first: Vec<Command>, inbox: Receiver<Msg>) {
         let mut done = self.execute(&s, first);
+        // Ticks are due by the clock, not by a quiet inbox: a pod that
+        // keeps changing (an image pull retried every few hundred ms) must
+        // not hold off the start deadline.
+        let mut next_tick = Instant::now() + Duration::from_millis(s.tick_interval_ms());
         while !done {
             let parked = std::mem::take(&mut *self.overflow.lock());
             for (_, i) in parked {
@@ -538,7 +542,25 @@ impl Owner {
             if done {
                 break;
             }
-            let cmds = match inbox.recv_timeout(Duration::from_secs(1)) {
+            let now = Instant::now();
+            if now >= next_tick {
+                next_tick = now + Duration::from_millis(s.tick_interval_ms());
+                // The subscriber count first: a viewer who just came must
+                // keep the tick from suspending an idle session.
+                done = self.idle_turn(&mut s);
+                if done {
+                    break;
+                }
+                let cmds = s.handle(Input::Tick, now_ms());
+                // Most ticks of a settled session change nothing: no
+                // commands, no new view to publish (building it every
+                // second was most of an idle session's CPU).
+                if !cmds.is_empty() {
+                    done = self.execute(&s, cmds);
+                }
+                continue;
+            }
+            let cmds = match inbox.recv_timeout(next_tick - now) {
                 Ok(Msg::Wake) => Vec::new(),
                 Ok(Msg::Input(i)) => s.handle(i, now_ms()),
                 Ok(Msg::User(op, reply)) => match s.user(op, now_ms()) {
@@ -551,23 +573,16 @@ impl Owner {
                         Vec::new()
                     }
                 },
-                Err(RecvTimeoutError::Timeout) => {
-                    let cmds = s.handle(Input::Tick, now_ms());
-                    // Most ticks of a settled session change nothing: no
-                    // commands, no new view to publish (building it every
-                    // second was most of an idle session's CPU).
-                    if cmds.is_empty() {
-                        done = self.idle_turn(&mut s);
-                        continue;
-                    }
-                    cmds
-                }
+                Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             done = self.execute(&s, cmds);
             if !done {
                 done = self.idle_turn(&mut s);
             }
+            // A phase that needs finer ticks (a new pod's bring-up) gets
+            // them from now on.
+            next_tick = next_tick.min(Instant::now() + Duration::from_millis(s.tick_interval_ms()));
         }
         for name in self.watches.drain() {
             self.engine.pods.unregister(&name);

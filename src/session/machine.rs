@@ -701,6 +701,18 @@ impl Session {
         &self.status
     }
 
+    /// How often [`Input::Tick`] matters: every second while a pod is
+    /// being brought up (deadlines of seconds), every 5 s once the session
+    /// is settled, running or suspended (its deadlines, checkpoints, idle
+    /// suspension, max life and the suspended TTL, are minutes apart), so
+    /// hundreds of idle sessions do not wake every second.
+    pub fn tick_interval_ms(&self) -> Millis {
+        match self.phase {
+            Phase::Up | Phase::Down => 5_000,
+            _ => 1_000,
+        }
+    }
+
     pub fn apps(&self) -> &[App] {
         &self.apps
     }
