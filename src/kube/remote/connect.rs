@@ -48,8 +48,11 @@ pub fn ws_config() -> WebSocketConfig {
 }
 
 /// Read buffer of long-lived, mostly idle streams (attach): tungstenite's
-/// default 128 KiB is zero-filled at the first read, per stream.
-pub const SMALL_READ_BUFFER: usize = 16 * 1024;
+/// default 128 KiB is zero-filled at the first read, per stream. It is the
+/// size of one socket read, not a frame limit (larger frames are assembled
+/// across reads): 4 KiB holds an interactive app's output bursts in one
+/// read and costs three of them 12 KiB per session instead of 384 KiB.
+pub const SMALL_READ_BUFFER: usize = 4 * 1024;
 
 fn transport(what: &str, ep: &Endpoint, e: impl std::fmt::Display) -> RemoteError {
     RemoteError::Transport(format!("{what} {}: {e}", ep.authority))
