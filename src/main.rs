@@ -18,7 +18,7 @@ commands:
   sim           run the simulated Kubernetes cluster
                 kubegate sim [--listen ADDR] [--kubeconfig-out PATH] [--tls] [--token T]
                              [--client-ca] [--state-dir DIR] [--namespace NAME]...
-                             [--fail-image GLOB]... [--allow-remote]
+                             [--fail-image GLOB]... [--allow-remote] [--request-log FILE]
   exec          run a command in a workspace Deployment through the daemon
                 kubegate exec [-i] [-t] [-c CONTAINER] --workspace PROJECT/UID DEPLOYMENT -- CMD [ARGS...]
   workspaces    list the workspaces and Deployments the token may exec into
@@ -169,6 +169,8 @@ fn parse_sim_args(args: &[String]) -> Result<SimOptions, String> {
                     o.namespaces.push(v);
                 } else if let Some(v) = flag_value(args, &mut i, "--fail-image")? {
                     o.fail_images.push(v);
+                } else if let Some(v) = flag_value(args, &mut i, "--request-log")? {
+                    o.request_log = Some(PathBuf::from(v));
                 } else {
                     return Err(format!("unknown option {a:?}"));
                 }

@@ -6,6 +6,8 @@
 //! then ready: the one stdout line `kubegate listening on <URL>` and, under
 //! systemd, `READY=1` on `NOTIFY_SOCKET`. SIGINT/SIGTERM stop the listener,
 //! then the sim (its processes die with it), within the configured bound.
+//! Under systemd a SIGHUP reload is framed by `RELOADING=1` and `READY=1`,
+//! and a stop starts with `STOPPING=1` (scripts/kubegate.service).
 //!
 //! Threads: the caller's (start-up, then waiting for a signal), the front
 //! door's `door-*` threads (`http::Server`), and with the sim its own
@@ -340,6 +342,12 @@ pub fn serve_main(config_path: &Path) -> i32 {
     log::info!("ready on {}", daemon.url());
     for sig in signals.forever() {
         if sig == signal_hook::consts::SIGHUP {
+            // systemd's reload cycle (sd_notify(3)): RELOADING=1 with the
+            // monotonic time, then READY=1 once done, whatever the outcome
+            // (a bad file keeps the current principals: still serving).
+            let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+            let usec = now.tv_sec * 1_000_000 + now.tv_nsec / 1_000;
+            notify_systemd(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
             match Config::load(config_path) {
                 Ok(c) => {
                     daemon.reload_principals(&c);
@@ -347,11 +355,13 @@ pub fn serve_main(config_path: &Path) -> i32 {
                 }
                 Err(e) => log::error!("SIGHUP: keeping the current principals: {e}"),
             }
+            notify_systemd("READY=1");
             continue;
         }
         log::info!("signal {sig}: stopping");
         break;
     }
+    notify_systemd("STOPPING=1");
     daemon.shutdown();
     log::info!("stopped");
     0
@@ -389,6 +399,16 @@ pub fn announce_ready(url: &str) -> io::Result<()> {
         notify(&sock, b"READY=1")?;
     }
     Ok(())
+}
+
+/// Under systemd, one state change on `NOTIFY_SOCKET` (a failure is only
+/// logged: the service goes on either way).
+fn notify_systemd(msg: &str) {
+    if let Some(sock) = std::env::var_os("NOTIFY_SOCKET") {
+        if let Err(e) = notify(&sock, msg.as_bytes()) {
+            log::warn!("notifying systemd ({msg:?}): {e}");
+        }
+    }
 }
 
 /// One datagram to systemd's notification socket (a path, or an abstract

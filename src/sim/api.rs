@@ -84,6 +84,8 @@ pub struct ApiServer {
     cfg: ApiConfig,
     /// `host:port` reported by `/api`, known once the listener is bound.
     server_address: std::sync::OnceLock<String>,
+    /// `--request-log FILE`: one JSON line per request (docs/sim.md).
+    request_log: Option<parking_lot::Mutex<std::fs::File>>,
 }
 
 /// A parsed API path.
@@ -405,6 +407,42 @@ impl ApiServer {
             auth,
             cfg,
             server_address: std::sync::OnceLock::new(),
+            request_log: None,
+        }
+    }
+
+    /// Appends one JSON line per request to `file` from now on:
+    /// `{"method","path","query","status","upgrade","userAgent"}`, where
+    /// `path` is percent-decoded, `query` the raw query string, `status`
+    /// the answer's (101 for a WebSocket upgrade) and `upgrade` whether the
+    /// request asked for a WebSocket. Never headers or bodies (no tokens).
+    pub fn with_request_log(mut self, file: std::fs::File) -> ApiServer {
+        self.request_log = Some(parking_lot::Mutex::new(file));
+        self
+    }
+
+    fn log_request(&self, req: &Request, reply: &Reply) {
+        let Some(log) = &self.request_log else {
+            return;
+        };
+        let status = match reply {
+            Reply::Response(r) => r.status,
+            Reply::Upgrade(_) => 101,
+        };
+        let query = req.target.split_once('?').map_or("", |(_, q)| q);
+        let mut line = json!({
+            "method": req.method,
+            "path": req.path,
+            "query": query,
+            "status": status,
+            "upgrade": req.is_websocket_upgrade(),
+            "userAgent": req.header("user-agent").unwrap_or(""),
+        })
+        .to_string();
+        line.push('\n');
+        use std::io::Write;
+        if let Err(e) = log.lock().write_all(line.as_bytes()) {
+            log::warn!("writing the request log: {e}");
         }
     }
 
@@ -858,13 +896,15 @@ fn no_kubelet() -> Reply {
 
 impl Handler for ApiServer {
     fn handle(&self, req: Request) -> Reply {
-        if !self.auth.admits(&req) {
-            return status_response(&Status::unauthorized()).into();
-        }
-        if let Some(r) = self.faults.before_request(&req) {
-            return r.into();
-        }
-        self.dispatch(&req)
+        let reply = if !self.auth.admits(&req) {
+            status_response(&Status::unauthorized()).into()
+        } else if let Some(r) = self.faults.before_request(&req) {
+            r.into()
+        } else {
+            self.dispatch(&req)
+        };
+        self.log_request(&req, &reply);
+        reply
     }
 
     fn error_response(&self, err: &HttpError) -> Response {

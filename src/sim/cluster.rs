@@ -25,6 +25,8 @@ pub struct SimOptions {
     pub namespaces: Vec<String>,
     pub fail_images: Vec<String>,
     pub allow_remote: bool,
+    /// `--request-log FILE`: one JSON line per API request (docs/sim.md).
+    pub request_log: Option<PathBuf>,
 }
 
 impl Default for SimOptions {
@@ -39,6 +41,7 @@ impl Default for SimOptions {
             namespaces: Vec::new(),
             fail_images: Vec::new(),
             allow_remote: false,
+            request_log: None,
         }
     }
 }
@@ -148,13 +151,24 @@ impl Sim {
             }),
             accept_client_cert: opts.client_ca,
         };
-        let api = Arc::new(ApiServer::new(
+        let mut api = ApiServer::new(
             store.clone(),
             Some(kubelet.clone() as Arc<dyn PodStreams>),
             faults.clone(),
             auth,
             ApiConfig::default(),
-        ));
+        );
+        if let Some(path) = &opts.request_log {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| {
+                    SimError::Failed(format!("opening the request log {}: {e}", path.display()))
+                })?;
+            api = api.with_request_log(file);
+        }
+        let api = Arc::new(api);
         let server_cfg = ServerConfig {
             max_connections: 4096,
             // The API server's own request body limit (3 MB, `MaxRequestBodyBytes`).

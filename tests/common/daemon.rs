@@ -45,8 +45,24 @@ impl DaemonProc {
         let example = std::fs::read_to_string(EXAMPLE).expect("read the example config");
         let listen = example.replace("listen = \"127.0.0.1:7443\"", "listen = \"127.0.0.1:0\"");
         assert_ne!(listen, example, "the example's listen line changed");
+        let kubeconfig = dir.join("state").join("sim.kubeconfig");
+        let d = DaemonProc::spawn(dir, &edit(listen), kubeconfig, rust_log);
+        d.wait_deployment_ready("demo", "hello");
+        d
+    }
+
+    /// `kubegate serve` with this config text as is (write `listen =
+    /// "127.0.0.1:0"` in it), e.g. `mode = "kubeconfig"` against a
+    /// separate sim whose kubeconfig is `kubeconfig` (what `kubectl()`
+    /// uses). Returns once the daemon printed its listening line; waits for
+    /// nothing in the cluster.
+    pub fn start_config(text: &str, kubeconfig: PathBuf, rust_log: &str) -> DaemonProc {
+        DaemonProc::spawn(temp_dir("daemon"), text, kubeconfig, rust_log)
+    }
+
+    fn spawn(dir: PathBuf, text: &str, kubeconfig: PathBuf, rust_log: &str) -> DaemonProc {
         let config = dir.join("kubegate.toml");
-        std::fs::write(&config, edit(listen)).expect("write config");
+        std::fs::write(&config, text).expect("write config");
         let log = dir.join("daemon.log");
         let log_file = std::fs::File::create(&log).expect("create log");
         let mut child = Command::new(KUBEGATE)
@@ -94,20 +110,18 @@ impl DaemonProc {
             .trim_start_matches("http://")
             .trim_start_matches("https://")
             .to_string();
-        let d = DaemonProc {
+        DaemonProc {
             child,
             url,
             addr,
             token: DEMO_TOKEN.to_string(),
-            kubeconfig: dir.join("state").join("sim.kubeconfig"),
+            kubeconfig,
             cache_dir: dir.join("kube-cache"),
             config,
             log,
             dir,
             _watchdog: cancel,
-        };
-        d.wait_deployment_ready("demo", "hello");
-        d
+        }
     }
 
     pub fn kubectl(&self) -> Command {

@@ -1,0 +1,660 @@
+//! scripts/rbac.yaml grants exactly what the daemon uses (front-door.md,
+//! "Process behaviour"; docs/deploy.md, "RBAC").
+//!
+//! The source of truth is the daemon itself: `kubegate serve` in
+//! `mode = "kubeconfig"` against a separate `kubegate sim` started with
+//! `--request-log` (docs/sim.md), driven through everything it does against
+//! a cluster: `/readyz`, `GET /v1/workspaces`, a one-shot exec, and one
+//! watch session's whole life (start with a published port and an Ingress,
+//! attach, the debug stream re-routing the port so the Service and Ingress
+//! are replaced, the port proxy with every method it forwards, workspace
+//! reads and writes, reload, setApps, suspend, resume, stop), then SIGTERM.
+//! Every logged request whose User-Agent is the daemon's (`kubegate/…`;
+//! kubectl's own set-up requests are not) is mapped to what the API
+//! server's authorizer checks — (namespace, apiGroup, resource[/sub], verb)
+//! — the way upstream's RequestInfo does: GET on a collection is `list`, or
+//! `watch` with `watch=true`; GET on an object `get`; POST `create`; PUT
+//! `update`; PATCH `patch`; DELETE `delete`; a WebSocket GET on
+//! pods/exec or pods/attach needs `get` AND `create` (Kubernetes 1.35+,
+//! `AuthorizePodWebsocketUpgradeCreatePermission`).
+//!
+//! Then both directions: every used (namespace, group, resource, verb) is
+//! granted in that namespace by the Roles/ClusterRoles bound there in
+//! scripts/rbac.yaml, and every granted (group, resource, verb) was used
+//! (or is in `ALLOWANCES`, with its reason). Non-resource URLs (`/version`)
+//! are granted to every authenticated identity by Kubernetes' default
+//! `system:public-info-viewer`, so the file must not grant them.
+
+mod common;
+
+use common::daemon::DaemonProc;
+use common::daemon::{SseClient, SseEvent};
+use common::{temp_dir, wait_for, SimProc};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+const RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rbac.yaml");
+
+/// The namespaces rbac.yaml is written for: the default session namespace
+/// and the example workspace's project (config.example.toml).
+const SESSION_NS: &str = "default";
+const WORKSPACE_NS: &str = "demo";
+
+/// Granted but not seen in the run, each with its reason. Empty today:
+/// every verb in rbac.yaml is exercised above.
+const ALLOWANCES: &[(&str, &str, &str, &str)] = &[];
+
+/// One authorization check: (namespace or "" for cluster scope, apiGroup,
+/// resource or resource/subresource, verb).
+type Check = (String, String, String, String);
+
+/// (apiGroup, resource[/sub], verb): what a rule grants.
+type Triple = (String, String, String);
+
+/// A watchdog: the process exits (failing the test) if the test outlives
+/// `secs`; dropping the sender disarms it.
+fn watchdog(secs: u64) -> crossbeam_channel::Sender<()> {
+    let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+    std::thread::spawn(move || {
+        if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+            rx.recv_timeout(Duration::from_secs(secs))
+        {
+            eprintln!("watchdog: test still running after {secs} s");
+            std::process::exit(101);
+        }
+    });
+    tx
+}
+
+// ------------------------------------------------------------ the mapping
+
+/// What the API server's authorizer checks for one logged request: empty
+/// for non-resource URLs (`/version`, discovery), which RBAC grants through
+/// `nonResourceURLs` and Kubernetes' default bindings.
+fn checks_of(line: &Value) -> Vec<Check> {
+    let method = line["method"].as_str().unwrap_or("");
+    let path = line["path"].as_str().unwrap_or("");
+    let query = line["query"].as_str().unwrap_or("");
+    let upgrade = line["upgrade"].as_bool().unwrap_or(false);
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match segs.as_slice() {
+        ["api", "v1", rest @ ..] => ("", rest),
+        ["apis", g, _version, rest @ ..] => (*g, rest),
+        _ => return Vec::new(),
+    };
+    if rest.is_empty() {
+        return Vec::new(); // discovery of a group version
+    }
+    // [namespaces, ns, resource, name?, sub?, ...] or [resource, name?, sub?]
+    let (ns, rest) = match rest {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => (*ns, tail),
+        // The namespace object itself: cluster-scoped `namespaces`.
+        ["namespaces", name] => ("", &["namespaces", *name][..]),
+        other => ("", other),
+    };
+    let resource = rest[0];
+    let name = rest.get(1).copied();
+    let sub = rest.get(2).copied();
+    let full = match sub {
+        Some(s) => format!("{resource}/{s}"),
+        None => resource.to_string(),
+    };
+    let watch = query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let verbs: Vec<&str> = match (method, name, sub) {
+        ("GET", _, Some("exec" | "attach")) if upgrade => vec!["get", "create"],
+        ("GET" | "HEAD", None, _) if watch => vec!["watch"],
+        ("GET" | "HEAD", None, _) => vec!["list"],
+        ("GET" | "HEAD", Some(_), _) => vec!["get"],
+        ("POST", _, _) => vec!["create"],
+        ("PUT", _, _) => vec!["update"],
+        ("PATCH", _, _) => vec!["patch"],
+        ("DELETE", None, _) => vec!["deletecollection"],
+        ("DELETE", Some(_), _) => vec!["delete"],
+        (m, _, _) => panic!("a method RBAC has no verb for: {m} {path}"),
+    };
+    verbs
+        .into_iter()
+        .map(|v| {
+            (
+                ns.to_string(),
+                group.to_string(),
+                full.clone(),
+                v.to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_mapping_follows_the_api_servers_request_info() {
+    let c = |m: &str, p: &str, q: &str, up: bool| {
+        checks_of(&json!({"method": m, "path": p, "query": q, "upgrade": up}))
+            .into_iter()
+            .map(|(n, g, r, v)| format!("{n}|{g}|{r}|{v}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        c("GET", "/api/v1/namespaces/d/pods", "labelSelector=a", false),
+        ["d||pods|list"]
+    );
+    assert_eq!(
+        c("GET", "/api/v1/namespaces/d/pods", "watch=true&x=1", false),
+        ["d||pods|watch"]
+    );
+    assert_eq!(
+        c("GET", "/api/v1/namespaces/d/pods/p", "", false),
+        ["d||pods|get"]
+    );
+    assert_eq!(
+        c("POST", "/api/v1/namespaces/d/pods", "", false),
+        ["d||pods|create"]
+    );
+    assert_eq!(
+        c("DELETE", "/api/v1/namespaces/d/pods/p", "", false),
+        ["d||pods|delete"]
+    );
+    assert_eq!(
+        c(
+            "PUT",
+            "/apis/networking.k8s.io/v1/namespaces/d/ingresses/i",
+            "",
+            false
+        ),
+        ["d|networking.k8s.io|ingresses|update"]
+    );
+    assert_eq!(
+        c(
+            "GET",
+            "/api/v1/namespaces/d/pods/p/exec",
+            "command=ls",
+            true
+        ),
+        ["d||pods/exec|get", "d||pods/exec|create"]
+    );
+    assert_eq!(
+        c(
+            "POST",
+            "/api/v1/namespaces/d/pods/p/exec",
+            "command=ls",
+            false
+        ),
+        ["d||pods/exec|create"]
+    );
+    assert_eq!(
+        c(
+            "PATCH",
+            "/api/v1/namespaces/d/pods/p:8080/proxy/a/b",
+            "",
+            false
+        ),
+        ["d||pods/proxy|patch"]
+    );
+    assert_eq!(
+        c("GET", "/api/v1/namespaces/d/pods/p:8080/proxy/", "", false),
+        ["d||pods/proxy|get"]
+    );
+    assert_eq!(
+        c("POST", "/api/v1/namespaces", "", false),
+        ["||namespaces|create"]
+    );
+    assert_eq!(
+        c("GET", "/api/v1/namespaces/d", "", false),
+        ["||namespaces|get"]
+    );
+    assert!(c("GET", "/version", "", false).is_empty());
+    assert!(c("GET", "/apis/apps/v1", "", false).is_empty());
+}
+
+#[test]
+fn the_sims_request_log_has_one_line_per_request_and_no_secret() {
+    let _dog = watchdog(120);
+    let dir = temp_dir("request-log");
+    let log = dir.join("requests.jsonl");
+    let log_arg = log.display().to_string();
+    let sim = SimProc::start(&["--request-log", &log_arg]);
+    let addr = sim.url.trim_start_matches("http://").to_string();
+    let get = |target: &str| {
+        let raw = format!(
+            "GET {target} HTTP/1.1\r\nHost: x\r\nUser-Agent: probe/1\r\nAuthorization: Bearer s3cret-token\r\nConnection: close\r\n\r\n"
+        );
+        common::daemon::raw_exchange(&addr, raw.as_bytes()).0
+    };
+    assert_eq!(get("/api/v1/namespaces/default/pods?limit=5"), 200);
+    assert_eq!(get("/api/v1/namespaces/default/pods/nope"), 404);
+    assert_eq!(get("/api/v1/namespaces/default/pods/a%20b"), 404);
+    let text = std::fs::read_to_string(&log).expect("read the request log");
+    assert!(!text.contains("s3cret"), "a token in the log: {text}");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            json!({"method": "GET", "path": "/api/v1/namespaces/default/pods", "query": "limit=5",
+                   "status": 200, "upgrade": false, "userAgent": "probe/1"}),
+            json!({"method": "GET", "path": "/api/v1/namespaces/default/pods/nope", "query": "",
+                   "status": 404, "upgrade": false, "userAgent": "probe/1"}),
+            json!({"method": "GET", "path": "/api/v1/namespaces/default/pods/a b", "query": "",
+                   "status": 404, "upgrade": false, "userAgent": "probe/1"}),
+        ]
+    );
+}
+
+// ------------------------------------------------------------ rbac.yaml
+
+/// Per namespace ("" = cluster-wide), the (group, resource, verb) triples
+/// granted to the daemon's identity, and every triple any role in the file
+/// grants (used or not).
+struct Grants {
+    by_ns: BTreeMap<String, BTreeSet<Triple>>,
+    all: BTreeSet<Triple>,
+}
+
+fn parse_rbac(text: &str) -> (Grants, Vec<Value>) {
+    let mut docs = Vec::new();
+    for d in yaml_serde::Deserializer::from_str(text) {
+        let v = Value::deserialize(d).expect("rbac.yaml is valid YAML");
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    let kind = |d: &Value| d["kind"].as_str().unwrap_or("").to_string();
+    let name = |d: &Value| d["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let ns = |d: &Value| {
+        d["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let sa: Vec<&Value> = docs
+        .iter()
+        .filter(|d| kind(d) == "ServiceAccount")
+        .collect();
+    assert_eq!(sa.len(), 1, "one ServiceAccount, the daemon's identity");
+    let (sa_name, sa_ns) = (name(sa[0]), ns(sa[0]));
+    // Role rules by (kind, namespace, name).
+    // By (kind, namespace or "" for a ClusterRole, name).
+    let mut roles: BTreeMap<(String, String, String), BTreeSet<Triple>> = BTreeMap::new();
+    let mut all = BTreeSet::new();
+    for d in docs
+        .iter()
+        .filter(|d| kind(d) == "Role" || kind(d) == "ClusterRole")
+    {
+        let mut set = BTreeSet::new();
+        for r in d["rules"].as_array().expect("rules") {
+            assert!(
+                r.get("nonResourceURLs").is_none() && r.get("resourceNames").is_none(),
+                "keep rules to apiGroups/resources/verbs: {r}"
+            );
+            let list = |k: &str| -> Vec<String> {
+                r[k].as_array()
+                    .unwrap_or_else(|| panic!("{k} in {r}"))
+                    .iter()
+                    .map(|x| x.as_str().expect("strings").to_string())
+                    .collect()
+            };
+            for g in list("apiGroups") {
+                for res in list("resources") {
+                    for v in list("verbs") {
+                        assert!(
+                            g != "*" && res != "*" && v != "*",
+                            "no wildcards in rbac.yaml: {r}"
+                        );
+                        set.insert((g.clone(), res.clone(), v.clone()));
+                    }
+                }
+            }
+        }
+        all.extend(set.iter().cloned());
+        let scope = if kind(d) == "Role" {
+            ns(d)
+        } else {
+            String::new()
+        };
+        roles.insert((kind(d), scope, name(d)), set);
+    }
+    let mut by_ns: BTreeMap<String, BTreeSet<Triple>> = BTreeMap::new();
+    for b in docs
+        .iter()
+        .filter(|d| kind(d) == "RoleBinding" || kind(d) == "ClusterRoleBinding")
+    {
+        let subjects = b["subjects"].as_array().expect("subjects");
+        assert!(
+            subjects.iter().all(|s| s["kind"] == "ServiceAccount"
+                && s["name"] == sa_name.as_str()
+                && s["namespace"] == sa_ns.as_str()),
+            "bindings name the daemon's ServiceAccount only: {b}"
+        );
+        let rk = b["roleRef"]["kind"]
+            .as_str()
+            .expect("roleRef.kind")
+            .to_string();
+        let rn = b["roleRef"]["name"]
+            .as_str()
+            .expect("roleRef.name")
+            .to_string();
+        let bound_ns = if kind(b) == "RoleBinding" {
+            ns(b)
+        } else {
+            String::new()
+        };
+        let scope = if rk == "Role" {
+            bound_ns.clone()
+        } else {
+            String::new()
+        };
+        let rules = roles
+            .get(&(rk.clone(), scope, rn.clone()))
+            .unwrap_or_else(|| panic!("binding {} refers to a missing {rk} {rn}", name(b)));
+        by_ns
+            .entry(bound_ns)
+            .or_default()
+            .extend(rules.iter().cloned());
+    }
+    (Grants { by_ns, all }, docs)
+}
+
+impl Grants {
+    fn grants(&self, c: &Check) -> bool {
+        let t = (c.1.clone(), c.2.clone(), c.3.clone());
+        let cluster = self.by_ns.get("").is_some_and(|s| s.contains(&t));
+        let here = !c.0.is_empty() && self.by_ns.get(&c.0).is_some_and(|s| s.contains(&t));
+        cluster || here
+    }
+}
+
+#[test]
+fn rbac_yaml_has_the_expected_shape() {
+    let text = std::fs::read_to_string(RBAC).expect("read scripts/rbac.yaml");
+    let (g, docs) = parse_rbac(&text);
+    // No cluster-wide grant: ClusterRoles only through namespaced bindings.
+    assert!(!g.by_ns.contains_key(""), "no ClusterRoleBinding");
+    assert!(g.by_ns.contains_key(SESSION_NS) && g.by_ns.contains_key(WORKSPACE_NS));
+    for d in &docs {
+        assert!(
+            d["apiVersion"] == "v1" || d["apiVersion"] == "rbac.authorization.k8s.io/v1",
+            "{d}"
+        );
+    }
+}
+
+// ------------------------------------------------------------ the run
+
+/// An app serving HTTP (any method) on `$POD_IP:8080` and `:8081` and, on
+/// its inspect address, a debug stream that declares port 8081 only, so
+/// the session re-publishes its Service and Ingress (a replace).
+const APP_PY: &str = r#"
+import http.server, json, os, threading, time
+ip = os.environ["POD_IP"]
+class App(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        body = ("%s %s" % (self.command, self.path)).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = answer
+    def log_message(self, *a): pass
+class Events(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        ev = {"event": "Kernel.PortsResolved", "payload": {"ports": [{"port": 8081}]}}
+        self.wfile.write(("data: %s\n\n" % json.dumps(ev)).encode())
+        self.wfile.flush()
+        while True:
+            time.sleep(1)
+            self.wfile.write(b": hb\n\n")
+            self.wfile.flush()
+    def log_message(self, *a): pass
+for port in (8080, 8081):
+    s = http.server.ThreadingHTTPServer((ip, port), App)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+host, port = os.environ["KUBEGATE_INSPECT_ADDR"].rsplit(":", 1)
+http.server.ThreadingHTTPServer((host, int(port)), Events).serve_forever()
+"#;
+
+fn status_of(e: &SseEvent) -> Option<&str> {
+    (e.event == "status")
+        .then(|| e.data["status"].as_str())
+        .flatten()
+}
+
+fn until_status(sse: &mut SseClient, want: &str) -> Vec<SseEvent> {
+    let seen = sse.until(|e| matches!(status_of(e), Some(s) if s == want || s == "failed"));
+    assert_eq!(seen.last().and_then(status_of), Some(want), "{seen:#?}");
+    seen
+}
+
+fn daemon_config(sim_kubeconfig: &Path) -> String {
+    format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+state_dir = "./state"
+
+[cluster]
+mode = "kubeconfig"
+kubeconfig = "{}"
+session_namespace = "{SESSION_NS}"
+ingress_base_domain = "dev.example.com"
+
+[[principal]]
+name = "demo"
+token_sha256 = "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997"
+workspaces = ["{WORKSPACE_NS}/demo-uid"]
+may_start_sessions = true
+"#,
+        sim_kubeconfig.display()
+    )
+}
+
+/// Drives the daemon through everything it does against a cluster.
+fn drive(sim: &SimProc, d: &DaemonProc) {
+    let (st, _) = d.request("GET", "/readyz", None, None);
+    assert_eq!(st, 200);
+
+    // The exec gateway: the workspace listing and a one-shot exec.
+    let (st, v) = d.json("GET", "/v1/workspaces", None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["workspaces"][0]["deployments"][0]["name"], "hello", "{v}");
+    let (st, v) = d.json(
+        "POST",
+        "/v1/exec",
+        Some(
+            &json!({"workspace": {"project": WORKSPACE_NS, "uid": "demo-uid"},
+                     "deployment": "hello", "command": ["sh", "-c", "echo hi"]}),
+        ),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["exitCode"], 0, "{v}");
+
+    // A watch session, start to stop.
+    let body = json!({
+        "apps": [{"name": "web", "entry": "app.py", "command": ["python3", "app.py"],
+                  "io": "streams", "ports": [{"port": 8080}]}],
+        "bundle": {"files": [{"path": "app.py", "content": APP_PY}]}
+    });
+    let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
+    assert_eq!(st, 201, "{v}");
+    let id = v["sessionId"].as_str().expect("sessionId").to_string();
+    let base = format!("/v1/sessions/{id}");
+    let mut sse = SseClient::open(d, &format!("{base}/events"), None);
+    until_status(&mut sse, "running");
+    // The debug stream re-routes 8080 -> 8081: Service and Ingress replaced.
+    let more = sse.until(|e| e.event == "endpoints" && e.data["added"][0]["port"] == 8081);
+    assert!(
+        more.iter().any(|e| e.event == "endpoints"),
+        "no re-route: {more:#?}"
+    );
+    let svc = format!("kubegate-run-{id}");
+    wait_for(
+        "the Service and Ingress to carry port 8081",
+        Duration::from_secs(30),
+        || {
+            let s = sim.kubectl_json(&["-n", SESSION_NS, "get", "service", &svc]);
+            let i = sim.kubectl_json(&["-n", SESSION_NS, "get", "ingress", &svc]);
+            let port = &i["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"];
+            (s["spec"]["ports"][0]["port"] == 8081 && port["number"] == 8081).then_some(())
+        },
+    );
+    // The port proxy forwards the client's method.
+    for m in ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"] {
+        let body = (m != "GET" && m != "HEAD" && m != "DELETE").then_some(&b"{}"[..]);
+        let (st, b) = d.request(m, &format!("{base}/ports/8081/x"), Some(&d.token), body);
+        assert_eq!(st, 200, "{m}: {}", String::from_utf8_lossy(&b));
+    }
+    // The workspace agent, through the pod proxy.
+    let (st, v) = d.json(
+        "POST",
+        &format!("{base}/workspace"),
+        Some(&json!({"write": [{"path": "lib/msg.txt", "content": "v2\n"}]})),
+    );
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = d.json("GET", &format!("{base}/workspace"), None);
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = d.json(
+        "GET",
+        &format!("{base}/workspace/file?path=lib/msg.txt"),
+        None,
+    );
+    assert_eq!((st, v["content"].as_str()), (200, Some("v2\n")), "{v}");
+    let (st, _) = d.request(
+        "POST",
+        &format!("{base}/reload?app=web"),
+        Some(&d.token),
+        Some(b""),
+    );
+    assert_eq!(st, 202);
+    // setApps: a new pod, with a tty app and no port any more (so the
+    // Service and Ingress are deleted).
+    let apps = json!({"apps": [
+        {"name": "web", "entry": "app.py", "command": ["sh", "-c", "while :; do sleep 1; done"],
+         "io": "streams"},
+        {"name": "term", "entry": "app.py", "command": ["sh", "-c", "while :; do sleep 1; done"],
+         "io": "tty"}
+    ]});
+    let (st, v) = d.json("PUT", &format!("{base}/apps"), Some(&apps));
+    assert_eq!(st, 202, "{v}");
+    until_status(&mut sse, "running");
+    // Suspend (checkpoint, delete the pod) and resume (a new pod).
+    let (st, v) = d.json("POST", &format!("{base}/suspend"), Some(&json!({})));
+    assert_eq!(st, 202, "{v}");
+    until_status(&mut sse, "suspended");
+    let (st, v) = d.json("POST", &format!("{base}/resume"), Some(&json!({})));
+    assert_eq!(st, 202, "{v}");
+    until_status(&mut sse, "running");
+    let (st, v) = d.json(
+        "GET",
+        &format!("{base}/workspace/file?path=lib/msg.txt"),
+        None,
+    );
+    assert_eq!((st, v["content"].as_str()), (200, Some("v2\n")), "{v}");
+    // Stop.
+    let (st, _) = d.request("DELETE", &base, Some(&d.token), None);
+    assert_eq!(st, 204);
+    until_status(&mut sse, "stopped");
+    wait_for(
+        "the session pod to be gone",
+        Duration::from_secs(30),
+        || {
+            let pods = sim.kubectl_json(&[
+                "-n",
+                SESSION_NS,
+                "get",
+                "pods",
+                "-l",
+                &format!("kubegate.dev/session-id={id}"),
+            ]);
+            pods["items"]
+                .as_array()
+                .is_some_and(Vec::is_empty)
+                .then_some(())
+        },
+    );
+}
+
+#[test]
+fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
+    let _dog = watchdog(600);
+    let dir = temp_dir("rbac");
+    let log = dir.join("requests.jsonl");
+    let log_arg = log.display().to_string();
+    let sim = SimProc::start(&["--request-log", &log_arg, "--namespace", WORKSPACE_NS]);
+    sim.apply(&kubegate::server::daemon::demo_deployment(
+        "kubegate",
+        "kubegate.dev/workspace-uid",
+    ));
+    wait_for(
+        "deployment demo/hello ready",
+        Duration::from_secs(60),
+        || {
+            let v = sim.kubectl_json(&["-n", WORKSPACE_NS, "get", "deployment", "hello"]);
+            (v["status"]["readyReplicas"] == 1).then_some(())
+        },
+    );
+
+    let mut d = DaemonProc::start_config(
+        &daemon_config(&sim.kubeconfig),
+        sim.kubeconfig.clone(),
+        "info",
+    );
+    drive(&sim, &d);
+    assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
+
+    let text = std::fs::read_to_string(&log).expect("read the request log");
+    let mut used: BTreeSet<Check> = BTreeSet::new();
+    let mut lines = 0;
+    for l in text.lines() {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        if !v["userAgent"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("kubegate/")
+        {
+            continue;
+        }
+        lines += 1;
+        used.extend(checks_of(&v));
+    }
+    assert!(lines > 0, "no request from the daemon in the log");
+    let rbac = std::fs::read_to_string(RBAC).expect("read scripts/rbac.yaml");
+    let (grants, _) = parse_rbac(&rbac);
+
+    let missing: Vec<&Check> = used.iter().filter(|c| !grants.grants(c)).collect();
+    let used_triples: BTreeSet<Triple> = used
+        .iter()
+        .map(|(_, g, r, v)| (g.clone(), r.clone(), v.clone()))
+        .collect();
+    let allowed: BTreeSet<Triple> = ALLOWANCES
+        .iter()
+        .map(|(g, r, v, _)| (g.to_string(), r.to_string(), v.to_string()))
+        .collect();
+    let unused: Vec<&Triple> = grants
+        .all
+        .iter()
+        .filter(|t| !used_triples.contains(*t) && !allowed.contains(*t))
+        .collect();
+    println!("the daemon's authorization checks ({lines} requests):");
+    for c in &used {
+        println!("  ns={:<8} group={:<18} {:<14} {}", c.0, c.1, c.2, c.3);
+    }
+    assert!(
+        missing.is_empty(),
+        "used but not granted in that namespace by scripts/rbac.yaml: {missing:#?}"
+    );
+    assert!(
+        unused.is_empty(),
+        "granted by scripts/rbac.yaml but never used (remove, or add to ALLOWANCES with a reason): {unused:#?}"
+    );
+}
