@@ -74,10 +74,26 @@ impl Change {
         !self.restart && !self.manifest
     }
 
+    /// A file (or anything not a folder) changed at `path`. A folder's own
+    /// creation or removal is not a change: the files in it are (a folder
+    /// holding only ignored files must not restart anything).
     fn note(&mut self, path: &str, is_dir: bool, rules: &IgnoreRules) {
+        if is_dir {
+            return;
+        }
         if path == MANIFEST {
             self.manifest = true;
         }
+        self.relevant(path, false, rules);
+    }
+
+    /// A folder moved in or out as a whole: its files changed without an
+    /// event of their own.
+    fn note_moved_folder(&mut self, path: &str, rules: &IgnoreRules) {
+        self.relevant(path, true, rules);
+    }
+
+    fn relevant(&mut self, path: &str, is_dir: bool, rules: &IgnoreRules) {
         if is_relevant(path, is_dir, rules) {
             self.restart = true;
             if self.paths.len() < MAX_CHANGE_PATHS && !self.paths.iter().any(|p| p == path) {
@@ -295,19 +311,19 @@ impl Inotify {
             dirs: HashMap::new(),
             buf: vec![MaybeUninit::uninit(); 64 * 1024],
         };
-        i.add_tree(root, "", rules, &mut |_| {})?;
+        i.add_tree(root, "", rules, &mut |_, _| {})?;
         Ok(i)
     }
 
     /// Watches `rel` and every folder below it that is walked into;
-    /// `found` gets every entry seen (a folder created with contents
-    /// already in it: those count as changes).
+    /// `found` gets every entry seen, and whether it is a folder (a folder
+    /// created with contents already in it: those count as changes).
     fn add_tree(
         &mut self,
         root: &Path,
         rel: &str,
         rules: &IgnoreRules,
-        found: &mut dyn FnMut(&str),
+        found: &mut dyn FnMut(&str, bool),
     ) -> Result<(), Limit> {
         let mut stack = vec![rel.to_string()];
         while let Some(dir) = stack.pop() {
@@ -331,8 +347,9 @@ impl Inotify {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let child = join(&dir, &name);
-                found(&child);
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+                found(&child, is_dir);
+                if is_dir {
                     stack.push(child);
                 }
             }
@@ -390,14 +407,14 @@ impl Inotify {
             *rules = load_rules(root);
             log::info!("{IGNORE_FILE} changed: {} pattern(s)", rules.len());
             // Folders no longer ignored get watched.
-            self.add_tree(root, "", rules, &mut |_| {})?;
+            self.add_tree(root, "", rules, &mut |_, _| {})?;
         }
         for (wd, flags, name) in events {
             if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
                 log::warn!("inotify queue overflow: rescanning the workspace");
                 change.restart = true;
                 change.manifest = true;
-                self.add_tree(root, "", rules, &mut |_| {})?;
+                self.add_tree(root, "", rules, &mut |_, _| {})?;
                 continue;
             }
             if flags.contains(ReadFlags::IGNORED) {
@@ -414,14 +431,19 @@ impl Inotify {
             let is_dir = flags.contains(ReadFlags::ISDIR);
             change.note(&path, is_dir, rules);
             if is_dir {
+                if flags.intersects(ReadFlags::MOVED_FROM | ReadFlags::MOVED_TO) {
+                    change.note_moved_folder(&path, rules);
+                }
                 if flags.intersects(ReadFlags::MOVED_FROM | ReadFlags::DELETE) {
                     self.remove_tree(&path);
                 }
                 if flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
                     let mut seen = Vec::new();
-                    self.add_tree(root, &path, rules, &mut |p| seen.push(p.to_string()))?;
-                    for p in seen {
-                        change.note(&p, false, rules);
+                    self.add_tree(root, &path, rules, &mut |p, d| {
+                        seen.push((p.to_string(), d))
+                    })?;
+                    for (p, d) in seen {
+                        change.note(&p, d, rules);
                     }
                 }
             }
@@ -580,6 +602,9 @@ mod tests {
         std::fs::write(root.join("x.log"), "a").expect("write");
         std::fs::write(root.join(".git/HEAD"), "a").expect("write");
         std::fs::write(root.join("node_modules/x/i.js"), "a").expect("write");
+        // A new folder holding only ignored files is no change either.
+        std::fs::create_dir_all(root.join("logs/old")).expect("mkdir");
+        std::fs::write(root.join("logs/old/a.log"), "a").expect("write");
         std::fs::write(root.join("app.js"), "a").expect("write");
         let seen = until(&rx, |c| c.paths.iter().any(|p| p == "app.js"));
         assert_eq!(names(&seen), vec!["app.js"], "{seen:?}");
@@ -592,6 +617,14 @@ mod tests {
         until(&rx, |c| c.paths.iter().any(|p| p == "src/deep/a.rs"));
         std::fs::write(root.join("src/deep/b.rs"), "xy").expect("write");
         until(&rx, |c| c.paths.iter().any(|p| p == "src/deep/b.rs"));
+
+        // A folder moved in as a whole: its files are changes.
+        let outside = temp_root("outside");
+        std::fs::create_dir_all(outside.join("pkg")).expect("mkdir");
+        std::fs::write(outside.join("pkg/f.txt"), "x").expect("write");
+        std::fs::rename(outside.join("pkg"), root.join("moved")).expect("rename");
+        until(&rx, |c| c.paths.iter().any(|p| p.starts_with("moved")));
+        let _ = std::fs::remove_dir_all(&outside);
 
         // The ignore file is a change, and rules apply from then on; the
         // manifest is reported even when ignored.
