@@ -543,6 +543,41 @@ fn a_program_ignoring_sigterm_is_killed_after_the_grace() {
 }
 
 #[test]
+fn a_stopped_program_is_continued_to_take_its_sigterm() {
+    let root = temp_dir("runner-stopped");
+    // The program stops itself (as Ctrl-Z or a background terminal write
+    // would); SIGTERM alone would wait for a SIGCONT, then the SIGKILL.
+    let script = gated!(r#"echo "start $KUBEGATE_GENERATION $$"; kill -STOP $$; echo resumed"#);
+    let mut r = Runner::start(&root, &["--grace-ms", "10000"], script);
+    let mut ev = r.subscribe();
+    let l = ev.until("gen 1's line", log_line("start 1 "));
+    let groups = vec![pid_of(l.last().expect("line"))];
+    let stopped = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('T')))
+            .unwrap_or(false)
+    };
+    wait_for("the program to stop", WAIT, || {
+        stopped(groups[0]).then_some(())
+    });
+    let t0 = Instant::now();
+    r.write("a.txt", "x");
+    let f = ev.until("gen 1's end", ended(1));
+    assert_eq!(
+        f.last().expect("frame")["payload"],
+        json!({"generation": 1, "exitCode": 143, "signal": "SIGTERM"})
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "it waited for the grace"
+    );
+    r.signal(15);
+    assert_eq!(r.wait_exit(), Some(143));
+    assert_no_leftovers(&groups);
+}
+
+#[test]
 fn a_program_that_exits_waits_for_the_next_change() {
     let root = temp_dir("runner-exit");
     let script = gated!(r#"echo "start $KUBEGATE_GENERATION $$"; echo oops >&2; exit 3"#);
@@ -885,4 +920,170 @@ fn usage_and_configuration_errors_exit_2() {
         );
     }
     drop(taken);
+}
+
+/// Runs argv[1:] on a new pseudo-terminal as its controlling terminal (as
+/// a container runtime does for `tty: true`); copies the terminal's output
+/// to stdout; stdin lines are commands: `send HEX` writes bytes to the
+/// terminal, `term` sends SIGTERM to the child. At the child's exit prints
+/// `EXIT <code>`.
+const PTY_DRIVER: &str = r#"
+import os, pty, signal, select, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+inp = sys.stdin.fileno()
+out = sys.stdout.buffer
+pending = b''
+reading_cmds = True
+while True:
+    fds = [fd] + ([inp] if reading_cmds else [])
+    r, _, _ = select.select(fds, [], [])
+    if fd in r:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b''
+        if not data:
+            break
+        out.write(data)
+        out.flush()
+    if reading_cmds and inp in r:
+        chunk = os.read(inp, 4096)
+        if not chunk:
+            reading_cmds = False
+        pending += chunk
+        while b'\n' in pending:
+            line, pending = pending.split(b'\n', 1)
+            words = line.decode().split()
+            if words[:1] == ['send']:
+                os.write(fd, bytes.fromhex(words[1]))
+            elif words[:1] == ['term']:
+                os.kill(pid, signal.SIGTERM)
+_, st = os.waitpid(pid, 0)
+out.write(b'\nEXIT %d\n' % os.waitstatus_to_exitcode(st))
+out.flush()
+"#;
+
+#[test]
+fn on_a_terminal_the_program_keeps_it() {
+    let root = temp_dir("runner-tty");
+    let gate = temp_dir("runner-tty-gate").join("open");
+    let addr = format!("127.0.0.1:{}", free_port());
+    // The program reports whether stdin is a terminal, whether its group
+    // is the terminal's foreground group, and whether echo is on; then
+    // turns echo off (a later run must find it on again) and exits 5 on
+    // SIGINT.
+    let script = gated!(
+        r#"read -r _ _ _ _ pgrp _ _ tpgid _ < /proc/$$/stat; if [ -t 0 ]; then t=tty; else t=notty; fi; if [ "$pgrp" = "$tpgid" ]; then fg=yes; else fg=no; fi; if stty -a | tr ' ' '\n' | grep -qx -- -echo; then e=off; else e=on; fi; echo "start $KUBEGATE_GENERATION $$ $t fg=$fg echo=$e"; stty -echo; trap 'echo got-int; exit 5' INT; while :; do sleep 0.1; done"#
+    );
+    let child = Command::new("python3")
+        .arg("-c")
+        .arg(PTY_DRIVER)
+        .arg(KUBEGATE)
+        .args([
+            "app-runner",
+            "--debounce-ms",
+            "50",
+            "--inspect-addr",
+            &addr,
+            "--root",
+        ])
+        .arg(&root)
+        .args(["--", "sh", "-c", script])
+        .env("GATE", &gate)
+        .env("RUST_LOG", "warn")
+        .env_remove("KUBEGATE_INSPECT_ADDR")
+        .env_remove("KUBEGATE_WORKSPACE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3 (the pty driver)");
+    // Killed if the test fails: the terminal hangs up, the runner gets
+    // SIGHUP and ends its program.
+    struct Driver(Child);
+    impl Drop for Driver {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Driver(child);
+    let pid = child.0.id();
+    let (cancel, cancelled) = crossbeam_channel::bounded::<()>(0);
+    std::thread::spawn(move || {
+        if let Err(RecvTimeoutError::Timeout) = cancelled.recv_timeout(Duration::from_secs(120)) {
+            eprintln!("watchdog: killing the pty driver {pid}");
+            unsafe_kill(pid, 9);
+        }
+    });
+    let mut cmds = child.0.stdin.take().expect("stdin");
+    let screen = Arc::new(Mutex::new(Vec::new()));
+    let reader = collect(child.0.stdout.take().expect("stdout"), screen.clone());
+    let screen_has = |needle: &str| {
+        let s = screen.clone();
+        let needle = needle.to_string();
+        wait_for(&format!("{needle:?} on the terminal"), WAIT, move || {
+            let text = String::from_utf8_lossy(&s.lock().expect("lock")).into_owned();
+            text.contains(&needle).then_some(text)
+        })
+    };
+
+    let mut ev = Events::open(&addr);
+    std::fs::write(&gate, "").expect("open the gate");
+    ev.until("gen 1", started(1));
+    let text = screen_has("start 1 ");
+    assert!(text.contains(" tty fg=yes echo=on"), "{text}");
+    let g1: u32 = text
+        .split("start 1 ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("pid");
+
+    // Gen 1 turned echo off and is killed by the restart: gen 2 finds the
+    // terminal as the runner did, and in the foreground.
+    std::fs::write(root.join("a.txt"), "x").expect("write");
+    ev.until("gen 2", started(2));
+    let text = screen_has("start 2 ");
+    assert!(
+        text.contains("start 2 ")
+            && text
+                .split("start 2 ")
+                .nth(1)
+                .is_some_and(|r| r.contains(" tty fg=yes echo=on")),
+        "{text}"
+    );
+    let g2: u32 = text
+        .split("start 2 ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("pid");
+
+    // Ctrl-C reaches the program (the foreground group), not the runner:
+    // the run ends with the program's own code and nothing restarts.
+    writeln!(cmds, "send 03").expect("send ^C");
+    screen_has("got-int");
+    let f = ev.until("gen 2's end", ended(2));
+    assert_eq!(
+        f.last().expect("frame")["payload"],
+        json!({"generation": 2, "exitCode": 5})
+    );
+    let quiet = ev.during(QUIET);
+    assert!(events_only(&quiet).is_empty(), "{quiet:#?}");
+    assert!(!String::from_utf8_lossy(&screen.lock().expect("lock")).contains("EXIT"));
+    // With a terminal the output is the program's own: no log frames.
+    assert!(ev.seen.iter().all(|f| f["kind"] != "log"), "{:#?}", ev.seen);
+
+    // SIGTERM to the runner with no program running: 128 + 15.
+    writeln!(cmds, "term").expect("term");
+    let text = screen_has("EXIT ");
+    assert!(text.contains("EXIT 143"), "{text}");
+    drop(cmds);
+    let _ = reader.join();
+    let _ = child.0.wait();
+    drop(cancel);
+    assert_no_leftovers(&[g1, g2]);
 }

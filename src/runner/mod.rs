@@ -134,8 +134,9 @@ struct Program {
     app: Option<String>,
     grace: Duration,
     /// stdin is a terminal: the program keeps it (and stdout/stderr); no
-    /// log frames.
-    tty: bool,
+    /// log frames. Its settings at start, restored before every later run
+    /// and at exit.
+    tty: Option<process::TtySettings>,
 }
 
 fn run(a: RunnerArgs) -> Result<i32, CliError> {
@@ -195,7 +196,11 @@ fn run(a: RunnerArgs) -> Result<i32, CliError> {
             })
             .map_err(|e| CliError::new("INTERNAL", format!("starting a thread: {e}")))?;
     }
-    let tty = process::stdin_is_tty();
+    let tty = if process::stdin_is_tty() {
+        process::TtySettings::save()
+    } else {
+        None
+    };
     let mut sup = Supervisor::new(
         Program {
             command: a.command,
@@ -211,6 +216,9 @@ fn run(a: RunnerArgs) -> Result<i32, CliError> {
     );
     sup.announce_initial_ports();
     let code = sup.run(&rx);
+    if let Some(t) = &sup.program.tty {
+        t.restore();
+    }
     drop(watcher);
     if !hub.close_and_wait(CLOSE_WAIT) {
         log::debug!("a debug stream was still sending at exit");
@@ -451,7 +459,7 @@ impl Supervisor {
     fn begin_stop(&mut self, sig: i32, then: Then, now: Instant) {
         let grace = self.program.grace;
         if let Some(run) = self.run.as_mut() {
-            process::kill_group(run.pid, sig);
+            process::signal_group(run.pid, sig);
             run.stop = Some(Stopping {
                 kill_at: now + grace,
                 killed_at: None,
@@ -483,7 +491,7 @@ impl Supervisor {
         match run.stop.as_mut() {
             Some(stop) => {
                 stop.then = Then::Exit;
-                process::kill_group(run.pid, sig);
+                process::signal_group(run.pid, sig);
             }
             None => self.begin_stop(sig, Then::Exit, now),
         }
@@ -496,14 +504,17 @@ impl Supervisor {
         self.debounce.run_started();
         let env = [(ENV_GENERATION.to_string(), generation.to_string())];
         let p = &self.program;
+        if let (Some(t), true) = (&p.tty, generation > 1) {
+            t.restore();
+        }
         match process::spawn(
             &self.lock,
             &p.command,
             &p.root,
             &env,
             &[args::ENV_INSPECT],
-            p.tty,
-            !p.tty,
+            p.tty.is_some(),
+            p.tty.is_none(),
         ) {
             Ok(sp) => {
                 log::info!("generation {generation} started (pid {})", sp.pid);

@@ -171,6 +171,17 @@ pub fn kill_group(pgid: i32, sig: i32) -> bool {
     }
 }
 
+/// Sends `sig` to group `pgid`, then SIGCONT: a stopped program (Ctrl-Z,
+/// or SIGTTOU from a background write to the terminal) only acts on the
+/// signal once continued. False when the group is gone.
+pub fn signal_group(pgid: i32, sig: i32) -> bool {
+    let alive = kill_group(pgid, sig);
+    if alive && sig != libc::SIGKILL && sig != libc::SIGCONT {
+        kill_group(pgid, libc::SIGCONT);
+    }
+    alive
+}
+
 /// Whether any process is left in group `pgid` (zombies count until
 /// reaped).
 pub fn group_alive(pgid: i32) -> bool {
@@ -211,6 +222,31 @@ pub fn reap(lock: &SpawnLock) -> Vec<(i32, Exit)> {
 /// Whether stdin is a terminal.
 pub fn stdin_is_tty() -> bool {
     rustix::termios::isatty(std::io::stdin())
+}
+
+/// The terminal's settings as the runner found them. A program killed in
+/// raw mode (or with echo off) leaves the terminal so; the next run, and
+/// the terminal after the runner, get these back.
+pub struct TtySettings(rustix::termios::Termios);
+
+impl TtySettings {
+    /// The settings of stdin, when it is a terminal.
+    pub fn save() -> Option<TtySettings> {
+        rustix::termios::tcgetattr(std::io::stdin())
+            .ok()
+            .map(TtySettings)
+    }
+
+    /// Puts them back (SIGTTOU is blocked: allowed from the background).
+    pub fn restore(&self) {
+        if let Err(e) = rustix::termios::tcsetattr(
+            std::io::stdin(),
+            rustix::termios::OptionalActions::Now,
+            &self.0,
+        ) {
+            log::debug!("restoring the terminal's settings: {e}");
+        }
+    }
 }
 
 #[cfg(test)]
