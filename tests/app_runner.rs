@@ -1087,3 +1087,43 @@ fn on_a_terminal_the_program_keeps_it() {
     drop(cancel);
     assert_no_leftovers(&[g1, g2]);
 }
+
+#[test]
+fn a_subscriber_that_never_reads_holds_nothing_up() {
+    let root = temp_dir("runner-slow");
+    // 8 MB of output in 8,000 lines: far more than a subscriber's queue
+    // plus the socket buffers.
+    let script = gated!(
+        r#"echo "start $KUBEGATE_GENERATION $$"; head -c 8000000 /dev/zero | tr '\0' y | fold -w 1000; echo done"#
+    );
+    let mut r = Runner::start(&root, &[], script);
+    // A subscriber that connects and never reads.
+    let mut stalled = wait_for("the inspect server", WAIT, || {
+        TcpStream::connect(&r.addr).ok()
+    });
+    write!(stalled, "GET /events HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+    // Several subscribers that do; the gate opens with the first.
+    let mut readers: Vec<Events> = (0..8).map(|_| r.subscribe()).collect();
+    // (They may be dropped too if they fall behind the burst: publishing
+    // waits for nobody.)
+    let l = readers[0].until("gen 1's line", log_line("start 1 "));
+    let groups = vec![pid_of(l.last().expect("line"))];
+    // The program runs to its end: its output went through whole.
+    let out = wait_for("the whole output on stdout", WAIT, || {
+        let out = r.stdout();
+        out.ends_with(b"done\n").then_some(out)
+    });
+    assert_eq!(out.iter().filter(|&&b| b == b'y').count(), 8_000_000);
+    // The stalled one was dropped (the runner says so at warn).
+    wait_for("the slow subscriber to be dropped", WAIT, || {
+        r.stderr_str().contains("slow subscriber").then_some(())
+    });
+    // A late subscriber learns that it ended, from the replay.
+    let mut late = r.subscribe();
+    let f = late.until("the end", ended(1));
+    assert_eq!(f.last().expect("frame")["payload"]["exitCode"], 0);
+    drop(stalled);
+    r.signal(15);
+    assert_eq!(r.wait_exit(), Some(143));
+    assert_no_leftovers(&groups);
+}

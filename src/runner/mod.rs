@@ -219,6 +219,9 @@ fn run(a: RunnerArgs) -> Result<i32, CliError> {
     if let Some(t) = &sup.program.tty {
         t.restore();
     }
+    // Senders blocked on a full inbox fail now instead of waiting forever
+    // (the watcher is joined next).
+    drop(rx);
     drop(watcher);
     if !hub.close_and_wait(CLOSE_WAIT) {
         log::debug!("a debug stream was still sending at exit");
