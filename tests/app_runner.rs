@@ -1127,3 +1127,64 @@ fn a_subscriber_that_never_reads_holds_nothing_up() {
     assert_eq!(r.wait_exit(), Some(143));
     assert_no_leftovers(&groups);
 }
+
+#[test]
+fn the_daemons_debug_relay_consumes_the_stream() {
+    use kubegate::session::access::{DirectAccess, PodTarget};
+    use kubegate::session::relay;
+    let root = temp_dir("runner-relay");
+    std::fs::write(
+        root.join("kubegate.toml"),
+        "[[app]]\nname = \"web\"\nports = [8080]\n",
+    )
+    .expect("write");
+    let mut r = Runner::start(&root, &["--app", "web"], COUNTER);
+    let port: u16 = r
+        .addr
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    // The relay the daemon runs per app, in `direct` mode to 127.0.0.1.
+    let (tx, frames) = unbounded::<Value>();
+    let handle = relay::start_relay(
+        Arc::new(DirectAccess::new()),
+        PodTarget {
+            namespace: "default".into(),
+            name: "runner".into(),
+            ip: "127.0.0.1".into(),
+        },
+        port,
+        move |f| {
+            let _ = tx.send(f);
+        },
+    );
+    let next = |pred: &dyn Fn(&Value) -> bool| -> Value {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let f = frames.recv_timeout(left).expect("a frame from the relay");
+            if pred(&f) {
+                return f;
+            }
+        }
+    };
+    // The relay retries until the runner listens, then gets the replay.
+    let ports = next(&|f| is_event(f, "Kernel.PortsResolved"));
+    assert_eq!(
+        ports["payload"]["ports"],
+        json!([{"port": 8080, "protocol": "tcp"}])
+    );
+    next(&started(1));
+    std::fs::write(r.gate.clone(), "").expect("open the gate");
+    let line = next(&log_line("start 1 "));
+    let first = pid_of(&line);
+    r.write("b.txt", "x");
+    next(&ended(1));
+    next(&started(2));
+    let line = next(&log_line("start 2 "));
+    assert!(handle.stop_and_wait(WAIT), "the relay stopped");
+    r.signal(15);
+    assert_eq!(r.wait_exit(), Some(143));
+    assert_no_leftovers(&[first, pid_of(&line)]);
+}
