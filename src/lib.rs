@@ -13,6 +13,7 @@ pub mod exec;
 pub mod http;
 pub mod kube;
 pub mod metrics;
+pub mod runner;
 pub mod server;
 pub mod session;
 pub mod sim;

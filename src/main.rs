@@ -23,6 +23,8 @@ commands:
                 kubegate exec [-i] [-t] [-c CONTAINER] --workspace PROJECT/UID DEPLOYMENT -- CMD [ARGS...]
   workspaces    list the workspaces and Deployments the token may exec into
                 kubegate workspaces [--output table|json]
+  app-runner    run a program with live reload and a debug event stream (in app containers)
+                kubegate app-runner [--root DIR] [--inspect-addr HOST:PORT] [--app NAME] -- CMD [ARGS...]
   workspace-agent
                 serve a session pod's workspace folder (token in KUBEGATE_WORKSPACE_TOKEN)
                 kubegate workspace-agent [--listen ADDR] [--root DIR] [--max-file-bytes N]
@@ -59,6 +61,13 @@ fn main() {
             init_logging();
             kubegate::agent::agent_main(&args[1..])
         }
+        // Runs a session app's program inside its container
+        // (docs/runner.md). Its stderr is the app's terminal: warnings only
+        // unless RUST_LOG says otherwise.
+        Some("app-runner") => {
+            init_logging_with("warn");
+            kubegate::runner::app_runner_main(&args[1..])
+        }
         Some("check-config") => match parse_config_flag(&args[1..]) {
             Ok(path) => cmd_check_config(&path),
             Err(m) => usage_error(&m),
@@ -78,9 +87,13 @@ fn main() {
 }
 
 fn init_logging() {
+    init_logging_with("info");
+}
+
+fn init_logging_with(default_level: &str) {
     // Capped whatever RUST_LOG says: at debug/trace these crates log
     // request headers (bearer tokens) and frame payloads.
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
         .filter_module("ureq", log::LevelFilter::Info)
         .filter_module("ureq_proto", log::LevelFilter::Info)
         .filter_module("rustls", log::LevelFilter::Info)

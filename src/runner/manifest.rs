@@ -1,0 +1,235 @@
+//! The app's ports in the workspace's `kubegate.toml`, sans-IO
+//! (contract.md, "`kubegate dev` files"): `[[app]]` tables with `name` and
+//! `ports = [8080]` or `ports = [{port = 8080, protocol = "udp"}]`
+//! (protocol `tcp` unless said). Parsed with the `toml` crate, as the
+//! daemon's config is; only what the runner needs is read, the rest of the
+//! manifest (and unknown keys) is left alone.
+//!
+//! [`PortsTracker`] decides when `Kernel.PortsResolved` is due: once at
+//! start when the manifest declares ports for the app, then whenever the
+//! declared list changes (compared as a set: order and duplicates do not
+//! count). A manifest that is missing, unreadable or malformed, or that no
+//! longer names the app, changes nothing: an editor's half-written save
+//! must not re-route the app to nothing.
+
+use crate::session::spec::{Port, Protocol};
+use toml::Value;
+
+/// The manifest's file name, at the workspace root.
+pub const MANIFEST: &str = "kubegate.toml";
+/// A manifest larger than this is not read.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
+/// The ports `app` declares: `Ok(None)` when no `[[app]]` table names it,
+/// `Ok(Some(list))` (sorted, without duplicates; `[]` without `ports`), or
+/// what is wrong.
+pub fn app_ports(text: &str, app: &str) -> Result<Option<Vec<Port>>, String> {
+    let doc: toml::Table = toml::from_str(text).map_err(|e| e.message().trim().to_string())?;
+    let Some(apps) = doc.get("app") else {
+        return Ok(None);
+    };
+    let apps = apps
+        .as_array()
+        .ok_or("`app` must be an array of tables ([[app]])")?;
+    for (i, a) in apps.iter().enumerate() {
+        let t = a
+            .as_table()
+            .ok_or_else(|| format!("app[{i}] must be a table"))?;
+        if t.get("name").and_then(Value::as_str) != Some(app) {
+            continue;
+        }
+        let mut out = Vec::new();
+        if let Some(ports) = t.get("ports") {
+            let list = ports
+                .as_array()
+                .ok_or_else(|| format!("app {app:?}: `ports` must be an array"))?;
+            for p in list {
+                out.push(port(p).map_err(|m| format!("app {app:?}: ports: {m}"))?);
+            }
+        }
+        out.sort();
+        out.dedup();
+        return Ok(Some(out));
+    }
+    Ok(None)
+}
+
+fn port(v: &Value) -> Result<Port, String> {
+    let (num, proto) = match v {
+        Value::Integer(n) => (*n, None),
+        Value::Table(t) => {
+            let n = t
+                .get("port")
+                .and_then(Value::as_integer)
+                .ok_or("an entry has no integer `port`")?;
+            (n, t.get("protocol"))
+        }
+        _ => return Err("an entry is neither a port number nor a {port, protocol} table".into()),
+    };
+    let port = u16::try_from(num)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| format!("{num} is not a port (1-65535)"))?;
+    let protocol = match proto {
+        None => Protocol::Tcp,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("tcp") => Protocol::Tcp,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("udp") => Protocol::Udp,
+        Some(other) => return Err(format!("protocol {other} is neither \"tcp\" nor \"udp\"")),
+    };
+    Ok(Port { port, protocol })
+}
+
+/// The last ports announced, and when to announce again.
+#[derive(Debug, Clone, Default)]
+pub struct PortsTracker {
+    current: Vec<Port>,
+}
+
+impl PortsTracker {
+    /// The tracker from the manifest at start, and the ports to announce at
+    /// once (only a non-empty declaration is announced).
+    pub fn start(read: &Result<Option<Vec<Port>>, String>) -> (PortsTracker, Option<Vec<Port>>) {
+        match read {
+            Ok(Some(ports)) if !ports.is_empty() => (
+                PortsTracker {
+                    current: ports.clone(),
+                },
+                Some(ports.clone()),
+            ),
+            _ => (PortsTracker::default(), None),
+        }
+    }
+
+    /// The manifest was read again: the new list when it differs from the
+    /// last one announced (or from none at all), else None.
+    pub fn update(&mut self, read: &Result<Option<Vec<Port>>, String>) -> Option<Vec<Port>> {
+        match read {
+            Ok(Some(ports)) if *ports != self.current => {
+                self.current = ports.clone();
+                Some(ports.clone())
+            }
+            _ => None,
+        }
+    }
+
+    pub fn current(&self) -> &[Port] {
+        &self.current
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp(p: u16) -> Port {
+        Port::tcp(p)
+    }
+
+    fn udp(p: u16) -> Port {
+        Port {
+            port: p,
+            protocol: Protocol::Udp,
+        }
+    }
+
+    const MANIFEST_TEXT: &str = r#"
+image = "node:22"
+[env]
+A = "b"
+
+[[app]]
+name = "web"
+entry = "server.js"
+ports = [8080, { port = 9000, protocol = "udp" }, { port = 8080 }]
+unknown_key = true
+
+[[app]]
+name = "worker"
+entry = "worker.js"
+"#;
+
+    #[test]
+    fn reads_the_apps_ports_in_both_spellings() {
+        assert_eq!(
+            app_ports(MANIFEST_TEXT, "web"),
+            Ok(Some(vec![tcp(8080), udp(9000)]))
+        );
+        assert_eq!(app_ports(MANIFEST_TEXT, "worker"), Ok(Some(vec![])));
+        assert_eq!(app_ports(MANIFEST_TEXT, "other"), Ok(None));
+        assert_eq!(app_ports("image = \"x\"\n", "web"), Ok(None));
+        assert_eq!(app_ports("", "web"), Ok(None));
+        assert_eq!(
+            app_ports(
+                "[[app]]\nname = \"web\"\nports = [{port = 53, protocol = \"UDP\"}]\n",
+                "web"
+            ),
+            Ok(Some(vec![udp(53)]))
+        );
+    }
+
+    #[test]
+    fn malformed_declarations_are_errors() {
+        for (text, needle) in [
+            ("[[app]\nname=", ""),
+            ("app = 3\n", "array of tables"),
+            ("app = [3]\n", "must be a table"),
+            (
+                "[[app]]\nname = \"web\"\nports = 8080\n",
+                "must be an array",
+            ),
+            ("[[app]]\nname = \"web\"\nports = [0]\n", "not a port"),
+            ("[[app]]\nname = \"web\"\nports = [70000]\n", "not a port"),
+            (
+                "[[app]]\nname = \"web\"\nports = [\"80\"]\n",
+                "neither a port",
+            ),
+            (
+                "[[app]]\nname = \"web\"\nports = [{protocol = \"tcp\"}]\n",
+                "no integer",
+            ),
+            (
+                "[[app]]\nname = \"web\"\nports = [{port = 1, protocol = \"sctp\"}]\n",
+                "neither",
+            ),
+        ] {
+            let e = app_ports(text, "web").expect_err(text);
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
+        // Another app's mistakes are not this app's business... but a
+        // broken document is.
+        assert!(app_ports("[[app]]\nname = \"x\"\nports = [0]\n", "web").is_ok());
+    }
+
+    #[test]
+    fn announces_at_start_only_a_declaration() {
+        let (_, first) = PortsTracker::start(&Ok(Some(vec![tcp(8080)])));
+        assert_eq!(first, Some(vec![tcp(8080)]));
+        for read in [Ok(Some(vec![])), Ok(None), Err("bad".to_string())] {
+            let (t, first) = PortsTracker::start(&read);
+            assert_eq!(first, None);
+            assert!(t.current().is_empty());
+        }
+    }
+
+    #[test]
+    fn announces_changes_only() {
+        let (mut t, _) = PortsTracker::start(&Ok(Some(vec![tcp(8080)])));
+        // The same set (the parser sorts and dedups): nothing.
+        assert_eq!(t.update(&Ok(Some(vec![tcp(8080)]))), None);
+        // Broken or missing: nothing, and the current set stays.
+        assert_eq!(t.update(&Err("half-written".into())), None);
+        assert_eq!(t.update(&Ok(None)), None);
+        assert_eq!(t.current(), &[tcp(8080)]);
+        // A change, then the same again.
+        let two = vec![tcp(8080), udp(9000)];
+        assert_eq!(t.update(&Ok(Some(two.clone()))), Some(two.clone()));
+        assert_eq!(t.update(&Ok(Some(two.clone()))), None);
+        // Down to none is a change too.
+        assert_eq!(t.update(&Ok(Some(vec![]))), Some(vec![]));
+        assert_eq!(t.update(&Ok(Some(vec![]))), None);
+        // From nothing declared at start, a first declaration.
+        let (mut t, _) = PortsTracker::start(&Ok(None));
+        assert_eq!(t.update(&Ok(Some(vec![]))), None, "none is what we had");
+        assert_eq!(t.update(&Ok(Some(vec![tcp(3000)]))), Some(vec![tcp(3000)]));
+    }
+}
