@@ -200,6 +200,50 @@ fn both_access_modes_against_the_sim() {
         probes(&r);
         streams(&r);
     }
+    failed_stream_attempts_reuse_one_api_server_connection(&f);
+}
+
+/// Connections from this process to `port` on loopback, by TCP state
+/// (`/proc/net/tcp`: "01" established, "06" time-wait, …).
+fn loopback_connections_to(port: u16) -> Vec<String> {
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local, remote, state
+            (f.get(2)?.ends_with(&want)).then(|| f.get(3).map(|s| s.to_string()))?
+        })
+        .collect()
+}
+
+/// A debug relay retries every few seconds while an app serves no event
+/// stream: in api-proxy mode each failed attempt must not cost a new
+/// connection (and, on a real cluster, a TLS handshake) to the API server.
+fn failed_stream_attempts_reuse_one_api_server_connection(f: &Fixture) {
+    let a = access::from_config(Mode::ApiProxy, &f.client);
+    let port: u16 = f
+        .sim
+        .url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .expect("the sim's port");
+    let before = loopback_connections_to(port).len();
+    for _ in 0..20 {
+        match a.stream(&f.target, 9, "/events", &[], Duration::from_secs(60)) {
+            Err(e) => assert!(e.is_not_reachable(), "{e}"),
+            Ok(_) => panic!("nothing listens on port 9"),
+        }
+    }
+    let after = loopback_connections_to(port);
+    assert!(
+        after.len() <= before + 1,
+        "20 failed attempts opened {} connections to the API server ({after:?})",
+        after.len() - before
+    );
 }
 
 fn agent_round_trip(f: &Run) {

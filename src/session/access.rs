@@ -31,6 +31,7 @@ use crate::config::PodAccess as PodAccessMode;
 use crate::http::parse::ChunkedDecoder;
 use crate::http::HttpError;
 use crate::kube::client::{Client, KubeError, ProxyError, ProxyRequest};
+use parking_lot::Mutex;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
@@ -285,11 +286,44 @@ pub fn from_config(mode: PodAccessMode, client: &Client) -> Arc<dyn PodAccess> {
 #[derive(Clone)]
 pub struct ApiProxyAccess {
     client: Client,
+    /// Agents of stream attempts that failed, kept (with their per-read
+    /// timeout) for the next attempt: a debug relay retrying every 5 s
+    /// then reuses its connection to the API server (and its TLS session)
+    /// instead of opening one per attempt. An attempt that opens a stream
+    /// takes its agent with it (cutting the stream shuts that agent down).
+    spare: Arc<Mutex<Vec<SpareAgent>>>,
 }
+
+/// A kept agent and the per-read timeout it was built with.
+type SpareAgent = (Option<Duration>, ureq::Agent);
+
+/// Spare stream agents kept at most (each may hold one idle connection).
+const SPARE_AGENTS: usize = 4;
 
 impl ApiProxyAccess {
     pub fn new(client: Client) -> ApiProxyAccess {
-        ApiProxyAccess { client }
+        ApiProxyAccess {
+            client,
+            spare: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    fn take_agent(&self, read_timeout: Option<Duration>) -> ureq::Agent {
+        let mut spare = self.spare.lock();
+        match spare.iter().position(|(t, _)| *t == read_timeout) {
+            Some(i) => spare.swap_remove(i).1,
+            None => {
+                drop(spare);
+                self.client.proxy_agent(read_timeout)
+            }
+        }
+    }
+
+    fn keep_agent(&self, read_timeout: Option<Duration>, agent: ureq::Agent) {
+        let mut spare = self.spare.lock();
+        if spare.len() < SPARE_AGENTS {
+            spare.push((read_timeout, agent));
+        }
     }
 
     fn proxy_request(
@@ -432,7 +466,14 @@ impl PodAccess for ApiProxyAccess {
         idle: Duration,
     ) -> Result<StreamHandle, AccessError> {
         let pr = Self::proxy_request(t, port, Method::GET, path, headers, None, idle)?;
-        let mut resp = self.client.pod_proxy(&pr).map_err(from_proxy)?;
+        let agent = self.take_agent(pr.read_timeout);
+        let mut resp = match self.client.pod_proxy_on(agent, &pr) {
+            Ok(r) => r,
+            Err((e, agent)) => {
+                self.keep_agent(pr.read_timeout, agent);
+                return Err(from_proxy(e));
+            }
+        };
         if !(200..300).contains(&resp.status) {
             let body = read_bounded(
                 &mut (&mut resp).take(MAX_STATUS_BODY as u64),
@@ -440,8 +481,10 @@ impl PodAccess for ApiProxyAccess {
                 None,
             )
             .unwrap_or_default();
+            let status = resp.status;
+            self.keep_agent(pr.read_timeout, resp.into_agent());
             return Err(AccessError::Status {
-                status: resp.status,
+                status,
                 body: excerpt(&body),
             });
         }

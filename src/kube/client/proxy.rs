@@ -143,6 +143,13 @@ impl ProxyResponse {
         ProxyCanceller(self.agent.clone())
     }
 
+    /// The agent the answer came on, for another request (its connection
+    /// goes back to the agent's pool when the body was read to its end).
+    pub fn into_agent(self) -> ureq::Agent {
+        drop(self.body);
+        self.agent
+    }
+
     /// Reads the whole body (a bounded one: use `Read` for streams).
     pub fn into_string(mut self) -> std::io::Result<String> {
         let mut s = String::new();
@@ -157,6 +164,8 @@ impl Read for ProxyResponse {
     }
 }
 
+type ProxyParts = (u16, Vec<(String, String)>, Box<dyn Read + Send>);
+
 /// Cuts a proxied stream (see [`ProxyResponse::canceller`]).
 #[derive(Clone)]
 pub struct ProxyCanceller(ureq::Agent);
@@ -170,12 +179,47 @@ impl ProxyCanceller {
 impl Client {
     /// Sends a request to a pod's port through the API server.
     pub fn pod_proxy(&self, pr: &ProxyRequest) -> Result<ProxyResponse, ProxyError> {
-        let agent = self.stream_agent(Some(pr.read_timeout.unwrap_or(Duration::from_secs(300))));
+        self.pod_proxy_on(self.proxy_agent(pr.read_timeout), pr)
+            .map_err(|(e, _)| e)
+    }
+
+    /// An agent of its own for one proxied request: [`ProxyCanceller`]
+    /// shuts it down without touching other calls. `read_timeout` as in
+    /// [`ProxyRequest`].
+    pub fn proxy_agent(&self, read_timeout: Option<Duration>) -> ureq::Agent {
+        self.stream_agent(Some(read_timeout.unwrap_or(Duration::from_secs(300))))
+    }
+
+    /// [`Client::pod_proxy`] on a given agent (from [`Client::proxy_agent`]
+    /// with the same read timeout), which a failure gives back: a caller
+    /// that retries (a debug relay) keeps its connection to the API server
+    /// instead of a new connection, and TLS handshake, per attempt.
+    pub fn pod_proxy_on(
+        &self,
+        agent: ureq::Agent,
+        pr: &ProxyRequest,
+    ) -> Result<ProxyResponse, (ProxyError, ureq::Agent)> {
+        match self.pod_proxy_inner(&agent, pr) {
+            Ok((status, headers, body)) => Ok(ProxyResponse {
+                status,
+                headers,
+                body,
+                agent,
+            }),
+            Err(e) => Err((e, agent)),
+        }
+    }
+
+    fn pod_proxy_inner(
+        &self,
+        agent: &ureq::Agent,
+        pr: &ProxyRequest,
+    ) -> Result<ProxyParts, ProxyError> {
         let mut req = Request::new(pr.method.clone(), pr.url_path());
         req.accept = "*/*";
         req.headers = pr.headers.clone();
         req.body = pr.body.clone();
-        let resp = self.send_on(&agent, &req, CallOptions::PROXY, None)?;
+        let resp = self.send_on(agent, &req, CallOptions::PROXY, None)?;
         let status = resp.status().as_u16();
         let content_type = header(&resp, http::header::CONTENT_TYPE);
         let headers: Vec<(String, String)> = resp
@@ -208,12 +252,7 @@ impl Client {
             }
             body = Box::new(Cursor::new(peek).chain(body));
         }
-        Ok(ProxyResponse {
-            status,
-            headers,
-            body,
-            agent,
-        })
+        Ok((status, headers, body))
     }
 }
 
