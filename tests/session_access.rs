@@ -396,6 +396,23 @@ fn probes(f: &Run) {
         .request(t, port, &PodRequest::get("/anything?x=1"))
         .expect("request");
     assert_eq!((r.status, r.body.as_slice()), (200, &b"late\n"[..]));
+    // The same through `open` (the port proxy route's streaming call).
+    let mut s = a
+        .open(
+            t,
+            port,
+            &PodRequest::get("/streamed"),
+            Duration::from_secs(10),
+        )
+        .expect("open");
+    assert_eq!(s.status, 200);
+    let mut body = Vec::new();
+    s.read_to_end(&mut body).expect("the body");
+    assert_eq!(body, b"late\n");
+    // No answer at all is an error, not a status.
+    assert!(a
+        .open(t, 9, &PodRequest::get("/"), Duration::from_secs(10))
+        .is_err_and(|e| e.is_not_reachable()));
 }
 
 /// Reads from `s` into `p` until an event (or error) comes out.

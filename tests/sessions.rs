@@ -381,7 +381,20 @@ const APP_PY: &str = r#"
 import http.server, json, os, threading, time
 ip = os.environ["POD_IP"]
 class App(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
     def do_GET(self):
+        if self.path == "/stream":
+            # The first event at once, the rest much later: a proxy that
+            # buffers answers shows nothing until then.
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(b"data: first\n\n")
+            self.wfile.flush()
+            time.sleep(60)
+            self.wfile.write(b"data: second\n\n")
+            return
         body = ("hello from %d %s" % (self.server.server_port, self.path)).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -452,6 +465,32 @@ fn ports_are_probed_proxied_and_re_routed_by_the_debug_stream() {
         None,
     );
     assert_eq!(st, 404, "8080 is no longer declared");
+    // Answers stream through as the app writes them (server-sent events).
+    {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&d.addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("read timeout");
+        write!(
+            c,
+            "GET /v1/sessions/{id}/ports/8081/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+            d.token
+        )
+        .expect("send");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&got).contains("data: first") {
+            let n = c
+                .read(&mut buf)
+                .expect("the first event before the app's answer ends");
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&got).to_lowercase();
+        assert!(text.starts_with("http/1.1 200"), "{text}");
+        assert!(text.contains("content-type: text/event-stream"), "{text}");
+        assert!(!text.contains("second"));
+    }
     let (st, _) = d.request(
         "GET",
         &format!("/v1/sessions/{id}/ports/8081/"),

@@ -570,6 +570,11 @@ struct FrontDoor {
     max_body: usize,
 }
 
+/// How long the port proxy waits for an app's answer to begin.
+const PORT_PROXY_HEAD_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a proxied answer may stay silent before it is ended.
+const PORT_PROXY_IDLE: Duration = Duration::from_secs(300);
+
 /// The routes behind authentication, and their methods.
 const ROUTES: &[(&str, &str)] = &[
     ("/v1/exec", "POST"),
@@ -899,22 +904,65 @@ impl FrontDoor {
             ip,
         };
         let body = (!req.body.is_empty()).then(|| req.body.clone());
-        let resp = crate::session::relay::proxy_http(
-            self.engine.access().as_ref(),
-            &target,
-            port,
+        let preq = crate::session::access::PodRequest {
             method,
-            &path,
-            &req.headers,
+            path,
+            headers: crate::session::relay::end_to_end_headers(&req.headers, &["authorization"]),
             body,
-        )
-        .map_err(|e| ApiError::new(Code::PortUnreachable, format!("port {port}: {e}")))?;
-        let mut r = Response {
-            status: resp.status,
-            headers: Vec::new(),
-            body: crate::http::Body::Bytes(resp.body),
+            timeout: PORT_PROXY_HEAD_TIMEOUT,
+            max_response_bytes: 0,
         };
-        for (k, v) in crate::session::relay::end_to_end_headers(&resp.headers, &[]) {
+        let mut resp = self
+            .engine
+            .access()
+            .open(&target, port, &preq, PORT_PROXY_IDLE)
+            .map_err(|e| ApiError::new(Code::PortUnreachable, format!("port {port}: {e}")))?;
+        let headers = crate::session::relay::end_to_end_headers(&resp.headers, &[]);
+        let status = resp.status;
+        if req.method == "HEAD" || status == 204 || status == 304 || status < 200 {
+            let mut r = Response::empty(status);
+            for (k, v) in headers {
+                r = r.with_header(&k, &v);
+            }
+            return Ok(r.into());
+        }
+        // The answer streams as the app produces it (server-sent events,
+        // long downloads), re-framed as chunked; a client that goes away
+        // cuts the app's stream.
+        let mut r = Response::stream(
+            status,
+            "application/octet-stream",
+            Box::new(move |sink: &mut dyn crate::http::ChunkSink| {
+                let cancel = resp.canceller();
+                let mut buf = vec![0u8; 16 * 1024];
+                let out = loop {
+                    let n = match std::io::Read::read(&mut resp, &mut buf) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        // The app's stream broke or went idle past the
+                        // bound: end the chunked answer where it is.
+                        Err(_) => break Ok(()),
+                    };
+                    if let Err(e) = sink.send(&buf[..n]) {
+                        break Err(e);
+                    }
+                    if sink.peer_closed() {
+                        break Ok(());
+                    }
+                };
+                cancel.cancel();
+                out
+            }),
+        );
+        // The app's own content type replaces the placeholder.
+        r.headers.retain(|(k, _)| {
+            !headers
+                .iter()
+                .any(|(h, _)| h.eq_ignore_ascii_case("content-type"))
+                || !k.eq_ignore_ascii_case("content-type")
+        });
+        for (k, v) in headers {
             r = r.with_header(&k, &v);
         }
         Ok(r.into())

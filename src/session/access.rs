@@ -266,6 +266,19 @@ pub trait PodAccess: Send + Sync {
         idle: Duration,
     ) -> Result<StreamHandle, AccessError>;
 
+    /// `req` (any method, with its body) with the answer's body as a
+    /// stream, WHATEVER its status (the app's errors are its answer: the
+    /// port proxy route passes them on); `AccessError` only when there is
+    /// no answer from the app. `req.timeout` bounds the wait for the
+    /// answer's head, `idle` each read of the body after it.
+    fn open(
+        &self,
+        t: &PodTarget,
+        port: u16,
+        req: &PodRequest,
+        idle: Duration,
+    ) -> Result<StreamHandle, AccessError>;
+
     /// Whether the port accepts connections. `Ok(false)` when it refuses,
     /// cannot be reached, or gives no sign within `timeout`; errors are
     /// failures to ask (the pod does not exist, the API server refuses).
@@ -488,6 +501,32 @@ impl PodAccess for ApiProxyAccess {
                 body: excerpt(&body),
             });
         }
+        let cancel = resp.canceller();
+        Ok(StreamHandle {
+            status: resp.status,
+            headers: resp.headers.clone(),
+            body: Box::new(resp),
+            canceller: StreamCanceller(Arc::new(move || cancel.clone().cancel())),
+        })
+    }
+
+    fn open(
+        &self,
+        t: &PodTarget,
+        port: u16,
+        req: &PodRequest,
+        idle: Duration,
+    ) -> Result<StreamHandle, AccessError> {
+        let pr = Self::proxy_request(
+            t,
+            port,
+            req.method.clone(),
+            &req.path,
+            &req.headers,
+            req.body.clone(),
+            idle,
+        )?;
+        let resp = self.client.pod_proxy(&pr).map_err(from_proxy)?;
         let cancel = resp.canceller();
         Ok(StreamHandle {
             status: resp.status,
@@ -937,6 +976,27 @@ impl PodAccess for DirectAccess {
             });
         }
         // From here on, only the idle time bounds each read.
+        body.src.deadline = None;
+        body.src.idle = Some(idle.max(Duration::from_millis(1)));
+        Ok(StreamHandle {
+            status: head.status,
+            headers: head.headers,
+            body: Box::new(body),
+            canceller: StreamCanceller(Arc::new(move || {
+                let _ = sock.shutdown(Shutdown::Both);
+            })),
+        })
+    }
+
+    fn open(
+        &self,
+        t: &PodTarget,
+        port: u16,
+        req: &PodRequest,
+        idle: Duration,
+    ) -> Result<StreamHandle, AccessError> {
+        let deadline = Instant::now() + req.timeout.max(Duration::from_millis(1));
+        let (head, mut body, sock) = self.exchange(t, port, req, deadline)?;
         body.src.deadline = None;
         body.src.idle = Some(idle.max(Duration::from_millis(1)));
         Ok(StreamHandle {
