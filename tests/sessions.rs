@@ -378,11 +378,50 @@ fn oversize_bundles_are_refused_before_a_pod_exists() {
 /// An app serving HTTP on `$POD_IP:8080` and `:8081` and, on its inspect
 /// address, a debug stream that declares port 8081 only.
 const APP_PY: &str = r#"
-import http.server, json, os, threading, time
+import base64, hashlib, http.server, json, os, struct, threading, time
 ip = os.environ["POD_IP"]
+def ws_frame(op, data):
+    n = len(data)
+    head = bytes([0x80 | op, n]) if n < 126 else bytes([0x80 | op, 126]) + struct.pack(">H", n)
+    return head + data
 class App(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    def websocket(self):
+        # A minimal WebSocket echo server: "echo:" + each text message.
+        key = self.headers["Sec-WebSocket-Key"]
+        acc = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", acc)
+        offer = self.headers.get("Sec-WebSocket-Protocol")
+        if offer:
+            self.send_header("Sec-WebSocket-Protocol", offer.split(",")[-1].strip())
+        self.end_headers()
+        self.wfile.flush()
+        while True:
+            h = self.rfile.read(2)
+            if len(h) < 2:
+                return
+            op, n = h[0] & 0x0F, h[1] & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", self.rfile.read(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", self.rfile.read(8))[0]
+            mask = self.rfile.read(4) if h[1] & 0x80 else b"\0\0\0\0"
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(n)))
+            if op == 8:
+                self.wfile.write(ws_frame(8, data[:2]))
+                self.wfile.flush()
+                return
+            if op == 9:
+                self.wfile.write(ws_frame(10, data))
+            elif op == 1:
+                self.wfile.write(ws_frame(1, b"echo:" + data + b" path=" + self.path.encode()))
+            self.wfile.flush()
     def do_GET(self):
+        if self.headers.get("Upgrade", "").lower() == "websocket":
+            return self.websocket()
         if self.path == "/stream":
             # The first event at once, the rest much later: a proxy that
             # buffers answers shows nothing until then.
@@ -465,32 +504,10 @@ fn ports_are_probed_proxied_and_re_routed_by_the_debug_stream() {
         None,
     );
     assert_eq!(st, 404, "8080 is no longer declared");
-    // Answers stream through as the app writes them (server-sent events).
-    {
-        use std::io::{Read, Write};
-        let mut c = std::net::TcpStream::connect(&d.addr).expect("connect");
-        c.set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("read timeout");
-        write!(
-            c,
-            "GET /v1/sessions/{id}/ports/8081/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
-            d.token
-        )
-        .expect("send");
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !String::from_utf8_lossy(&got).contains("data: first") {
-            let n = c
-                .read(&mut buf)
-                .expect("the first event before the app's answer ends");
-            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
-            got.extend_from_slice(&buf[..n]);
-        }
-        let text = String::from_utf8_lossy(&got).to_lowercase();
-        assert!(text.starts_with("http/1.1 200"), "{text}");
-        assert!(text.contains("content-type: text/event-stream"), "{text}");
-        assert!(!text.contains("second"));
-    }
+    // WebSocket upgrades go through too (via the API server's pod proxy
+    // here), with the subprotocol the app chose; answers stream.
+    websocket_echoes_through_the_port_proxy(&d, &id);
+    answers_stream_through_the_port_proxy(&d, &id);
     let (st, _) = d.request(
         "GET",
         &format!("/v1/sessions/{id}/ports/8081/"),
@@ -786,6 +803,93 @@ fn an_ended_app_is_reported_once_and_a_pod_deleted_behind_our_back_fails_the_ses
         .filter(|e| e.event == "run" && e.data["app"] == "quick" && e.data["phase"] == "ended")
         .count();
     assert_eq!(again, 0, "the ended app was reported twice: {rest:#?}");
+}
+
+/// Through the port proxy: a WebSocket to APP_PY's echo on 8081, offering
+/// two subprotocols (the app picks the last).
+fn websocket_echoes_through_the_port_proxy(d: &DaemonProc, id: &str) {
+    use tungstenite::Message;
+    let auth = format!("Bearer {}", d.token);
+    let (mut ws, resp) = d
+        .ws(
+            &format!("/v1/sessions/{id}/ports/8081/ws?q=1"),
+            &[("Authorization", &auth)],
+            &["other.v0", "chat.v1"],
+        )
+        .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)));
+    assert_eq!(
+        resp.headers()
+            .get("sec-websocket-protocol")
+            .and_then(|v| v.to_str().ok()),
+        Some("chat.v1")
+    );
+    ws.get_ref()
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("read timeout");
+    for text in ["hi", "there"] {
+        ws.send(Message::Text(text.into())).expect("send");
+        let reply = loop {
+            match ws.read().expect("the echo") {
+                Message::Text(t) => break t.to_string(),
+                Message::Ping(_) | Message::Pong(_) => continue,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(reply, format!("echo:{text} path=/ws?q=1"));
+    }
+    ws.close(None).expect("close");
+    loop {
+        match ws.read() {
+            Ok(Message::Close(_)) | Err(_) => break,
+            Ok(_) => continue,
+        }
+    }
+}
+
+/// Through the port proxy: APP_PY's `/stream` holds its second event for a
+/// minute; the first must arrive long before that.
+fn answers_stream_through_the_port_proxy(d: &DaemonProc, id: &str) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(&d.addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("read timeout");
+    write!(
+            c,
+            "GET /v1/sessions/{id}/ports/8081/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+            d.token
+        )
+        .expect("send");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("data: first") {
+        let n = c
+            .read(&mut buf)
+            .expect("the first event before the app's answer ends");
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).to_lowercase();
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    assert!(text.contains("content-type: text/event-stream"), "{text}");
+    assert!(!text.contains("second"));
+}
+
+#[test]
+fn the_port_proxy_streams_and_upgrades_in_direct_access_mode_too() {
+    let d = DaemonProc::start_with(
+        |c| c.replace("# pod_access = \"api-proxy\"", "pod_access = \"direct\""),
+        "info",
+    );
+    let body = json!({
+        "apps": [{"name": "web", "entry": "app.py", "command": ["python3", "app.py"],
+                  "ports": [{"port": 8081}]}],
+        "bundle": {"files": [{"path": "app.py", "content": APP_PY}]}
+    });
+    let (id, mut sse) = create(&d, &body);
+    until_running(&mut sse);
+    sse.until(|e| e.event == "reachability" && e.data["state"] == "reachable");
+    websocket_echoes_through_the_port_proxy(&d, &id);
+    answers_stream_through_the_port_proxy(&d, &id);
 }
 
 /// A debug stream on the inspect address that claims `PORTS` (JSON list).

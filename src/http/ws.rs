@@ -282,6 +282,107 @@ pub fn run(
     run_stream(conn.ws, outbound, inbound, opts)
 }
 
+/// Messages queued per direction of a [`bridge`].
+const BRIDGE_QUEUE: usize = 64;
+
+/// Hands each message to another pump's outbox: a full outbox gives the
+/// message back (the pump holds it and stops reading: backpressure across
+/// the bridge), a closed one says no one wants it.
+struct Forward(Outbox);
+
+impl Inbound for Forward {
+    fn offer(&mut self, m: Message) -> Result<(), Refused> {
+        self.0.try_send(m).map_err(|e| match e {
+            TrySendError::Full(m) => Refused::Full(m),
+            TrySendError::Disconnected(_) => Refused::Gone,
+        })
+    }
+}
+
+/// Relays messages between an accepted WebSocket (`conn`, pumped on the
+/// calling thread) and one this side opened (`upstream`, pumped on a
+/// `ws-bridge` thread) until either ends: text and binary messages and
+/// Close frames pass through, pings are answered on each side. Two pumps
+/// and two bounded outboxes, nothing else: a slow side slows the other
+/// down, nothing is dropped. When one side ends, the other's outbox loses
+/// its last sender and that side is closed too.
+pub fn bridge<B: PollStream + 'static>(
+    conn: WsConn,
+    upstream: WebSocket<B>,
+    opts: WsOptions,
+) -> io::Result<()> {
+    let (to_conn, conn_rx) = try_outbox(BRIDGE_QUEUE)?;
+    let (to_up, up_rx) = try_outbox(BRIDGE_QUEUE)?;
+    let up_opts = opts;
+    let up = std::thread::Builder::new()
+        .name("ws-bridge".into())
+        .spawn(move || {
+            let _ = run_stream_into(upstream, up_rx, Forward(to_conn), up_opts);
+        })?;
+    let _ = run_stream_into(conn.ws, conn_rx, Forward(to_up), opts);
+    let _ = up.join();
+    Ok(())
+}
+
+/// The client side of a WebSocket handshake on an already connected
+/// `stream` (plain or TLS): `url` (`ws://` or `wss://`, for the request
+/// line and `Host`), `headers` added to the request, `offer` the
+/// `Sec-WebSocket-Protocol` value if any. Returns the socket and the
+/// subprotocol the server chose. The caller bounds the handshake with the
+/// stream's own timeouts.
+pub fn client_handshake<S: std::io::Read + std::io::Write>(
+    stream: S,
+    url: &str,
+    headers: &[(String, String)],
+    offer: Option<&str>,
+    max_message_bytes: usize,
+) -> Result<(WebSocket<S>, Option<String>), String> {
+    use tungstenite::client::IntoClientRequest;
+    let mut req = url
+        .into_client_request()
+        .map_err(|e| format!("the upgrade request: {e}"))?;
+    for (k, v) in headers {
+        let name = tungstenite::http::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|e| format!("header {k}: {e}"))?;
+        let value =
+            tungstenite::http::HeaderValue::from_str(v).map_err(|e| format!("header {k}: {e}"))?;
+        req.headers_mut().append(name, value);
+    }
+    if let Some(o) = offer {
+        let value = tungstenite::http::HeaderValue::from_str(o)
+            .map_err(|e| format!("Sec-WebSocket-Protocol: {e}"))?;
+        req.headers_mut().insert("Sec-WebSocket-Protocol", value);
+    }
+    let config = tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(max_message_bytes))
+        .max_frame_size(Some(max_message_bytes));
+    let (ws, resp) = tungstenite::client::client_with_config(req, stream, Some(config)).map_err(
+        |e| match e {
+            tungstenite::handshake::HandshakeError::Failure(e) => e.to_string(),
+            tungstenite::handshake::HandshakeError::Interrupted(_) => {
+                "the handshake timed out".to_string()
+            }
+        },
+    )?;
+    let chosen = resp
+        .headers()
+        .get("sec-websocket-protocol")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    Ok((ws, chosen))
+}
+
+/// Whether `headers` ask for a WebSocket upgrade.
+pub fn wants_websocket(headers: &[(String, String)]) -> bool {
+    let has = |name: &str, token: &str| {
+        headers.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case(name)
+                && v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
+        })
+    };
+    has("upgrade", "websocket") && has("connection", "upgrade")
+}
+
 /// Messages handled per direction before looking at the other one.
 const BATCH: usize = 64;
 /// Retry period for a message held because the inbound channel was full.

@@ -570,6 +570,8 @@ struct FrontDoor {
     max_body: usize,
 }
 
+/// How long the port proxy waits for a connection to an app.
+const PORT_PROXY_CONNECT: Duration = Duration::from_secs(10);
 /// How long the port proxy waits for an app's answer to begin.
 const PORT_PROXY_HEAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a proxied answer may stay silent before it is ended.
@@ -861,6 +863,77 @@ impl FrontDoor {
         }))
     }
 
+    /// A WebSocket through the port proxy: the app's side first (offering
+    /// what the client offered; in api-proxy mode through the API server's
+    /// pod proxy, which passes upgrades on), then the client's, accepted
+    /// with the subprotocol the app chose; messages bridged both ways.
+    fn port_proxy_websocket(
+        &self,
+        target: &crate::session::access::PodTarget,
+        port: u16,
+        path: &str,
+        req: &Request,
+    ) -> Result<Reply, ApiError> {
+        const HANDSHAKE: &[&str] = &[
+            "sec-websocket-key",
+            "sec-websocket-version",
+            "sec-websocket-protocol",
+            "sec-websocket-extensions",
+        ];
+        let headers: Vec<(String, String)> =
+            crate::session::relay::end_to_end_headers(&req.headers, &["authorization"])
+                .into_iter()
+                .filter(|(k, _)| !HANDSHAKE.contains(&k.to_ascii_lowercase().as_str()))
+                .collect();
+        let offer = req.header("sec-websocket-protocol");
+        let unreachable =
+            |e: String| ApiError::new(Code::PortUnreachable, format!("port {port}: {e}"));
+        let (ws, chosen) = match self.engine.access().mode() {
+            crate::config::PodAccess::Direct => {
+                let addr: std::net::SocketAddr = format!("{}:{port}", target.ip)
+                    .parse()
+                    .map_err(|_| unreachable(format!("bad pod address {}", target.ip)))?;
+                let tcp = std::net::TcpStream::connect_timeout(&addr, PORT_PROXY_CONNECT)
+                    .map_err(|e| unreachable(e.to_string()))?;
+                let _ = tcp.set_nodelay(true);
+                let sock =
+                    crate::http::stream::ClientSocket::Socket(crate::http::Socket::Plain(tcp));
+                crate::kube::remote::upgrade_on(
+                    sock,
+                    &format!("ws://{addr}{path}"),
+                    &headers,
+                    None,
+                    offer,
+                    PORT_PROXY_HEAD_TIMEOUT,
+                )
+                .map_err(|e| unreachable(e.to_string()))?
+            }
+            crate::config::PodAccess::ApiProxy => crate::kube::remote::dial_websocket(
+                self.engine.conn(),
+                &format!(
+                    "/api/v1/namespaces/{}/pods/{}:{port}/proxy{path}",
+                    target.namespace, target.name
+                ),
+                &headers,
+                offer,
+                PORT_PROXY_HEAD_TIMEOUT,
+            )
+            .map_err(|e| unreachable(e.to_string()))?,
+        };
+        Ok(Reply::Upgrade(crate::http::Upgrade {
+            protocol: chosen,
+            headers: Vec::new(),
+            max_message_bytes: self.max_body.max(16 << 20),
+            on_open: Box::new(move |conn| {
+                if let Err(e) =
+                    crate::http::ws::bridge(conn, ws, crate::http::ws::WsOptions::default())
+                {
+                    log::warn!("port proxy websocket: {e}");
+                }
+            }),
+        }))
+    }
+
     /// `…/v1/sessions/{id}/ports/{port}/{path}`: HTTP to a declared tcp
     /// port of the session's pod, through the pod-access seam (docs/api.md).
     fn port_proxy(
@@ -903,6 +976,9 @@ impl FrontDoor {
             name: pod,
             ip,
         };
+        if req.method == "GET" && crate::http::ws::wants_websocket(&req.headers) {
+            return self.port_proxy_websocket(&target, port, &path, req);
+        }
         let body = (!req.body.is_empty()).then(|| req.body.clone());
         let preq = crate::session::access::PodRequest {
             method,

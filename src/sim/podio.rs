@@ -669,6 +669,9 @@ impl PodStreams for Kubelet {
                 "pod {pod} has no IP address yet"
             )));
         };
+        if ws::wants_websocket(&req.headers) {
+            return super::proxy::forward_websocket(req, ip, port, path);
+        }
         super::proxy::forward(req, ip, port, path).into()
     }
 }

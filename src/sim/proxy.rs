@@ -4,7 +4,7 @@
 //! the real API server, a refused connection is a 503 Status naming the
 //! address.
 
-use crate::http::{Body, ChunkSink, Request, Response};
+use crate::http::{Body, ChunkSink, Reply, Request, Response, Upgrade};
 use crate::kube::status::Status;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -27,6 +27,81 @@ const HOP_BY_HOP: &[&str] = &[
 fn unavailable(msg: &str) -> Response {
     let s = Status::service_unavailable(msg);
     Response::json(503, s.to_json())
+}
+
+/// Headers of a WebSocket upgrade that the handshake itself writes.
+const HANDSHAKE: &[&str] = &[
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-protocol",
+    "sec-websocket-extensions",
+    "sec-websocket-accept",
+];
+
+/// A WebSocket upgrade through the proxy (the real API server passes
+/// upgrades on too): the pod's side is opened first, with the client's
+/// subprotocol offer, then the client's is accepted with the protocol the
+/// pod chose, and messages are bridged both ways (`http::ws::bridge`).
+pub fn forward_websocket(req: &Request, ip: &str, port: u16, path: &str) -> Reply {
+    let addr: SocketAddr = match format!("{ip}:{port}").parse() {
+        Ok(a) => a,
+        Err(_) => return unavailable(&format!("invalid pod address {ip}:{port}")).into(),
+    };
+    let stream = match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+        Ok(s) => s,
+        Err(e) => {
+            return unavailable(&format!(
+                "error trying to reach service: dial tcp {addr}: {e}"
+            ))
+            .into()
+        }
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+    let mut target = if path.is_empty() {
+        "/".to_string()
+    } else {
+        path.to_string()
+    };
+    if let Some(q) = req.target.split_once('?').map(|(_, q)| q) {
+        target.push('?');
+        target.push_str(q);
+    }
+    let headers: Vec<(String, String)> = req
+        .headers
+        .iter()
+        .filter(|(k, _)| {
+            let k = k.to_ascii_lowercase();
+            !HOP_BY_HOP.contains(&k.as_str()) && !HANDSHAKE.contains(&k.as_str())
+        })
+        .cloned()
+        .collect();
+    let offer = req.header("sec-websocket-protocol");
+    let (ws, chosen) = match crate::http::ws::client_handshake(
+        stream,
+        &format!("ws://{addr}{target}"),
+        &headers,
+        offer,
+        64 << 20,
+    ) {
+        Ok(x) => x,
+        Err(e) => {
+            return unavailable(&format!("error trying to reach service: {e}")).into();
+        }
+    };
+    let _ = ws.get_ref().set_read_timeout(None);
+    let _ = ws.get_ref().set_write_timeout(None);
+    Reply::Upgrade(Upgrade {
+        protocol: chosen,
+        headers: Vec::new(),
+        max_message_bytes: 64 << 20,
+        on_open: Box::new(move |conn| {
+            if let Err(e) = crate::http::ws::bridge(conn, ws, crate::http::ws::WsOptions::default())
+            {
+                log::warn!("proxy websocket to {addr}: {e}");
+            }
+        }),
+    })
 }
 
 /// Forwards `req` to `ip:port` with `path` (already stripped of the proxy prefix).

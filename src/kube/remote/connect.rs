@@ -309,3 +309,54 @@ fn read_some(sock: &mut ClientSocket, buf: &mut Vec<u8>, deadline: Instant) -> i
         }
     }
 }
+
+/// A WebSocket to any path of the API server, e.g. a pod proxy path (the
+/// API server passes upgrades on to the pod): dialled with `conn`'s TLS
+/// material and credentials, then the client handshake offering `offer`.
+/// Returns the socket and the subprotocol the far end chose.
+pub fn dial_websocket(
+    conn: &Connection,
+    path_and_query: &str,
+    headers: &[(String, String)],
+    offer: Option<&str>,
+    timeout: Duration,
+) -> Result<(WebSocket<ClientSocket>, Option<String>), RemoteError> {
+    let ep = super::request::parse_server(&conn.server).map_err(RemoteError::InvalidRequest)?;
+    let deadline = Instant::now() + timeout;
+    let sock = dial(conn, &ep, deadline)?;
+    let bearer = conn.credentials.bearer()?;
+    let scheme = if ep.tls { "wss" } else { "ws" };
+    let url = format!("{scheme}://{}{}{path_and_query}", ep.authority, ep.prefix);
+    let left = deadline.saturating_duration_since(Instant::now());
+    upgrade_on(sock, &url, headers, bearer.as_deref(), offer, left)
+}
+
+/// The client handshake on a connected socket (see
+/// `http::ws::client_handshake`), bounded by `timeout`; `bearer` goes in
+/// `Authorization` (never logged).
+pub fn upgrade_on(
+    sock: ClientSocket,
+    url: &str,
+    headers: &[(String, String)],
+    bearer: Option<&str>,
+    offer: Option<&str>,
+    timeout: Duration,
+) -> Result<(WebSocket<ClientSocket>, Option<String>), RemoteError> {
+    let t = Some(timeout.max(Duration::from_millis(1)));
+    sock.tcp()
+        .set_read_timeout(t)
+        .and_then(|()| sock.tcp().set_write_timeout(t))
+        .map_err(|e| RemoteError::Transport(format!("configuring the socket: {e}")))?;
+    let mut h = headers.to_vec();
+    if let Some(b) = bearer {
+        h.push(("Authorization".into(), format!("Bearer {b}")));
+    }
+    let (ws, chosen) = crate::http::ws::client_handshake(sock, url, &h, offer, MAX_MESSAGE)
+        .map_err(RemoteError::Handshake)?;
+    ws.get_ref()
+        .tcp()
+        .set_read_timeout(None)
+        .and_then(|()| ws.get_ref().tcp().set_write_timeout(None))
+        .map_err(|e| RemoteError::Transport(format!("configuring the socket: {e}")))?;
+    Ok((ws, chosen))
+}

@@ -40,7 +40,7 @@ mod process;
 pub(crate) mod request;
 
 pub use crate::kube::channel::{Protocol, TermSize};
-pub use connect::SMALL_READ_BUFFER;
+pub use connect::{dial_websocket, upgrade_on, SMALL_READ_BUFFER};
 pub use demux::{ExitStatus, Output};
 pub use error::RemoteError;
 pub use process::{
