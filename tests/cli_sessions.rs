@@ -296,6 +296,13 @@ fn sessions_list_stop_resume_port_forward_and_bad_input() {
     assert!(out.stdout_str().contains(&id), "{}", out.stdout_str());
     until_status(&mut sse, "running");
     assert_eq!(session_pods(&d, &id).len(), 1);
+    // With its files.
+    let (st, v) = d.json(
+        "GET",
+        &format!("/v1/sessions/{id}/workspace/file?path=web.py"),
+        None,
+    );
+    assert_eq!((st, v["content"].as_str()), (200, Some(WEB_PY)), "{v}");
     // Resuming a running session: the daemon's code, exit 1.
     let out = run(kg(&d, &state, &["sessions", "resume", &id]));
     assert_eq!(out.code, Some(1));
