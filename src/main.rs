@@ -1,7 +1,7 @@
 //! The `kubegate` command line: parses arguments and calls one function per
 //! command. Exit codes (contract.md): 0 success, 2 usage or configuration
 //! error, 1 any other failure; `exec` passes on the remote exit code and
-//! uses 255 for its own errors (docs/cli.md).
+//! uses 255 for its own errors, as `attach` does (docs/cli.md).
 
 use kubegate::sim::cluster::{Sim, SimError, SimOptions};
 use std::io::Write;
@@ -23,6 +23,12 @@ commands:
                 kubegate exec [-i] [-t] [-c CONTAINER] --workspace PROJECT/UID DEPLOYMENT -- CMD [ARGS...]
   workspaces    list the workspaces and Deployments the token may exec into
                 kubegate workspaces [--output table|json]
+  sessions      list, stop or resume the token's watch sessions
+                kubegate sessions [list [--output table|json] | stop ID | resume ID]
+  attach        join a session app's output and input (Ctrl-] detaches in raw mode)
+                kubegate attach [--from-start] SESSION APP
+  port-forward  forward local HTTP requests to a port of a session's pod
+                kubegate port-forward SESSION PORT [LOCAL]
   app-runner    run a program with live reload and a debug event stream (in app containers)
                 kubegate app-runner [--root DIR] [--inspect-addr HOST:PORT] [--app NAME] -- CMD [ARGS...]
   workspace-agent
@@ -30,7 +36,7 @@ commands:
                 kubegate workspace-agent [--listen ADDR] [--root DIR] [--max-file-bytes N]
                                          [--max-files N] [--max-total-bytes N]
 
-client commands (exec, workspaces) take --server URL (env KUBEGATE_SERVER,
+client commands (exec, workspaces, sessions, attach, port-forward) take --server URL (env KUBEGATE_SERVER,
 default http://127.0.0.1:7443), --token T or --token-file F (env
 KUBEGATE_TOKEN) and --ca-file F; `kubegate COMMAND --help` for details.
 ";
@@ -56,6 +62,9 @@ fn main() {
         // command's, 255 for kubegate's errors; docs/cli.md).
         Some("exec") => kubegate::cli::exec_main(&args[1..]),
         Some("workspaces") => kubegate::cli::workspaces_main(&args[1..]),
+        Some("sessions") => kubegate::cli::sessions_main(&args[1..]),
+        Some("attach") => kubegate::cli::attach_main(&args[1..]),
+        Some("port-forward") => kubegate::cli::port_forward_main(&args[1..]),
         // Runs inside a session pod's `workspace` container (docs/agent.md).
         Some("workspace-agent") => {
             init_logging();

@@ -411,6 +411,294 @@ pub fn parse_workspaces(args: &[String], env: Env<'_>) -> Result<Parsed<Workspac
     }))
 }
 
+/// Common text of the three session commands' help.
+const COMMON_HELP: &str =
+    "      --server URL         the daemon (env KUBEGATE_SERVER, default http://127.0.0.1:7443)
+      --token T            the bearer token (env KUBEGATE_TOKEN)
+      --token-file F       read the token from F (surrounding whitespace trimmed)
+      --ca-file F          trust the CA certificates in PEM file F (https servers)
+  -h, --help               this help
+";
+
+pub const SESSIONS_SYNOPSIS: &str =
+    "usage: kubegate sessions [list [--output table|json] | stop ID | resume ID]
+       (kubegate sessions --help for more)";
+
+pub fn sessions_help() -> String {
+    format!(
+        "usage: kubegate sessions [list [--output table|json] | stop ID | resume ID]
+
+Lists the token's watch sessions (the default: ID  STATUS  APPS  CREATED
+ENDPOINTS), stops one (its pod is deleted), or resumes a suspended one.
+
+options:
+  -o, --output FORMAT      list: table (default) or json (the daemon's answer as is)
+{COMMON_HELP}
+exit codes: 0 success; 2 usage or configuration error; 1 any other failure
+(an unknown session: NOT_FOUND; a session in the wrong state: NOT_SUSPENDED).
+"
+    )
+}
+
+pub const ATTACH_SYNOPSIS: &str = "usage: kubegate attach [--from-start] SESSION APP
+       (kubegate attach --help for more)";
+
+pub fn attach_help() -> String {
+    format!(
+        "usage: kubegate attach [--from-start] SESSION APP
+
+Joins APP of watch session SESSION: its output on our stdout (its stderr
+on our stderr), our stdin to the app. Without --from-start only what came
+since the last attach from this machine is replayed (the last seq seen is
+kept in $XDG_STATE_HOME/kubegate/attach.json).
+
+With a terminal on stdin and a tty app, the terminal goes to raw mode and
+follows window size changes; Ctrl-] detaches (the session keeps running).
+Otherwise Ctrl-C (SIGINT) or SIGTERM detaches.
+
+options:
+      --from-start         replay everything the daemon still buffers
+{COMMON_HELP}
+exit codes: 0 detached; 1 the session ended (its status is printed);
+255 kubegate's own errors (usage, connection, refusals), printed as
+`kubegate: CODE: message`.
+"
+    )
+}
+
+pub const PORT_FORWARD_SYNOPSIS: &str = "usage: kubegate port-forward SESSION PORT [LOCAL]
+       (kubegate port-forward --help for more)";
+
+pub fn port_forward_help() -> String {
+    format!(
+        "usage: kubegate port-forward SESSION PORT [LOCAL]
+
+Listens on 127.0.0.1:LOCAL (default: PORT; 0 picks a free port) and sends
+every HTTP request it receives to PORT of the session's pod through the
+daemon's port proxy. One request per connection (answers carry
+Connection: close); WebSocket upgrades are answered 501 (the daemon's port
+proxy forwards plain HTTP only). Ctrl-C or SIGTERM stops it.
+
+options:
+{COMMON_HELP}
+exit codes: 0 stopped by a signal; 2 usage or configuration error; 1 any
+other failure (an unknown session, a local port in use).
+"
+    )
+}
+
+/// What `kubegate sessions` does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionsOp {
+    List,
+    Stop(String),
+    Resume(String),
+}
+
+/// `kubegate sessions` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionsArgs {
+    pub common: CommonArgs,
+    pub output: OutputFormat,
+    pub op: SessionsOp,
+}
+
+/// `kubegate attach` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachArgs {
+    pub common: CommonArgs,
+    pub session: String,
+    pub app: String,
+    pub from_start: bool,
+}
+
+/// `kubegate port-forward` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortForwardArgs {
+    pub common: CommonArgs,
+    pub session: String,
+    pub port: u16,
+    /// 0: any free port.
+    pub local: u16,
+}
+
+/// The options and positionals of a simple command: common flags, `-h`,
+/// and `extra` (which consumes its own option, or says it is not one).
+fn split_simple(
+    args: &[String],
+    common: &mut CommonRaw,
+    mut extra: impl FnMut(&[String], &mut usize) -> Result<bool, CliError>,
+) -> Result<Option<Vec<String>>, CliError> {
+    let mut positional = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a == "-h" || a == "--help" {
+            return Ok(None);
+        }
+        if a == "--" {
+            positional.extend(args[i + 1..].iter().cloned());
+            break;
+        }
+        if common.take(args, &mut i)? || extra(args, &mut i)? {
+        } else if a.starts_with('-') && a.len() > 1 {
+            return Err(usage(format!("unknown option {a:?}")));
+        } else {
+            positional.push(args[i].clone());
+        }
+        i += 1;
+    }
+    Ok(Some(positional))
+}
+
+fn output_flag(args: &[String], i: &mut usize) -> Result<Option<OutputFormat>, CliError> {
+    let v = if args[*i] == "-o" {
+        *i += 1;
+        Some(
+            args.get(*i)
+                .cloned()
+                .ok_or_else(|| usage("-o needs a value"))?,
+        )
+    } else {
+        long_value(args, i, "--output")?
+    };
+    v.map(|v| match v.as_str() {
+        "table" => Ok(OutputFormat::Table),
+        "json" => Ok(OutputFormat::Json),
+        other => Err(usage(format!("--output {other:?}: expected table or json"))),
+    })
+    .transpose()
+}
+
+/// A session id as given: non-empty, no slash or other URL syntax (the
+/// daemon checks the exact shape).
+fn session_id(s: &str) -> Result<String, CliError> {
+    if s.is_empty()
+        || !s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(usage(format!("{s:?} is not a session id")));
+    }
+    Ok(s.to_string())
+}
+
+fn port_arg(what: &str, s: &str, zero_ok: bool) -> Result<u16, CliError> {
+    match s.parse::<u16>() {
+        Ok(0) if !zero_ok => Err(usage(format!("{what} must be 1..65535, not 0"))),
+        Ok(p) => Ok(p),
+        Err(_) => Err(usage(format!("{what} {s:?} is not a port number"))),
+    }
+}
+
+/// Parses `kubegate sessions` arguments (after the word `sessions`).
+pub fn parse_sessions(args: &[String], env: Env<'_>) -> Result<Parsed<SessionsArgs>, CliError> {
+    let mut common = CommonRaw::default();
+    let mut output = None;
+    let Some(pos) = split_simple(args, &mut common, |args, i| {
+        Ok(match output_flag(args, i)? {
+            Some(o) => {
+                output = Some(o);
+                true
+            }
+            None => false,
+        })
+    })?
+    else {
+        return Ok(Parsed::Help);
+    };
+    let op = match pos
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [] | ["list"] => SessionsOp::List,
+        ["stop", id] => SessionsOp::Stop(session_id(id)?),
+        ["resume", id] => SessionsOp::Resume(session_id(id)?),
+        [op @ ("stop" | "resume")] => {
+            return Err(usage(format!(
+                "missing the session ID: kubegate sessions {op} ID"
+            )))
+        }
+        ["list" | "stop" | "resume", .., extra] => {
+            return Err(usage(format!("unexpected argument {extra:?}")))
+        }
+        [other, ..] => {
+            return Err(usage(format!(
+                "unknown sessions command {other:?}: expected list, stop or resume"
+            )))
+        }
+    };
+    if output.is_some() && op != SessionsOp::List {
+        return Err(usage("--output applies to sessions list only"));
+    }
+    Ok(Parsed::Run(SessionsArgs {
+        common: common.finish(env)?,
+        output: output.unwrap_or(OutputFormat::Table),
+        op,
+    }))
+}
+
+/// Parses `kubegate attach` arguments (after the word `attach`).
+pub fn parse_attach(args: &[String], env: Env<'_>) -> Result<Parsed<AttachArgs>, CliError> {
+    let mut common = CommonRaw::default();
+    let mut from_start = false;
+    let Some(pos) = split_simple(args, &mut common, |args, i| {
+        Ok(args[*i] == "--from-start" && {
+            from_start = true;
+            true
+        })
+    })?
+    else {
+        return Ok(Parsed::Help);
+    };
+    let (session, app) = match pos.as_slice() {
+        [s, a] if !a.is_empty() => (session_id(s)?, a.clone()),
+        [_, _] => return Err(usage("APP must not be empty")),
+        [] => return Err(usage("missing SESSION and APP")),
+        [_] => return Err(usage("missing APP")),
+        [_, _, extra, ..] => return Err(usage(format!("unexpected argument {extra:?}"))),
+    };
+    Ok(Parsed::Run(AttachArgs {
+        common: common.finish(env)?,
+        session,
+        app,
+        from_start,
+    }))
+}
+
+/// Parses `kubegate port-forward` arguments (after the word).
+pub fn parse_port_forward(
+    args: &[String],
+    env: Env<'_>,
+) -> Result<Parsed<PortForwardArgs>, CliError> {
+    let mut common = CommonRaw::default();
+    let Some(pos) = split_simple(args, &mut common, |_, _| Ok(false))? else {
+        return Ok(Parsed::Help);
+    };
+    let (session, port, local) = match pos.as_slice() {
+        [] => return Err(usage("missing SESSION and PORT")),
+        [_] => return Err(usage("missing PORT")),
+        [s, p] => {
+            let port = port_arg("PORT", p, false)?;
+            (session_id(s)?, port, port)
+        }
+        [s, p, l] => (
+            session_id(s)?,
+            port_arg("PORT", p, false)?,
+            port_arg("LOCAL", l, true)?,
+        ),
+        [_, _, _, extra, ..] => return Err(usage(format!("unexpected argument {extra:?}"))),
+    };
+    Ok(Parsed::Run(PortForwardArgs {
+        common: common.finish(env)?,
+        session,
+        port,
+        local,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -717,5 +1005,90 @@ mod tests {
     fn debug_output_never_shows_the_token() {
         let a = exec_ok(&["--token", "s3cr3t", "-w", "p/u", "d", "--", "ls"], &[]);
         assert!(!format!("{a:?}").contains("s3cr3t"));
+    }
+    #[test]
+    fn session_command_arguments() {
+        let e = env_of(&[TOKEN]);
+        let run = |r: Result<Parsed<SessionsArgs>, CliError>| match r {
+            Ok(Parsed::Run(a)) => a,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(run(parse_sessions(&v(&[]), &e)).op, SessionsOp::List);
+        let a = run(parse_sessions(&v(&["list", "-o", "json"]), &e));
+        assert_eq!((a.op, a.output), (SessionsOp::List, OutputFormat::Json));
+        assert_eq!(
+            run(parse_sessions(&v(&["stop", "abc123"]), &e)).op,
+            SessionsOp::Stop("abc123".into())
+        );
+        assert_eq!(
+            run(parse_sessions(
+                &v(&["--server=http://h:1", "resume", "x1"]),
+                &e
+            ))
+            .op,
+            SessionsOp::Resume("x1".into())
+        );
+        for (args, want) in [
+            (&["stop"][..], "missing the session ID"),
+            (&["resume"], "missing the session ID"),
+            (&["frob"], "unknown sessions command"),
+            (&["stop", "a", "b"], "unexpected argument"),
+            (&["stop", "../x"], "not a session id"),
+            (&["stop", "a", "-o", "json"], "list only"),
+        ] {
+            match parse_sessions(&v(args), &e) {
+                Err(err) => assert!(
+                    err.is_usage() && err.message.contains(want),
+                    "{args:?}: {err}"
+                ),
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
+
+        match parse_attach(&v(&["--from-start", "s1", "web"]), &e) {
+            Ok(Parsed::Run(a)) => {
+                assert!(a.from_start);
+                assert_eq!((a.session.as_str(), a.app.as_str()), ("s1", "web"));
+            }
+            other => panic!("{other:?}"),
+        }
+        for (args, want) in [
+            (&["s1"][..], "missing APP"),
+            (&[], "missing SESSION"),
+            (&["s1", "a", "b"], "unexpected"),
+            (&["--bogus", "s1", "a"], "unknown option"),
+        ] {
+            match parse_attach(&v(args), &e) {
+                Err(err) => assert!(
+                    err.is_usage() && err.message.contains(want),
+                    "{args:?}: {err}"
+                ),
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
+
+        match parse_port_forward(&v(&["s1", "8080"]), &e) {
+            Ok(Parsed::Run(a)) => assert_eq!((a.port, a.local), (8080, 8080)),
+            other => panic!("{other:?}"),
+        }
+        match parse_port_forward(&v(&["s1", "8080", "0"]), &e) {
+            Ok(Parsed::Run(a)) => assert_eq!((a.port, a.local), (8080, 0)),
+            other => panic!("{other:?}"),
+        }
+        for (args, want) in [
+            (&["s1"][..], "missing PORT"),
+            (&["s1", "0"], "not 0"),
+            (&["s1", "http"], "not a port"),
+            (&["s1", "80", "70000"], "not a port"),
+        ] {
+            match parse_port_forward(&v(args), &e) {
+                Err(err) => assert!(
+                    err.is_usage() && err.message.contains(want),
+                    "{args:?}: {err}"
+                ),
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
+        assert_eq!(parse_port_forward(&v(&["-h"]), &e), Ok(Parsed::Help));
     }
 }

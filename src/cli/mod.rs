@@ -1,7 +1,8 @@
 //! The client commands that talk to a running daemon (contract.md, "Client
-//! commands"): `kubegate exec` and `kubegate workspaces`. Decisions (exit
-//! codes, client-side error codes, `-t` without a terminal, environment
-//! variables): docs/cli.md.
+//! commands"): `kubegate exec`, `kubegate workspaces`, `kubegate sessions`,
+//! `kubegate attach` and `kubegate port-forward`. Decisions (exit codes,
+//! client-side error codes, `-t` without a terminal, environment variables,
+//! the attach state file, the detach key): docs/cli.md.
 //!
 //! - `args`: argument parsing, pure (the environment is passed in), so every
 //!   case is unit-tested;
@@ -11,18 +12,25 @@
 //! - `exec`: the interactive exec session, its threads and its exit code;
 //! - `term`: the local terminal: raw mode with a restoring guard, the window
 //!   size, signals;
-//! - `workspaces`: the listing and its table.
+//! - `workspaces`: the listing and its table;
+//! - `sessions`: the session listing, stop and resume;
+//! - `attach`: a session app's io socket (`kubegate.io.v1`), replay from
+//!   the last seq seen (kept in a state file), detach;
+//! - `port_forward`: a local HTTP listener through the daemon's port proxy.
 //!
 //! Every kubegate-side failure is one [`CliError`], printed as
 //! `kubegate: CODE: message` on stderr. The token is never printed.
 
 mod args;
+mod attach;
 mod exec;
 mod net;
+mod port_forward;
+mod sessions;
 mod term;
 mod workspaces;
 
-pub use args::{ExecArgs, Parsed, WorkspacesArgs};
+pub use args::{AttachArgs, ExecArgs, Parsed, PortForwardArgs, SessionsArgs, WorkspacesArgs};
 
 use std::fmt;
 
@@ -145,5 +153,69 @@ pub fn workspaces_main(argv: &[String]) -> i32 {
                 1
             }
         }
+    }
+}
+
+/// Exit code of the 0/1/2 commands for an error.
+fn plain_exit(e: &CliError, synopsis: &str) -> i32 {
+    report(e, synopsis);
+    if e.is_usage() || e.is_config() {
+        2
+    } else {
+        1
+    }
+}
+
+/// `kubegate sessions …`: 0 success, 2 usage or configuration error, 1
+/// any other failure.
+pub fn sessions_main(argv: &[String]) -> i32 {
+    match args::parse_sessions(argv, &env_var) {
+        Ok(Parsed::Help) => {
+            print!("{}", args::sessions_help());
+            0
+        }
+        Ok(Parsed::Run(a)) => match sessions::run(&a) {
+            Ok(()) => 0,
+            Err(e) => plain_exit(&e, args::SESSIONS_SYNOPSIS),
+        },
+        Err(e) => plain_exit(&e, args::SESSIONS_SYNOPSIS),
+    }
+}
+
+/// `kubegate attach …`: 0 detached, 1 the session ended, 255 kubegate's
+/// own errors (usage included, as exec).
+pub fn attach_main(argv: &[String]) -> i32 {
+    match args::parse_attach(argv, &env_var) {
+        Ok(Parsed::Help) => {
+            print!("{}", args::attach_help());
+            0
+        }
+        Ok(Parsed::Run(a)) => match attach::run(&a) {
+            Ok(code) => code,
+            Err(e) => {
+                report(&e, args::ATTACH_SYNOPSIS);
+                EXEC_OWN_ERROR
+            }
+        },
+        Err(e) => {
+            report(&e, args::ATTACH_SYNOPSIS);
+            EXEC_OWN_ERROR
+        }
+    }
+}
+
+/// `kubegate port-forward …`: 0 after a stop by signal, 2 usage or
+/// configuration error, 1 any other failure.
+pub fn port_forward_main(argv: &[String]) -> i32 {
+    match args::parse_port_forward(argv, &env_var) {
+        Ok(Parsed::Help) => {
+            print!("{}", args::port_forward_help());
+            0
+        }
+        Ok(Parsed::Run(a)) => match port_forward::run(&a) {
+            Ok(()) => 0,
+            Err(e) => plain_exit(&e, args::PORT_FORWARD_SYNOPSIS),
+        },
+        Err(e) => plain_exit(&e, args::PORT_FORWARD_SYNOPSIS),
     }
 }

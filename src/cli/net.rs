@@ -116,19 +116,34 @@ impl Client {
         }
     }
 
-    /// `GET path` with the bearer token: the status and the whole body.
+    /// `GET path` with the bearer token: the whole body.
     /// Non-2xx answers become the daemon's error.
     pub fn get(&self, path: &str) -> Result<Vec<u8>, CliError> {
+        self.call("GET", path, None)
+    }
+
+    /// `METHOD path` with the bearer token and an optional JSON body: the
+    /// whole answer body. Non-2xx answers become the daemon's error.
+    pub fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<Vec<u8>, CliError> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let mut sock = self.dial(deadline)?;
-        let req = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\nUser-Agent: kubegate/{}\r\nAuthorization: Bearer {}\r\n\r\n",
+        let mut req = format!(
+            "{method} {} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\nUser-Agent: kubegate/{}\r\nAuthorization: Bearer {}\r\n",
             self.path(path),
             self.ep.authority,
             env!("CARGO_PKG_VERSION"),
             self.token,
         );
-        self.send(&mut sock, req.as_bytes(), deadline)?;
+        if let Some(b) = body {
+            req.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                b.len()
+            ));
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body.unwrap_or_default());
+        self.send(&mut sock, &bytes, deadline)?;
         let (head, rest) =
             read_head(&mut sock, &self.ep, deadline).map_err(|e| self.unreachable(e))?;
         let body = read_body(&mut sock, &head, &rest, deadline);
@@ -145,10 +160,56 @@ impl Client {
         Ok(body)
     }
 
+    /// A connected (and, for https, TLS-established) socket to the daemon,
+    /// for a request of the caller's own (the port forwarder's proxying).
+    pub fn connect(&self, deadline: Instant) -> Result<ClientSocket, CliError> {
+        self.dial(deadline)
+    }
+
+    /// Writes `bytes` to a socket from [`Client::connect`] before `deadline`.
+    pub fn write(
+        &self,
+        sock: &mut ClientSocket,
+        bytes: &[u8],
+        deadline: Instant,
+    ) -> Result<(), CliError> {
+        self.send(sock, bytes, deadline)
+    }
+
+    /// Reads an answer's head from a socket from [`Client::connect`]: the
+    /// head and the bytes read past it.
+    pub fn read_head(
+        &self,
+        sock: &mut ClientSocket,
+        deadline: Instant,
+    ) -> Result<(Head, Vec<u8>), CliError> {
+        read_head(sock, &self.ep, deadline).map_err(|e| self.unreachable(e))
+    }
+
+    /// `Host` and `Authorization` lines of a request to the daemon (each
+    /// ending in CRLF). The token goes nowhere else.
+    pub fn host_and_auth_headers(&self) -> String {
+        format!(
+            "Host: {}\r\nAuthorization: Bearer {}\r\n",
+            self.ep.authority, self.token
+        )
+    }
+
     /// Opens the interactive exec WebSocket at `path_and_query` (already
     /// prefixed by [`Client::path`]). Errors before the upgrade are the
     /// daemon's JSON errors.
     pub fn open_exec(&self, path_and_query: &str) -> Result<WebSocket<ClientSocket>, CliError> {
+        self.open_ws(path_and_query, SUBPROTOCOL)
+    }
+
+    /// Opens a WebSocket at `path_and_query` (already prefixed by
+    /// [`Client::path`]) offering `subprotocol` only; the server must
+    /// choose it.
+    pub fn open_ws(
+        &self,
+        path_and_query: &str,
+        subprotocol: &str,
+    ) -> Result<WebSocket<ClientSocket>, CliError> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let mut sock = self.dial(deadline)?;
         let key = generate_key();
@@ -156,7 +217,7 @@ impl Client {
             path_and_query,
             &self.ep.authority,
             &key,
-            SUBPROTOCOL,
+            subprotocol,
             Some(&self.token),
         );
         self.send(&mut sock, &req, deadline)?;
@@ -169,11 +230,11 @@ impl Client {
         }
         check_accept(&head, &key).map_err(|m| self.unreachable(RemoteError::Handshake(m)))?;
         let chosen: Vec<&str> = head.values("sec-websocket-protocol").collect();
-        if chosen != [SUBPROTOCOL] {
+        if chosen != [subprotocol] {
             return Err(CliError::new(
                 codes::PROTOCOL,
                 format!(
-                    "{}: the server did not choose the {SUBPROTOCOL} subprotocol (chose {chosen:?}); is it a kubegate daemon?",
+                    "{}: the server did not choose the {subprotocol} subprotocol (chose {chosen:?}); is it a kubegate daemon?",
                     self.server()
                 ),
             ));

@@ -1,0 +1,641 @@
+//! `kubegate attach SESSION APP`: the app's io socket (`kubegate.io.v1`,
+//! contract.md "Sessions"), on these threads:
+//!
+//! ```text
+//!  stdin thread: read 32 KiB (Ctrl-] in raw mode: detach) ─┐
+//!  signal thread: SIGWINCH -> resize; INT/TERM/HUP/QUIT ───┴─> input (bounded 16) ─┐
+//!                                                                                  v
+//!  main: stdout/stderr <── inbound (bounded 16) <── kubegate-attach-io  <── outbox (bounded 16)
+//!                                                  (http::ws::run_stream)
+//! ```
+//!
+//! The main thread is the only one that decides: it writes output frames
+//! as they come and remembers the last seq written, forwards input to the
+//! current socket's outbox, reconnects with `lastSeq` when the daemon
+//! closes with 4001 `slow_subscriber`, and saves the last seq per (server,
+//! session, app) in the state file (every 2 s when it changed, and on every
+//! way out), so the next attach replays only what this one did not show.
+
+use super::args::AttachArgs;
+use super::net::Client;
+use super::term::{self, RawMode};
+use super::{codes, CliError, EXEC_OWN_ERROR};
+use crate::http::ws::{run_stream, try_outbox, Outbox, WsEnd, WsOptions};
+use crate::kube::remote::request::pct;
+use crate::session::io::{decode_frame, CLOSE_ENDED, CLOSE_SLOW, CLOSE_UNKNOWN, SUBPROTOCOL};
+use crossbeam_channel::{bounded, never, select, tick, Receiver, Sender};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tungstenite::Message;
+
+/// Ctrl-]: detaches in raw mode (as telnet's escape character).
+pub const DETACH_KEY: u8 = 0x1d;
+/// Bytes of stdin per frame.
+const STDIN_CHUNK: usize = 32 * 1024;
+const OUTBOX_CAPACITY: usize = 16;
+const INBOUND_CAPACITY: usize = 16;
+const INPUT_CAPACITY: usize = 16;
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+const END_WAIT: Duration = Duration::from_secs(10);
+/// How often a changed last seq is written to the state file.
+const SAVE_EVERY: Duration = Duration::from_secs(2);
+/// 4001 closes in a row, without a frame shown in between, before giving up.
+const MAX_SLOW_RECONNECTS: u32 = 10;
+/// Entries kept in the state file (the least recently used go first).
+const MAX_STATE_ENTRIES: usize = 1000;
+
+/// What the stdin and signal threads ask of the main thread.
+enum Input {
+    Stdin(Vec<u8>),
+    Resize(u16, u16),
+    /// Detach; the reason is shown.
+    Detach(String),
+}
+
+fn local_io(what: &str, e: impl std::fmt::Display) -> CliError {
+    CliError::new(codes::LOCAL_IO, format!("{what}: {e}"))
+}
+
+/// Runs the attach; `Ok(code)` is the exit code (0 detached, 1 the
+/// session ended).
+pub fn run(a: &AttachArgs) -> Result<i32, CliError> {
+    let client = Client::new(&a.common)?;
+    let view = session_view(&client, &a.session)?;
+    let apps: Vec<(String, String)> = view["apps"]
+        .as_array()
+        .map(|apps| {
+            apps.iter()
+                .map(|x| {
+                    (
+                        x["name"].as_str().unwrap_or("").to_string(),
+                        x["io"].as_str().unwrap_or("tty").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some((_, io_mode)) = apps.iter().find(|(n, _)| *n == a.app) else {
+        let names: Vec<&str> = apps.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(CliError::new(
+            "NOT_FOUND",
+            format!(
+                "session {} has no app {:?} (its apps: {})",
+                a.session,
+                a.app,
+                names.join(", ")
+            ),
+        ));
+    };
+    let on_terminal = term::stdin_is_terminal();
+    let raw = on_terminal && io_mode == "tty";
+
+    let state = StateFile::locate();
+    let key = format!("{}|{}|{}", client.server(), a.session, a.app);
+    let start = if a.from_start {
+        None
+    } else {
+        state.as_ref().and_then(|s| s.get(&key))
+    };
+
+    let (input_tx, input_rx) = bounded::<Input>(INPUT_CAPACITY);
+    // Signals are caught before the terminal goes raw, so none can leave it
+    // raw; the guard restores it on every return below, and on a panic.
+    let signals = catch_signals()?;
+    if raw {
+        eprintln!(
+            "kubegate: attached to {} app {}; Ctrl-] detaches (the session keeps running)",
+            a.session, a.app
+        );
+    }
+    let _raw = if raw {
+        Some(RawMode::enable().map_err(|e| local_io("setting the terminal to raw mode", e))?)
+    } else {
+        None
+    };
+    {
+        let tx = input_tx.clone();
+        std::thread::Builder::new()
+            .name("kubegate-attach-signals".into())
+            .spawn(move || forward_signals(signals, tx))
+            .map_err(|e| local_io("spawning the signal thread", e))?;
+    }
+    std::thread::Builder::new()
+        .name("kubegate-attach-stdin".into())
+        .spawn(move || send_stdin(input_tx, raw))
+        .map_err(|e| local_io("spawning the stdin thread", e))?;
+
+    let mut seen = Seen {
+        last: start,
+        saved: start,
+    };
+    let result = attach_loop(
+        &client,
+        a,
+        on_terminal,
+        raw,
+        &input_rx,
+        &mut seen,
+        &state,
+        &key,
+    );
+    if let Some(s) = &state {
+        seen.save(s, &key);
+    }
+    let nl = if raw { "\r\n" } else { "" };
+    match result {
+        Ok(End::Detached(why)) => {
+            eprint!(
+                "{nl}kubegate: detached from session {} app {} ({why}); the session keeps running: kubegate attach {} {}{}",
+                a.session,
+                a.app,
+                a.session,
+                a.app,
+                if raw { "\r\n" } else { "\n" }
+            );
+            Ok(0)
+        }
+        Ok(End::SessionEnded) => {
+            let status = match session_view(&client, &a.session) {
+                Ok(v) => {
+                    let mut s = v["status"].as_str().unwrap_or("ended").to_string();
+                    if let Some(m) = v["error"]["message"].as_str() {
+                        s.push_str(&format!(
+                            " ({}: {m})",
+                            v["error"]["stage"].as_str().unwrap_or("error")
+                        ));
+                    }
+                    s
+                }
+                Err(_) => "ended".into(),
+            };
+            eprint!(
+                "{nl}kubegate: session {} ended: {status}{}",
+                a.session,
+                if raw { "\r\n" } else { "\n" }
+            );
+            Ok(1)
+        }
+        Ok(End::StdoutClosed) => Ok(EXEC_OWN_ERROR),
+        Err(e) => {
+            if raw {
+                eprint!("\r\n");
+            }
+            Err(e)
+        }
+    }
+}
+
+fn session_view(client: &Client, id: &str) -> Result<Value, CliError> {
+    let body = client.get(&format!("/v1/sessions/{id}"))?;
+    serde_json::from_slice(&body).map_err(|e| {
+        CliError::new(
+            codes::PROTOCOL,
+            format!("the daemon's session does not decode: {e}"),
+        )
+    })
+}
+
+/// The last seq shown and the last one saved.
+struct Seen {
+    last: Option<u32>,
+    saved: Option<u32>,
+}
+
+impl Seen {
+    fn save(&mut self, state: &StateFile, key: &str) {
+        if let (Some(last), true) = (self.last, self.last != self.saved) {
+            if let Err(e) = state.put(key, last) {
+                eprintln!(
+                    "kubegate: warning: saving the attach state in {}: {e}",
+                    state.path.display()
+                );
+            }
+            self.saved = self.last;
+        }
+    }
+}
+
+enum End {
+    Detached(String),
+    SessionEnded,
+    StdoutClosed,
+}
+
+/// How one socket ended.
+enum SocketEnd {
+    End(End),
+    /// 4001: reconnect with the last seq.
+    Slow,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attach_loop(
+    client: &Client,
+    a: &AttachArgs,
+    on_terminal: bool,
+    raw: bool,
+    input_rx: &Receiver<Input>,
+    seen: &mut Seen,
+    state: &Option<StateFile>,
+    key: &str,
+) -> Result<End, CliError> {
+    let mut slow_in_a_row = 0;
+    loop {
+        let mut q = format!(
+            "{}?app={}",
+            client.path(&format!("/v1/sessions/{}/io", a.session)),
+            pct(&a.app)
+        );
+        if let Some(n) = seen.last {
+            q.push_str(&format!("&lastSeq={n}"));
+        }
+        let ws = client.open_ws(&q, SUBPROTOCOL)?;
+        let before = seen.last;
+        match one_socket(client, ws, on_terminal, raw, input_rx, seen, state, key)? {
+            SocketEnd::End(e) => return Ok(e),
+            SocketEnd::Slow => {
+                slow_in_a_row = if seen.last == before {
+                    slow_in_a_row + 1
+                } else {
+                    1
+                };
+                if slow_in_a_row > MAX_SLOW_RECONNECTS {
+                    return Err(CliError::new(
+                        codes::DISCONNECTED,
+                        "the daemon closed the stream again and again for a slow reader (4001 slow_subscriber) without any progress",
+                    ));
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn one_socket(
+    client: &Client,
+    ws: tungstenite::WebSocket<crate::http::stream::ClientSocket>,
+    on_terminal: bool,
+    raw: bool,
+    input_rx: &Receiver<Input>,
+    seen: &mut Seen,
+    state: &Option<StateFile>,
+    key: &str,
+) -> Result<SocketEnd, CliError> {
+    let (outbox, out_rx) =
+        try_outbox(OUTBOX_CAPACITY).map_err(|e| local_io("creating the stream's waker", e))?;
+    let (in_tx, in_rx) = bounded::<Message>(INBOUND_CAPACITY);
+    let (end_tx, end_rx) = bounded::<WsEnd>(1);
+    let opts = WsOptions {
+        ping_interval: Some(PING_INTERVAL),
+        idle_timeout: None,
+        close_timeout: CLOSE_TIMEOUT,
+    };
+    std::thread::Builder::new()
+        .name("kubegate-attach-io".into())
+        .spawn(move || {
+            let end = run_stream(ws, out_rx, in_tx, opts);
+            let _ = end_tx.send(end);
+        })
+        .map_err(|e| local_io("spawning the stream thread", e))?;
+    // The app's terminal gets our size (a streams app ignores it).
+    if on_terminal {
+        if let Some((cols, rows)) = term::window_size() {
+            let _ = outbox.send(resize(cols, rows));
+        }
+    }
+    let nl = if raw { "\r\n" } else { "\n" };
+    let stdout = io::stdout();
+    let stderr = io::stderr();
+    let saver = tick(SAVE_EVERY);
+    let mut input = Some(input_rx);
+    let nothing: Receiver<Input> = never();
+    let close_and_wait = |outbox: Outbox| {
+        let _ = outbox.send_timeout(Message::Close(None), Duration::from_secs(1));
+        drop(outbox);
+        let _ = end_rx.recv_timeout(END_WAIT);
+    };
+    loop {
+        let input_rx = input.unwrap_or(&nothing);
+        select! {
+            recv(in_rx) -> m => match m {
+                Ok(Message::Binary(b)) => {
+                    if in_rx.len() + 1 >= INBOUND_CAPACITY {
+                        outbox.wake();
+                    }
+                    let Some((seq, stream, payload)) = decode_frame(&b) else {
+                        return Err(CliError::new(codes::PROTOCOL, "an io frame shorter than 5 bytes"));
+                    };
+                    if seen.last.is_some_and(|l| seq <= l) {
+                        continue;
+                    }
+                    let r = if stream == 2 {
+                        write_flush(&mut stderr.lock(), payload)
+                    } else {
+                        write_flush(&mut stdout.lock(), payload)
+                    };
+                    if let Err(e) = r {
+                        if stream != 2 {
+                            close_and_wait(outbox);
+                            if e.kind() == io::ErrorKind::BrokenPipe {
+                                return Ok(SocketEnd::End(End::StdoutClosed));
+                            }
+                            return Err(local_io("writing stdout", e));
+                        }
+                    }
+                    seen.last = Some(seq);
+                }
+                Ok(Message::Text(t)) => {
+                    if let Some((from, to)) = gap_of(t.as_str()) {
+                        let _ = write_flush(
+                            &mut stderr.lock(),
+                            format!(
+                                "{nl}kubegate: output frames {from} to {to} are no longer in the daemon's replay buffer: that output is lost{nl}"
+                            )
+                            .as_bytes(),
+                        );
+                        // Shown as lost: not asked for again.
+                        seen.last = Some(seen.last.map_or(to, |l| l.max(to)));
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    // The pump ended: why?
+                    let end = end_rx.recv_timeout(END_WAIT).ok();
+                    return socket_end(client, end.as_ref());
+                }
+            },
+            recv(input_rx) -> m => match m {
+                Ok(Input::Stdin(d)) => {
+                    if outbox.send(Message::Binary(d.into())).is_err() {
+                        // The pump is gone; in_rx says why next.
+                    }
+                }
+                Ok(Input::Resize(cols, rows)) => {
+                    let _ = outbox.send(resize(cols, rows));
+                }
+                Ok(Input::Detach(why)) => {
+                    close_and_wait(outbox);
+                    return Ok(SocketEnd::End(End::Detached(why)));
+                }
+                Err(_) => input = None,
+            },
+            recv(saver) -> _ => {
+                if let Some(s) = state {
+                    seen.save(s, key);
+                }
+            }
+        }
+    }
+}
+
+fn resize(cols: u16, rows: u16) -> Message {
+    Message::Text(
+        serde_json::json!({"type": "resize", "cols": cols, "rows": rows})
+            .to_string()
+            .into(),
+    )
+}
+
+/// `{"type":"gap","from":A,"to":B}`.
+fn gap_of(text: &str) -> Option<(u32, u32)> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    if v["type"] != "gap" {
+        return None;
+    }
+    let n = |k: &str| v[k].as_u64().and_then(|n| u32::try_from(n).ok());
+    Some((n("from")?, n("to")?))
+}
+
+fn socket_end(client: &Client, end: Option<&WsEnd>) -> Result<SocketEnd, CliError> {
+    match end {
+        Some(WsEnd::PeerClosed(Some(f))) => match u16::from(f.code) {
+            CLOSE_SLOW => Ok(SocketEnd::Slow),
+            CLOSE_ENDED => Ok(SocketEnd::End(End::SessionEnded)),
+            CLOSE_UNKNOWN => Err(CliError::new("NOT_FOUND", f.reason.to_string())),
+            code => Err(CliError::new(
+                codes::DISCONNECTED,
+                format!(
+                    "the daemon at {} closed the stream with code {code}{}",
+                    client.server(),
+                    if f.reason.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", f.reason)
+                    }
+                ),
+            )),
+        },
+        Some(WsEnd::PeerClosed(None)) => Err(CliError::new(
+            codes::DISCONNECTED,
+            format!(
+                "the daemon at {} closed the stream without a reason",
+                client.server()
+            ),
+        )),
+        Some(WsEnd::Error(e)) => Err(CliError::new(
+            codes::DISCONNECTED,
+            format!("the connection to {} broke: {e}", client.server()),
+        )),
+        Some(WsEnd::Closed) | Some(WsEnd::Idle) | None => Err(CliError::new(
+            codes::DISCONNECTED,
+            format!("the stream from {} ended", client.server()),
+        )),
+    }
+}
+
+fn write_flush(w: &mut impl Write, d: &[u8]) -> io::Result<()> {
+    w.write_all(d)?;
+    w.flush()
+}
+
+/// Reads our stdin and hands it to the main thread. In raw mode a Ctrl-]
+/// ends the attach (the bytes before it still go). At EOF the thread ends:
+/// the io socket has no end-of-input, output keeps coming.
+fn send_stdin(tx: Sender<Input>, raw: bool) {
+    let mut stdin = io::stdin().lock();
+    let mut buf = vec![0u8; STDIN_CHUNK];
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                let data = &buf[..n];
+                let cut = raw
+                    .then(|| data.iter().position(|b| *b == DETACH_KEY))
+                    .flatten();
+                let send = &data[..cut.unwrap_or(n)];
+                if !send.is_empty() && tx.send(Input::Stdin(send.to_vec())).is_err() {
+                    return;
+                }
+                if cut.is_some() {
+                    let _ = tx.send(Input::Detach("Ctrl-]".into()));
+                    return;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                eprintln!("kubegate: warning: reading stdin: {e}; not reading it any more");
+                return;
+            }
+        }
+    }
+}
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGWINCH};
+use signal_hook::iterator::Signals;
+
+fn catch_signals() -> Result<Signals, CliError> {
+    Signals::new([SIGWINCH, SIGTERM, SIGHUP, SIGINT, SIGQUIT])
+        .map_err(|e| local_io("installing signal handlers", e))
+}
+
+/// SIGWINCH: the new size. A terminating signal: a detach (the state is
+/// saved, the terminal restored); a second one while that is under way:
+/// restore the terminal and exit 128+N at once.
+fn forward_signals(mut signals: Signals, tx: Sender<Input>) {
+    let mut detaching = false;
+    for sig in signals.forever() {
+        if sig == SIGWINCH {
+            if let Some((cols, rows)) = term::window_size() {
+                let _ = tx.send_timeout(Input::Resize(cols, rows), Duration::from_secs(1));
+            }
+            continue;
+        }
+        if detaching {
+            term::restore();
+            std::process::exit(128 + sig);
+        }
+        detaching = true;
+        let name = match sig {
+            SIGINT => "SIGINT",
+            SIGTERM => "SIGTERM",
+            SIGHUP => "SIGHUP",
+            _ => "SIGQUIT",
+        };
+        let _ = tx.send_timeout(Input::Detach(name.into()), Duration::from_secs(1));
+    }
+}
+
+/// The last seq shown per (server, session, app):
+/// `$XDG_STATE_HOME/kubegate/attach.json` (or
+/// `~/.local/state/kubegate/attach.json`), mode 0600 in a 0700 folder,
+/// replaced atomically (temp file and rename).
+pub struct StateFile {
+    pub path: PathBuf,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct StateData {
+    /// key -> (seq, unix seconds of the last write)
+    #[serde(default)]
+    seqs: BTreeMap<String, (u32, u64)>,
+}
+
+impl StateFile {
+    /// The state file's place, from the environment; `None` (and a
+    /// warning) without `XDG_STATE_HOME` or `HOME`.
+    pub fn locate() -> Option<StateFile> {
+        let base = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute())
+                    .map(|h| h.join(".local").join("state"))
+            });
+        match base {
+            Some(b) => Some(StateFile {
+                path: b.join("kubegate").join("attach.json"),
+            }),
+            None => {
+                eprintln!("kubegate: warning: neither XDG_STATE_HOME nor HOME is set: every attach replays from the start");
+                None
+            }
+        }
+    }
+
+    fn load(&self) -> StateData {
+        std::fs::read(&self.path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn get(&self, key: &str) -> Option<u32> {
+        self.load().seqs.get(key).map(|(s, _)| *s)
+    }
+
+    pub fn put(&self, key: &str, seq: u32) -> io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let dir = self
+            .path
+            .parent()
+            .ok_or_else(|| io::Error::other("the state file has no folder"))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        let mut data = self.load();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        data.seqs.insert(key.to_string(), (seq, now));
+        while data.seqs.len() > MAX_STATE_ENTRIES {
+            let oldest = data
+                .seqs
+                .iter()
+                .min_by_key(|(_, (_, t))| *t)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => data.seqs.remove(&k),
+                None => break,
+            };
+        }
+        let bytes = serde_json::to_vec(&data).map_err(io::Error::other)?;
+        let tmp = dir.join(format!(".attach.json.{}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, &self.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gap_notices_decode() {
+        assert_eq!(gap_of(r#"{"type":"gap","from":3,"to":9}"#), Some((3, 9)));
+        assert_eq!(gap_of(r#"{"type":"other"}"#), None);
+        assert_eq!(gap_of("nope"), None);
+    }
+
+    #[test]
+    fn state_file_keeps_seqs_privately() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir =
+            std::env::temp_dir().join(format!("kubegate-attach-state-{}", std::process::id()));
+        let s = StateFile {
+            path: dir.join("kubegate").join("attach.json"),
+        };
+        assert_eq!(s.get("a"), None);
+        s.put("a", 7).unwrap();
+        s.put("b", 9).unwrap();
+        s.put("a", 8).unwrap();
+        assert_eq!((s.get("a"), s.get("b")), (Some(8), Some(9)));
+        let mode = std::fs::metadata(&s.path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
