@@ -7,7 +7,8 @@
 //! the daemon with the token and `Connection: close`; the answer's head is
 //! passed on with `Connection: close` in place of its connection headers,
 //! then its body is copied as it comes until the daemon closes. WebSocket
-//! upgrades get 501: the daemon's port proxy forwards plain HTTP only.
+//! upgrades get 501: this forwarder relays one HTTP exchange per connection
+//! (the daemon's port proxy route itself bridges WebSockets).
 //!
 //! Threads: main (accept; at most [`MAX_CONNECTIONS`] connections at once,
 //! more wait in the listen backlog), one `kubegate-pf-conn` per connection,
@@ -280,7 +281,7 @@ fn read_request(sock: &mut TcpStream) -> Result<Option<Request>, Refusal> {
         return Err(refusal(
             501,
             "Not Implemented",
-            "upgrades (WebSocket) are not forwarded: the daemon's port proxy forwards plain HTTP only",
+            "kubegate port-forward relays plain HTTP exchanges; for a WebSocket use the daemon's port proxy route directly",
         ));
     }
     // Origin form (`/path?q`); an absolute form (a proxy-style request)

@@ -574,6 +574,8 @@ struct FrontDoor {
 const PORT_PROXY_CONNECT: Duration = Duration::from_secs(10);
 /// How long the port proxy waits for an app's answer to begin.
 const PORT_PROXY_HEAD_TIMEOUT: Duration = Duration::from_secs(60);
+/// Answers up to this long with a Content-Length keep it (read whole).
+const PORT_PROXY_SIZED_MAX: u64 = 1 << 20;
 /// How long a proxied answer may stay silent before it is ended.
 const PORT_PROXY_IDLE: Duration = Duration::from_secs(300);
 
@@ -1002,9 +1004,30 @@ impl FrontDoor {
             }
             return Ok(r.into());
         }
-        // The answer streams as the app produces it (server-sent events,
-        // long downloads), re-framed as chunked; a client that goes away
-        // cuts the app's stream.
+        // A small answer of known length keeps its length (read whole);
+        // others stream as the app produces them (server-sent events, long
+        // downloads), re-framed as chunked; a client that goes away cuts
+        // the app's stream.
+        let length = resp
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+            .filter(|n| *n <= PORT_PROXY_SIZED_MAX);
+        if let Some(n) = length {
+            let mut body = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+            std::io::Read::read_to_end(&mut std::io::Read::take(&mut resp, n), &mut body)
+                .map_err(|e| ApiError::new(Code::PortUnreachable, format!("port {port}: {e}")))?;
+            let mut r = Response {
+                status,
+                headers: Vec::new(),
+                body: crate::http::Body::Bytes(body),
+            };
+            for (k, v) in headers {
+                r = r.with_header(&k, &v);
+            }
+            return Ok(r.into());
+        }
         let mut r = Response::stream(
             status,
             "application/octet-stream",
@@ -1031,13 +1054,9 @@ impl FrontDoor {
                 out
             }),
         );
-        // The app's own content type replaces the placeholder.
-        r.headers.retain(|(k, _)| {
-            !headers
-                .iter()
-                .any(|(h, _)| h.eq_ignore_ascii_case("content-type"))
-                || !k.eq_ignore_ascii_case("content-type")
-        });
+        // Only the app's own content type, if it sent one.
+        r.headers
+            .retain(|(k, _)| !k.eq_ignore_ascii_case("content-type"));
         for (k, v) in headers {
             r = r.with_header(&k, &v);
         }

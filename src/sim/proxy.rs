@@ -189,6 +189,19 @@ pub fn forward(req: &Request, ip: &str, port: u16, path: &str) -> Response {
             out_headers.push((h.name.to_string(), value));
         }
     }
+    // A sized answer stays sized, as the API server's proxy keeps the
+    // pod's Content-Length (read whole when small; longer ones stream).
+    if let (false, Some(n)) = (chunked, length.filter(|n| *n <= 1 << 20)) {
+        let mut data = Vec::new();
+        if let Err(e) = reader.by_ref().take(n).read_to_end(&mut data) {
+            return unavailable(&format!("error reading from the pod: {e}"));
+        }
+        return Response {
+            status: code,
+            headers: out_headers,
+            body: Body::Bytes(data),
+        };
+    }
     let body = Body::Stream(Box::new(move |sink: &mut dyn ChunkSink| {
         if chunked {
             copy_chunked(&mut reader, sink)
