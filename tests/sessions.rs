@@ -215,6 +215,24 @@ fn a_failing_start_reports_its_stage_and_leaves_no_pod() {
     assert_eq!(g["status"], "failed");
 }
 
+/// No session pod exists (nothing was created for a refused start).
+fn assert_no_watch_pod(d: &DaemonProc) {
+    let pods = d.kubectl_ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            "default",
+            "-l",
+            "kubegate.dev/mode=watch",
+            "-o",
+            "name",
+        ],
+        None,
+    );
+    assert_eq!(pods.trim(), "", "a pod was created");
+}
+
 #[test]
 fn bad_session_requests_get_their_codes_before_anything_is_created() {
     let d = DaemonProc::start();
@@ -264,20 +282,7 @@ fn bad_session_requests_get_their_codes_before_anything_is_created() {
     }
     let (_, l) = d.json("GET", "/v1/sessions", None);
     assert_eq!(l["sessions"], json!([]));
-    let pods = d.kubectl_ok(
-        &[
-            "get",
-            "pods",
-            "-n",
-            "default",
-            "-l",
-            "kubegate.dev/mode=watch",
-            "-o",
-            "name",
-        ],
-        None,
-    );
-    assert_eq!(pods.trim(), "", "a pod was created");
+    assert_no_watch_pod(&d);
 }
 
 #[test]
@@ -352,20 +357,7 @@ fn oversize_bundles_are_refused_before_a_pod_exists() {
     );
     let (_, l) = d.json("GET", "/v1/sessions", None);
     assert_eq!(l["sessions"], json!([]));
-    let pods = d.kubectl_ok(
-        &[
-            "get",
-            "pods",
-            "-n",
-            "default",
-            "-l",
-            "kubegate.dev/mode=watch",
-            "-o",
-            "name",
-        ],
-        None,
-    );
-    assert_eq!(pods.trim(), "", "a pod was created");
+    assert_no_watch_pod(&d);
     // The limits are inclusive: exactly at every one of them is accepted.
     let at_limits = start(vec![file("f0", 2048), file("f1", 2048), file("f2", 0)]);
     let (st, v) = d.json("POST", "/v1/sessions", Some(&at_limits));

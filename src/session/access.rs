@@ -957,35 +957,21 @@ impl PodAccess for DirectAccess {
         headers: &[(String, String)],
         idle: Duration,
     ) -> Result<StreamHandle, AccessError> {
-        let deadline = Instant::now() + idle;
         let req = PodRequest {
             headers: headers.to_vec(),
+            timeout: idle,
             ..PodRequest::get(path)
         };
-        let (head, mut body, sock) = self.exchange(t, port, &req, deadline)?;
-        if !(200..300).contains(&head.status) {
-            let b = read_bounded(
-                &mut (&mut body).take(MAX_STATUS_BODY as u64),
-                usize::MAX,
-                None,
-            )
-            .unwrap_or_default();
+        let mut s = self.open(t, port, &req, idle)?;
+        if !(200..300).contains(&s.status) {
+            let b = read_bounded(&mut (&mut s).take(MAX_STATUS_BODY as u64), usize::MAX, None)
+                .unwrap_or_default();
             return Err(AccessError::Status {
-                status: head.status,
+                status: s.status,
                 body: excerpt(&b),
             });
         }
-        // From here on, only the idle time bounds each read.
-        body.src.deadline = None;
-        body.src.idle = Some(idle.max(Duration::from_millis(1)));
-        Ok(StreamHandle {
-            status: head.status,
-            headers: head.headers,
-            body: Box::new(body),
-            canceller: StreamCanceller(Arc::new(move || {
-                let _ = sock.shutdown(Shutdown::Both);
-            })),
-        })
+        Ok(s)
     }
 
     fn open(

@@ -237,12 +237,7 @@ impl SinkProcess {
 
     /// See [`RemoteProcess::stdin`].
     pub fn stdin(&self) -> StdinWriter {
-        StdinWriter {
-            outbox: self.outbox.clone(),
-            protocol: self.protocol,
-            enabled: self.streams.stdin,
-            closed: false,
-        }
+        StdinWriter::new(&self.outbox, self.protocol, self.streams)
     }
 
     /// See [`RemoteProcess::controller`].
@@ -294,12 +289,7 @@ impl RemoteProcess {
     /// A writer for the process's stdin (an error on write when stdin was
     /// not requested).
     pub fn stdin(&self) -> StdinWriter {
-        StdinWriter {
-            outbox: self.outbox.clone(),
-            protocol: self.protocol,
-            enabled: self.streams.stdin,
-            closed: false,
-        }
+        StdinWriter::new(&self.outbox, self.protocol, self.streams)
     }
 
     /// A handle to resize the terminal or cancel the stream from another
@@ -408,6 +398,15 @@ pub struct StdinWriter {
 }
 
 impl StdinWriter {
+    fn new(outbox: &Option<Outbox>, protocol: Protocol, streams: Streams) -> StdinWriter {
+        StdinWriter {
+            outbox: outbox.clone(),
+            protocol,
+            enabled: streams.stdin,
+            closed: false,
+        }
+    }
+
     fn queue(&self, m: Message) -> Result<(), RemoteError> {
         match &self.outbox {
             Some(o) => o.send(m).map_err(|_| RemoteError::Closed),
