@@ -45,31 +45,6 @@ fn run(c: Command) -> Output {
     run_with_timeout(c, None, T)
 }
 
-fn session_pods(d: &DaemonProc, id: &str) -> Vec<String> {
-    let out = d.kubectl_ok(
-        &[
-            "get",
-            "pods",
-            "-n",
-            "default",
-            "-l",
-            &format!("kubegate.dev/session-id={id}"),
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ],
-        None,
-    );
-    out.split_whitespace().map(str::to_string).collect()
-}
-
-fn create(d: &DaemonProc, body: &Value) -> (String, SseClient) {
-    let (st, v) = d.json("POST", "/v1/sessions", Some(body));
-    assert_eq!(st, 201, "{v}");
-    let id = v["sessionId"].as_str().expect("sessionId").to_string();
-    let sse = SseClient::open(d, &format!("/v1/sessions/{id}/events"), None);
-    (id, sse)
-}
-
 fn until_status(sse: &mut SseClient, want: &str) {
     let seen = sse.until(|e| {
         e.event == "status"
@@ -205,7 +180,7 @@ fn sessions_list_stop_resume_port_forward_and_bad_input() {
                   "io": "streams", "ports": [{"port": 8080}]}],
         "bundle": {"files": [{"path": "web.py", "content": WEB_PY}]}
     });
-    let (id, mut sse) = create(&d, &body);
+    let (id, mut sse) = d.create_session(&body);
     until_status(&mut sse, "running");
 
     // The table, then the JSON.
@@ -295,7 +270,7 @@ fn sessions_list_stop_resume_port_forward_and_bad_input() {
     assert_eq!(out.code, Some(0), "{}", out.stderr_str());
     assert!(out.stdout_str().contains(&id), "{}", out.stdout_str());
     until_status(&mut sse, "running");
-    assert_eq!(session_pods(&d, &id).len(), 1);
+    assert_eq!(d.session_pods(&id).len(), 1);
     // With its files.
     let (st, v) = d.json(
         "GET",
@@ -317,7 +292,7 @@ fn sessions_list_stop_resume_port_forward_and_bad_input() {
     assert_eq!(out.code, Some(0), "{}", out.stderr_str());
     until_status(&mut sse, "stopped");
     wait_for("the session pod to be gone", T, || {
-        session_pods(&d, &id).is_empty().then_some(())
+        d.session_pods(&id).is_empty().then_some(())
     });
 
     // Bad input.
@@ -460,7 +435,7 @@ fn attach_replays_what_was_missed_forwards_stdin_and_drives_a_terminal() {
             {"path": "t.sh", "content": "while read l; do echo \"term:$l\"; stty size; done"}
         ]}
     });
-    let (id, mut sse) = create(&d, &body);
+    let (id, mut sse) = d.create_session(&body);
     until_status(&mut sse, "running");
 
     // Over pipes: everything buffered so far, then stdin reaches the app;

@@ -35,32 +35,6 @@ fn start_body(image: Option<&str>) -> Value {
     b
 }
 
-fn session_pods(d: &DaemonProc, id: &str) -> Vec<String> {
-    let out = d.kubectl_ok(
-        &[
-            "get",
-            "pods",
-            "-n",
-            "default",
-            "-l",
-            &format!("kubegate.dev/session-id={id}"),
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ],
-        None,
-    );
-    out.split_whitespace().map(str::to_string).collect()
-}
-
-/// POSTs a session and opens its event stream; the id and the stream.
-fn create(d: &DaemonProc, body: &Value) -> (String, SseClient) {
-    let (st, v) = d.json("POST", "/v1/sessions", Some(body));
-    assert_eq!(st, 201, "{v}");
-    let id = v["sessionId"].as_str().expect("sessionId").to_string();
-    let sse = SseClient::open(d, &format!("/v1/sessions/{id}/events"), None);
-    (id, sse)
-}
-
 /// Reads events until `running` (panics on `failed`); the events read.
 fn until_running(sse: &mut SseClient) -> Vec<SseEvent> {
     let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
@@ -121,7 +95,7 @@ fn a_session_starts_runs_and_stops_leaving_no_pod() {
     let (_, l) = d.request("GET", "/v1/sessions", Some("other-token"), None);
     let l: Value = serde_json::from_slice(&l).unwrap();
     assert_eq!(l["sessions"], json!([]));
-    assert_eq!(session_pods(&d, &id).len(), 1);
+    assert_eq!(d.session_pods(&id).len(), 1);
 
     // Replay from Last-Event-ID: exactly what came after it.
     let mut again = SseClient::open(&d, &format!("/v1/sessions/{id}/events"), Some(ids[1]));
@@ -149,7 +123,7 @@ fn a_session_starts_runs_and_stops_leaving_no_pod() {
     wait_for(
         "the session pod to be gone",
         Duration::from_secs(30),
-        || session_pods(&d, &id).is_empty().then_some(()),
+        || d.session_pods(&id).is_empty().then_some(()),
     );
     let (st, _) = d.request(
         "DELETE",
@@ -209,7 +183,7 @@ fn a_failing_start_reports_its_stage_and_leaves_no_pod() {
         "{last:?}"
     );
     wait_for("no session pod", Duration::from_secs(30), || {
-        session_pods(&d, &id).is_empty().then_some(())
+        d.session_pods(&id).is_empty().then_some(())
     });
     let (_, g) = d.json("GET", &format!("/v1/sessions/{id}"), None);
     assert_eq!(g["status"], "failed");
@@ -461,7 +435,7 @@ fn ports_are_probed_proxied_and_re_routed_by_the_debug_stream() {
                   "io": "streams", "ports": [{"port": 8080}]}],
         "bundle": {"files": [{"path": "app.py", "content": APP_PY}]}
     });
-    let (id, mut sse) = create(&d, &body);
+    let (id, mut sse) = d.create_session(&body);
     until_running(&mut sse);
     // The declared port: probed reachable, then re-routed by the app's own
     // debug stream to 8081 (8080 removed).
@@ -517,7 +491,7 @@ fn ports_are_probed_proxied_and_re_routed_by_the_debug_stream() {
     wait_for(
         "the session pod to be gone",
         Duration::from_secs(30),
-        || session_pods(&d, &id).is_empty().then_some(()),
+        || d.session_pods(&id).is_empty().then_some(()),
     );
 }
 
@@ -531,7 +505,7 @@ fn app_output_reaches_the_io_socket_with_replay_and_stdin_reaches_the_app() {
         "bundle": {"files": [{"path": "echo.sh",
             "content": "echo ready; while read l; do echo \"out:$l\"; echo \"err:$l\" >&2; done"}]}
     });
-    let (id, mut sse) = create(&d, &body);
+    let (id, mut sse) = d.create_session(&body);
     until_running(&mut sse);
 
     let open = |q: &str, token: &str| {
@@ -713,7 +687,7 @@ fn workspace_edits_reload_set_apps_suspend_and_resume_keep_every_file() {
     let seen = sse.until(|e| status_of(e) == Some("suspended"));
     assert_eq!(seen.last().and_then(status_of), Some("suspended"));
     wait_for("no pod while suspended", Duration::from_secs(30), || {
-        session_pods(&d, &id).is_empty().then_some(())
+        d.session_pods(&id).is_empty().then_some(())
     });
     let (st, v) = d.json("GET", &format!("{base}/workspace"), None);
     assert_eq!(
@@ -743,7 +717,7 @@ fn workspace_edits_reload_set_apps_suspend_and_resume_keep_every_file() {
     wait_for(
         "the session pod to be gone",
         Duration::from_secs(30),
-        || session_pods(&d, &id).is_empty().then_some(()),
+        || d.session_pods(&id).is_empty().then_some(()),
     );
 }
 
@@ -760,7 +734,7 @@ fn an_ended_app_is_reported_once_and_a_pod_deleted_behind_our_back_fails_the_ses
             {"path": "stay.sh", "content": "while :; do sleep 1; done"}
         ]}
     });
-    let (id, mut sse) = create(&d, &body);
+    let (id, mut sse) = d.create_session(&body);
     let seen =
         sse.until(|e| e.event == "run" && e.data["app"] == "quick" && e.data["phase"] == "ended");
     let ended = seen.last().expect("events");
@@ -774,7 +748,7 @@ fn an_ended_app_is_reported_once_and_a_pod_deleted_behind_our_back_fails_the_ses
     assert_eq!(g["status"], "running");
 
     // Someone deletes the pod: the session fails with the pod's fate.
-    let pods = session_pods(&d, &id);
+    let pods = d.session_pods(&id);
     assert_eq!(pods.len(), 1);
     d.kubectl_ok(
         &["delete", "pod", "-n", "default", &pods[0], "--wait=false"],
@@ -877,7 +851,7 @@ fn the_port_proxy_streams_and_upgrades_in_direct_access_mode_too() {
                   "ports": [{"port": 8081}]}],
         "bundle": {"files": [{"path": "app.py", "content": APP_PY}]}
     });
-    let (id, mut sse) = create(&d, &body);
+    let (id, mut sse) = d.create_session(&body);
     until_running(&mut sse);
     sse.until(|e| e.event == "reachability" && e.data["state"] == "reachable");
     websocket_echoes_through_the_port_proxy(&d, &id);
@@ -929,7 +903,7 @@ fn direct_access_publishes_service_and_ingress_and_rejects_a_port_another_app_ow
             {"path": "claim.py", "content": CLAIM_PY}
         ]}
     });
-    let (id, mut sse) = create(&d, &body);
+    let (id, mut sse) = d.create_session(&body);
     let seen = sse.until(|e| {
         e.event == "endpoints" && e.data["app"] == "b" && e.data.get("rejected").is_some()
     });
@@ -951,7 +925,7 @@ fn direct_access_publishes_service_and_ingress_and_rejects_a_port_another_app_ow
     );
     // The Service and the Ingress, owned by the pod.
     let name = format!("kubegate-run-{id}");
-    let pod = session_pods(&d, &id).pop().expect("pod");
+    let pod = d.session_pods(&id).pop().expect("pod");
     let svc: Value = serde_json::from_str(&d.kubectl_ok(
         &["get", "service", "-n", "default", &name, "-o", "json"],
         None,
@@ -1049,7 +1023,7 @@ fn stdin_and_resize_reach_the_right_app_and_reloads_are_rate_limited() {
             {"path": "p.sh", "content": "while read l; do echo \"pipe:$l\"; done"}
         ]}
     });
-    let (id, mut sse) = create(&d, &body);
+    let (id, mut sse) = d.create_session(&body);
     until_running(&mut sse);
     let auth = format!("Bearer {}", d.token);
     let open = |app: &str| {

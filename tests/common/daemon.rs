@@ -33,6 +33,34 @@ pub struct DaemonProc {
 }
 
 impl DaemonProc {
+    /// The session's pods in the sim (by its session-id label).
+    pub fn session_pods(&self, id: &str) -> Vec<String> {
+        let out = self.kubectl_ok(
+            &[
+                "get",
+                "pods",
+                "-n",
+                "default",
+                "-l",
+                &format!("kubegate.dev/session-id={id}"),
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ],
+            None,
+        );
+        out.split_whitespace().map(str::to_string).collect()
+    }
+
+    /// POSTs a session (201 expected) and opens its event stream; the id
+    /// and the stream.
+    pub fn create_session(&self, body: &serde_json::Value) -> (String, SseClient) {
+        let (st, v) = self.json("POST", "/v1/sessions", Some(body));
+        assert_eq!(st, 201, "{v}");
+        let id = v["sessionId"].as_str().expect("sessionId").to_string();
+        let sse = SseClient::open(self, &format!("/v1/sessions/{id}/events"), None);
+        (id, sse)
+    }
+
     /// The example config as is (plus `listen = 127.0.0.1:0`).
     pub fn start() -> DaemonProc {
         DaemonProc::start_with(|c| c, "info")
