@@ -245,9 +245,14 @@ fn sessions_list_stop_resume_port_forward_and_bad_input() {
     assert_eq!((st, b.as_str()), (200, "posted:abcde"));
     let (st, _, b) = http(
         &addr,
+        "GET /x HTTP/1.1\r\nHost: localhost\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+    );
+    assert_eq!(st, 501, "only WebSocket upgrades are forwarded: {b}");
+    let (st, _, b) = http(
+        &addr,
         "GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
     );
-    assert_eq!(st, 501, "{b}");
+    assert_eq!(st, 400, "a WebSocket upgrade without its key: {b}");
     assert_eq!(pf.stop(), Some(0), "{}", pf.stderr());
 
     // Suspend through the API; `sessions resume` brings it back.

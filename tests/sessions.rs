@@ -856,6 +856,48 @@ fn the_port_proxy_streams_and_upgrades_in_direct_access_mode_too() {
     sse.until(|e| e.event == "reachability" && e.data["state"] == "reachable");
     websocket_echoes_through_the_port_proxy(&d, &id);
     answers_stream_through_the_port_proxy(&d, &id);
+    // `kubegate port-forward` bridges WebSockets through the same route.
+    let mut pf = std::process::Command::new(common::KUBEGATE)
+        .args(["port-forward", &id, "8081", "0", "--server"])
+        .arg(format!("http://{}", d.addr))
+        .env("KUBEGATE_TOKEN", &d.token)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("port-forward");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(pf.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("the forwarding line");
+    let local = line
+        .strip_prefix("Forwarding from ")
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_string();
+    let (mut ws, resp) = tungstenite::client::client_with_config(
+        format!("ws://{local}/ws?via=pf"),
+        std::net::TcpStream::connect(&local).expect("connect to the forwarder"),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(resp.status(), 101);
+    ws.get_ref()
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("read timeout");
+    ws.send(tungstenite::Message::Text("pf".into()))
+        .expect("send");
+    let reply = loop {
+        match ws.read().expect("the echo") {
+            tungstenite::Message::Text(t) => break t.to_string(),
+            _ => continue,
+        }
+    };
+    assert_eq!(reply, "echo:pf path=/ws?via=pf");
+    let _ = ws.close(None);
+    assert_eq!(common::terminate(&mut pf, Duration::from_secs(10)), Some(0));
 }
 
 /// A debug stream on the inspect address that claims `PORTS` (JSON list).

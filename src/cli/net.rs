@@ -186,6 +186,30 @@ impl Client {
         read_head(sock, &self.ep, deadline).map_err(|e| self.unreachable(e))
     }
 
+    /// A WebSocket to any daemon path (already prefixed by
+    /// [`Client::path`]) offering `offer` as it is, with `headers` added;
+    /// the socket and the subprotocol chosen.
+    pub fn open_ws_any(
+        &self,
+        path_and_query: &str,
+        headers: &[(String, String)],
+        offer: Option<&str>,
+    ) -> Result<(WebSocket<ClientSocket>, Option<String>), CliError> {
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let sock = self.dial(deadline)?;
+        let scheme = if self.ep.tls { "wss" } else { "ws" };
+        let url = format!("{scheme}://{}{path_and_query}", self.ep.authority);
+        crate::kube::remote::upgrade_on(
+            sock,
+            &url,
+            headers,
+            Some(&self.token),
+            offer,
+            deadline.saturating_duration_since(Instant::now()),
+        )
+        .map_err(|e| self.unreachable(e))
+    }
+
     /// `Host` and `Authorization` lines of a request to the daemon (each
     /// ending in CRLF). The token goes nowhere else.
     pub fn host_and_auth_headers(&self) -> String {

@@ -7,8 +7,8 @@
 //! the daemon with the token and `Connection: close`; the answer's head is
 //! passed on with `Connection: close` in place of its connection headers,
 //! then its body is copied as it comes until the daemon closes. WebSocket
-//! upgrades get 501: this forwarder relays one HTTP exchange per connection
-//! (the daemon's port proxy route itself bridges WebSockets).
+//! WebSocket upgrades are bridged through the daemon's port proxy route;
+//! other upgrades get 501.
 //!
 //! Threads: main (accept; at most [`MAX_CONNECTIONS`] connections at once,
 //! more wait in the listen backlog), one `kubegate-pf-conn` per connection,
@@ -196,6 +196,9 @@ fn serve(client: &Client, prefix: &str, mut sock: TcpStream) {
         Ok(None) => return, // closed without a request (a probe, our own wake-up)
         Err(r) => return answer_refusal(&mut sock, &r),
     };
+    if crate::http::ws::wants_websocket(&req.headers) {
+        return forward_websocket(client, prefix, &req, sock);
+    }
     if let Err(r) = forward(client, prefix, &req, &mut sock) {
         eprintln!(
             "kubegate: {} {}: {}",
@@ -204,6 +207,75 @@ fn serve(client: &Client, prefix: &str, mut sock: TcpStream) {
             r.message.trim_end()
         );
         answer_refusal(&mut sock, &r);
+    }
+}
+
+/// A WebSocket: the daemon's side first (its port proxy route bridges to
+/// the app), offering the client's subprotocols; then the client's
+/// handshake is answered with the subprotocol the app chose, and messages
+/// are bridged both ways until either side ends.
+fn forward_websocket(client: &Client, prefix: &str, req: &Request, mut sock: TcpStream) {
+    const HANDSHAKE: &[&str] = &[
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-protocol",
+        "sec-websocket-extensions",
+    ];
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let Some(key) = header("sec-websocket-key") else {
+        return answer_refusal(
+            &mut sock,
+            &refusal(
+                400,
+                "Bad Request",
+                "a WebSocket upgrade without Sec-WebSocket-Key",
+            ),
+        );
+    };
+    let headers: Vec<(String, String)> = end_to_end_headers(&req.headers, &["authorization"])
+        .into_iter()
+        .filter(|(k, _)| !HANDSHAKE.contains(&k.to_ascii_lowercase().as_str()))
+        .collect();
+    let path = format!("{prefix}{}", req.target);
+    let (upstream, chosen) =
+        match client.open_ws_any(&path, &headers, header("sec-websocket-protocol")) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("kubegate: GET {}: {e}", req.target);
+                return answer_refusal(&mut sock, &refusal(502, "Bad Gateway", e.to_string()));
+            }
+        };
+    let mut head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n",
+        tungstenite::handshake::derive_accept_key(key.as_bytes())
+    );
+    if let Some(p) = chosen {
+        head.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
+    }
+    head.push_str("\r\n");
+    if sock
+        .write_all(head.as_bytes())
+        .and_then(|()| sock.flush())
+        .is_err()
+    {
+        return;
+    }
+    let _ = sock.set_read_timeout(None);
+    let _ = sock.set_write_timeout(None);
+    let local = tungstenite::WebSocket::from_raw_socket(
+        sock,
+        tungstenite::protocol::Role::Server,
+        Some(crate::kube::remote::connect::ws_config()),
+    );
+    if let Err(e) =
+        crate::http::ws::bridge_sockets(local, upstream, crate::http::ws::WsOptions::default())
+    {
+        eprintln!("kubegate: GET {}: {e}", req.target);
     }
 }
 
@@ -277,11 +349,12 @@ fn read_request(sock: &mut TcpStream) -> Result<Option<Request>, Refusal> {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     };
-    if header("upgrade").is_some() {
+    let websocket = crate::http::ws::wants_websocket(&headers);
+    if header("upgrade").is_some() && !(websocket && method == "GET") {
         return Err(refusal(
             501,
             "Not Implemented",
-            "kubegate port-forward relays plain HTTP exchanges; for a WebSocket use the daemon's port proxy route directly",
+            "only WebSocket upgrades (GET) are forwarded",
         ));
     }
     // Origin form (`/path?q`); an absolute form (a proxy-style request)

@@ -311,6 +311,16 @@ pub fn bridge<B: PollStream + 'static>(
     upstream: WebSocket<B>,
     opts: WsOptions,
 ) -> io::Result<()> {
+    bridge_sockets(conn.ws, upstream, opts)
+}
+
+/// [`bridge`] for any two sockets: `a` pumped on the calling thread, `b`
+/// on a `ws-bridge` thread.
+pub fn bridge_sockets<A: PollStream, B: PollStream + 'static>(
+    a: WebSocket<A>,
+    upstream: WebSocket<B>,
+    opts: WsOptions,
+) -> io::Result<()> {
     let (to_conn, conn_rx) = try_outbox(BRIDGE_QUEUE)?;
     let (to_up, up_rx) = try_outbox(BRIDGE_QUEUE)?;
     let up_opts = opts;
@@ -319,7 +329,7 @@ pub fn bridge<B: PollStream + 'static>(
         .spawn(move || {
             let _ = run_stream_into(upstream, up_rx, Forward(to_conn), up_opts);
         })?;
-    let _ = run_stream_into(conn.ws, conn_rx, Forward(to_up), opts);
+    let _ = run_stream_into(a, conn_rx, Forward(to_up), opts);
     let _ = up.join();
     Ok(())
 }
