@@ -64,6 +64,9 @@ pub const SLOW_REASON: &str = "slow_subscriber";
 pub const CLOSE_UNKNOWN: u16 = 4004;
 /// Close code when the session ended.
 pub const CLOSE_ENDED: u16 = 1000;
+/// Close code when the daemon stops (WebSocket "going away"): the
+/// session lives on; reconnect with the last seq once it is back.
+pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// Live frames queued per subscriber before it counts as slow.
 pub const DEFAULT_QUEUE_FRAMES: usize = 256;
 /// What a frame costs in the ring besides its payload: its bookkeeping
@@ -397,6 +400,19 @@ impl AppIo {
     /// close with `code`/`reason` (1000 when the session ended); later
     /// pushes are ignored and later subscribers get the replay and the
     /// close.
+    /// The seq the next frame gets and every frame the ring holds (seq,
+    /// stream byte, data), oldest first: what a daemon stop persists.
+    pub fn ring_snapshot(&self) -> (u32, Vec<(u32, u8, Bytes)>) {
+        let st = self.state.lock();
+        (
+            st.next_seq,
+            st.ring
+                .iter()
+                .map(|f| (f.seq, f.stream, f.data.clone()))
+                .collect(),
+        )
+    }
+
     pub fn end(&self, code: u16, reason: &str) {
         let mut st = self.state.lock();
         if st.ended.is_some() {
@@ -871,8 +887,85 @@ pub fn refuse(conn: WsConn, code: u16, reason: &str) {
     drop(out);
 }
 
+// ------------------------------------------------------------ persistence
+
+/// First bytes of a persisted ring.
+const RING_MAGIC: &[u8; 8] = b"KGRING1\n";
+
+/// A ring as a daemon stop writes it: the magic, the next seq (u32 BE),
+/// then per frame seq (u32 BE), stream byte, length (u32 BE), data.
+pub fn encode_ring(next_seq: u32, frames: &[(u32, u8, Bytes)]) -> Vec<u8> {
+    let size: usize = frames.iter().map(|f| 9 + f.2.len()).sum();
+    let mut out = Vec::with_capacity(12 + size);
+    out.extend_from_slice(RING_MAGIC);
+    out.extend_from_slice(&next_seq.to_be_bytes());
+    for (seq, stream, data) in frames {
+        out.extend_from_slice(&seq.to_be_bytes());
+        out.push(*stream);
+        out.extend_from_slice(&u32::try_from(data.len()).unwrap_or(u32::MAX).to_be_bytes());
+        out.extend_from_slice(data);
+    }
+    out
+}
+
+/// Reads [`encode_ring`]'s bytes back; a clear error for anything else
+/// (wrong magic, truncation, seqs out of order, a frame at or past the
+/// next seq).
+pub fn decode_ring(b: &[u8]) -> Result<(u32, Vec<(u32, u8, Bytes)>), String> {
+    let rest = b
+        .strip_prefix(RING_MAGIC.as_slice())
+        .ok_or("not a persisted ring (bad magic)")?;
+    let u32_at = |b: &[u8], at: usize| -> Result<u32, String> {
+        b.get(at..at + 4)
+            .and_then(|x| x.try_into().ok())
+            .map(u32::from_be_bytes)
+            .ok_or_else(|| "the ring is truncated".to_string())
+    };
+    let next_seq = u32_at(rest, 0)?;
+    let mut at = 4;
+    let mut frames = Vec::new();
+    let mut last = 0u32;
+    while at < rest.len() {
+        let seq = u32_at(rest, at)?;
+        let stream = *rest.get(at + 4).ok_or("the ring is truncated")?;
+        let len = u32_at(rest, at + 5)? as usize;
+        let data = rest
+            .get(at + 9..at + 9 + len)
+            .ok_or("the ring is truncated")?;
+        if seq <= last || seq >= next_seq {
+            return Err(format!("frame seq {seq} out of order"));
+        }
+        last = seq;
+        frames.push((seq, stream, Bytes::copy_from_slice(data)));
+        at += 9 + len;
+    }
+    Ok((next_seq, frames))
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn persisted_rings_round_trip_and_bad_bytes_are_errors() {
+        let io = AppIo::new(1 << 20);
+        io.push(OutStream::Stdout, b"one".to_vec());
+        io.push(OutStream::Stderr, b"".to_vec());
+        io.push(OutStream::Stderr, vec![0u8, 255]);
+        let (next, frames) = io.ring_snapshot();
+        assert_eq!(next, 3);
+        let bytes = encode_ring(next, &frames);
+        let (n2, f2) = decode_ring(&bytes).unwrap();
+        assert_eq!((n2, f2.clone()), (next, frames));
+        assert_eq!(f2[1].2.as_ref(), &[0u8, 255]);
+        assert!(decode_ring(b"nope").is_err());
+        assert!(decode_ring(&bytes[..bytes.len() - 1]).is_err());
+        let mut swapped = encode_ring(3, &[(2, 1, Bytes::from_static(b"a")), (1, 1, Bytes::from_static(b"b"))]);
+        assert!(decode_ring(&swapped).is_err());
+        swapped = encode_ring(2, &[(2, 1, Bytes::from_static(b"a"))]);
+        assert!(decode_ring(&swapped).is_err(), "a frame at the next seq");
+        assert_eq!(decode_ring(&encode_ring(1, &[])).unwrap(), (1, vec![]));
+    }
+
     use super::*;
 
     fn frame(i: Option<Item>) -> (u32, u8, Vec<u8>) {
