@@ -265,6 +265,10 @@ pub struct SessionsSection {
     pub start_deadline_secs: u64,
     /// Pod running -> workspace agent answering.
     pub agent_deadline_secs: u64,
+    /// Run apps (those whose `runner` is not false) under `kubegate
+    /// app-runner`, brought into the pod by the `install-kubegate` init
+    /// container. False: every app runs its command directly.
+    pub app_runner: bool,
 }
 
 impl Default for SessionsSection {
@@ -285,6 +289,7 @@ impl Default for SessionsSection {
             orphan_grace_secs: 600,
             start_deadline_secs: 180,
             agent_deadline_secs: 120,
+            app_runner: true,
         }
     }
 }
@@ -1324,6 +1329,7 @@ mod tests {
         assert_eq!(ss.orphan_grace_secs, 600);
         assert_eq!(ss.start_deadline_secs, 180);
         assert_eq!(ss.agent_deadline_secs, 120);
+        assert!(ss.app_runner);
         let k = &c.cluster;
         assert_eq!(k.session_namespace, "default");
         assert!(k.workspace_image.starts_with("ghcr.io/kubegate/kubegate:"));
@@ -1484,6 +1490,17 @@ mod tests {
         assert_eq!(c.sessions.idle_secs, 60);
         assert_eq!(c.sessions.max_files, 5);
         assert_eq!(c.sessions.max_life_secs, 21600);
+    }
+
+    #[test]
+    fn the_app_runner_is_on_unless_turned_off() {
+        assert!(parse(&minimal()).unwrap().sessions.app_runner);
+        let c = parse(&format!("{}[sessions]\napp_runner = false\n", minimal())).unwrap();
+        assert!(!c.sessions.app_runner);
+        assert_eq!(
+            key_of(&format!("{}[sessions]\napp_runner = 1\n", minimal())),
+            "sessions.app_runner"
+        );
     }
 
     #[test]

@@ -31,6 +31,8 @@ commands:
                 kubegate port-forward SESSION PORT [LOCAL]
   app-runner    run a program with live reload and a debug event stream (in app containers)
                 kubegate app-runner [--root DIR] [--inspect-addr HOST:PORT] [--app NAME] -- CMD [ARGS...]
+  install-self  copy this executable to DEST/kubegate, atomically (session pods' init container)
+                kubegate install-self DEST
   workspace-agent
                 serve a session pod's workspace folder (token in KUBEGATE_WORKSPACE_TOKEN)
                 kubegate workspace-agent [--listen ADDR] [--root DIR] [--max-file-bytes N]
@@ -76,6 +78,11 @@ fn main() {
         Some("app-runner") => {
             init_logging_with("warn");
             kubegate::runner::app_runner_main(&args[1..])
+        }
+        // Runs in a session pod's init container (docs/runner.md).
+        Some("install-self") => {
+            init_logging_with("warn");
+            kubegate::runner::install::install_self_main(&args[1..])
         }
         Some("check-config") => match parse_config_flag(&args[1..]) {
             Ok(path) => cmd_check_config(&path),

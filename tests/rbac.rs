@@ -481,8 +481,9 @@ fn drive(sim: &SimProc, d: &DaemonProc) {
 
     // A watch session, start to stop.
     let body = json!({
+        // The app serves its own debug stream: no runner.
         "apps": [{"name": "web", "entry": "app.py", "command": ["python3", "app.py"],
-                  "io": "streams", "ports": [{"port": 8080}]}],
+                  "io": "streams", "ports": [{"port": 8080}], "runner": false}],
         "bundle": {"files": [{"path": "app.py", "content": APP_PY}]}
     });
     let (st, v) = d.json("POST", "/v1/sessions", Some(&body));

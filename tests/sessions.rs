@@ -431,8 +431,10 @@ http.server.ThreadingHTTPServer((host, int(port)), Events).serve_forever()
 fn ports_are_probed_proxied_and_re_routed_by_the_debug_stream() {
     let d = DaemonProc::start();
     let body = json!({
+        // The app serves its own debug stream: no runner (which would own
+        // KUBEGATE_INSPECT_ADDR).
         "apps": [{"name": "web", "entry": "app.py", "command": ["python3", "app.py"],
-                  "io": "streams", "ports": [{"port": 8080}]}],
+                  "io": "streams", "ports": [{"port": 8080}], "runner": false}],
         "bundle": {"files": [{"path": "app.py", "content": APP_PY}]}
     });
     let (id, mut sse) = d.create_session(&body);
@@ -937,7 +939,8 @@ fn direct_access_publishes_service_and_ingress_and_rejects_a_port_another_app_ow
         "apps": [
             {"name": "a", "entry": "a.sh", "command": ["sh", "a.sh"], "io": "streams",
              "ports": [{"port": 8080}, {"port": 5353, "protocol": "udp"}]},
-            {"name": "b", "entry": "claim.py", "command": ["python3", "claim.py"], "io": "streams"}
+            {"name": "b", "entry": "claim.py", "command": ["python3", "claim.py"], "io": "streams",
+             "runner": false}
         ],
         "env": {"CLAIM": "[8080, 9090]"},
         "bundle": {"files": [

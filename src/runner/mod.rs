@@ -27,6 +27,7 @@ pub mod debounce;
 pub mod frames;
 pub mod hub;
 pub mod ignore;
+pub mod install;
 pub mod manifest;
 mod process;
 pub mod watch;

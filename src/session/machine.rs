@@ -170,6 +170,9 @@ pub enum Event {
 pub struct RunEnd {
     pub exit_code: Option<i32>,
     pub reason: String,
+    /// The signal that ended it (`"SIGTERM"`), as the app runner reports
+    /// it; an addition to contract.md's shape, sent only when known.
+    pub signal: Option<String>,
 }
 
 impl Event {
@@ -242,6 +245,9 @@ impl Event {
                                        "reason": end.reason});
                     if let Some(c) = end.exit_code {
                         v["exitCode"] = json!(c);
+                    }
+                    if let Some(sig) = &end.signal {
+                        v["signal"] = json!(sig);
                     }
                     v
                 }
@@ -603,6 +609,92 @@ pub struct Session {
     next_publish: u64,
     port_changes: BTreeMap<u64, PortChange>,
     probes: BTreeSet<(String, u16)>,
+    /// Per app: what its `run` events have said so far and how the app
+    /// runner's generations map onto the session's ([`RunTrack`]).
+    runs: BTreeMap<String, RunTrack>,
+}
+
+/// An app's `run` events and its runner's generations.
+///
+/// Run events are ordered per app: started(g) < ended(g) < started(g+1).
+/// `reported` is the position of the last one emitted (`2g` for started,
+/// `2g+1` for ended), so an event at or before it is a duplicate: a
+/// replayed `Runner.RunStarted`/`RunEnded` after a relay reconnect, the
+/// runner's first start (already announced when the session went
+/// running), or a container end after the runner reported the run's end.
+/// Session generations only grow, so this needs no reset across pods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct RunTrack {
+    /// The app's session generation before the current pod started it:
+    /// the runner's generation `n` (from 1 in every container) is the
+    /// session's `base + n`.
+    base: u64,
+    reported: u64,
+}
+
+fn started_pos(generation: u64) -> u64 {
+    generation.saturating_mul(2)
+}
+
+fn ended_pos(generation: u64) -> u64 {
+    generation.saturating_mul(2).saturating_add(1)
+}
+
+/// What an app runner's debug frame says about its runs (docs/runner.md
+/// "The debug stream").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerEvent {
+    /// `Runner.RunStarted {generation}`.
+    Started { generation: u64 },
+    /// `Runner.RunEnded {generation, exitCode, signal?, error?}`.
+    Ended {
+        generation: u64,
+        exit_code: Option<i32>,
+        signal: Option<String>,
+        error: Option<String>,
+    },
+}
+
+/// Reads `Runner.RunStarted`/`Runner.RunEnded` from a debug frame; `None`
+/// for any other frame or one without a generation of at least 1.
+pub fn runner_event_from(frame: &Value) -> Option<RunnerEvent> {
+    let event = frame.get("event").and_then(Value::as_str)?;
+    let payload = frame.get("payload")?;
+    let generation = payload
+        .get("generation")
+        .and_then(Value::as_u64)
+        .filter(|&g| g >= 1)?;
+    let text = |k: &str| {
+        payload
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|v| !v.is_empty())
+            .map(|v| v.chars().take(512).collect::<String>())
+    };
+    match event {
+        "Runner.RunStarted" => Some(RunnerEvent::Started { generation }),
+        "Runner.RunEnded" => Some(RunnerEvent::Ended {
+            generation,
+            exit_code: payload
+                .get("exitCode")
+                .and_then(Value::as_i64)
+                .and_then(|c| i32::try_from(c).ok()),
+            signal: text("signal"),
+            error: text("error"),
+        }),
+        _ => None,
+    }
+}
+
+/// The `reason` of a run the app runner reported ended.
+fn runner_end_reason(exit_code: Option<i32>, signal: Option<&str>, error: Option<&str>) -> String {
+    match (error, signal, exit_code) {
+        (Some(e), _, _) => format!("program could not start: {e}"),
+        (None, Some(s), Some(c)) => format!("program killed by {s} (exit code {c})"),
+        (None, Some(s), None) => format!("program killed by {s}"),
+        (None, None, Some(c)) => format!("program exited (code {c})"),
+        (None, None, None) => "program ended".to_string(),
+    }
 }
 
 /// Reads `Kernel.PortsResolved`: `payload.ports` as a list of `{port,
@@ -677,6 +769,7 @@ impl Session {
             next_publish: 1,
             port_changes: BTreeMap::new(),
             probes: BTreeSet::new(),
+            runs: BTreeMap::new(),
         };
         let mut out = vec![
             Command::Emit(Event::Status {
@@ -944,12 +1037,19 @@ impl Session {
             Input::Debug { pod, app, frame } => {
                 if self.is_current(&pod) && self.app(&app).is_some() {
                     let ports = ports_resolved_from(&frame);
+                    let run = self
+                        .runs_under_runner(&app)
+                        .then(|| runner_event_from(&frame))
+                        .flatten();
                     out.push(Command::Emit(Event::Debug {
                         app: app.clone(),
                         frame,
                     }));
                     if let (Some(ports), Phase::Up) = (ports, &self.phase) {
                         self.ports_resolved(&app, ports, &mut out);
+                    }
+                    if let Some(run) = run {
+                        self.runner_run(&app, run, now, &mut out);
                     }
                 }
             }
@@ -1300,12 +1400,19 @@ impl Session {
                 continue;
             };
             self.ended.insert(e.app.clone());
+            // The app runner may have reported this run's end already.
+            let track = self.runs.entry(e.app.clone()).or_default();
+            if track.reported >= ended_pos(generation) {
+                continue;
+            }
+            track.reported = ended_pos(generation);
             out.push(Command::Emit(Event::Run {
                 app: e.app,
                 generation,
                 ended: Some(RunEnd {
                     exit_code: Some(e.exit_code),
                     reason: e.message,
+                    signal: None,
                 }),
             }));
         }
@@ -1347,7 +1454,9 @@ impl Session {
                 let deadline = now + self.timings.agent_deadline_ms;
                 self.phase = Phase::Agent { deadline };
                 // The app containers have started (they wait for their entry).
+                // An app runner there counts its runs from 1 again.
                 for a in &mut self.apps {
+                    self.runs.entry(a.spec.name.clone()).or_default().base = a.generation;
                     a.generation += 1;
                 }
                 self.set_stage(Stage::Workspace);
@@ -1417,11 +1526,70 @@ impl Session {
             self.start_probe(&app, port, out);
         }
         for a in &self.apps {
+            let track = self.runs.entry(a.spec.name.clone()).or_default();
+            if track.reported >= started_pos(a.generation) {
+                continue;
+            }
+            track.reported = started_pos(a.generation);
             out.push(Command::Emit(Event::Run {
                 app: a.spec.name.clone(),
                 generation: a.generation,
                 ended: None,
             }));
+        }
+    }
+
+    /// Whether the app's container runs it under `kubegate app-runner`
+    /// (the pod builder's rule), so its runner events count.
+    fn runs_under_runner(&self, app: &str) -> bool {
+        self.settings.app_runner && self.app(app).is_some_and(|a| a.spec.runner)
+    }
+
+    /// A `Runner.RunStarted`/`RunEnded` of the current pod: the app's
+    /// `run` event, once per generation and phase, and its generation.
+    fn runner_run(&mut self, app: &str, run: RunnerEvent, now: Millis, out: &mut Vec<Command>) {
+        let Some(idx) = self.apps.iter().position(|a| a.spec.name == app) else {
+            return;
+        };
+        let track = self.runs.entry(app.to_string()).or_default();
+        let (generation, pos, ended) = match run {
+            RunnerEvent::Started { generation } => {
+                let g = track.base.saturating_add(generation);
+                (g, started_pos(g), None)
+            }
+            RunnerEvent::Ended {
+                generation,
+                exit_code,
+                signal,
+                error,
+            } => {
+                let g = track.base.saturating_add(generation);
+                let reason = runner_end_reason(exit_code, signal.as_deref(), error.as_deref());
+                let end = RunEnd {
+                    exit_code,
+                    reason,
+                    signal,
+                };
+                (g, ended_pos(g), Some(end))
+            }
+        };
+        if pos <= track.reported {
+            return;
+        }
+        track.reported = pos;
+        let a = &mut self.apps[idx];
+        let new_generation = generation > a.generation;
+        if new_generation {
+            a.generation = generation;
+        }
+        out.push(Command::Emit(Event::Run {
+            app: app.to_string(),
+            generation,
+            ended,
+        }));
+        if new_generation {
+            // The view's generation changed: the record keeps it.
+            self.touch(now, out);
         }
     }
 

@@ -20,6 +20,8 @@ fn settings(domain: Option<&str>) -> Arc<PodSettings> {
     let cfg = crate::config::Config::parse("[cluster]\nmode = \"sim\"\n", Path::new("/x")).unwrap();
     let mut s = PodSettings::from_config(&cfg);
     s.ingress_base_domain = domain.map(str::to_string);
+    // Apps run under the app runner (the configuration's default).
+    s.app_runner = true;
     Arc::new(s)
 }
 
@@ -1124,5 +1126,305 @@ fn records() {
         Status::Starting {
             stage: Stage::Schedule
         }
+    );
+}
+
+fn run_started(generation: u64, replayed: bool) -> Value {
+    let mut f = json!({"kind": "event", "timestamp": "2024-01-01T00:00:00.000Z",
+                       "event": "Runner.RunStarted", "payload": {"generation": generation}});
+    if replayed {
+        f["metadata"] = json!({"replayed": true});
+    }
+    f
+}
+
+fn run_ended(generation: u64, payload: Value, replayed: bool) -> Value {
+    let mut p = payload;
+    p["generation"] = json!(generation);
+    let mut f = json!({"kind": "event", "timestamp": "2024-01-01T00:00:00.000Z",
+                       "event": "Runner.RunEnded", "payload": p});
+    if replayed {
+        f["metadata"] = json!({"replayed": true});
+    }
+    f
+}
+
+fn debug(pod: &str, app: &str, frame: Value) -> Input {
+    Input::Debug {
+        pod: pod.into(),
+        app: app.into(),
+        frame,
+    }
+}
+
+/// The `run` events among the commands.
+fn runs(cmds: &[Command]) -> Vec<Value> {
+    events(cmds)
+        .into_iter()
+        .filter(|(k, _)| *k == "run")
+        .map(|(_, d)| d)
+        .collect()
+}
+
+#[test]
+fn runner_frames_become_run_events_once_and_drive_the_generation() {
+    let (mut s, name, c) = up(None);
+    // Going running announced generation 1 of every app.
+    assert_eq!(
+        runs(&c),
+        [
+            json!({"app": "web", "generation": 1, "phase": "started"}),
+            json!({"app": "worker", "generation": 1, "phase": "started"}),
+        ]
+    );
+    // The relay's replay on connect: the runner's first start, already
+    // announced. Still relayed as a debug frame.
+    let c = s.handle(debug(&name, "web", run_started(1, true)), T0 + 6_000);
+    assert!(runs(&c).is_empty(), "{c:?}");
+    assert_eq!(events(&c)[0].0, "debug");
+    // A workspace edit: the run ends with SIGTERM, generation 2 starts.
+    let c = s.handle(
+        debug(
+            &name,
+            "web",
+            run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
+        ),
+        T0 + 7_000,
+    );
+    assert_eq!(
+        runs(&c),
+        [
+            json!({"app": "web", "generation": 1, "phase": "ended", "exitCode": 143,
+                "signal": "SIGTERM", "reason": "program killed by SIGTERM (exit code 143)"})
+        ]
+    );
+    let c = s.handle(debug(&name, "web", run_started(2, false)), T0 + 7_100);
+    assert_eq!(
+        runs(&c),
+        [json!({"app": "web", "generation": 2, "phase": "started"})]
+    );
+    assert!(
+        has(&c, |x| *x == Command::WriteRecord),
+        "the record keeps it"
+    );
+    assert_eq!(s.apps()[0].generation, 2);
+    assert_eq!(s.view()["apps"][0]["generation"], 2);
+    assert_eq!(s.apps()[1].generation, 1, "another app is untouched");
+    // The relay reconnects: the replay (last start, last end) and a
+    // duplicate live frame produce nothing new.
+    for f in [
+        run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), true),
+        run_started(2, true),
+        run_started(2, false),
+        run_started(1, false),
+    ] {
+        let c = s.handle(debug(&name, "web", f), T0 + 8_000);
+        assert!(runs(&c).is_empty(), "{c:?}");
+    }
+    assert_eq!(s.apps()[0].generation, 2);
+    // The program exits by itself; a later replay of that end is a
+    // duplicate too. A start it could not make carries the error.
+    let c = s.handle(
+        debug(&name, "web", run_ended(2, json!({"exitCode": 3}), false)),
+        T0 + 9_000,
+    );
+    assert_eq!(
+        runs(&c),
+        [
+            json!({"app": "web", "generation": 2, "phase": "ended", "exitCode": 3,
+                "reason": "program exited (code 3)"})
+        ]
+    );
+    assert!(runs(&s.handle(
+        debug(&name, "web", run_ended(2, json!({"exitCode": 3}), true)),
+        T0 + 9_100
+    ))
+    .is_empty());
+    // A relay that missed generation 3 entirely learns of its end: the
+    // generation follows.
+    let c = s.handle(
+        debug(
+            &name,
+            "web",
+            run_ended(3, json!({"exitCode": 127, "error": "sh: not found"}), true),
+        ),
+        T0 + 10_000,
+    );
+    assert_eq!(
+        runs(&c),
+        [
+            json!({"app": "web", "generation": 3, "phase": "ended", "exitCode": 127,
+                "reason": "program could not start: sh: not found"})
+        ]
+    );
+    assert_eq!(s.apps()[0].generation, 3);
+    // Malformed runner frames are relayed and otherwise ignored.
+    for f in [
+        json!({"event": "Runner.RunStarted", "payload": {}}),
+        json!({"event": "Runner.RunStarted", "payload": {"generation": 0}}),
+        json!({"event": "Runner.RunStarted", "payload": {"generation": "9"}}),
+    ] {
+        let c = s.handle(debug(&name, "web", f), T0 + 11_000);
+        assert!(runs(&c).is_empty(), "{c:?}");
+        assert_eq!(events(&c).len(), 1);
+    }
+    assert_eq!(s.status(), &Status::Running);
+}
+
+#[test]
+fn a_container_end_after_the_runner_reported_the_run_end_is_not_repeated() {
+    let (mut s, name, _) = up(None);
+    s.handle(
+        debug(&name, "web", run_ended(1, json!({"exitCode": 3}), false)),
+        T0 + 6_000,
+    );
+    // The runner itself is killed later: its container ends.
+    let c = s.handle(
+        Input::PodObserved {
+            pod: pod_json(
+                &name,
+                json!({"phase": "Running", "podIP": "10.0.0.7", "containerStatuses": [
+                    {"name": "app-web", "state": {"terminated": {"exitCode": 143}}},
+                ]}),
+            ),
+        },
+        T0 + 7_000,
+    );
+    assert!(runs(&c).is_empty(), "{c:?}");
+}
+
+#[test]
+fn runner_generations_continue_the_session_count_on_a_new_pod() {
+    let (mut s, name, _) = up(None);
+    s.handle(debug(&name, "web", run_started(2, false)), T0 + 6_000);
+    s.handle(debug(&name, "web", run_started(3, false)), T0 + 6_100);
+    assert_eq!(s.apps()[0].generation, 3);
+    // Suspend and resume: the new pod's runner counts from 1 again.
+    s.user(UserOp::Suspend, T0 + 7_000).unwrap();
+    s.handle(Input::CheckpointDone { pod: name.clone() }, T0 + 7_100);
+    let c = s.user(UserOp::Resume, T0 + 8_000).unwrap();
+    let name2 = created_pod(&c).metadata.name().to_string();
+    s.handle(
+        Input::PodCreated {
+            pod: name2.clone(),
+            uid: "u2".into(),
+        },
+        T0 + 8_001,
+    );
+    s.handle(running(&name2), T0 + 8_002);
+    s.handle(Input::AgentReady { pod: name2.clone() }, T0 + 8_003);
+    let c = s.handle(Input::SeedDone { pod: name2.clone() }, T0 + 8_004);
+    let id = publish_id(&c);
+    attach_all(&mut s, &name2, T0 + 8_005);
+    let c = s.handle(Input::PublishDone { id }, T0 + 8_006);
+    assert_eq!(
+        runs(&c)[0],
+        json!({"app": "web", "generation": 4, "phase": "started"})
+    );
+    // The runner's generation 1 is the session's 4 (already announced);
+    // its 2 is the session's 5. Frames from the old pod are ignored.
+    assert!(runs(&s.handle(debug(&name2, "web", run_started(1, true)), T0 + 9_000)).is_empty());
+    assert!(s
+        .handle(debug(&name, "web", run_started(9, false)), T0 + 9_000)
+        .is_empty());
+    let c = s.handle(
+        debug(
+            &name2,
+            "web",
+            run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
+        ),
+        T0 + 9_100,
+    );
+    assert_eq!(runs(&c)[0]["generation"], 4);
+    let c = s.handle(debug(&name2, "web", run_started(2, false)), T0 + 9_200);
+    assert_eq!(
+        runs(&c),
+        [json!({"app": "web", "generation": 5, "phase": "started"})]
+    );
+    assert_eq!(s.apps()[0].generation, 5);
+}
+
+#[test]
+fn runner_frames_count_only_for_apps_under_the_runner() {
+    // An app with `runner: false`: its own stream's runner-like frames are
+    // relayed, never turned into runs.
+    let (mut s, c) = {
+        let mut worker = app("worker", vec![]);
+        worker.runner = false;
+        Session::start(
+            NewSession {
+                id: "sid000000002".into(),
+                principal: "demo".into(),
+                spec: SessionSpec {
+                    apps: vec![app("web", vec![]), worker],
+                    env: vec![],
+                    image: None,
+                    pull_policy: None,
+                },
+                workspace_token: "tok".into(),
+                settings: settings(None),
+                timings: timings(),
+            },
+            T0,
+        )
+    };
+    let name = created_pod(&c).metadata.name().to_string();
+    s.handle(
+        Input::PodCreated {
+            pod: name.clone(),
+            uid: "u".into(),
+        },
+        T0 + 1,
+    );
+    s.handle(running(&name), T0 + 2);
+    s.handle(Input::AgentReady { pod: name.clone() }, T0 + 3);
+    let c = s.handle(Input::SeedDone { pod: name.clone() }, T0 + 4);
+    let id = publish_id(&c);
+    attach_all(&mut s, &name, T0 + 5);
+    s.handle(Input::PublishDone { id }, T0 + 6);
+    let c = s.handle(debug(&name, "worker", run_started(2, false)), T0 + 7);
+    assert!(runs(&c).is_empty());
+    assert_eq!(s.apps()[1].generation, 1);
+    // The whole runner turned off in the configuration: the same.
+    let c = s.handle(debug(&name, "web", run_started(2, false)), T0 + 8);
+    assert_eq!(runs(&c).len(), 1, "on for web");
+    let mut st = (*settings(None)).clone();
+    st.app_runner = false;
+    s.settings = Arc::new(st);
+    let c = s.handle(debug(&name, "web", run_started(3, false)), T0 + 9);
+    assert!(runs(&c).is_empty());
+}
+
+#[test]
+fn runner_frames_are_parsed() {
+    assert_eq!(
+        runner_event_from(&run_started(4, true)),
+        Some(RunnerEvent::Started { generation: 4 })
+    );
+    assert_eq!(
+        runner_event_from(&run_ended(
+            2,
+            json!({"exitCode": 137, "signal": "SIGKILL"}),
+            false
+        )),
+        Some(RunnerEvent::Ended {
+            generation: 2,
+            exit_code: Some(137),
+            signal: Some("SIGKILL".into()),
+            error: None,
+        })
+    );
+    assert_eq!(runner_event_from(&ports_frame(json!([8080]))), None);
+    assert_eq!(
+        runner_event_from(
+            &json!({"event": "Runner.RunEnded", "payload": {"generation": 1,
+            "exitCode": 99999999999u64, "signal": ""}})
+        ),
+        Some(RunnerEvent::Ended {
+            generation: 1,
+            exit_code: None,
+            signal: None,
+            error: None,
+        })
     );
 }

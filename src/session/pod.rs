@@ -31,10 +31,11 @@
 //! expanded); the configured default command is not, so it may use
 //! `$(KUBEGATE_ENTRY)`.
 //!
-//! The app runner (`kubegate app-runner -- CMD…`) is prepared but off until
-//! its issue lands: [`PodSettings::app_runner`] adds the init container, the
-//! binary volume and the `exec /kubegate/bin/kubegate app-runner -- "$@"`
-//! wrapper for apps with `runner: true`.
+//! The app runner (`kubegate app-runner -- CMD…`, docs/runner.md): with
+//! [`PodSettings::app_runner`] (`[sessions] app_runner`, on by default) the
+//! pod gets the init container, the binary volume and, for apps with
+//! `runner: true`, the `exec /kubegate/bin/kubegate app-runner -- "$@"`
+//! wrapper; `runner: false` apps run their command directly.
 //!
 //! The sim (src/sim/podspec.rs) runs these pods as local processes: it
 //! honours `command`/`args` (argv `kubegate` becomes its own binary, a copy
@@ -96,7 +97,7 @@ pub struct PodSettings {
     pub max_memory: String,
     pub max_ephemeral_storage: String,
     /// Wrap `runner: true` apps in `kubegate app-runner` (with its init
-    /// container). Off until `app-runner` and `install-self` exist.
+    /// container): `[sessions] app_runner`, on by default.
     pub app_runner: bool,
 }
 
@@ -115,7 +116,7 @@ impl PodSettings {
             max_cpu: c.max_cpu.clone(),
             max_memory: c.max_memory.clone(),
             max_ephemeral_storage: c.max_ephemeral_storage.clone(),
-            app_runner: false,
+            app_runner: cfg.sessions.app_runner,
         }
     }
 }

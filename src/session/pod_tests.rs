@@ -146,9 +146,12 @@ fn pod_level_fields() {
         .iter()
         .map(|v| v["name"].as_str().unwrap())
         .collect();
-    assert_eq!(vols, ["workspace", "scratch"]);
-    // No app runner yet: no init container.
-    assert!(sp.get("initContainers").is_none());
+    // The app runner is on by default: its binary volume and init container.
+    assert_eq!(vols, ["workspace", "scratch", "kubegate-bin"]);
+    let init = &sp["initContainers"][0];
+    assert_eq!(init["name"], INSTALL_CONTAINER);
+    assert_eq!(init["securityContext"], container_security());
+    assert_eq!(init["resources"]["requests"], init["resources"]["limits"]);
     let names: Vec<&str> = sp["containers"]
         .as_array()
         .unwrap()
@@ -216,7 +219,10 @@ fn app_containers() {
     assert_eq!(web["stdin"], true);
     assert_eq!(web["tty"], true);
     assert_eq!(web["workingDir"], "/workspace");
-    assert_eq!(web["command"], json!(["sh", "-c", WAIT_SCRIPT, "sh"]));
+    assert_eq!(
+        web["command"],
+        json!(["sh", "-c", WAIT_SCRIPT_RUNNER, "sh"])
+    );
     // User argv is literal for Kubernetes: `$(HOME)` is not expanded.
     assert_eq!(web["args"], json!(["node", "--watch", "$$(HOME)"]));
     assert_eq!(
@@ -316,6 +322,21 @@ fn the_app_runner_when_enabled() {
     assert!(v["spec"].get("initContainers").is_none());
 }
 
+#[test]
+fn without_the_app_runner_apps_run_directly() {
+    let mut st = settings();
+    st.app_runner = false;
+    let s = spec();
+    let v = build_pod_json(&st, &input(&s, &NO_REQUEST));
+    let sp = &v["spec"];
+    assert!(sp.get("initContainers").is_none());
+    assert_eq!(sp["volumes"].as_array().unwrap().len(), 2);
+    for c in &sp["containers"].as_array().unwrap()[1..] {
+        assert_eq!(c["command"][2], WAIT_SCRIPT);
+        assert_eq!(c["volumeMounts"].as_array().unwrap().len(), 2);
+    }
+}
+
 /// The sim's kubelet turns these containers into processes; plan them the
 /// way it does and check what the processes would see.
 #[test]
@@ -343,8 +364,23 @@ fn the_sim_plans_these_containers() {
             "/pods/p/volumes/workspace"
         ]
     );
+    // The init container runs the sim's own binary into the volume's folder.
+    let init = plan_container(&v, &v["spec"]["initContainers"][0], &ctx).unwrap();
+    assert_eq!(
+        init.argv,
+        [
+            "/opt/kubegate",
+            "install-self",
+            "/pods/p/volumes/kubegate-bin"
+        ]
+    );
+    // The app starts the installed copy, found in that folder.
     let web = plan_container(&v, &v["spec"]["containers"][1], &ctx).unwrap();
-    assert_eq!(&web.argv[..4], ["sh", "-c", WAIT_SCRIPT, "sh"]);
+    let script = WAIT_SCRIPT_RUNNER.replace(
+        "/kubegate/bin/kubegate",
+        "/pods/p/volumes/kubegate-bin/kubegate",
+    );
+    assert_eq!(&web.argv[..4], ["sh", "-c", script.as_str(), "sh"]);
     assert_eq!(&web.argv[4..], ["node", "--watch", "$(HOME)"]);
     assert_eq!(web.cwd, PathBuf::from("/pods/p/volumes/workspace"));
     assert!(web.tty && web.stdin);

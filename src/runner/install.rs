@@ -1,0 +1,276 @@
+//! `kubegate install-self DEST` (sessions.md "Beyond", docs/runner.md
+//! "install-self"): copies the running executable to `DEST/kubegate`, so an
+//! init container from the kubegate image can bring the binary into a
+//! session pod's shared `kubegate-bin` volume for `app-runner`.
+//!
+//! Atomic: the copy is written to a temporary file in DEST (created with
+//! `O_EXCL`), synced, made 0755, renamed over `DEST/kubegate`, and DEST is
+//! synced. A reader (an app container starting `app-runner`) sees the old
+//! file or the whole new one, never a partial copy; a program already
+//! running from the old file keeps its inode. Running it again replaces the
+//! copy the same way. A failure removes the temporary file.
+
+use crate::cli::{codes, CliError};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The installed file's name inside DEST.
+pub const INSTALLED_NAME: &str = "kubegate";
+/// Where the running executable is read from.
+pub const SELF_EXE: &str = "/proc/self/exe";
+/// Prefix of the temporary file in DEST (left behind only by a crash).
+const TMP_PREFIX: &str = ".kubegate-install-";
+
+pub const SYNOPSIS: &str = "usage: kubegate install-self DEST";
+
+pub const HELP: &str = "usage: kubegate install-self DEST
+
+Copies the running kubegate executable to DEST/kubegate (mode 0755),
+creating DEST if needed. The copy is written to a temporary file in DEST
+and renamed into place, so DEST/kubegate is always either the old file or
+the complete new one; running it again replaces the copy.
+
+Used by a session pod's init container (`kubegate install-self
+/kubegate/bin`) to bring the binary into app containers for app-runner.
+
+Exit codes: 0 installed, 2 usage error, 1 I/O error.
+";
+
+/// What the command line asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    Help,
+    Install(PathBuf),
+}
+
+/// `install-self [--] DEST` or `--help`.
+pub fn parse(argv: &[String]) -> Result<Parsed, CliError> {
+    let mut dest = None;
+    let mut options_done = false;
+    for a in argv {
+        if !options_done {
+            match a.as_str() {
+                "-h" | "--help" => return Ok(Parsed::Help),
+                "--" => {
+                    options_done = true;
+                    continue;
+                }
+                s if s.starts_with('-') && s.len() > 1 => {
+                    return Err(CliError::usage(format!("unknown option {s:?}")))
+                }
+                _ => {}
+            }
+        }
+        if dest.is_some() {
+            return Err(CliError::usage(format!(
+                "unexpected argument {a:?}: one DEST folder only"
+            )));
+        }
+        if a.is_empty() {
+            return Err(CliError::usage("DEST must not be empty"));
+        }
+        dest = Some(PathBuf::from(a));
+    }
+    dest.map(Parsed::Install)
+        .ok_or_else(|| CliError::usage("missing DEST (the folder to install into)"))
+}
+
+fn io_err(what: String, e: io::Error) -> CliError {
+    CliError::new(codes::LOCAL_IO, format!("{what}: {e}"))
+}
+
+/// Copies `src` to `dest_dir/kubegate` atomically; the installed path.
+pub fn install(src: &Path, dest_dir: &Path) -> Result<PathBuf, CliError> {
+    fs::create_dir_all(dest_dir)
+        .map_err(|e| io_err(format!("creating {}", dest_dir.display()), e))?;
+    let target = dest_dir.join(INSTALLED_NAME);
+    if fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+        return Err(CliError::new(
+            codes::LOCAL_IO,
+            format!("{} is a folder", target.display()),
+        ));
+    }
+    let mut from = File::open(src).map_err(|e| io_err(format!("reading {}", src.display()), e))?;
+    let (tmp_path, mut tmp) = create_temp(dest_dir)?;
+    let result = (|| {
+        // std's copy uses copy_file_range/sendfile where it can.
+        io::copy(&mut from, &mut tmp).map_err(|e| {
+            io_err(
+                format!("copying {} to {}", src.display(), tmp_path.display()),
+                e,
+            )
+        })?;
+        tmp.set_permissions(fs::Permissions::from_mode(0o755))
+            .map_err(|e| io_err(format!("chmod {}", tmp_path.display()), e))?;
+        tmp.sync_all()
+            .map_err(|e| io_err(format!("syncing {}", tmp_path.display()), e))?;
+        fs::rename(&tmp_path, &target).map_err(|e| {
+            io_err(
+                format!("renaming {} to {}", tmp_path.display(), target.display()),
+                e,
+            )
+        })
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp_path);
+        return Err(e);
+    }
+    // The rename is durable once the folder is synced; a failure here
+    // leaves a complete file in place, so it is only logged.
+    if let Err(e) = File::open(dest_dir).and_then(|d| d.sync_all()) {
+        log::warn!("syncing {}: {e}", dest_dir.display());
+    }
+    Ok(target)
+}
+
+/// A new temporary file in `dir`, created exclusively, owner-only until
+/// it is complete.
+fn create_temp(dir: &Path) -> Result<(PathBuf, File), CliError> {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let pid = std::process::id();
+    let mut last = None;
+    for attempt in 0..16u32 {
+        let p = dir.join(format!("{TMP_PREFIX}{pid}-{nanos:08x}-{attempt}"));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o700)
+            .open(&p)
+        {
+            Ok(f) => return Ok((p, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(io_err(format!("creating a file in {}", dir.display()), e)),
+        }
+    }
+    Err(io_err(
+        format!("creating a file in {}", dir.display()),
+        last.unwrap_or_else(|| io::Error::other("no free name")),
+    ))
+}
+
+/// `kubegate install-self …`: 0 installed, 2 usage, 1 I/O.
+pub fn install_self_main(argv: &[String]) -> i32 {
+    let dest = match parse(argv) {
+        Ok(Parsed::Help) => {
+            print!("{HELP}");
+            return 0;
+        }
+        Ok(Parsed::Install(d)) => d,
+        Err(e) => {
+            eprintln!("kubegate: {e}\n{SYNOPSIS}");
+            return 2;
+        }
+    };
+    match install(Path::new(SELF_EXE), &dest) {
+        Ok(path) => {
+            log::info!("installed {}", path.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("kubegate: {e}");
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A fresh folder under the system's temp folder, removed on drop.
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(tag: &str) -> TempDir {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            let p = std::env::temp_dir().join(format!(
+                "kubegate-install-test-{tag}-{}-{nanos}",
+                std::process::id()
+            ));
+            fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_one_folder() {
+        assert_eq!(
+            parse(&args(&["/x/bin"])).unwrap(),
+            Parsed::Install("/x/bin".into())
+        );
+        assert_eq!(
+            parse(&args(&["--", "-odd"])).unwrap(),
+            Parsed::Install("-odd".into())
+        );
+        assert_eq!(parse(&args(&["--help"])).unwrap(), Parsed::Help);
+        for bad in [&[][..], &["a", "b"], &["--force", "a"], &[""]] {
+            let e = parse(&args(bad)).unwrap_err();
+            assert!(e.is_usage(), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn installs_replaces_and_leaves_no_temporary_file() {
+        let t = TempDir::new("replace");
+        let src = t.path().join("src");
+        fs::write(&src, b"first").unwrap();
+        let dest = t.path().join("a/b");
+        let p = install(&src, &dest).unwrap();
+        assert_eq!(p, dest.join("kubegate"));
+        assert_eq!(fs::read(&p).unwrap(), b"first");
+        let m = fs::metadata(&p).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o755);
+        let ino = m.ino();
+        fs::write(&src, b"second, longer").unwrap();
+        install(&src, &dest).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"second, longer");
+        assert_ne!(fs::metadata(&p).unwrap().ino(), ino, "replaced by rename");
+        let names: Vec<_> = fs::read_dir(&dest)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec!["kubegate"]);
+    }
+
+    #[test]
+    fn failures_are_io_errors_and_clean_up() {
+        let t = TempDir::new("fail");
+        let src = t.path().join("src");
+        fs::write(&src, b"x").unwrap();
+        // DEST is a file.
+        let file = t.path().join("file");
+        fs::write(&file, b"").unwrap();
+        let e = install(&src, &file).unwrap_err();
+        assert_eq!(e.code, codes::LOCAL_IO, "{e}");
+        // DEST/kubegate is a folder.
+        let d = t.path().join("d");
+        fs::create_dir_all(d.join("kubegate")).unwrap();
+        let e = install(&src, &d).unwrap_err();
+        assert!(e.message.contains("is a folder"), "{e}");
+        // The source is missing: nothing left behind.
+        let e = install(&t.path().join("nope"), &d).unwrap_err();
+        assert_eq!(e.code, codes::LOCAL_IO);
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 1);
+    }
+}
