@@ -402,7 +402,7 @@ impl AppIo {
     /// close.
     /// The seq the next frame gets and every frame the ring holds (seq,
     /// stream byte, data), oldest first: what a daemon stop persists.
-    pub fn ring_snapshot(&self) -> (u32, Vec<(u32, u8, Bytes)>) {
+    pub fn ring_snapshot(&self) -> (u32, RingFrames) {
         let st = self.state.lock();
         (
             st.next_seq,
@@ -889,6 +889,9 @@ pub fn refuse(conn: WsConn, code: u16, reason: &str) {
 
 // ------------------------------------------------------------ persistence
 
+/// A ring's frames as persisted: seq, stream byte, data.
+pub type RingFrames = Vec<(u32, u8, Bytes)>;
+
 /// First bytes of a persisted ring.
 const RING_MAGIC: &[u8; 8] = b"KGRING1\n";
 
@@ -911,7 +914,7 @@ pub fn encode_ring(next_seq: u32, frames: &[(u32, u8, Bytes)]) -> Vec<u8> {
 /// Reads [`encode_ring`]'s bytes back; a clear error for anything else
 /// (wrong magic, truncation, seqs out of order, a frame at or past the
 /// next seq).
-pub fn decode_ring(b: &[u8]) -> Result<(u32, Vec<(u32, u8, Bytes)>), String> {
+pub fn decode_ring(b: &[u8]) -> Result<(u32, RingFrames), String> {
     let rest = b
         .strip_prefix(RING_MAGIC.as_slice())
         .ok_or("not a persisted ring (bad magic)")?;
@@ -959,7 +962,13 @@ mod tests {
         assert_eq!(f2[1].2.as_ref(), &[0u8, 255]);
         assert!(decode_ring(b"nope").is_err());
         assert!(decode_ring(&bytes[..bytes.len() - 1]).is_err());
-        let mut swapped = encode_ring(3, &[(2, 1, Bytes::from_static(b"a")), (1, 1, Bytes::from_static(b"b"))]);
+        let mut swapped = encode_ring(
+            3,
+            &[
+                (2, 1, Bytes::from_static(b"a")),
+                (1, 1, Bytes::from_static(b"b")),
+            ],
+        );
         assert!(decode_ring(&swapped).is_err());
         swapped = encode_ring(2, &[(2, 1, Bytes::from_static(b"a"))]);
         assert!(decode_ring(&swapped).is_err(), "a frame at the next seq");
