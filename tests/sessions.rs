@@ -503,7 +503,10 @@ fn app_output_reaches_the_io_socket_with_replay_and_stdin_reaches_the_app() {
     use tungstenite::Message;
     let d = DaemonProc::start_with(with_other_principal, "info");
     let body = json!({
-        "apps": [{"name": "echo", "entry": "echo.sh", "command": ["sh", "echo.sh"], "io": "streams"}],
+        // Directly, not under the app runner: this is about the io plumbing
+        // (a runner restart while a line is in flight would lose it).
+        "apps": [{"name": "echo", "entry": "echo.sh", "command": ["sh", "echo.sh"], "io": "streams",
+                  "runner": false}],
         "bundle": {"files": [{"path": "echo.sh",
             "content": "echo ready; while read l; do echo \"out:$l\"; echo \"err:$l\" >&2; done"}]}
     });
@@ -849,8 +852,9 @@ fn the_port_proxy_streams_and_upgrades_in_direct_access_mode_too() {
         "info",
     );
     let body = json!({
+        // APP_PY serves its own debug stream: not under the app runner.
         "apps": [{"name": "web", "entry": "app.py", "command": ["python3", "app.py"],
-                  "ports": [{"port": 8081}]}],
+                  "ports": [{"port": 8081}], "runner": false}],
         "bundle": {"files": [{"path": "app.py", "content": APP_PY}]}
     });
     let (id, mut sse) = d.create_session(&body);
