@@ -94,7 +94,15 @@ const PLAIN_SH: &str =
 
 #[test]
 fn apps_run_under_the_runner_restart_on_edits_and_re_route_from_the_manifest() {
-    let d = DaemonProc::start();
+    // The runner is off by default for now (docs/runner.md).
+    let d = DaemonProc::start_with(
+        |c| {
+            let on = c.replace("# app_runner = false", "app_runner = true");
+            assert_ne!(on, c, "the example config's app_runner line changed");
+            on
+        },
+        "info",
+    );
     let body = json!({
         "apps": [
             {"name": "web", "entry": "main.sh", "command": ["sh", "main.sh"], "io": "streams",

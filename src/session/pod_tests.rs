@@ -4,9 +4,11 @@ use crate::sim::podspec::{plan_container, PlanContext};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// With the app runner on (these tests cover the pod under it; one test
+/// turns it off).
 fn settings() -> PodSettings {
     let cfg = crate::config::Config::parse(
-        "[cluster]\nmode = \"sim\"\nmax_cpu = \"2\"\nmax_memory = \"1Gi\"\n",
+        "[cluster]\nmode = \"sim\"\nmax_cpu = \"2\"\nmax_memory = \"1Gi\"\n[sessions]\napp_runner = true\n",
         Path::new("/x"),
     )
     .unwrap();
