@@ -1153,3 +1153,92 @@ fn stdin_and_resize_reach_the_right_app_and_reloads_are_rate_limited() {
         }
     }
 }
+
+/// A daemon stop (SIGTERM) with a live session, against a separate sim
+/// (kubeconfig mode, so the pod can outlive the daemon): exit 0, viewers
+/// closed with 1001, each app's output ring persisted, the record written,
+/// and the session pod still running for the next start to re-adopt.
+#[test]
+fn a_daemon_stop_persists_output_and_leaves_the_pod_running() {
+    use kubegate::session::io::{decode_frame, decode_ring, SUBPROTOCOL};
+    use tungstenite::Message;
+    let sim = common::SimProc::start(&[]);
+    let config = format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+state_dir = "./state"
+
+[cluster]
+mode = "kubeconfig"
+kubeconfig = "{}"
+
+[[principal]]
+name = "demo"
+token_sha256 = "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997"
+workspaces = []
+may_start_sessions = true
+"#,
+        sim.kubeconfig.display()
+    );
+    let mut d = DaemonProc::start_config(&config, sim.kubeconfig.clone(), "info");
+    let body = json!({
+        "apps": [{"name": "talk", "entry": "t.sh", "command": ["sh", "t.sh"], "io": "streams"}],
+        "bundle": {"files": [{"path": "t.sh",
+            "content": "for i in 1 2 3; do echo \"line $i\"; done; while :; do sleep 3600; done"}]}
+    });
+    let (id, mut sse) = d.create_session(&body);
+    until_running(&mut sse);
+    let auth = format!("Bearer {}", d.token);
+    let (mut ws, _) = d
+        .ws(
+            &format!("/v1/sessions/{id}/io?app=talk"),
+            &[("Authorization", &auth)],
+            &[SUBPROTOCOL],
+        )
+        .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)));
+    ws.get_ref()
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    let mut seen = String::new();
+    let mut last_seq = 0;
+    while !seen.contains("line 3") {
+        if let Message::Binary(b) = ws.read().expect("output") {
+            let (seq, _, p) = decode_frame(&b).expect("frame");
+            last_seq = seq;
+            seen.push_str(&String::from_utf8_lossy(p));
+        }
+    }
+    let pod = d.session_pods(&id).pop().expect("the session pod");
+
+    assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
+    let close = loop {
+        match ws.read() {
+            Ok(Message::Close(f)) => break f,
+            Ok(_) => continue,
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    let close = close.expect("a close frame with a code");
+    assert_eq!(u16::from(close.code), 1001, "{close:?}");
+    assert!(close.reason.contains("lastSeq"), "{close:?}");
+
+    let state = d.dir.join("state").join("sessions");
+    let ring = std::fs::read(state.join(format!("{id}.io")).join("talk.ring")).expect("the ring");
+    let (next, frames) = decode_ring(&ring).expect("a valid ring");
+    assert_eq!(next, last_seq + 1);
+    let text: String = frames
+        .iter()
+        .map(|f| String::from_utf8_lossy(&f.2).into_owned())
+        .collect();
+    assert_eq!(text, "line 1\nline 2\nline 3\n");
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(state.join(format!("{id}.json"))).expect("the record"),
+    )
+    .expect("record json");
+    assert_eq!(record["status"]["status"], "running", "{record}");
+    let p = sim.kubectl_json(&["-n", "default", "get", "pod", &pod]);
+    assert_eq!(
+        p["status"]["phase"], "Running",
+        "the pod outlives the daemon"
+    );
+}

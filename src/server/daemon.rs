@@ -283,8 +283,10 @@ impl Daemon {
     /// a parent-death signal).
     pub fn shutdown(self) {
         self.gateway.shutdown();
-        self.engine.shutdown();
         let grace = self.grace;
+        // Half the bound for the sessions to persist, the rest for the
+        // listener and the embedded sim.
+        self.engine.shutdown(std::time::Instant::now() + grace / 2);
         let (tx, rx) = crossbeam_channel::bounded::<()>(1);
         let stopper = std::thread::Builder::new()
             .name("daemon-stop".into())

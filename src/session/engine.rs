@@ -45,6 +45,9 @@ pub enum Msg {
     User(UserOp, Sender<Result<(), ApiError>>),
     /// Look at the pod updates a full inbox refused (the owner's overflow).
     Wake,
+    /// The daemon stops: persist, end viewers with 1001, leave the pod
+    /// running (the next start re-adopts it), answer, end the owner.
+    Shutdown(Sender<()>),
 }
 
 /// Files to write through the agent (path, bytes).
@@ -412,7 +415,36 @@ impl Engine {
 
     /// Stops every session's owner at daemon shutdown (pods are left
     /// running; the restart issue re-adopts them).
-    pub fn shutdown(&self) {
+    /// Stops every session's owner at daemon shutdown, by `deadline`:
+    /// each persists its IO rings (`<state>/sessions/<id>.io/<app>.ring`),
+    /// takes a last checkpoint when running, writes its record, and ends
+    /// its viewers with 1001 (going away; reconnect with the last seq).
+    /// Pods are left running (re-adopted at the next start). Owners that
+    /// do not answer in time are left behind with a warning.
+    pub fn shutdown(&self, deadline: Instant) {
+        let handles: Vec<Arc<Handle>> = self.sessions.read().values().cloned().collect();
+        let (tx, rx) = bounded::<()>(handles.len().max(1));
+        let mut asked = 0usize;
+        for h in handles.iter().filter(|h| !h.is_finished()) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if h.inbox
+                .send_timeout(Msg::Shutdown(tx.clone()), left)
+                .is_ok()
+            {
+                asked += 1;
+            }
+        }
+        drop(tx);
+        let mut answered = 0usize;
+        while answered < asked && rx.recv_deadline(deadline).is_ok() {
+            answered += 1;
+        }
+        if answered < asked {
+            log::warn!(
+                "{} of {asked} sessions did not persist before the shutdown deadline",
+                asked - answered
+            );
+        }
         self.sessions.write().clear();
         self.pods.stop();
     }
@@ -457,6 +489,14 @@ impl Engine {
             .state_dir
             .join("sessions")
             .join(format!("{id}.json"))
+    }
+
+    /// Where a stop persists the session's IO rings.
+    pub fn io_dir(&self, id: &str) -> PathBuf {
+        self.settings
+            .state_dir
+            .join("sessions")
+            .join(format!("{id}.io"))
     }
 
     fn checkpoint_path(&self, id: &str) -> PathBuf {
@@ -531,6 +571,7 @@ struct Attaches {
 impl Owner {
     fn run(mut self, mut s: Session, first: Vec<Command>, inbox: Receiver<Msg>) {
         let mut done = self.execute(&s, first);
+        let mut stopped: Option<Sender<()>> = None;
         // Ticks are due by the clock, not by a quiet inbox: a pod that
         // keeps changing (an image pull retried every few hundred ms) must
         // not hold off the start deadline.
@@ -567,6 +608,11 @@ impl Owner {
             }
             let cmds = match inbox.recv_timeout(next_tick - now) {
                 Ok(Msg::Wake) => Vec::new(),
+                Ok(Msg::Shutdown(reply)) => {
+                    self.persist(&s);
+                    stopped = Some(reply);
+                    break;
+                }
                 Ok(Msg::Input(i)) => s.handle(i, now_ms()),
                 Ok(Msg::User(op, reply)) => match s.user(op, now_ms()) {
                     Ok(c) => {
@@ -608,6 +654,38 @@ impl Owner {
         open.into_iter().for_each(AttachHandle::close);
         for io in self.handle.ios.lock().values() {
             io.end(super::io::CLOSE_ENDED, "session ended");
+        }
+        if let Some(reply) = stopped {
+            let _ = reply.send(());
+        }
+    }
+
+    /// The daemon stops (see [`Engine::shutdown`]).
+    fn persist(&mut self, s: &Session) {
+        let dir = self.engine.io_dir(s.id());
+        for (app, io) in self.handle.ios.lock().iter() {
+            let (next, frames) = io.ring_snapshot();
+            let path = dir.join(format!("{app}.ring"));
+            if let Err(e) = write_atomic(&path, &super::io::encode_ring(next, &frames)) {
+                log::error!("session {}: persisting {app}'s output: {e}", s.id());
+            }
+            io.end(
+                super::io::CLOSE_GOING_AWAY,
+                "kubegate is stopping; reconnect with lastSeq when it is back",
+            );
+        }
+        if *s.status() == super::machine::Status::Running {
+            if let Some((pod, ip)) = self.handle.pod() {
+                let t = self.target(s, &pod, ip);
+                let path = self.engine.checkpoint_path(s.id());
+                if let Err(e) = checkpoint(&*self.engine.agent, &t, &path, &self.checkpointed) {
+                    log::warn!("session {}: last checkpoint: {e}", s.id());
+                }
+            }
+        }
+        let path = self.engine.record_path(s.id());
+        if let Err(e) = write_atomic(&path, s.record().to_string().as_bytes()) {
+            log::error!("session {}: writing its record: {e}", s.id());
         }
     }
 
