@@ -282,11 +282,12 @@ impl Daemon {
     /// grace (the sim's processes still die with this process: they carry
     /// a parent-death signal).
     pub fn shutdown(self) {
+        let started = std::time::Instant::now();
         self.gateway.shutdown();
-        let grace = self.grace;
         // Half the bound for the sessions to persist, the rest for the
-        // listener and the embedded sim.
-        self.engine.shutdown(std::time::Instant::now() + grace / 2);
+        // listener and the embedded sim: the whole stop stays within it.
+        self.engine.shutdown(started + self.grace / 2);
+        let grace = self.grace.saturating_sub(started.elapsed());
         let (tx, rx) = crossbeam_channel::bounded::<()>(1);
         let stopper = std::thread::Builder::new()
             .name("daemon-stop".into())
