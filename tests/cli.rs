@@ -9,11 +9,9 @@
 mod common;
 
 use common::daemon::DaemonProc;
+use common::pty::Pty;
 use common::{run_with_timeout, temp_dir, terminate, unsafe_kill, wait_for, Output, KUBEGATE};
-use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
@@ -289,112 +287,15 @@ fn errors_without_a_daemon() {
     }
 }
 
-/// A pty pair: the master, and the slave's path (opened per use).
-struct Pty {
-    master: OwnedFd,
-    slave: OwnedFd,
-    /// Everything read from the master so far.
-    seen: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Pty {
-    fn open(rows: u16, cols: u16) -> Pty {
-        use rustix::fs::{Mode, OFlags};
-        use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
-        let master =
-            openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).expect("openpt");
-        grantpt(&master).expect("grantpt");
-        unlockpt(&master).expect("unlockpt");
-        let name = ptsname(&master, Vec::new()).expect("ptsname");
-        let slave = rustix::fs::open(
-            name.as_c_str(),
-            OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .expect("open the pty slave");
-        let pty = Pty {
-            master,
-            slave,
-            seen: Arc::new(Mutex::new(Vec::new())),
-        };
-        pty.resize(rows, cols);
-        let mut reader = std::fs::File::from(pty.master.try_clone().expect("dup master"));
-        let seen = pty.seen.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                if let Ok(mut s) = seen.lock() {
-                    s.extend_from_slice(&buf[..n]);
-                }
-            }
-        });
-        pty
-    }
-
-    fn resize(&self, rows: u16, cols: u16) {
-        let ws = rustix::termios::Winsize {
-            ws_row: rows,
-            ws_col: cols,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        rustix::termios::tcsetwinsize(&self.slave, ws).expect("set the window size");
-    }
-
-    fn slave_stdio(&self) -> Stdio {
-        Stdio::from(self.slave.try_clone().expect("dup slave"))
-    }
-
-    /// `stty -g` of the slave: every termios setting, comparable.
-    fn settings(&self) -> String {
-        let out = Command::new("stty")
-            .arg("-g")
-            .stdin(self.slave_stdio())
-            .output()
-            .expect("stty -g");
-        assert!(out.status.success(), "stty -g failed");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    fn type_bytes(&self, b: &[u8]) {
-        let mut w = std::fs::File::from(self.master.try_clone().expect("dup master"));
-        w.write_all(b).expect("write to the pty master");
-    }
-
-    fn text(&self) -> String {
-        let s = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
-        String::from_utf8_lossy(&s).into_owned()
-    }
-
-    /// Waits until the output holds `what` after byte `from`; returns the
-    /// offset just past it.
-    fn wait_text(&self, what: &str, from: usize) -> usize {
-        let deadline = std::time::Instant::now() + T;
-        loop {
-            let t = self.text();
-            if let Some(i) = t.get(from..).and_then(|rest| rest.find(what)) {
-                return from + i + what.len();
-            }
-            if std::time::Instant::now() >= deadline {
-                panic!("timed out waiting for {what:?} on the terminal after byte {from}; it shows {t:?}");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn spawn_exec(&self, d: &DaemonProc, script: &str) -> Reap {
-        Reap(
-            exec_cmd(d, &["-i", "-t", "hello", "--", "sh", "-c", script])
-                .stdin(self.slave_stdio())
-                .stdout(self.slave_stdio())
-                .stderr(self.slave_stdio())
-                .spawn()
-                .expect("spawn kubegate exec -it"),
-        )
-    }
+fn spawn_exec(pty: &Pty, d: &DaemonProc, script: &str) -> Reap {
+    Reap(
+        exec_cmd(d, &["-i", "-t", "hello", "--", "sh", "-c", script])
+            .stdin(pty.stdio())
+            .stdout(pty.stdio())
+            .stderr(pty.stdio())
+            .spawn()
+            .expect("spawn kubegate exec -it"),
+    )
 }
 
 /// A child killed and reaped on drop if still running (a failed test
@@ -426,7 +327,7 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
     // the command starts (concurrently, in real kubelets as in the sim),
     // so the remote reads a line first: by then the size is in.
     let script = r#"read l; stty size; while read l; do [ "$l" = end ] && exit 3; echo "got=$l"; stty size; done"#;
-    let mut child = pty.spawn_exec(&d, script);
+    let mut child = spawn_exec(&pty, &d, script);
     pty.type_bytes(b"go\r");
     let at = pty.wait_text("go\r\n33 101\r\n", 0);
     // Ours is raw meanwhile.
@@ -457,7 +358,7 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
     assert_eq!(pty.settings(), before, "the terminal was not restored");
 
     // SIGTERM while raw: restored, then exit 128+15.
-    let mut child = pty.spawn_exec(&d, "read l; stty size; cat");
+    let mut child = spawn_exec(&pty, &d, "read l; stty size; cat");
     let from = pty.text().len();
     pty.type_bytes(b"go\r");
     pty.wait_text("go\r\n40 120\r\n", from);
@@ -468,7 +369,7 @@ fn exec_tty_goes_raw_follows_the_size_and_restores_the_terminal() {
 
     // Ctrl-D goes through as a byte: the REMOTE terminal makes it cat's
     // EOF; exit 0, terminal restored.
-    let mut child = pty.spawn_exec(&d, "cat");
+    let mut child = spawn_exec(&pty, &d, "cat");
     let from = pty.text().len();
     pty.type_bytes(b"abc\r");
     pty.wait_text("abc\r\nabc\r\n", from);
@@ -680,9 +581,9 @@ fn exec_tty_frames_against_a_scripted_server() {
     let before = pty.settings();
     let mut child = Reap(
         exec_at(&url, &["-it", "hello", "--", "sh"])
-            .stdin(pty.slave_stdio())
-            .stdout(pty.slave_stdio())
-            .stderr(pty.slave_stdio())
+            .stdin(pty.stdio())
+            .stdout(pty.stdio())
+            .stderr(pty.stdio())
             .spawn()
             .expect("spawn"),
     );

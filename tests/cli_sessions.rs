@@ -6,14 +6,14 @@
 mod common;
 
 use common::daemon::{DaemonProc, SseClient};
+use common::pty::Pty;
 use common::{run_with_timeout, temp_dir, terminate, unsafe_kill, wait_for, Output, KUBEGATE};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -342,86 +342,6 @@ fn sessions_list_stop_resume_port_forward_and_bad_input() {
         assert!(out.stdout_str().starts_with("usage: kubegate "), "{cmd}");
     }
     let _ = std::fs::remove_dir_all(&state);
-}
-
-/// A pty pair; what the master reads is collected.
-struct Pty {
-    master: OwnedFd,
-    slave: OwnedFd,
-    seen: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Pty {
-    fn open(rows: u16, cols: u16) -> Pty {
-        use rustix::fs::{Mode, OFlags};
-        use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
-        let master =
-            openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).expect("openpt");
-        grantpt(&master).expect("grantpt");
-        unlockpt(&master).expect("unlockpt");
-        let name = ptsname(&master, Vec::new()).expect("ptsname");
-        let slave = rustix::fs::open(
-            name.as_c_str(),
-            OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .expect("open the pty slave");
-        let reader = std::fs::File::from(master.try_clone().expect("dup master"));
-        let pty = Pty {
-            master,
-            slave,
-            seen: collect(reader),
-        };
-        pty.resize(rows, cols);
-        pty
-    }
-
-    fn resize(&self, rows: u16, cols: u16) {
-        let ws = rustix::termios::Winsize {
-            ws_row: rows,
-            ws_col: cols,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        rustix::termios::tcsetwinsize(&self.slave, ws).expect("set the window size");
-    }
-
-    fn stdio(&self) -> Stdio {
-        Stdio::from(self.slave.try_clone().expect("dup slave"))
-    }
-
-    fn settings(&self) -> String {
-        let out = Command::new("stty")
-            .arg("-g")
-            .stdin(self.stdio())
-            .output()
-            .expect("stty -g");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    fn type_bytes(&self, b: &[u8]) {
-        let mut w = std::fs::File::from(self.master.try_clone().expect("dup master"));
-        w.write_all(b).expect("write to the pty master");
-    }
-
-    fn text(&self) -> String {
-        Live::text(&self.seen)
-    }
-
-    fn wait_text(&self, what: &str, from: usize) -> usize {
-        let deadline = Instant::now() + T;
-        loop {
-            let t = self.text();
-            if let Some(i) = t.get(from..).and_then(|rest| rest.find(what)) {
-                return from + i + what.len();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what:?} after byte {from}; the terminal shows {t:?}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
 }
 
 #[test]

@@ -215,12 +215,6 @@ fn serve(client: &Client, prefix: &str, mut sock: TcpStream) {
 /// handshake is answered with the subprotocol the app chose, and messages
 /// are bridged both ways until either side ends.
 fn forward_websocket(client: &Client, prefix: &str, req: &Request, mut sock: TcpStream) {
-    const HANDSHAKE: &[&str] = &[
-        "sec-websocket-key",
-        "sec-websocket-version",
-        "sec-websocket-protocol",
-        "sec-websocket-extensions",
-    ];
     let header = |name: &str| {
         req.headers
             .iter()
@@ -239,7 +233,7 @@ fn forward_websocket(client: &Client, prefix: &str, req: &Request, mut sock: Tcp
     };
     let headers: Vec<(String, String)> = end_to_end_headers(&req.headers, &["authorization"])
         .into_iter()
-        .filter(|(k, _)| !HANDSHAKE.contains(&k.to_ascii_lowercase().as_str()))
+        .filter(|(k, _)| !crate::http::ws::is_handshake_header(k))
         .collect();
     let path = format!("{prefix}{}", req.target);
     let (upstream, chosen) =

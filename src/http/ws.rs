@@ -382,6 +382,23 @@ pub fn client_handshake<S: std::io::Read + std::io::Write>(
     Ok((ws, chosen))
 }
 
+/// Headers a WebSocket handshake writes itself (lower case): a proxy that
+/// opens its own upgrade to the far side must not copy the client's.
+pub const HANDSHAKE_HEADERS: &[&str] = &[
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-protocol",
+    "sec-websocket-extensions",
+    "sec-websocket-accept",
+];
+
+/// Whether `name` is one of [`HANDSHAKE_HEADERS`] (any case).
+pub fn is_handshake_header(name: &str) -> bool {
+    HANDSHAKE_HEADERS
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(name))
+}
+
 /// Whether `headers` ask for a WebSocket upgrade.
 pub fn wants_websocket(headers: &[(String, String)]) -> bool {
     let has = |name: &str, token: &str| {

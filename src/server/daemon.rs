@@ -879,16 +879,10 @@ impl FrontDoor {
         path: &str,
         req: &Request,
     ) -> Result<Reply, ApiError> {
-        const HANDSHAKE: &[&str] = &[
-            "sec-websocket-key",
-            "sec-websocket-version",
-            "sec-websocket-protocol",
-            "sec-websocket-extensions",
-        ];
         let headers: Vec<(String, String)> =
             crate::session::relay::end_to_end_headers(&req.headers, &["authorization"])
                 .into_iter()
-                .filter(|(k, _)| !HANDSHAKE.contains(&k.to_ascii_lowercase().as_str()))
+                .filter(|(k, _)| !crate::http::ws::is_handshake_header(k))
                 .collect();
         let offer = req.header("sec-websocket-protocol");
         let unreachable =

@@ -373,6 +373,17 @@ impl ApiProxyAccess {
     }
 }
 
+/// A non-2xx answer to a stream request as an error, with an excerpt of
+/// its body (read up to [`MAX_STATUS_BODY`]).
+fn status_error(status: u16, body: &mut impl Read) -> AccessError {
+    let b =
+        read_bounded(&mut body.take(MAX_STATUS_BODY as u64), usize::MAX, None).unwrap_or_default();
+    AccessError::Status {
+        status,
+        body: excerpt(&b),
+    }
+}
+
 /// A transport message that says a timer fired.
 fn is_timeout_message(m: &str) -> bool {
     let m = m.to_ascii_lowercase();
@@ -488,18 +499,9 @@ impl PodAccess for ApiProxyAccess {
             }
         };
         if !(200..300).contains(&resp.status) {
-            let body = read_bounded(
-                &mut (&mut resp).take(MAX_STATUS_BODY as u64),
-                usize::MAX,
-                None,
-            )
-            .unwrap_or_default();
-            let status = resp.status;
+            let err = status_error(resp.status, &mut resp);
             self.keep_agent(pr.read_timeout, resp.into_agent());
-            return Err(AccessError::Status {
-                status,
-                body: excerpt(&body),
-            });
+            return Err(err);
         }
         let cancel = resp.canceller();
         Ok(StreamHandle {
@@ -964,12 +966,7 @@ impl PodAccess for DirectAccess {
         };
         let mut s = self.open(t, port, &req, idle)?;
         if !(200..300).contains(&s.status) {
-            let b = read_bounded(&mut (&mut s).take(MAX_STATUS_BODY as u64), usize::MAX, None)
-                .unwrap_or_default();
-            return Err(AccessError::Status {
-                status: s.status,
-                body: excerpt(&b),
-            });
+            return Err(status_error(s.status, &mut s));
         }
         Ok(s)
     }

@@ -29,15 +29,6 @@ fn unavailable(msg: &str) -> Response {
     Response::json(503, s.to_json())
 }
 
-/// Headers of a WebSocket upgrade that the handshake itself writes.
-const HANDSHAKE: &[&str] = &[
-    "sec-websocket-key",
-    "sec-websocket-version",
-    "sec-websocket-protocol",
-    "sec-websocket-extensions",
-    "sec-websocket-accept",
-];
-
 /// A WebSocket upgrade through the proxy (the real API server passes
 /// upgrades on too): the pod's side is opened first, with the client's
 /// subprotocol offer, then the client's is accepted with the protocol the
@@ -72,7 +63,7 @@ pub fn forward_websocket(req: &Request, ip: &str, port: u16, path: &str) -> Repl
         .iter()
         .filter(|(k, _)| {
             let k = k.to_ascii_lowercase();
-            !HOP_BY_HOP.contains(&k.as_str()) && !HANDSHAKE.contains(&k.as_str())
+            !HOP_BY_HOP.contains(&k.as_str()) && !crate::http::ws::is_handshake_header(&k)
         })
         .cloned()
         .collect();

@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod daemon;
 pub mod pod_fixture;
+pub mod pty;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
