@@ -250,6 +250,7 @@ kubeconfig = "{kubeconfig}"
 max_sessions = {max_sessions}
 max_sessions_per_principal = {max_sessions}
 idle_secs = 86400
+app_runner = {app_runner}
 
 [[principal]]
 name = "demo"
@@ -257,7 +258,8 @@ token_sha256 = "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997
 workspaces = []
 may_start_sessions = true
 "#,
-            state = state.display()
+            state = state.display(),
+            app_runner = std::env::var("BENCH_APP_RUNNER").is_ok_and(|v| v == "1"),
         );
         std::fs::write(&config, text).expect("write config");
         let log = dir.join("daemon.log");

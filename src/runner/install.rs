@@ -29,7 +29,8 @@ pub const SYNOPSIS: &str = "usage: kubegate install-self DEST";
 pub const HELP: &str = "usage: kubegate install-self DEST
 
 Copies the running kubegate executable to DEST/kubegate (mode 0755),
-creating DEST if needed. The copy is written to a temporary file in DEST
+creating DEST if needed; a hard link instead of a copy when DEST is on
+the same filesystem and the executable is readable by everyone. The copy is written to a temporary file in DEST
 and renamed into place, so DEST/kubegate is always either the old file or
 the complete new one; running it again replaces the copy.
 
@@ -84,6 +85,26 @@ fn io_err(what: String, e: io::Error) -> CliError {
 
 /// Copies `src` to `dest_dir/kubegate` atomically; the installed path.
 pub fn install(src: &Path, dest_dir: &Path) -> Result<PathBuf, CliError> {
+    install_with(src, dest_dir, false)
+}
+
+/// [`install`], but a hard link to `src` when `prefer_link` and it can be
+/// one: same filesystem, linking allowed, and `src` readable and
+/// executable by everyone (mode 0555 at least). Executables are replaced
+/// by rename, never written in place (a running one cannot be: ETXTBSY),
+/// so a link is as good as a copy for a binary, and costs no space: on
+/// the sim every pod's volume is a folder on the same disk, and a copy of
+/// a 70 MB binary per session pod filled that disk at a few hundred
+/// sessions. In a real cluster the image layer and the pod's volume are
+/// different filesystems: the link fails (EXDEV) and the copy is made.
+pub fn install_with(src: &Path, dest_dir: &Path, prefer_link: bool) -> Result<PathBuf, CliError> {
+    if prefer_link {
+        fs::create_dir_all(dest_dir)
+            .map_err(|e| io_err(format!("creating {}", dest_dir.display()), e))?;
+        if let Some(target) = try_link(src, dest_dir) {
+            return Ok(target);
+        }
+    }
     fs::create_dir_all(dest_dir)
         .map_err(|e| io_err(format!("creating {}", dest_dir.display()), e))?;
     let target = dest_dir.join(INSTALLED_NAME);
@@ -124,6 +145,51 @@ pub fn install(src: &Path, dest_dir: &Path) -> Result<PathBuf, CliError> {
         log::warn!("syncing {}: {e}", dest_dir.display());
     }
     Ok(target)
+}
+
+/// Links `src` into `dest_dir` under its installed name (atomically: a
+/// temporary link renamed into place); `None` when it cannot be linked,
+/// for the caller to copy instead.
+fn try_link(src: &Path, dest_dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let real = fs::canonicalize(src).ok()?;
+    let meta = fs::metadata(&real).ok()?;
+    if !meta.is_file() || meta.permissions().mode() & 0o555 != 0o555 {
+        return None;
+    }
+    let target = dest_dir.join(INSTALLED_NAME);
+    match fs::symlink_metadata(&target) {
+        // Already this very file: nothing to do (a rename of one link of
+        // an inode over another of the same inode does nothing at all).
+        Ok(m) if m.is_file() && m.ino() == meta.ino() && m.dev() == meta.dev() => {
+            return Some(target)
+        }
+        Ok(m) if m.is_dir() => return None,
+        _ => {}
+    }
+    let pid = std::process::id();
+    for attempt in 0..16u32 {
+        let p = dest_dir.join(format!("{TMP_PREFIX}{pid}-link-{attempt}"));
+        match fs::hard_link(&real, &p) {
+            Ok(()) => {
+                if fs::rename(&p, &target).is_ok() {
+                    return Some(target);
+                }
+                let _ = fs::remove_file(&p);
+                return None;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                log::debug!(
+                    "linking {} into {}: {e}; copying",
+                    real.display(),
+                    dest_dir.display()
+                );
+                return None;
+            }
+        }
+    }
+    None
 }
 
 /// A new temporary file in `dir`, created exclusively, owner-only until
@@ -167,7 +233,7 @@ pub fn install_self_main(argv: &[String]) -> i32 {
             return 2;
         }
     };
-    match install(Path::new(SELF_EXE), &dest) {
+    match install_with(Path::new(SELF_EXE), &dest, true) {
         Ok(path) => {
             log::info!("installed {}", path.display());
             0
@@ -251,6 +317,39 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec!["kubegate"]);
+    }
+
+    #[test]
+    fn links_on_the_same_filesystem_and_copies_what_others_cannot_read() {
+        let t = TempDir::new("link");
+        let src = t.path().join("src");
+        fs::write(&src, b"binary").unwrap();
+        fs::set_permissions(&src, fs::Permissions::from_mode(0o755)).unwrap();
+        let dest = t.path().join("bin");
+        let p = install_with(&src, &dest, true).unwrap();
+        let (a, b) = (fs::metadata(&src).unwrap(), fs::metadata(&p).unwrap());
+        assert_eq!((a.ino(), a.nlink()), (b.ino(), 2), "a link, not a copy");
+        // Again: still one link, no temporary name left behind.
+        install_with(&src, &dest, true).unwrap();
+        assert_eq!(fs::metadata(&src).unwrap().nlink(), 2);
+        let names: Vec<_> = fs::read_dir(&dest)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec!["kubegate"]);
+        // A new source (replaced by rename, as binaries are): a new link.
+        let next = t.path().join("next");
+        fs::write(&next, b"binary 2").unwrap();
+        fs::set_permissions(&next, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::rename(&next, &src).unwrap();
+        install_with(&src, &dest, true).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"binary 2");
+        // Owner-only: a copy with mode 0755 (other users run it).
+        fs::set_permissions(&src, fs::Permissions::from_mode(0o700)).unwrap();
+        let p = install_with(&src, &t.path().join("other"), true).unwrap();
+        let m = fs::metadata(&p).unwrap();
+        assert_ne!(m.ino(), fs::metadata(&src).unwrap().ino());
+        assert_eq!(m.permissions().mode() & 0o7777, 0o755);
     }
 
     #[test]
