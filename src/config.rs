@@ -289,7 +289,7 @@ impl Default for SessionsSection {
             orphan_grace_secs: 600,
             start_deadline_secs: 180,
             agent_deadline_secs: 120,
-            app_runner: false,
+            app_runner: true,
         }
     }
 }
@@ -1329,7 +1329,7 @@ mod tests {
         assert_eq!(ss.orphan_grace_secs, 600);
         assert_eq!(ss.start_deadline_secs, 180);
         assert_eq!(ss.agent_deadline_secs, 120);
-        assert!(!ss.app_runner);
+        assert!(ss.app_runner);
         let k = &c.cluster;
         assert_eq!(k.session_namespace, "default");
         assert!(k.workspace_image.starts_with("ghcr.io/kubegate/kubegate:"));
@@ -1493,10 +1493,10 @@ mod tests {
     }
 
     #[test]
-    fn the_app_runner_is_off_unless_turned_on() {
-        assert!(!parse(&minimal()).unwrap().sessions.app_runner);
-        let c = parse(&format!("{}[sessions]\napp_runner = true\n", minimal())).unwrap();
-        assert!(c.sessions.app_runner);
+    fn the_app_runner_is_on_unless_turned_off() {
+        assert!(parse(&minimal()).unwrap().sessions.app_runner);
+        let c = parse(&format!("{}[sessions]\napp_runner = false\n", minimal())).unwrap();
+        assert!(!c.sessions.app_runner);
         assert_eq!(
             key_of(&format!("{}[sessions]\napp_runner = 1\n", minimal())),
             "sessions.app_runner"

@@ -1157,6 +1157,7 @@ fn the_daemons_debug_relay_consumes_the_stream() {
         port,
         move |f| {
             let _ = tx.send(f);
+            Ok(())
         },
     );
     let next = |pred: &dyn Fn(&Value) -> bool| -> Value {

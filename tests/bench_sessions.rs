@@ -139,6 +139,8 @@ fn fold_name(comm: &str) -> String {
         "session-io-in",
         "session-relay",
         "session-relays",
+        // "session-relay-pump", as the kernel keeps it (15 bytes).
+        "session-relay-p",
         "session-pods",
         "session-probe",
     ];

@@ -187,6 +187,7 @@ fn debug_relay(f: &Fixture, access: &Arc<dyn PodAccess>) {
     let (tx, frames) = unbounded();
     let h = relay::start_relay(access.clone(), f.target.clone(), 9230, move |v| {
         let _ = tx.send((Instant::now(), v));
+        Ok(())
     });
     let (_, ports) = next(&frames, "the PortsResolved event");
     assert_eq!(
@@ -224,6 +225,7 @@ fn relay_before_the_app_listens(f: &Fixture, access: &Arc<dyn PodAccess>, port: 
     let (tx, frames) = unbounded();
     let h = relay::start_relay(access.clone(), f.target.clone(), port, move |v| {
         let _ = tx.send(v);
+        Ok(())
     });
     // Refused at least once before the trigger (what the relay sees too).
     wait_for("the port refusing", WAIT, || {

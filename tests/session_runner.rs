@@ -94,12 +94,14 @@ const PLAIN_SH: &str =
 
 #[test]
 fn apps_run_under_the_runner_restart_on_edits_and_re_route_from_the_manifest() {
-    // The runner is off by default for now (docs/runner.md).
+    // The runner is on by default: the example config leaves it so.
     let d = DaemonProc::start_with(
         |c| {
-            let on = c.replace("# app_runner = false", "app_runner = true");
-            assert_ne!(on, c, "the example config's app_runner line changed");
-            on
+            assert!(
+                c.contains("# app_runner = true"),
+                "the example config's app_runner line changed"
+            );
+            c
         },
         "info",
     );

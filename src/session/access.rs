@@ -29,12 +29,15 @@
 
 use crate::config::PodAccess as PodAccessMode;
 use crate::http::parse::ChunkedDecoder;
+use crate::http::stream::{ClientSocket, PollStream};
 use crate::http::HttpError;
 use crate::kube::client::{Client, KubeError, ProxyError, ProxyRequest};
+use crate::kube::remote::{connect as raw, request::parse_server};
 use parking_lot::Mutex;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use ureq::http::Method;
@@ -136,6 +139,10 @@ fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a st
 pub struct StreamCanceller(Arc<dyn Fn() + Send + Sync>);
 
 impl StreamCanceller {
+    pub fn new(f: impl Fn() + Send + Sync + 'static) -> StreamCanceller {
+        StreamCanceller(Arc::new(f))
+    }
+
     pub fn cancel(&self) {
         (self.0)()
     }
@@ -177,6 +184,52 @@ impl StreamHandle {
 impl Read for StreamHandle {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.body.read(buf)
+    }
+}
+
+/// A response body a poll(2) loop reads: `read` never blocks (no data
+/// yet is `WouldBlock`), `fd` is what to wait on.
+pub trait PollBody: Read + Send {
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// Bytes are readable without the socket becoming readable (decrypted
+    /// TLS plaintext, bytes read with the head): read before waiting.
+    fn has_buffered_input(&self) -> bool;
+}
+
+/// A 2xx answer whose body a poll loop reads ([`PodAccess::stream_polled`]).
+pub struct PolledStream {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Box<dyn PollBody>,
+}
+
+impl fmt::Debug for PolledStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolledStream")
+            .field("status", &self.status)
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A non-blocking socket under a [`BodyReader`]: reads pass through,
+/// `WouldBlock` included.
+struct Nb<S>(S);
+
+impl<S: Read> Read for Nb<S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<S: PollStream + 'static> PollBody for BodyReader<Nb<S>> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.src.0.as_fd()
+    }
+    fn has_buffered_input(&self) -> bool {
+        self.pos < self.leftover.len()
+            || self.out_pos < self.out.len()
+            || self.src.0.has_buffered_input()
     }
 }
 
@@ -279,6 +332,19 @@ pub trait PodAccess: Send + Sync {
         idle: Duration,
     ) -> Result<StreamHandle, AccessError>;
 
+    /// `GET path` like [`PodAccess::stream`], with the answer's body for a
+    /// poll(2) loop instead of a blocking reader: the debug relays' one
+    /// reader thread waits on every open stream at once. A non-2xx answer
+    /// is an error. `timeout` bounds the connect and the answer's head.
+    fn stream_polled(
+        &self,
+        t: &PodTarget,
+        port: u16,
+        path: &str,
+        headers: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<PolledStream, AccessError>;
+
     /// Whether the port accepts connections. `Ok(false)` when it refuses,
     /// cannot be reached, or gives no sign within `timeout`; errors are
     /// failures to ask (the pod does not exist, the API server refuses).
@@ -305,6 +371,11 @@ pub struct ApiProxyAccess {
     /// instead of opening one per attempt. An attempt that opens a stream
     /// takes its agent with it (cutting the stream shuts that agent down).
     spare: Arc<Mutex<Vec<SpareAgent>>>,
+    /// Connections to the API server whose polled-stream attempt got a
+    /// complete error answer (the app not listening yet): the next attempt
+    /// sends its request on one instead of a new connection and TLS
+    /// handshake. At most [`SPARE_AGENTS`].
+    spare_sockets: Arc<Mutex<Vec<ClientSocket>>>,
 }
 
 /// A kept agent and the per-read timeout it was built with.
@@ -318,7 +389,103 @@ impl ApiProxyAccess {
         ApiProxyAccess {
             client,
             spare: Arc::new(Mutex::new(Vec::new())),
+            spare_sockets: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+
+    /// [`PodAccess::stream_polled`]: the request written on a raw socket to
+    /// the API server (a kept one first; a fresh one if that fails before
+    /// any answer), the head read under the deadline, then the socket
+    /// switched to non-blocking for the poll loop.
+    fn open_polled(
+        &self,
+        pr: &ProxyRequest,
+        timeout: Duration,
+    ) -> Result<PolledStream, AccessError> {
+        let conn = self.client.connection();
+        let ep = parse_server(&conn.server).map_err(|m| AccessError::Kube(KubeError::Config(m)))?;
+        let deadline = Instant::now() + timeout.max(Duration::from_millis(1));
+        let bearer = conn
+            .credentials
+            .bearer()
+            .map_err(|e| AccessError::Kube(KubeError::Credentials(e.to_string())))?;
+        let mut req = format!(
+            "GET {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\n",
+            ep.prefix,
+            pr.url_path(),
+            ep.authority,
+            crate::kube::client::http::USER_AGENT
+        );
+        if let Some(b) = bearer {
+            req.push_str(&format!("Authorization: Bearer {b}\r\n"));
+        }
+        for (k, v) in &pr.headers {
+            if !["host", "connection", "content-length", "transfer-encoding"]
+                .iter()
+                .any(|h| k.eq_ignore_ascii_case(h))
+            {
+                req.push_str(&format!("{k}: {v}\r\n"));
+            }
+        }
+        req.push_str("\r\n");
+        let transport = |what: &str, e: &dyn fmt::Display| {
+            AccessError::Kube(KubeError::Transport(format!(
+                "{what} {}: {e}",
+                ep.authority
+            )))
+        };
+        let kept = self.spare_sockets.lock().pop();
+        let (sock, head, rest) = match kept.map(|s| raw_exchange(s, &req, deadline)) {
+            Some(Ok(done)) => done,
+            // A kept connection the server closed meanwhile: a new one.
+            _ => {
+                let sock =
+                    raw::dial(conn, &ep, deadline).map_err(|e| transport("connecting to", &e))?;
+                raw_exchange(sock, &req, deadline).map_err(|e| match e {
+                    RawError::Io(e) => transport("asking", &e),
+                    RawError::Access(e) => e,
+                })?
+            }
+        };
+        if head.status == 401 {
+            conn.credentials.invalidate();
+        }
+        let framing = BodyReader::<Nb<ClientSocket>>::framing(&Method::GET, &head)?;
+        if !(200..300).contains(&head.status) {
+            let reusable = matches!(framing, Framing::Length(n) if n <= MAX_STATUS_BODY as u64)
+                && !find_header(&head.headers, "connection")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+            let mut body = BodyReader::new(TimedClient { sock, deadline }, rest, framing);
+            let b = read_bounded(
+                &mut (&mut body).take(MAX_STATUS_BODY as u64),
+                usize::MAX,
+                None,
+            )
+            .unwrap_or_default();
+            if reusable && matches!(body.framing, Framing::Done) {
+                let mut spare = self.spare_sockets.lock();
+                if spare.len() < SPARE_AGENTS {
+                    spare.push(body.src.sock);
+                }
+            }
+            return Err(
+                match crate::kube::client::proxy::server_status(head.status, &b) {
+                    Some(e) => from_proxy(e),
+                    None => AccessError::Status {
+                        status: head.status,
+                        body: excerpt(&b),
+                    },
+                },
+            );
+        }
+        sock.set_read_timeout(None)
+            .and_then(|()| sock.set_nonblocking(true))
+            .map_err(|e| transport("configuring the socket to", &e))?;
+        Ok(PolledStream {
+            status: head.status,
+            headers: head.headers,
+            body: Box::new(BodyReader::new(Nb(sock), rest, framing)),
+        })
     }
 
     fn take_agent(&self, read_timeout: Option<Duration>) -> ureq::Agent {
@@ -512,6 +679,18 @@ impl PodAccess for ApiProxyAccess {
         })
     }
 
+    fn stream_polled(
+        &self,
+        t: &PodTarget,
+        port: u16,
+        path: &str,
+        headers: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<PolledStream, AccessError> {
+        let pr = Self::proxy_request(t, port, Method::GET, path, headers, None, timeout)?;
+        self.open_polled(&pr, timeout)
+    }
+
     fn open(
         &self,
         t: &PodTarget,
@@ -655,6 +834,47 @@ impl Read for TimedSocket {
             r => r,
         }
     }
+}
+
+/// A [`ClientSocket`] read with socket timeouts from a deadline (a
+/// missed deadline is `TimedOut`).
+struct TimedClient {
+    sock: ClientSocket,
+    deadline: Instant,
+}
+
+impl Read for TimedClient {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+        }
+        self.sock.set_read_timeout(Some(left))?;
+        match self.sock.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, "no data in time"))
+            }
+            r => r,
+        }
+    }
+}
+
+enum RawError {
+    /// Nothing came back: the request may not have reached the server.
+    Io(io::Error),
+    Access(AccessError),
+}
+
+/// Writes `req` on `sock` and reads the answer's head before `deadline`.
+fn raw_exchange(
+    mut sock: ClientSocket,
+    req: &str,
+    deadline: Instant,
+) -> Result<(ClientSocket, Head, Vec<u8>), RawError> {
+    raw::write_all(&mut sock, req.as_bytes(), deadline).map_err(RawError::Io)?;
+    let mut timed = TimedClient { sock, deadline };
+    let (head, rest) = read_head(&mut timed).map_err(RawError::Access)?;
+    Ok((timed.sock, head, rest))
 }
 
 /// A parsed response head.
@@ -969,6 +1189,43 @@ impl PodAccess for DirectAccess {
             return Err(status_error(s.status, &mut s));
         }
         Ok(s)
+    }
+
+    fn stream_polled(
+        &self,
+        t: &PodTarget,
+        port: u16,
+        path: &str,
+        headers: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<PolledStream, AccessError> {
+        let req = PodRequest {
+            headers: headers.to_vec(),
+            timeout,
+            ..PodRequest::get(path)
+        };
+        let deadline = Instant::now() + timeout.max(Duration::from_millis(1));
+        let (head, mut body, sock) = self.exchange(t, port, &req, deadline)?;
+        if !(200..300).contains(&head.status) {
+            return Err(status_error(head.status, &mut body));
+        }
+        sock.set_nonblocking(true)
+            .map_err(|e| AccessError::Unreachable {
+                message: format!("configuring the socket: {e}"),
+            })?;
+        // Nothing of the body was read yet: what came with the head, and
+        // the framing, move to the non-blocking reader.
+        let BodyReader {
+            leftover,
+            pos,
+            framing,
+            ..
+        } = body;
+        Ok(PolledStream {
+            status: head.status,
+            headers: head.headers,
+            body: Box::new(BodyReader::new(Nb(sock), leftover[pos..].to_vec(), framing)),
+        })
     }
 
     fn open(

@@ -813,12 +813,21 @@ impl Owner {
                         self.engine.access.clone(),
                         self.pod_target(&pod, ip),
                         port,
+                        // Never blocks (one thread reads every relay): a
+                        // full inbox gives the frame back, kept and offered
+                        // again; a closed one means the session is over.
                         move |frame| {
-                            let _ = tx.send(Msg::Input(Input::Debug {
+                            let m = Msg::Input(Input::Debug {
                                 pod: p.clone(),
                                 app: app.clone(),
                                 frame,
-                            }));
+                            });
+                            match tx.try_send(m) {
+                                Err(crossbeam_channel::TrySendError::Full(Msg::Input(
+                                    Input::Debug { frame, .. },
+                                ))) => Err(frame),
+                                _ => Ok(()),
+                            }
                         },
                     );
                     self.relays.entry(pod).or_default().push(h);

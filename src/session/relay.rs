@@ -3,12 +3,13 @@
 //! work in both `[cluster] pod_access` modes:
 //!
 //! - the debug relay ([`start_relay`]): per app, `GET /events` streamed
-//!   from the app's debug port on a thread that lives as long as one
-//!   attempt (between attempts a job on the process-wide `crate::timer`
-//!   waits, not a thread), parsing server-sent events
-//!   (`session::sse`) and handing every valid JSON frame to a callback;
-//!   retries with backoff (0.5 s doubling to 5 s) until stopped, resuming
-//!   with `Last-Event-ID`;
+//!   from the app's debug port, parsing server-sent events
+//!   (`session::sse`) and offering every valid JSON frame to a callback
+//!   that never blocks; retries with backoff (0.5 s doubling to 5 s) until
+//!   stopped, resuming with `Last-Event-ID`. No thread per relay: attempts
+//!   run on two shared connector threads, the waits between them are jobs
+//!   on the process-wide `crate::timer`, and every open stream is read by
+//!   one `session-relay-pump` thread with poll(2) ([`pump`]);
 //! - the reachability prober ([`start_probe`]): one thread per tcp port,
 //!   `checking` at once, `reachable` on the first accepted connection,
 //!   `unreachable` once after 30 s, then slower probes;
@@ -16,28 +17,25 @@
 //!   daemon's `…/ports/{port}/{path}` route, without hop-by-hop headers nor
 //!   the client's `Authorization`.
 //!
-//! Threads: a relay attempt is a `session-relay` thread, a probe a
-//! `session-probe` thread; each is told to stop through its handle
-//! (`stop()`, or `Drop`; a relay's next attempt then never starts):
-//! a flag, a disconnected channel that ends any wait at once (waits are
-//! `recv_timeout` on it, never a bare sleep), and for the relay the current
-//! stream's canceller, which cuts a blocked read. `stop()` never waits for
-//! the thread (the engine's owner thread calls it, and the callbacks may be
-//! sending to that owner's bounded inbox: waiting could deadlock).
-//! Callbacks are not called once the thread has seen the stop; a frame or
-//! state being delivered at the very moment of the stop may still arrive,
-//! which the machine tolerates (every input names its pod, and a stopped
-//! probe's port is no longer in its set). A thread blocked in a connect or
-//! a probe ends when that call returns (bounded by its timeout).
+//! Threads: a probe is a `session-probe` thread, told to stop through its
+//! handle (`stop()`, or `Drop`): a flag and a disconnected channel that
+//! ends any wait at once (waits are `recv_timeout` on it, never a bare
+//! sleep). A relay's `stop()` sets its flag, cancels its next attempt and
+//! wakes the reader thread, which drops the relay's stream on its next
+//! turn. `stop()` never waits (the engine's owner thread calls it).
+//! Callbacks are not called once the stop is seen; a frame being
+//! delivered at the very moment of the stop may still arrive, which the
+//! machine tolerates (every input names its pod, and a stopped probe's
+//! port is no longer in its set). A thread blocked in a connect or a
+//! probe ends when that call returns (bounded by its timeout).
 //! `stop_and_wait` is there for tests and shutdown.
 
 use crate::session::access::{AccessError, PodAccess, PodRequest, PodResponse, PodTarget};
-use crate::session::access::{StreamCanceller, StreamHandle};
+use crate::session::access::{PollBody, StreamCanceller};
 use crate::session::machine::Reach;
-use crate::session::sse::{SseError, SseParser};
+use crate::session::sse::SseParser;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use serde_json::Value;
-use std::io::{ErrorKind, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -230,9 +228,8 @@ pub struct RelayHandle {
 /// One relay: what its attempts share. No thread waits between attempts:
 /// the next one is a job on the process-wide timer (`crate::timer`), which
 /// holds only a `Weak` (a dropped handle ends the relay); the attempt's
-/// connect runs on one of the process's relay connector threads, and only
-/// an opened stream gets a `session-relay` thread of its own, ending with
-/// the stream.
+/// connect runs on one of the process's relay connector threads, and an
+/// opened stream is read by the process's one reader thread ([`pump`]).
 struct Relay {
     access: Arc<dyn PodAccess>,
     target: PodTarget,
@@ -250,7 +247,7 @@ struct Progress {
     parser: SseParser,
     backoff: Backoff,
     last_error: String,
-    on_frame: Box<dyn Fn(Value) + Send>,
+    on_frame: Box<dyn FnMut(Value) -> Result<(), Value> + Send>,
 }
 
 impl RelayHandle {
@@ -291,20 +288,23 @@ pub fn start_relay(
     access: Arc<dyn PodAccess>,
     target: PodTarget,
     port: u16,
-    on_frame: impl Fn(Value) + Send + 'static,
+    on_frame: impl FnMut(Value) -> Result<(), Value> + Send + 'static,
 ) -> RelayHandle {
     start_relay_with(access, target, port, RelayTimings::default(), on_frame)
 }
 
 /// Relays `GET /events` of `port`: every valid frame ([`parse_frame`]) goes
-/// to `on_frame`, in order, on the relay's attempt threads (one at a time).
-/// The first attempt starts at once.
+/// to `on_frame`, in order, one call at a time. `on_frame` must not block
+/// (it runs on the process's one relay reader thread): it gives a frame
+/// it has no room for back (`Err`), and the relay offers it again before
+/// reading more of that stream (backpressure, no frame dropped; the other
+/// streams go on). The first attempt starts at once.
 pub fn start_relay_with(
     access: Arc<dyn PodAccess>,
     target: PodTarget,
     port: u16,
     timings: RelayTimings,
-    on_frame: impl Fn(Value) + Send + 'static,
+    on_frame: impl FnMut(Value) -> Result<(), Value> + Send + 'static,
 ) -> RelayHandle {
     let (stop, _wake) = Stop::new();
     let relay = Arc::new(Relay {
@@ -380,24 +380,12 @@ fn launch(relay: &Arc<Relay>) {
     }
 }
 
-/// One connection attempt; an opened stream is read on a `session-relay`
-/// thread of its own, so the caller (a connector) is free at once.
+/// One connection attempt; an opened stream goes to the reader thread
+/// ([`pump`]), so the caller (a connector) is free at once.
 fn connect_step(relay: &Arc<Relay>) {
-    let stream = match open_stream(relay) {
-        Ok(s) => s,
-        Err(wait) => return finish(relay, wait),
-    };
-    let r = relay.clone();
-    let spawned = std::thread::Builder::new()
-        .name("session-relay".into())
-        .spawn(move || {
-            let wait = read_to_end(&r, stream);
-            finish(&r, wait);
-        });
-    if let Err(e) = spawned {
-        log::error!("spawning a session-relay thread: {e}");
-        relay.stop.clear_current();
-        finish(relay, relay.timings.max_retry);
+    match open_stream(relay) {
+        Ok(body) => pump::add(relay.clone(), body),
+        Err(wait) => finish(relay, wait),
     }
 }
 
@@ -432,7 +420,7 @@ fn what(relay: &Relay) -> String {
 
 /// Opens the stream (registered with the stop, so `stop()` cuts it); on
 /// failure or stop the wait before the next attempt.
-fn open_stream(relay: &Relay) -> Result<StreamHandle, Duration> {
+fn open_stream(relay: &Relay) -> Result<Box<dyn PollBody>, Duration> {
     let mut guard = lock(&relay.progress);
     let p = &mut *guard;
     let mut headers = vec![
@@ -443,7 +431,7 @@ fn open_stream(relay: &Relay) -> Result<StreamHandle, Duration> {
         headers.push(("Last-Event-ID".to_string(), id.to_string()));
     }
     p.parser.reset();
-    match relay.access.stream(
+    match relay.access.stream_polled(
         &relay.target,
         relay.port,
         EVENTS_PATH,
@@ -451,12 +439,13 @@ fn open_stream(relay: &Relay) -> Result<StreamHandle, Duration> {
         relay.timings.idle,
     ) {
         Ok(s) => {
-            if !relay.stop.set_current(s.canceller()) {
+            // The reader thread sees the stop flag when woken.
+            if !relay.stop.set_current(StreamCanceller::new(pump::wake)) {
                 return Err(Duration::ZERO);
             }
             p.last_error.clear();
             log::debug!("{}: connected", what(relay));
-            Ok(s)
+            Ok(s.body)
         }
         Err(e) => {
             // Apps without an event stream are common: say it once.
@@ -470,56 +459,254 @@ fn open_stream(relay: &Relay) -> Result<StreamHandle, Duration> {
     }
 }
 
-/// Reads an opened stream to its end; the wait before the next attempt.
-fn read_to_end(relay: &Relay, s: StreamHandle) -> Duration {
-    let mut guard = lock(&relay.progress);
-    let p = &mut *guard;
-    let n = read_stream(s, &mut p.parser, &relay.stop, &*p.on_frame, &what(relay));
-    relay.stop.clear_current();
-    p.backoff.after(n > 0)
-}
+/// The one thread that reads every open debug stream of the process
+/// (`session-relay-pump`): poll(2) on their sockets and an eventfd, so an
+/// idle app's open stream costs its socket and a small entry, not a
+/// thread and buffers of its own. Frames are offered to the relay's
+/// `on_frame` without blocking; a refused one is kept (one per stream)
+/// and that stream is not read until it is taken: its TCP window fills
+/// and the app's writes wait, as they would with a reader thread blocked
+/// on a full inbox. A stream ends at its end, on an error, after `idle`
+/// without a byte, or when its relay stops; the relay's next attempt is
+/// then scheduled as before.
+mod pump {
+    use super::{finish, lock, parse_frame, what, Relay};
+    use crate::http::stream::{poll, Waker};
+    use crate::session::access::PollBody;
+    use crate::session::sse::SseError;
+    use rustix::event::{PollFd, PollFlags};
+    use serde_json::Value;
+    use std::io::ErrorKind;
+    use std::sync::{Arc, OnceLock};
+    use std::time::{Duration, Instant};
 
-/// Reads one stream to its end (or error, or stop); the number of frames
-/// delivered.
-fn read_stream(
-    mut s: StreamHandle,
-    parser: &mut SseParser,
-    stop: &Stop,
-    on_frame: &dyn Fn(Value),
-    what: &str,
-) -> usize {
-    let mut delivered = 0;
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match s.read(&mut buf) {
-            Ok(0) => {
-                log::debug!("{what}: ended");
-                return delivered;
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => {
-                if !stop.is_stopped() {
-                    log::debug!("{what}: {e}");
+    /// One read's size; the buffer is the thread's, not a stream's.
+    const READ_BUF: usize = 16 * 1024;
+    /// Reads of one stream per turn, so a busy stream cannot starve the
+    /// others (poll reports it readable again at once).
+    const READS_PER_TURN: usize = 16;
+    /// How soon a refused frame is offered again.
+    const RETRY_PENDING: Duration = Duration::from_millis(20);
+
+    struct Open {
+        relay: Arc<Relay>,
+        body: Box<dyn PollBody>,
+        delivered: usize,
+        last_data: Instant,
+        pending: Option<Value>,
+    }
+
+    struct Pump {
+        waker: Waker,
+        incoming: parking_lot::Mutex<Vec<Open>>,
+    }
+
+    static PUMP: OnceLock<Option<Arc<Pump>>> = OnceLock::new();
+
+    fn get() -> Option<&'static Arc<Pump>> {
+        PUMP.get_or_init(|| {
+            let waker = match Waker::new() {
+                Ok(w) => w,
+                Err(e) => {
+                    log::error!("the debug relays' reader: eventfd: {e}");
+                    return None;
                 }
-                return delivered;
+            };
+            let p = Arc::new(Pump {
+                waker,
+                incoming: parking_lot::Mutex::new(Vec::new()),
+            });
+            let q = p.clone();
+            match std::thread::Builder::new()
+                .name("session-relay-pump".into())
+                .spawn(move || run(&q))
+            {
+                Ok(_) => Some(p),
+                Err(e) => {
+                    log::error!("spawning the debug relays' reader thread: {e}");
+                    None
+                }
             }
+        })
+        .as_ref()
+    }
+
+    /// Wakes the reader: a relay stopped (its stream is dropped on the
+    /// next turn).
+    pub(super) fn wake() {
+        if let Some(p) = get() {
+            p.waker.wake();
+        }
+    }
+
+    /// Hands an opened stream to the reader thread.
+    pub(super) fn add(relay: Arc<Relay>, body: Box<dyn PollBody>) {
+        let Some(p) = get() else {
+            relay.stop.clear_current();
+            let wait = relay.timings.max_retry;
+            return finish(&relay, wait);
         };
-        parser.push(&buf[..n]);
-        while let Some(ev) = parser.next_event() {
-            match ev {
-                Ok(ev) => {
-                    if let Some(frame) = parse_frame(&ev.data) {
-                        if stop.is_stopped() {
-                            return delivered;
-                        }
-                        on_frame(frame);
-                        delivered += 1;
-                    }
+        p.incoming.lock().push(Open {
+            relay,
+            body,
+            delivered: 0,
+            last_data: Instant::now(),
+            pending: None,
+        });
+        p.waker.wake();
+    }
+
+    fn run(p: &Pump) {
+        let mut open: Vec<Open> = Vec::new();
+        let mut buf = vec![0u8; READ_BUF];
+        let mut readable: Vec<bool> = Vec::new();
+        loop {
+            open.append(&mut p.incoming.lock());
+            readable.resize(open.len(), false);
+            let mut i = 0;
+            while i < open.len() {
+                if turn(&mut open[i], readable[i], &mut buf) {
+                    i += 1;
+                } else {
+                    let o = open.swap_remove(i);
+                    readable.swap_remove(i);
+                    end(o);
                 }
-                Err(e @ SseError::TooLarge { .. }) => log::warn!("{what}: {e}"),
+            }
+            // Wait: for a readable stream, the eventfd, the first idle
+            // deadline, or soon when a frame waits for room.
+            let now = Instant::now();
+            let mut timeout: Option<Duration> = None;
+            let mut shorten = |d: Duration| timeout = Some(timeout.map_or(d, |t| t.min(d)));
+            let mut fds = Vec::with_capacity(open.len() + 1);
+            fds.push(PollFd::from_borrowed_fd(p.waker.fd(), PollFlags::IN));
+            for o in &open {
+                if o.pending.is_some() || o.body.has_buffered_input() {
+                    shorten(if o.pending.is_some() {
+                        RETRY_PENDING
+                    } else {
+                        Duration::ZERO
+                    });
+                    // Not waited on, but keeps the indexes aligned.
+                    fds.push(PollFd::from_borrowed_fd(o.body.fd(), PollFlags::empty()));
+                } else {
+                    let idle_end = o.last_data + o.relay.timings.idle;
+                    shorten(idle_end.saturating_duration_since(now));
+                    fds.push(PollFd::from_borrowed_fd(o.body.fd(), PollFlags::IN));
+                }
+            }
+            if let Err(e) = poll(&mut fds, timeout) {
+                log::error!("the debug relays' reader: poll: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let woken = !fds[0].revents().is_empty();
+            for (r, fd) in readable.iter_mut().zip(&fds[1..]) {
+                *r = !fd.revents().is_empty();
+            }
+            drop(fds);
+            if woken {
+                p.waker.reset();
             }
         }
+    }
+
+    /// One turn of a stream: offer a kept frame, hand out the events the
+    /// parser holds, read what the socket has. False when it is over.
+    fn turn(o: &mut Open, readable: bool, buf: &mut [u8]) -> bool {
+        if o.relay.stop.is_stopped() {
+            return false;
+        }
+        let now = Instant::now();
+        let may_read = readable || o.body.has_buffered_input();
+        if o.pending.is_none() && !may_read {
+            if now.duration_since(o.last_data) >= o.relay.timings.idle {
+                log::debug!(
+                    "{}: nothing for {:?}; reconnecting",
+                    what(&o.relay),
+                    o.relay.timings.idle
+                );
+                return false;
+            }
+            return true;
+        }
+        let relay = o.relay.clone();
+        let mut guard = lock(&relay.progress);
+        let p = &mut *guard;
+        if let Some(f) = o.pending.take() {
+            match (p.on_frame)(f) {
+                Ok(()) => o.delivered += 1,
+                Err(f) => {
+                    o.pending = Some(f);
+                    return true;
+                }
+            }
+        }
+        if !hand_out(o, p) {
+            return true;
+        }
+        for _ in 0..READS_PER_TURN {
+            match o.body.read(buf) {
+                Ok(0) => {
+                    log::debug!("{}: ended", what(&o.relay));
+                    return false;
+                }
+                Ok(n) => {
+                    o.last_data = now;
+                    p.parser.push(&buf[..n]);
+                    if !hand_out(o, p) {
+                        return true;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if !o.relay.stop.is_stopped() {
+                        log::debug!("{}: {e}", what(&o.relay));
+                    }
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Offers the parsed events' frames; false when one was refused (kept).
+    fn hand_out(o: &mut Open, p: &mut super::Progress) -> bool {
+        while let Some(ev) = p.parser.next_event() {
+            match ev {
+                Ok(ev) => {
+                    let Some(frame) = parse_frame(&ev.data) else {
+                        continue;
+                    };
+                    if o.relay.stop.is_stopped() {
+                        return true;
+                    }
+                    match (p.on_frame)(frame) {
+                        Ok(()) => o.delivered += 1,
+                        Err(f) => {
+                            o.pending = Some(f);
+                            return false;
+                        }
+                    }
+                }
+                Err(e @ SseError::TooLarge { .. }) => log::warn!("{}: {e}", what(&o.relay)),
+            }
+        }
+        true
+    }
+
+    /// The stream is over: the next attempt after the backoff.
+    fn end(o: Open) {
+        let Open {
+            relay,
+            body,
+            delivered,
+            ..
+        } = o;
+        drop(body);
+        relay.stop.clear_current();
+        let wait = lock(&relay.progress).backoff.after(delivered > 0);
+        finish(&relay, wait);
     }
 }
 
@@ -800,6 +987,7 @@ mod tests {
     use crate::session::access::DirectAccess;
     use crossbeam_channel::unbounded;
     use serde_json::json;
+    use std::io::Read;
     use std::io::{BufRead, BufReader, Write};
     use std::net::{TcpListener, TcpStream};
 
@@ -905,6 +1093,7 @@ mod tests {
         let (tx, rx) = unbounded();
         let h = start_relay_with(access(), target(), port, timings, move |f| {
             let _ = tx.send(f);
+            Ok(())
         });
         (h, rx)
     }
@@ -964,6 +1153,68 @@ mod tests {
         assert_eq!(b.after(true), ms(500));
         assert_eq!(b.after(false), ms(1000));
         assert_eq!(b.after(true), ms(500));
+    }
+
+    /// Serves `n` numbered events at once, then holds the stream open.
+    fn numbered(n: usize) -> Script {
+        script(move |_, mut s| {
+            let mut body = SSE_HEAD.to_vec();
+            for i in 0..n {
+                body.extend_from_slice(
+                    format!("id: {i}\ndata: {{\"event\":\"n\",\"payload\":{i}}}\n\n").as_bytes(),
+                );
+            }
+            if s.write_all(&body).is_ok() {
+                let (tx, _rx) = unbounded();
+                hold(s, &tx);
+            }
+        })
+    }
+
+    #[test]
+    fn a_refused_frame_is_offered_again_and_nothing_is_dropped_or_reordered() {
+        let srv = numbered(200);
+        // Room for 4 frames; a slow consumer drains it. Refusals give the
+        // frame back, which the relay must offer again, in order.
+        let (tx, rx) = bounded::<Value>(4);
+        let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let r = refused.clone();
+        let h = start_relay_with(access(), target(), srv.port, fast_relay(), move |f| {
+            tx.try_send(f).map_err(|e| {
+                r.fetch_add(1, Ordering::SeqCst);
+                e.into_inner()
+            })
+        });
+        for i in 0..200 {
+            let f = next(&rx, "the next frame");
+            assert_eq!(f["payload"], i, "frame {i}");
+            if i % 25 == 0 {
+                // Slow now and then: the channel fills.
+                let (_t, tick) = bounded::<()>(1);
+                let _ = tick.recv_timeout(Duration::from_millis(30));
+            }
+        }
+        assert!(
+            refused.load(Ordering::SeqCst) > 0,
+            "the consumer was slow enough to refuse"
+        );
+        assert!(h.stop_and_wait(WAIT));
+    }
+
+    #[test]
+    fn a_relay_whose_consumer_is_full_does_not_hold_up_the_others() {
+        let (stuck_srv, free_srv) = (numbered(10), numbered(10));
+        // Never any room.
+        let stuck = start_relay_with(access(), target(), stuck_srv.port, fast_relay(), Err);
+        let (free, rx) = relay(free_srv.port, fast_relay());
+        for i in 0..10 {
+            assert_eq!(next(&rx, "a frame of the free relay")["payload"], i);
+        }
+        assert!(
+            stuck.stop_and_wait(WAIT),
+            "a stopped relay ends while refused"
+        );
+        assert!(free.stop_and_wait(WAIT));
     }
 
     #[test]

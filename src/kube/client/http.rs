@@ -96,6 +96,9 @@ pub struct Client {
 }
 
 struct Inner {
+    /// What the client was made from (raw sockets, e.g. the debug relays'
+    /// polled streams, dial with the same material and credentials).
+    conn: Connection,
     server: String,
     namespace: String,
     credentials: Arc<dyn Credentials>,
@@ -239,6 +242,7 @@ impl Client {
         let agent = build_agent(&tls, &options, Some(options.timeout), None);
         Ok(Client {
             inner: Arc::new(Inner {
+                conn: conn.clone(),
                 server,
                 namespace: conn.namespace.clone(),
                 credentials: conn.credentials.clone(),
@@ -248,6 +252,11 @@ impl Client {
                 retries: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// The connection the client was made from.
+    pub fn connection(&self) -> &Connection {
+        &self.inner.conn
     }
 
     /// The server URL, without a trailing slash.

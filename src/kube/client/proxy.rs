@@ -257,7 +257,7 @@ impl Client {
 }
 
 /// The API server's own failure, when `body` is a Status it wrote.
-fn server_status(code: u16, body: &[u8]) -> Option<ProxyError> {
+pub(crate) fn server_status(code: u16, body: &[u8]) -> Option<ProxyError> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     if v.get("kind").and_then(|k| k.as_str()) != Some("Status") {
         return None;
