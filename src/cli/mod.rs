@@ -16,7 +16,9 @@
 //! - `sessions`: the session listing, stop and resume;
 //! - `attach`: a session app's io socket (`kubegate.io.v1`), replay from
 //!   the last seq seen (kept in a state file), detach;
-//! - `port_forward`: a local HTTP listener through the daemon's port proxy.
+//! - `port_forward`: a local HTTP listener through the daemon's port proxy;
+//! - `io_socket`: one connection to a session app's io socket (its pump,
+//!   its frames, what its close means), for `attach` and `dev`.
 //!
 //! Every kubegate-side failure is one [`CliError`], printed as
 //! `kubegate: CODE: message` on stderr. The token is never printed.
@@ -24,6 +26,7 @@
 mod args;
 mod attach;
 mod exec;
+mod io_socket;
 mod net;
 mod port_forward;
 mod sessions;
@@ -54,6 +57,11 @@ pub mod codes {
     pub const DISCONNECTED: &str = "DISCONNECTED";
     /// Reading our stdin or writing our stdout/stderr failed.
     pub const LOCAL_IO: &str = "LOCAL_IO";
+}
+
+/// A local I/O failure: `LOCAL_IO`, saying what was being done.
+pub(crate) fn local_io(what: &str, e: impl fmt::Display) -> CliError {
+    CliError::new(codes::LOCAL_IO, format!("{what}: {e}"))
 }
 
 /// One kubegate-side failure: a code (a daemon code such as
