@@ -222,7 +222,6 @@ pub fn run(a: &DevArgs) -> Result<i32, CliError> {
         running,
         phase: Phase::Live,
         io_started: false,
-        ios_open: 0,
         last_progress: String::new(),
     };
     let code = dev.main_loop();
@@ -336,8 +335,6 @@ struct Dev {
     running: Arc<AtomicBool>,
     phase: Phase,
     io_started: bool,
-    /// io threads still going.
-    ios_open: usize,
     last_progress: String,
 }
 
@@ -414,7 +411,6 @@ impl Dev {
                 self.names[app]
             )),
             Msg::IoEnded(app, r) => {
-                self.ios_open = self.ios_open.saturating_sub(1);
                 if let Err(e) = r {
                     self.ui.note(&format!(
                         "{}: no more output from this app: {e}",
@@ -506,6 +502,8 @@ impl Dev {
 
     /// `DELETE`: the session stops (its pod is deleted).
     fn stop(&mut self) -> Result<(), CliError> {
+        // Nothing more to sync into a workspace about to go.
+        self.running.store(false, Ordering::SeqCst);
         self.client
             .call("DELETE", &format!("/v1/sessions/{}", self.id), None)?;
         self.phase = Phase::Stopping(Instant::now() + STOP_WAIT);
@@ -522,6 +520,7 @@ impl Dev {
             Some(b"{}"),
         ) {
             Ok(_) => {
+                self.running.store(false, Ordering::SeqCst);
                 self.ui.note(&format!(
                     "suspending session {} (its files are kept)",
                     self.id
@@ -727,7 +726,6 @@ impl Dev {
             spawn("kubegate-dev-io", move || {
                 follow_io(&client, &id, &name, i, &tx, input, resize)
             })?;
-            self.ios_open += 1;
         }
         Ok(())
     }
