@@ -23,4 +23,9 @@ for i in $(seq 1 "$runs"); do
   echo "## watch sessions: start overhead and idle footprint, a daemon against a separate sim (run $i of $runs)"
   cargo test --release --locked --test bench_sessions -- --ignored --nocapture --test-threads 1 2>&1 \
     | grep -E '^(\||###)' || { echo "bench_sessions failed"; exit 1; }
+  echo
+  echo "## kubegate dev: edit-to-restart latency, embedded sim, app under the app runner (run $i of $runs)"
+  echo "bar: p99 <= 300 ms (debounce included)"
+  cargo test --release --locked --test bench_dev -- --ignored --nocapture --test-threads 1 2>&1 \
+    | grep -E '^(\||###)' || { echo "bench_dev failed"; exit 1; }
 done

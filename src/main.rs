@@ -29,6 +29,9 @@ commands:
                 kubegate attach [--from-start] SESSION APP
   port-forward  forward local HTTP requests to a port of a session's pod
                 kubegate port-forward SESSION PORT [LOCAL]
+  dev           run a project folder (its kubegate.toml) as a session: prefixed output,
+                local edits synced, Ctrl-C stops it
+                kubegate dev [--stdin APP] [DIR]
   app-runner    run a program with live reload and a debug event stream (in app containers)
                 kubegate app-runner [--root DIR] [--inspect-addr HOST:PORT] [--app NAME] -- CMD [ARGS...]
   install-self  copy this executable to DEST/kubegate, atomically (session pods' init container)
@@ -38,9 +41,10 @@ commands:
                 kubegate workspace-agent [--listen ADDR] [--root DIR] [--max-file-bytes N]
                                          [--max-files N] [--max-total-bytes N]
 
-client commands (exec, workspaces, sessions, attach, port-forward) take --server URL (env KUBEGATE_SERVER,
-default http://127.0.0.1:7443), --token T or --token-file F (env
-KUBEGATE_TOKEN) and --ca-file F; `kubegate COMMAND --help` for details.
+client commands (exec, workspaces, sessions, attach, port-forward, dev) take
+--server URL (env KUBEGATE_SERVER, default http://127.0.0.1:7443), --token T
+or --token-file F (env KUBEGATE_TOKEN) and --ca-file F; `kubegate COMMAND
+--help` for details.
 ";
 
 fn main() {
@@ -67,6 +71,7 @@ fn main() {
         Some("sessions") => kubegate::cli::sessions_main(&args[1..]),
         Some("attach") => kubegate::cli::attach_main(&args[1..]),
         Some("port-forward") => kubegate::cli::port_forward_main(&args[1..]),
+        Some("dev") => kubegate::cli::dev_main(&args[1..]),
         // Runs inside a session pod's `workspace` container (docs/agent.md).
         Some("workspace-agent") => {
             init_logging();

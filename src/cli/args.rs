@@ -487,6 +487,77 @@ other failure (an unknown session, a local port in use).
     )
 }
 
+pub const DEV_SYNOPSIS: &str = "usage: kubegate dev [--stdin APP] [DIR]
+       (kubegate dev --help for more)";
+
+pub fn dev_help() -> String {
+    format!(
+        "usage: kubegate dev [--stdin APP] [DIR]
+
+Runs the project in DIR (default: the current folder) as a watch session:
+reads DIR/kubegate.toml ([[app]] tables: name, entry, command, ports, io,
+runner; top-level image and env), uploads the folder (minus .git/ and
+what .kubegateignore names) and starts the session; shows every app's
+output prefixed with its name, pushes local file changes into the session
+as they happen, sends the lines typed here to one app, and prints the
+endpoints and their reachability as they come.
+
+Ctrl-C stops the session and exits once it is stopped; a second Ctrl-C
+within a second of the first suspends it instead (resume it with
+`kubegate sessions resume ID`). SIGTERM stops at once; SIGHUP (the
+terminal went away) suspends. Details: docs/dev.md.
+
+options:
+      --stdin APP          the app that gets the lines typed here (default:
+                           the first tty app, else the first app)
+{COMMON_HELP}
+exit codes: 0 the session was stopped or suspended on request; 2 usage,
+configuration or manifest error (nothing was started); 1 any other
+failure (the folder over the bundle limits, a refusal, the session failing
+or ending under us).
+"
+    )
+}
+
+/// `kubegate dev` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevArgs {
+    pub common: CommonArgs,
+    /// The project folder.
+    pub dir: PathBuf,
+    /// `--stdin APP`.
+    pub stdin: Option<String>,
+}
+
+/// Parses `kubegate dev` arguments (after the word `dev`).
+pub fn parse_dev(args: &[String], env: Env<'_>) -> Result<Parsed<DevArgs>, CliError> {
+    let mut common = CommonRaw::default();
+    let mut stdin = None;
+    let Some(pos) = split_simple(args, &mut common, |args, i| {
+        Ok(match long_value(args, i, "--stdin")? {
+            Some(v) => {
+                stdin = Some(non_empty("--stdin", v)?);
+                true
+            }
+            None => false,
+        })
+    })?
+    else {
+        return Ok(Parsed::Help);
+    };
+    let dir = match pos.as_slice() {
+        [] => PathBuf::from("."),
+        [d] if !d.is_empty() => PathBuf::from(d),
+        [_] => return Err(usage("DIR must not be empty")),
+        [_, extra, ..] => return Err(usage(format!("unexpected argument {extra:?}"))),
+    };
+    Ok(Parsed::Run(DevArgs {
+        common: common.finish(env)?,
+        dir,
+        stdin,
+    }))
+}
+
 /// What `kubegate sessions` does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionsOp {
@@ -1090,5 +1161,42 @@ mod tests {
             }
         }
         assert_eq!(parse_port_forward(&v(&["-h"]), &e), Ok(Parsed::Help));
+    }
+
+    #[test]
+    fn dev_arguments() {
+        let e = env_of(&[TOKEN]);
+        let run = |args: &[&str]| match parse_dev(&v(args), &e) {
+            Ok(Parsed::Run(a)) => a,
+            other => panic!("{args:?}: {other:?}"),
+        };
+        let a = run(&[]);
+        assert_eq!((a.dir, a.stdin), (PathBuf::from("."), None));
+        let a = run(&["--stdin", "worker", "examples/x"]);
+        assert_eq!(
+            (a.dir, a.stdin.as_deref()),
+            (PathBuf::from("examples/x"), Some("worker"))
+        );
+        let a = run(&["proj", "--stdin=web", "--server", "http://h:1"]);
+        assert_eq!(
+            (a.dir, a.stdin.as_deref(), a.common.server.as_str()),
+            (PathBuf::from("proj"), Some("web"), "http://h:1")
+        );
+        for (args, want) in [
+            (&["a", "b"][..], "unexpected argument"),
+            (&["--stdin"], "--stdin needs a value"),
+            (&["--stdin="], "must not be empty"),
+            (&["--frob"], "unknown option"),
+            (&[""], "DIR must not be empty"),
+        ] {
+            match parse_dev(&v(args), &e) {
+                Err(err) => assert!(
+                    err.is_usage() && err.message.contains(want),
+                    "{args:?}: {err}"
+                ),
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
+        assert_eq!(parse_dev(&v(&["--help"]), &e), Ok(Parsed::Help));
     }
 }

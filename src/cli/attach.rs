@@ -17,12 +17,10 @@
 //! way out), so the next attach replays only what this one did not show.
 
 use super::args::AttachArgs;
+use super::io_socket::{self, Closed, Frame, IoSocket};
 use super::net::Client;
 use super::term::{self, RawMode};
-use super::{codes, CliError, EXEC_OWN_ERROR};
-use crate::http::ws::{run_stream, try_outbox, Outbox, WsEnd, WsOptions};
-use crate::kube::remote::request::pct;
-use crate::session::io::{decode_frame, CLOSE_ENDED, CLOSE_SLOW, CLOSE_UNKNOWN, SUBPROTOCOL};
+use super::{codes, local_io, CliError, EXEC_OWN_ERROR};
 use crossbeam_channel::{bounded, never, select, tick, Receiver, Sender};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -34,13 +32,8 @@ use tungstenite::Message;
 /// Ctrl-]: detaches in raw mode (as telnet's escape character).
 pub const DETACH_KEY: u8 = 0x1d;
 /// Bytes of stdin per frame.
-const STDIN_CHUNK: usize = 32 * 1024;
-const OUTBOX_CAPACITY: usize = 16;
-const INBOUND_CAPACITY: usize = 16;
+pub const STDIN_CHUNK: usize = 32 * 1024;
 const INPUT_CAPACITY: usize = 16;
-const PING_INTERVAL: Duration = Duration::from_secs(30);
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
-const END_WAIT: Duration = Duration::from_secs(10);
 /// How often a changed last seq is written to the state file.
 const SAVE_EVERY: Duration = Duration::from_secs(2);
 /// 4001 closes in a row, without a frame shown in between, before giving up.
@@ -54,10 +47,6 @@ enum Input {
     Resize(u16, u16),
     /// Detach; the reason is shown.
     Detach(String),
-}
-
-fn local_io(what: &str, e: impl std::fmt::Display) -> CliError {
-    CliError::new(codes::LOCAL_IO, format!("{what}: {e}"))
 }
 
 /// Runs the attach; `Ok(code)` is the exit code (0 detached, 1 the
@@ -245,17 +234,9 @@ fn attach_loop(
 ) -> Result<End, CliError> {
     let mut slow_in_a_row = 0;
     loop {
-        let mut q = format!(
-            "{}?app={}",
-            client.path(&format!("/v1/sessions/{}/io", a.session)),
-            pct(&a.app)
-        );
-        if let Some(n) = seen.last {
-            q.push_str(&format!("&lastSeq={n}"));
-        }
-        let ws = client.open_ws(&q, SUBPROTOCOL)?;
+        let sock = IoSocket::open(client, &a.session, &a.app, seen.last, "kubegate-attach-io")?;
         let before = seen.last;
-        match one_socket(client, ws, on_terminal, raw, input_rx, seen, state, key)? {
+        match one_socket(client, sock, on_terminal, raw, input_rx, seen, state, key)? {
             SocketEnd::End(e) => return Ok(e),
             SocketEnd::Slow => {
                 slow_in_a_row = if seen.last == before {
@@ -277,7 +258,7 @@ fn attach_loop(
 #[allow(clippy::too_many_arguments)]
 fn one_socket(
     client: &Client,
-    ws: tungstenite::WebSocket<crate::http::stream::ClientSocket>,
+    sock: IoSocket,
     on_terminal: bool,
     raw: bool,
     input_rx: &Receiver<Input>,
@@ -285,26 +266,10 @@ fn one_socket(
     state: &Option<StateFile>,
     key: &str,
 ) -> Result<SocketEnd, CliError> {
-    let (outbox, out_rx) =
-        try_outbox(OUTBOX_CAPACITY).map_err(|e| local_io("creating the stream's waker", e))?;
-    let (in_tx, in_rx) = bounded::<Message>(INBOUND_CAPACITY);
-    let (end_tx, end_rx) = bounded::<WsEnd>(1);
-    let opts = WsOptions {
-        ping_interval: Some(PING_INTERVAL),
-        idle_timeout: None,
-        close_timeout: CLOSE_TIMEOUT,
-    };
-    std::thread::Builder::new()
-        .name("kubegate-attach-io".into())
-        .spawn(move || {
-            let end = run_stream(ws, out_rx, in_tx, opts);
-            let _ = end_tx.send(end);
-        })
-        .map_err(|e| local_io("spawning the stream thread", e))?;
     // The app's terminal gets our size (a streams app ignores it).
     if on_terminal {
         if let Some((cols, rows)) = term::window_size() {
-            let _ = outbox.send(resize(cols, rows));
+            let _ = sock.outbox.send(io_socket::resize(cols, rows));
         }
     }
     let nl = if raw { "\r\n" } else { "\n" };
@@ -313,72 +278,66 @@ fn one_socket(
     let saver = tick(SAVE_EVERY);
     let mut input = Some(input_rx);
     let nothing: Receiver<Input> = never();
-    let close_and_wait = |outbox: Outbox| {
-        let _ = outbox.send_timeout(Message::Close(None), Duration::from_secs(1));
-        drop(outbox);
-        let _ = end_rx.recv_timeout(END_WAIT);
-    };
     loop {
         let input_rx = input.unwrap_or(&nothing);
         select! {
-            recv(in_rx) -> m => match m {
-                Ok(Message::Binary(b)) => {
-                    if in_rx.len() + 1 >= INBOUND_CAPACITY {
-                        outbox.wake();
-                    }
-                    let Some((seq, stream, payload)) = decode_frame(&b) else {
-                        return Err(CliError::new(codes::PROTOCOL, "an io frame shorter than 5 bytes"));
-                    };
-                    if seen.last.is_some_and(|l| seq <= l) {
-                        continue;
-                    }
-                    let r = if stream == 2 {
-                        write_flush(&mut stderr.lock(), payload)
-                    } else {
-                        write_flush(&mut stdout.lock(), payload)
-                    };
-                    if let Err(e) = r {
-                        if stream != 2 {
-                            close_and_wait(outbox);
-                            if e.kind() == io::ErrorKind::BrokenPipe {
-                                return Ok(SocketEnd::End(End::StdoutClosed));
+            recv(sock.inbound) -> m => match m {
+                Ok(m) => {
+                    sock.took_one();
+                    match io_socket::frame(&m)? {
+                        Frame::Output { seq, stream, payload } => {
+                            if seen.last.is_some_and(|l| seq <= l) {
+                                continue;
                             }
-                            return Err(local_io("writing stdout", e));
+                            let r = if stream == 2 {
+                                write_flush(&mut stderr.lock(), payload)
+                            } else {
+                                write_flush(&mut stdout.lock(), payload)
+                            };
+                            if let Err(e) = r {
+                                if stream != 2 {
+                                    sock.close_and_wait();
+                                    if e.kind() == io::ErrorKind::BrokenPipe {
+                                        return Ok(SocketEnd::End(End::StdoutClosed));
+                                    }
+                                    return Err(local_io("writing stdout", e));
+                                }
+                            }
+                            seen.last = Some(seq);
                         }
-                    }
-                    seen.last = Some(seq);
-                }
-                Ok(Message::Text(t)) => {
-                    if let Some((from, to)) = gap_of(t.as_str()) {
-                        let _ = write_flush(
-                            &mut stderr.lock(),
-                            format!(
-                                "{nl}kubegate: output frames {from} to {to} are no longer in the daemon's replay buffer: that output is lost{nl}"
-                            )
-                            .as_bytes(),
-                        );
-                        // Shown as lost: not asked for again.
-                        seen.last = Some(seen.last.map_or(to, |l| l.max(to)));
+                        Frame::Gap { from, to } => {
+                            let _ = write_flush(
+                                &mut stderr.lock(),
+                                format!(
+                                    "{nl}kubegate: output frames {from} to {to} are no longer in the daemon's replay buffer: that output is lost{nl}"
+                                )
+                                .as_bytes(),
+                            );
+                            // Shown as lost: not asked for again.
+                            seen.last = Some(seen.last.map_or(to, |l| l.max(to)));
+                        }
+                        Frame::Other => {}
                     }
                 }
-                Ok(_) => {}
                 Err(_) => {
                     // The pump ended: why?
-                    let end = end_rx.recv_timeout(END_WAIT).ok();
-                    return socket_end(client, end.as_ref());
+                    return match sock.ended(client)? {
+                        Closed::Slow => Ok(SocketEnd::Slow),
+                        Closed::SessionEnded => Ok(SocketEnd::End(End::SessionEnded)),
+                    };
                 }
             },
             recv(input_rx) -> m => match m {
                 Ok(Input::Stdin(d)) => {
-                    if outbox.send(Message::Binary(d.into())).is_err() {
-                        // The pump is gone; in_rx says why next.
+                    if sock.outbox.send(Message::Binary(d.into())).is_err() {
+                        // The pump is gone; inbound says why next.
                     }
                 }
                 Ok(Input::Resize(cols, rows)) => {
-                    let _ = outbox.send(resize(cols, rows));
+                    let _ = sock.outbox.send(io_socket::resize(cols, rows));
                 }
                 Ok(Input::Detach(why)) => {
-                    close_and_wait(outbox);
+                    sock.close_and_wait();
                     return Ok(SocketEnd::End(End::Detached(why)));
                 }
                 Err(_) => input = None,
@@ -389,61 +348,6 @@ fn one_socket(
                 }
             }
         }
-    }
-}
-
-fn resize(cols: u16, rows: u16) -> Message {
-    Message::Text(
-        serde_json::json!({"type": "resize", "cols": cols, "rows": rows})
-            .to_string()
-            .into(),
-    )
-}
-
-/// `{"type":"gap","from":A,"to":B}`.
-fn gap_of(text: &str) -> Option<(u32, u32)> {
-    let v: Value = serde_json::from_str(text).ok()?;
-    if v["type"] != "gap" {
-        return None;
-    }
-    let n = |k: &str| v[k].as_u64().and_then(|n| u32::try_from(n).ok());
-    Some((n("from")?, n("to")?))
-}
-
-fn socket_end(client: &Client, end: Option<&WsEnd>) -> Result<SocketEnd, CliError> {
-    match end {
-        Some(WsEnd::PeerClosed(Some(f))) => match u16::from(f.code) {
-            CLOSE_SLOW => Ok(SocketEnd::Slow),
-            CLOSE_ENDED => Ok(SocketEnd::End(End::SessionEnded)),
-            CLOSE_UNKNOWN => Err(CliError::new("NOT_FOUND", f.reason.to_string())),
-            code => Err(CliError::new(
-                codes::DISCONNECTED,
-                format!(
-                    "the daemon at {} closed the stream with code {code}{}",
-                    client.server(),
-                    if f.reason.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", f.reason)
-                    }
-                ),
-            )),
-        },
-        Some(WsEnd::PeerClosed(None)) => Err(CliError::new(
-            codes::DISCONNECTED,
-            format!(
-                "the daemon at {} closed the stream without a reason",
-                client.server()
-            ),
-        )),
-        Some(WsEnd::Error(e)) => Err(CliError::new(
-            codes::DISCONNECTED,
-            format!("the connection to {} broke: {e}", client.server()),
-        )),
-        Some(WsEnd::Closed) | Some(WsEnd::Idle) | None => Err(CliError::new(
-            codes::DISCONNECTED,
-            format!("the stream from {} ended", client.server()),
-        )),
     }
 }
 
@@ -613,13 +517,6 @@ impl StateFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn gap_notices_decode() {
-        assert_eq!(gap_of(r#"{"type":"gap","from":3,"to":9}"#), Some((3, 9)));
-        assert_eq!(gap_of(r#"{"type":"other"}"#), None);
-        assert_eq!(gap_of("nope"), None);
-    }
 
     #[test]
     fn state_file_keeps_seqs_privately() {

@@ -19,7 +19,7 @@
 use super::args::ExecArgs;
 use super::net::{exec_query, Client};
 use super::term::{self, RawMode};
-use super::{codes, CliError};
+use super::{codes, local_io, CliError};
 use crate::exec::frames::{ClientFrame, ServerFrame};
 use crate::http::ws::{run_stream, try_outbox, Outbox, WsEnd, WsOptions};
 use crossbeam_channel::{bounded, Receiver};
@@ -52,10 +52,6 @@ enum Outcome {
     StdoutClosed,
     /// The stream ended before any exit status.
     Ended,
-}
-
-fn local_io(what: &str, e: impl std::fmt::Display) -> CliError {
-    CliError::new(codes::LOCAL_IO, format!("{what}: {e}"))
 }
 
 /// Runs the command; `Ok(code)` is the exit code to leave with.

@@ -1,6 +1,6 @@
 //! The client commands that talk to a running daemon (contract.md, "Client
 //! commands"): `kubegate exec`, `kubegate workspaces`, `kubegate sessions`,
-//! `kubegate attach` and `kubegate port-forward`. Decisions (exit codes,
+//! `kubegate attach`, `kubegate port-forward` and `kubegate dev`. Decisions (exit codes,
 //! client-side error codes, `-t` without a terminal, environment variables,
 //! the attach state file, the detach key): docs/cli.md.
 //!
@@ -16,21 +16,32 @@
 //! - `sessions`: the session listing, stop and resume;
 //! - `attach`: a session app's io socket (`kubegate.io.v1`), replay from
 //!   the last seq seen (kept in a state file), detach;
-//! - `port_forward`: a local HTTP listener through the daemon's port proxy.
+//! - `port_forward`: a local HTTP listener through the daemon's port proxy;
+//! - `io_socket`: one connection to a session app's io socket (its pump,
+//!   its frames, what its close means), for `attach` and `dev`;
+//! - `events`: a session's event stream (SSE over chunked HTTP), resumed
+//!   with `Last-Event-ID`;
+//! - `dev`: `kubegate dev [DIR]`, a folder run as a session: the manifest,
+//!   the bundle, prefixed output of every app, file sync, input, Ctrl-C.
 //!
 //! Every kubegate-side failure is one [`CliError`], printed as
 //! `kubegate: CODE: message` on stderr. The token is never printed.
 
 mod args;
 mod attach;
+mod dev;
+mod events;
 mod exec;
+mod io_socket;
 mod net;
 mod port_forward;
 mod sessions;
 mod term;
 mod workspaces;
 
-pub use args::{AttachArgs, ExecArgs, Parsed, PortForwardArgs, SessionsArgs, WorkspacesArgs};
+pub use args::{
+    AttachArgs, DevArgs, ExecArgs, Parsed, PortForwardArgs, SessionsArgs, WorkspacesArgs,
+};
 
 use std::fmt;
 
@@ -54,6 +65,15 @@ pub mod codes {
     pub const DISCONNECTED: &str = "DISCONNECTED";
     /// Reading our stdin or writing our stdout/stderr failed.
     pub const LOCAL_IO: &str = "LOCAL_IO";
+    /// `kubegate dev`: the folder's `kubegate.toml` is missing, malformed,
+    /// or declares something a session cannot have (a configuration
+    /// error: exit 2).
+    pub const MANIFEST: &str = "MANIFEST";
+}
+
+/// A local I/O failure: `LOCAL_IO`, saying what was being done.
+pub(crate) fn local_io(what: &str, e: impl fmt::Display) -> CliError {
+    CliError::new(codes::LOCAL_IO, format!("{what}: {e}"))
 }
 
 /// One kubegate-side failure: a code (a daemon code such as
@@ -80,8 +100,10 @@ impl CliError {
         self.code == codes::USAGE
     }
 
+    /// A configuration error (exit 2): the token or CA file, or a `kubegate
+    /// dev` manifest.
     pub fn is_config(&self) -> bool {
-        self.code == codes::CONFIG
+        self.code == codes::CONFIG || self.code == codes::MANIFEST
     }
 }
 
@@ -217,5 +239,22 @@ pub fn port_forward_main(argv: &[String]) -> i32 {
             Err(e) => plain_exit(&e, args::PORT_FORWARD_SYNOPSIS),
         },
         Err(e) => plain_exit(&e, args::PORT_FORWARD_SYNOPSIS),
+    }
+}
+
+/// `kubegate dev …`: 0 once the session stopped (or was suspended) after
+/// Ctrl-C; 2 usage, configuration or manifest error (nothing started); 1
+/// any other failure (docs/dev.md).
+pub fn dev_main(argv: &[String]) -> i32 {
+    match args::parse_dev(argv, &env_var) {
+        Ok(Parsed::Help) => {
+            print!("{}", args::dev_help());
+            0
+        }
+        Ok(Parsed::Run(a)) => match dev::run(&a) {
+            Ok(code) => code,
+            Err(e) => plain_exit(&e, args::DEV_SYNOPSIS),
+        },
+        Err(e) => plain_exit(&e, args::DEV_SYNOPSIS),
     }
 }

@@ -127,13 +127,7 @@ impl Client {
     pub fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<Vec<u8>, CliError> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let mut sock = self.dial(deadline)?;
-        let mut req = format!(
-            "{method} {} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\nUser-Agent: kubegate/{}\r\nAuthorization: Bearer {}\r\n",
-            self.path(path),
-            self.ep.authority,
-            env!("CARGO_PKG_VERSION"),
-            self.token,
-        );
+        let mut req = self.request_head(method, path, "application/json");
         if let Some(b) = body {
             req.push_str(&format!(
                 "Content-Type: application/json\r\nContent-Length: {}\r\n",
@@ -158,6 +152,45 @@ impl Client {
             ));
         }
         Ok(body)
+    }
+
+    /// The request line and the headers every request of ours carries
+    /// (`Connection: close`, the token), each line ending in CRLF, without
+    /// the blank line that ends the head.
+    fn request_head(&self, method: &str, path: &str, accept: &str) -> String {
+        format!(
+            "{method} {} HTTP/1.1\r\nHost: {}\r\nAccept: {accept}\r\nConnection: close\r\nUser-Agent: kubegate/{}\r\nAuthorization: Bearer {}\r\n",
+            self.path(path),
+            self.ep.authority,
+            env!("CARGO_PKG_VERSION"),
+            self.token,
+        )
+    }
+
+    /// `GET path` with the token and `extra` header lines (each ending in
+    /// CRLF), for an answer read as it comes (an event stream): the
+    /// socket, the head (2xx; otherwise the daemon's error) and the body
+    /// bytes read past the head.
+    pub fn open_stream(
+        &self,
+        path: &str,
+        accept: &str,
+        extra: &str,
+    ) -> Result<(ClientSocket, Head, Vec<u8>), CliError> {
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let mut sock = self.dial(deadline)?;
+        let mut req = self.request_head("GET", path, accept);
+        req.push_str(extra);
+        req.push_str("\r\n");
+        self.send(&mut sock, req.as_bytes(), deadline)?;
+        let (head, rest) =
+            read_head(&mut sock, &self.ep, deadline).map_err(|e| self.unreachable(e))?;
+        if !(200..300).contains(&head.code) {
+            let body = read_body(&mut sock, &head, &rest, deadline);
+            sock.send_close_notify();
+            return Err(Self::answer_error(&head, &body));
+        }
+        Ok((sock, head, rest))
     }
 
     /// A connected (and, for https, TLS-established) socket to the daemon,

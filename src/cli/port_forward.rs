@@ -17,7 +17,7 @@
 
 use super::args::PortForwardArgs;
 use super::net::Client;
-use super::{codes, CliError};
+use super::{codes, local_io, CliError};
 use crate::kube::remote::handshake::decode_chunked;
 use crate::session::relay::end_to_end_headers;
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -43,10 +43,6 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(90);
 const BODY_IDLE: Duration = Duration::from_secs(60);
 /// On a stop, how long connections under way may still run.
 const DRAIN: Duration = Duration::from_secs(5);
-
-fn local_io(what: &str, e: impl std::fmt::Display) -> CliError {
-    CliError::new(codes::LOCAL_IO, format!("{what}: {e}"))
-}
 
 pub fn run(a: &PortForwardArgs) -> Result<(), CliError> {
     let client = Arc::new(Client::new(&a.common)?);

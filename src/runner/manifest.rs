@@ -11,8 +11,17 @@
 //! count). A manifest that is missing, unreadable or malformed, or that no
 //! longer names the app, changes nothing: an editor's half-written save
 //! must not re-route the app to nothing.
+//!
+//! [`parse_manifest`] reads the whole manifest, strictly, for `kubegate
+//! dev` (which turns it into a start request): every key contract.md names
+//! and no other, so a typo (`port = 8080`) is an error before anything
+//! starts rather than a silently missing port. Ports go through the same
+//! [`port`] reading as [`app_ports`], so both spellings mean the same to
+//! both readers.
 
-use crate::session::spec::{Port, Protocol};
+use crate::session::spec::{Io, Port, Protocol};
+use serde::Deserialize;
+use std::collections::BTreeMap;
 use toml::Value;
 
 /// The manifest's file name, at the workspace root.
@@ -77,6 +86,87 @@ fn port(v: &Value) -> Result<Port, String> {
         Some(other) => return Err(format!("protocol {other} is neither \"tcp\" nor \"udp\"")),
     };
     Ok(Port { port, protocol })
+}
+
+/// The whole manifest, as `kubegate dev` reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// Top-level `image`: the session's default image.
+    pub image: Option<String>,
+    /// Top-level `[env]`: the session's env (string values).
+    pub env: BTreeMap<String, String>,
+    pub apps: Vec<ManifestApp>,
+}
+
+/// One `[[app]]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestApp {
+    pub name: String,
+    pub entry: String,
+    pub command: Option<Vec<String>>,
+    /// Sorted, without duplicates.
+    pub ports: Vec<Port>,
+    pub io: Option<Io>,
+    pub runner: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestToml {
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    app: Vec<AppToml>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AppToml {
+    name: String,
+    entry: String,
+    #[serde(default)]
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    ports: Vec<Value>,
+    #[serde(default)]
+    io: Option<Io>,
+    #[serde(default)]
+    runner: Option<bool>,
+}
+
+/// Parses the whole manifest strictly: unknown keys, wrong types and a
+/// manifest without any `[[app]]` are errors (the message says where).
+/// Names, paths and the rest are the start request's validation's
+/// business (`session::spec`), not this parser's.
+pub fn parse_manifest(text: &str) -> Result<Manifest, String> {
+    let m: ManifestToml = toml::from_str(text).map_err(|e| e.to_string().trim().to_string())?;
+    if m.app.is_empty() {
+        return Err("no [[app]] table: declare at least one app (name, entry, command)".into());
+    }
+    let mut apps = Vec::with_capacity(m.app.len());
+    for (i, a) in m.app.into_iter().enumerate() {
+        let mut ports = Vec::with_capacity(a.ports.len());
+        for p in &a.ports {
+            ports.push(port(p).map_err(|e| format!("app[{i}] ({:?}): ports: {e}", a.name))?);
+        }
+        ports.sort();
+        ports.dedup();
+        apps.push(ManifestApp {
+            name: a.name,
+            entry: a.entry,
+            command: a.command,
+            ports,
+            io: a.io,
+            runner: a.runner,
+        });
+    }
+    Ok(Manifest {
+        image: m.image,
+        env: m.env,
+        apps,
+    })
 }
 
 /// The last ports announced, and when to announce again.
@@ -198,6 +288,80 @@ entry = "worker.js"
         // Another app's mistakes are not this app's business... but a
         // broken document is.
         assert!(app_ports("[[app]]\nname = \"x\"\nports = [0]\n", "web").is_ok());
+    }
+
+    #[test]
+    fn the_whole_manifest_parses_strictly() {
+        let m = parse_manifest(
+            r#"
+image = "python:3.12"
+[env]
+GREETING = "hi"
+
+[[app]]
+name = "web"
+entry = "web.py"
+command = ["python3", "-u", "web.py"]
+ports = [8080, { port = 9000, protocol = "udp" }, 8080]
+io = "streams"
+
+[[app]]
+name = "worker"
+entry = "worker.py"
+runner = false
+"#,
+        )
+        .expect("parses");
+        assert_eq!(m.image.as_deref(), Some("python:3.12"));
+        assert_eq!(m.env.get("GREETING").map(String::as_str), Some("hi"));
+        assert_eq!(m.apps.len(), 2);
+        let web = &m.apps[0];
+        assert_eq!(web.ports, vec![tcp(8080), udp(9000)]);
+        assert_eq!(web.io, Some(Io::Streams));
+        assert_eq!(
+            web.command.as_deref(),
+            Some(&["python3".to_string(), "-u".into(), "web.py".into()][..])
+        );
+        let worker = &m.apps[1];
+        assert_eq!(
+            (worker.command.as_ref(), worker.io, worker.runner),
+            (None, None, Some(false))
+        );
+        assert!(worker.ports.is_empty());
+
+        for (text, needle) in [
+            ("", "no [[app]]"),
+            ("image = \"x\"\n", "no [[app]]"),
+            ("[[app]\nname=", "TOML parse error"),
+            ("[[app]]\nname = \"web\"\n", "missing field `entry`"),
+            (
+                "[[app]]\nname = \"web\"\nentry = \"a\"\nport = 8080\n",
+                "unknown field `port`",
+            ),
+            (
+                "colour = 1\n[[app]]\nname = \"w\"\nentry = \"a\"\n",
+                "unknown field `colour`",
+            ),
+            (
+                "[[app]]\nname = \"web\"\nentry = \"a\"\nio = \"pty\"\n",
+                "unknown variant",
+            ),
+            (
+                "[[app]]\nname = \"web\"\nentry = \"a\"\nports = [0]\n",
+                "not a port",
+            ),
+            (
+                "[[app]]\nname = \"web\"\nentry = \"a\"\ncommand = \"sh a\"\n",
+                "invalid type",
+            ),
+            (
+                "[env]\nN = 3\n[[app]]\nname = \"w\"\nentry = \"a\"\n",
+                "invalid type",
+            ),
+        ] {
+            let e = parse_manifest(text).expect_err(text);
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
     }
 
     #[test]

@@ -120,9 +120,22 @@ impl Drop for Watcher {
     }
 }
 
-/// Starts watching `root`. Every folder is watched (or the first scan is
-/// done) before this returns, so a change made afterwards is seen.
+/// Starts watching `root` on a thread named `runner-watch`. Every folder
+/// is watched (or the first scan is done) before this returns, so a change
+/// made afterwards is seen.
 pub fn start(
+    root: &Path,
+    mode: WatchMode,
+    poll_every: Duration,
+    on_change: impl Fn(Change) + Send + 'static,
+) -> io::Result<Watcher> {
+    start_named("runner-watch", root, mode, poll_every, on_change)
+}
+
+/// [`start`] with the thread named `thread` (`kubegate dev` watches the
+/// local folder with this same watcher).
+pub fn start_named(
+    thread: &str,
     root: &Path,
     mode: WatchMode,
     poll_every: Duration,
@@ -155,7 +168,7 @@ pub fn start(
     };
     let s = stop.clone();
     let thread = std::thread::Builder::new()
-        .name("runner-watch".into())
+        .name(thread.into())
         .spawn(move || w.run(&s))?;
     Ok(Watcher {
         stop,
@@ -164,7 +177,11 @@ pub fn start(
     })
 }
 
-fn load_rules(root: &Path) -> IgnoreRules {
+/// The root's `.kubegateignore` (none, unreadable or over 1 MiB: no rules,
+/// with a warning for the last two). Read again by whoever needs the
+/// current rules (this watcher when the file changes, `kubegate dev` at
+/// every scan).
+pub fn load_rules(root: &Path) -> IgnoreRules {
     let p = root.join(IGNORE_FILE);
     match std::fs::metadata(&p) {
         Ok(m) if m.len() > 1 << 20 => {
@@ -454,11 +471,59 @@ impl Inotify {
 
 // ------------------------------------------------------------- polling
 
+/// What a scan notes of an entry (symlinks are not followed: a link is an
+/// entry of its own kind, neither a folder nor a file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Meta {
-    is_dir: bool,
-    len: u64,
-    mtime: (i64, i64),
+pub struct Meta {
+    pub is_dir: bool,
+    /// A regular file.
+    pub is_file: bool,
+    pub len: u64,
+    /// mtime: seconds and nanoseconds.
+    pub mtime: (i64, i64),
+}
+
+/// One walk of the tree under `root`: every entry of the folders walked
+/// into (the root, and folders that are relevant and not too deep; entries
+/// themselves are listed whatever the rules say of them: callers judge with
+/// `ignore::is_relevant`), keyed by relative `/`-separated path. At most
+/// `max_entries`; the bool says the walk stopped there.
+pub fn walk_tree(
+    root: &Path,
+    rules: &IgnoreRules,
+    max_entries: usize,
+) -> (BTreeMap<String, Meta>, bool) {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![String::new()];
+    while let Some(dir) = stack.pop() {
+        if !walk_into(&dir, rules) {
+            continue;
+        }
+        let Ok(rd) = std::fs::read_dir(root.join(&dir)) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if out.len() >= max_entries {
+                return (out, true);
+            }
+            let Ok(m) = e.metadata() else {
+                continue; // gone meanwhile
+            };
+            let rel = join(&dir, &e.file_name().to_string_lossy());
+            let meta = Meta {
+                is_dir: m.is_dir(),
+                is_file: m.is_file(),
+                len: m.len(),
+                mtime: (m.mtime(), m.mtime_nsec()),
+            };
+            if meta.is_dir {
+                stack.push(rel.clone());
+            }
+            out.insert(rel, meta);
+        }
+    }
+    (out, false)
 }
 
 /// The polling scan: the last picture of the tree.
@@ -478,38 +543,10 @@ impl Scan {
     }
 
     fn walk(&mut self, root: &Path, rules: &IgnoreRules) -> BTreeMap<String, Meta> {
-        use std::os::unix::fs::MetadataExt;
-        let mut out = BTreeMap::new();
-        let mut stack = vec![String::new()];
-        while let Some(dir) = stack.pop() {
-            if !walk_into(&dir, rules) {
-                continue;
-            }
-            let Ok(rd) = std::fs::read_dir(root.join(&dir)) else {
-                continue;
-            };
-            for e in rd.flatten() {
-                if out.len() >= MAX_SCAN_ENTRIES {
-                    if !self.warned {
-                        self.warned = true;
-                        log::warn!("the workspace has more than {MAX_SCAN_ENTRIES} entries; polling looks at the first ones only");
-                    }
-                    return out;
-                }
-                let Ok(m) = e.metadata() else {
-                    continue; // gone meanwhile
-                };
-                let rel = join(&dir, &e.file_name().to_string_lossy());
-                let meta = Meta {
-                    is_dir: m.is_dir(),
-                    len: m.len(),
-                    mtime: (m.mtime(), m.mtime_nsec()),
-                };
-                if meta.is_dir {
-                    stack.push(rel.clone());
-                }
-                out.insert(rel, meta);
-            }
+        let (out, truncated) = walk_tree(root, rules, MAX_SCAN_ENTRIES);
+        if truncated && !self.warned {
+            self.warned = true;
+            log::warn!("the workspace has more than {MAX_SCAN_ENTRIES} entries; polling looks at the first ones only");
         }
         out
     }

@@ -48,17 +48,19 @@ pub const MAX_ENV: usize = 256;
 
 // ------------------------------------------------------------ wire types
 
-/// `POST /v1/sessions` body (contract.md).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// `POST /v1/sessions` body (contract.md). Serialize too: `kubegate dev`
+/// builds its start request from these types, so client and daemon share
+/// one shape.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StartRequest {
     pub apps: Vec<AppRequest>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     pub bundle: BundleRequest,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_policy: Option<PullPolicy>,
 }
 
@@ -69,44 +71,44 @@ pub struct SetAppsRequest {
     pub apps: Vec<AppRequest>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AppRequest {
     pub name: String,
     pub entry: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ports: Option<Vec<PortRequest>>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<Io>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PortRequest {
     /// Wider than a port so an out-of-range number gets our message.
     pub port: i64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<Protocol>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BundleRequest {
     pub files: Vec<FileRequest>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FileRequest {
     pub path: String,
     pub content: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encoding: Option<Encoding>,
 }
 
@@ -281,24 +283,7 @@ pub fn validate_start(
     limits: BundleLimits,
 ) -> Result<(SessionSpec, Bundle), ApiError> {
     let apps = validate_apps(req.apps)?;
-    if req.env.len() > MAX_ENV {
-        return Err(bad(
-            Code::BadRequest,
-            format!("env: more than {MAX_ENV} variables"),
-        ));
-    }
-    for (k, v) in &req.env {
-        check_env_name(k).map_err(|m| bad(Code::BadRequest, format!("env.{k}: {m}")))?;
-        if v.contains('\0') {
-            return Err(bad(
-                Code::BadRequest,
-                format!("env.{k}: the value contains NUL"),
-            ));
-        }
-    }
-    if let Some(i) = &req.image {
-        check_image(i).map_err(|m| bad(Code::BadRequest, format!("image: {m}")))?;
-    }
+    validate_env_and_image(&req.env, req.image.as_deref())?;
     let bundle = validate_bundle(req.bundle, limits)?;
     let present: BTreeSet<&str> = bundle.files.iter().map(|f| f.path.as_str()).collect();
     for (i, a) in apps.iter().enumerate() {
@@ -321,6 +306,33 @@ pub fn validate_start(
         },
         bundle,
     ))
+}
+
+/// Validates a start request's session env and image (`kubegate dev`
+/// checks its manifest with this before sending anything).
+pub fn validate_env_and_image(
+    env: &BTreeMap<String, String>,
+    image: Option<&str>,
+) -> Result<(), ApiError> {
+    if env.len() > MAX_ENV {
+        return Err(bad(
+            Code::BadRequest,
+            format!("env: more than {MAX_ENV} variables"),
+        ));
+    }
+    for (k, v) in env {
+        check_env_name(k).map_err(|m| bad(Code::BadRequest, format!("env.{k}: {m}")))?;
+        if v.contains('\0') {
+            return Err(bad(
+                Code::BadRequest,
+                format!("env.{k}: the value contains NUL"),
+            ));
+        }
+    }
+    if let Some(i) = image {
+        check_image(i).map_err(|m| bad(Code::BadRequest, format!("image: {m}")))?;
+    }
+    Ok(())
 }
 
 /// Validates an app set (start or `PUT …/apps`).
