@@ -745,6 +745,9 @@ impl Owner {
                             read_checkpoint(&self.engine.checkpoint_path(s.id()))
                         }
                     };
+                    let entries: Vec<String> =
+                        s.apps().iter().map(|a| a.spec.entry.clone()).collect();
+                    let files = files.map(|f| entries_last(f, &entries));
                     let agent = self.engine.agent.clone();
                     self.work(move || match files.and_then(|f| agent.write_all(&t, f)) {
                         Ok(()) => Input::SeedDone { pod },
@@ -1043,6 +1046,18 @@ impl Owner {
 /// full inbox refuses is parked in `overflow` (one entry per pod, the
 /// latest state wins) and a `Wake` is sent; while anything is parked,
 /// later updates join it, so their order holds.
+/// The seed's files with the apps' entries last. An app container starts
+/// once its entry exists (the wait in its command) and its runner then
+/// watches the workspace: files renamed into place after the entry would
+/// reach it as an edit and restart the app right after its start.
+fn entries_last(mut files: Vec<(String, Vec<u8>)>, entries: &[String]) -> Vec<(String, Vec<u8>)> {
+    let norm = |p: &str| crate::agent::paths::normalize(p).unwrap_or_else(|_| p.to_string());
+    let entries: Vec<String> = entries.iter().map(|e| norm(e)).collect();
+    // Stable: the other files keep their order, so do the entries.
+    files.sort_by_key(|(path, _)| entries.contains(&norm(path)));
+    files
+}
+
 fn deliver_into(
     tx: Sender<Msg>,
     overflow: Arc<Mutex<Vec<(String, Input)>>>,
@@ -1189,6 +1204,17 @@ fn read_checkpoint(path: &std::path::Path) -> Result<Files, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_seed_writes_the_entries_last_and_keeps_the_rest_in_order() {
+        let f = |p: &str| (p.to_string(), Vec::new());
+        let files = vec![f("web/main.py"), f("a.txt"), f("./worker.sh"), f("b/c.txt")];
+        let got: Vec<String> = entries_last(files, &["worker.sh".into(), "web//main.py".into()])
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(got, ["a.txt", "b/c.txt", "web/main.py", "./worker.sh"]);
+    }
 
     #[test]
     fn event_log_ids_history_gap_and_close() {
