@@ -261,7 +261,8 @@ workspaces = []
 may_start_sessions = true
 "#,
             state = state.display(),
-            app_runner = std::env::var("BENCH_APP_RUNNER").is_ok_and(|v| v == "1"),
+            // The default (on); BENCH_APP_RUNNER=0 measures apps run directly.
+            app_runner = std::env::var("BENCH_APP_RUNNER").map_or(true, |v| v != "0"),
         );
         std::fs::write(&config, text).expect("write config");
         let log = dir.join("daemon.log");
