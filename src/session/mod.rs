@@ -22,6 +22,8 @@ pub mod io;
 pub mod machine;
 pub mod pod;
 pub mod pod_hub;
+pub mod reaper;
+pub mod recover;
 pub mod relay;
 pub mod spec;
 pub mod sse;
