@@ -255,8 +255,8 @@ fn logs_since_time_and_timestamps_answer_as_kubernetes_does() {
         "echo a; sleep 1.2; echo b; sleep 1.2; echo c; while :; do sleep 1; done",
         &[],
     );
-    let client = Client::new(kubegate::kube::connection::Connection::plain(&sim.url))
-        .expect("a client");
+    let client =
+        Client::new(kubegate::kube::connection::Connection::plain(&sim.url)).expect("a client");
     let api = Api::<Pod>::namespaced(&client, "default");
     let logs = |since: Option<String>| {
         let p = LogParams {

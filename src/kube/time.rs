@@ -44,7 +44,10 @@ pub fn rfc3339_nano(t: SystemTime) -> String {
 /// A time cut to its whole second (what a `metav1.Time` keeps when the API
 /// server formats it with `time.RFC3339`).
 pub fn whole_second(t: SystemTime) -> SystemTime {
-    let secs = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs();
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
     UNIX_EPOCH + Duration::from_secs(secs)
 }
 

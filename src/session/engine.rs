@@ -664,15 +664,17 @@ impl Owner {
     fn persist(&mut self, s: &Session) {
         let dir = self.engine.io_dir(s.id());
         for (app, io) in self.handle.ios.lock().iter() {
-            let (next, frames) = io.ring_snapshot();
-            let path = dir.join(format!("{app}.ring"));
-            if let Err(e) = write_atomic(&path, &super::io::encode_ring(next, &frames)) {
-                log::error!("session {}: persisting {app}'s output: {e}", s.id());
-            }
+            // Ended first: nothing gets a seq after the image is taken, so
+            // every seq a viewer saw is in the file.
             io.end(
                 super::io::CLOSE_GOING_AWAY,
                 "kubegate is stopping; reconnect with lastSeq when it is back",
             );
+            let img = io.ring_image();
+            let path = dir.join(format!("{app}.ring"));
+            if let Err(e) = write_atomic(&path, &super::io::encode_ring(&img)) {
+                log::error!("session {}: persisting {app}'s output: {e}", s.id());
+            }
         }
         if *s.status() == super::machine::Status::Running {
             if let Some((pod, ip)) = self.handle.pod() {

@@ -14,8 +14,8 @@
 //! three labels, Evicted pods (Kubernetes keeps them for inspection and
 //! its pod garbage collector removes them), and pods already terminating.
 
-use super::pod::{MODE_LABEL, MODE_WATCH, SESSION_ID_LABEL};
 use super::machine::Millis;
+use super::pod::{MODE_LABEL, MODE_WATCH, SESSION_ID_LABEL};
 use crate::config::MANAGED_BY_LABEL;
 use crate::kube::client::Pod;
 use serde_json::Value;
@@ -224,10 +224,7 @@ mod tests {
         }
         assert_eq!(r.watching(), 0, "none of them is even counted");
         // The configured manager name is the one that counts.
-        assert_eq!(
-            r.decide(&[watch("w", "x")], &known, "kubegate", 0),
-            ["w"]
-        );
+        assert_eq!(r.decide(&[watch("w", "x")], &known, "kubegate", 0), ["w"]);
         assert!(r.decide(&[watch("w", "x")], &known, "other", 0).is_empty());
     }
 
@@ -243,7 +240,8 @@ mod tests {
         assert_eq!((f.name.as_str(), f.uid.as_str()), ("p", "u"));
         assert!(f.evicted && f.terminating);
         assert_eq!(f.labels["a"], "b");
-        let q: Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "q"}})).unwrap();
+        let q: Pod =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "q"}})).unwrap();
         let f = PodFacts::of(&q);
         assert_eq!(f.uid, "q");
         assert!(!f.evicted && !f.terminating);

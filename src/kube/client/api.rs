@@ -370,7 +370,11 @@ impl Api<Pod> {
         let mut body = Vec::new();
         resp.into_body()
             .into_reader()
-            .take(u64::try_from(max_bytes).unwrap_or(u64::MAX).saturating_add(1))
+            .take(
+                u64::try_from(max_bytes)
+                    .unwrap_or(u64::MAX)
+                    .saturating_add(1),
+            )
             .read_to_end(&mut body)
             .map_err(|e| KubeError::Transport(format!("reading the log: {e}")))?;
         let truncated = body.len() > max_bytes;
