@@ -868,6 +868,7 @@ impl Owner {
                     app,
                     container,
                     tty,
+                    recover: _,
                 } => self.attach(pod, app, container, tty),
                 Command::CloseAttaches { pod } => {
                     let handles = {
