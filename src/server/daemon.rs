@@ -251,9 +251,25 @@ impl Daemon {
             bundle_limits: crate::session::spec::BundleLimits::from(ss),
             max_body,
         });
+        // Sessions recorded before the restart come back before the
+        // listener takes requests (a reconnecting viewer finds them).
+        let restored = engine
+            .restore()
+            .map_err(|e| failed(format!("restoring the sessions: {e}")))?;
+        log::info!(
+            "sessions restored: {} re-adopting, {} recreating from a checkpoint, {} suspended, {} failed, {} ended records removed, {} unreadable records",
+            restored.adopting,
+            restored.recreating,
+            restored.suspended,
+            restored.failed,
+            restored.removed,
+            restored.unreadable
+        );
         let listen = cfg.server.listen_addr();
         let server = Server::bind(listen, server_cfg, handler)
             .map_err(|e| failed(format!("binding the front door to {listen}: {e}")))?;
+        engine.forget_persisted_rings();
+        engine.start_reaper(Duration::from_secs(ss.orphan_grace_secs));
         let url = format!("{scheme}://{}", server.local_addr());
         Ok(Daemon {
             server,

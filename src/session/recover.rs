@@ -40,32 +40,38 @@ fn ns(t: SystemTime) -> Option<u64> {
 }
 
 /// The lines of a `timestamps=true` log answer stamped strictly after
-/// `after_ns`, each without its timestamp (its newline kept; a last line
-/// without one is kept as it is). A line whose prefix is not a timestamp
-/// (a log the client cannot parse) belongs with the line before it.
-pub fn lines_after(body: &[u8], after_ns: u64) -> Vec<Bytes> {
+/// `after_ns`, each with its time (ns) and without its timestamp (its
+/// newline kept; a last line without one is kept as it is). A line whose
+/// prefix is not a timestamp (a log the client cannot parse) belongs with
+/// the line before it, and has its time.
+pub fn lines_after(body: &[u8], after_ns: u64) -> Vec<(u64, Bytes)> {
     let mut out = Vec::new();
-    let mut keep = false;
+    let mut at: Option<u64> = None;
     for line in body.split_inclusive(|b| *b == b'\n') {
-        let stamp = line
-            .iter()
-            .position(|b| *b == b' ')
-            .and_then(|sp| {
-                let ts = std::str::from_utf8(&line[..sp]).ok()?;
-                Some((ns(parse_rfc3339(ts)?)?, sp))
-            });
+        let stamp = line.iter().position(|b| *b == b' ').and_then(|sp| {
+            let ts = std::str::from_utf8(&line[..sp]).ok()?;
+            Some((ns(parse_rfc3339(ts)?)?, sp))
+        });
         let content = match stamp {
             Some((ts, sp)) => {
-                keep = ts > after_ns;
+                at = Some(ts);
                 &line[sp + 1..]
             }
             None => line,
         };
-        if keep && !content.is_empty() {
-            out.push(Bytes::copy_from_slice(content));
+        if let Some(ts) = at.filter(|ts| *ts > after_ns) {
+            if !content.is_empty() {
+                out.push((ts, Bytes::copy_from_slice(content)));
+            }
         }
     }
     out
+}
+
+/// How many of `lines` (in order) are stamped at or after `ns`: the lines
+/// the new attach delivers as well, once it catches up.
+pub fn stamped_from(lines: &[(u64, Bytes)], ns: u64) -> usize {
+    lines.iter().rev().take_while(|(ts, _)| *ts >= ns).count()
 }
 
 #[cfg(test)]
@@ -94,7 +100,7 @@ not a stamp, part of new 2\n\
         let lines = lines_after(body, T + 500_000_000);
         let text: Vec<String> = lines
             .iter()
-            .map(|l| String::from_utf8_lossy(l).into_owned())
+            .map(|(_, l)| String::from_utf8_lossy(l).into_owned())
             .collect();
         assert_eq!(
             text,
@@ -105,6 +111,10 @@ not a stamp, part of new 2\n\
                 "partial"
             ]
         );
+        // The unstamped line has the time of the line before it.
+        assert_eq!(lines[2].0, T + 1_000_000_000);
+        assert_eq!(stamped_from(&lines, T + 1_000_000_000), 3);
+        assert_eq!(stamped_from(&lines, T + 3_000_000_000), 0);
         // Everything when nothing was seen; nothing from an empty log.
         assert_eq!(lines_after(body, 0).len(), 6);
         assert!(lines_after(b"", T).is_empty());
