@@ -9,12 +9,15 @@
 //! an orphan watch pod is reaped after the grace period, and a pod that
 //! carries the managed-by label but is no watch pod is not touched.
 //!
+//! Also here: a panic injected into one session's owner thread (the
+//! debug-build test hook) fails that session, visibly, and nothing else.
+//!
 //! Every wait is a condition with a deadline; a watchdog ends a hung run.
 
 mod common;
 
 use common::bench::watchdog;
-use common::daemon::DaemonProc;
+use common::daemon::{DaemonProc, SseClient, SseEvent};
 use common::{wait_for, SimProc};
 use kubegate::exec::frames::{ClientFrame, ServerFrame, SUBPROTOCOL as EXEC_PROTOCOL};
 use kubegate::session::io::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};
@@ -457,4 +460,129 @@ fn a_restart_re_adopts_every_session_without_losing_output_and_reaps_only_orphan
         readopt_took.as_secs_f64(),
         began.elapsed().as_secs_f64()
     );
+}
+
+fn status_of(e: &SseEvent) -> Option<&str> {
+    (e.event == "status")
+        .then(|| e.data["status"].as_str())
+        .flatten()
+}
+
+/// The test hook (debug builds, `KUBEGATE_TEST_HOOKS=1`) makes one
+/// session's owner thread panic: that session fails visibly (status,
+/// event, record, viewers closed, pod deleted) while another session and
+/// the daemon go on.
+#[test]
+fn a_panic_in_one_sessions_thread_fails_that_session_and_nothing_else() {
+    let _dog = watchdog("the panic test", 180);
+    let d = DaemonProc::start_with_env(|c| c, "info", &[("KUBEGATE_TEST_HOOKS", "1")]);
+    let (victim, mut sse) = d.create_session(&ticker());
+    let (other, mut other_sse) = d.create_session(&ticker());
+    for s in [&mut sse, &mut other_sse] {
+        let seen = s.until(|e| matches!(status_of(e), Some("running" | "failed")));
+        assert_eq!(
+            seen.last().and_then(status_of),
+            Some("running"),
+            "{seen:#?}"
+        );
+    }
+    let mut ws = open_io(&d, &victim, None);
+    let mut seen = Seen::default();
+    while seen.frames.is_empty() {
+        assert!(read_io(&mut ws, &mut seen));
+    }
+
+    let (st, _) = d.request(
+        "POST",
+        &format!("/v1/sessions/{victim}/debug/panic"),
+        Some(&d.token),
+        Some(b""),
+    );
+    assert_eq!(st, 202);
+
+    let ev = sse.until(|e| status_of(e).is_some());
+    let last = ev.last().expect("a status event");
+    assert_eq!(status_of(last), Some("failed"), "{ev:#?}");
+    assert_eq!(last.data["error"]["stage"], "run");
+    let msg = last.data["error"]["message"].as_str().unwrap_or("");
+    assert!(msg.contains("panicked"), "{msg}");
+    assert!(
+        sse.next().is_none(),
+        "the stream ends after the terminal status"
+    );
+    let (st, v) = d.json("GET", &format!("/v1/sessions/{victim}"), None);
+    assert_eq!((st, v["status"].as_str()), (200, Some("failed")), "{v}");
+    while read_io(&mut ws, &mut seen) {}
+    assert_eq!(seen.close.as_ref().map(|c| c.0), Some(1011), "{seen:?}");
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(
+            d.dir
+                .join("state")
+                .join("sessions")
+                .join(format!("{victim}.json")),
+        )
+        .expect("the record"),
+    )
+    .expect("record JSON");
+    assert_eq!(record["status"]["status"], "failed", "{record}");
+    wait_for("the failed session's pod to be deleted", t(30), || {
+        d.session_pods(&victim).is_empty().then_some(())
+    });
+    assert!(!d.session_pods(&other).is_empty());
+
+    // The other session and the daemon go on.
+    let (st, v) = d.json("GET", &format!("/v1/sessions/{other}"), None);
+    assert_eq!((st, v["status"].as_str()), (200, Some("running")), "{v}");
+    let mut ows = open_io(&d, &other, None);
+    let mut oseen = Seen::default();
+    while oseen.ticks().len() < 2 {
+        assert!(read_io(&mut ows, &mut oseen), "{oseen:?}");
+    }
+    let (st, v) = d.json("POST", "/v1/sessions", Some(&ticker()));
+    assert_eq!(st, 201, "a new session after the panic: {v}");
+    let mut third = SseClient::open(
+        &d,
+        &format!(
+            "/v1/sessions/{}/events",
+            v["sessionId"].as_str().unwrap_or("")
+        ),
+        None,
+    );
+    let seen3 = third.until(|e| matches!(status_of(e), Some("running" | "failed")));
+    assert_eq!(
+        seen3.last().and_then(status_of),
+        Some("running"),
+        "{seen3:#?}"
+    );
+    // The hook is not there for a session that has ended.
+    let (st, _) = d.request(
+        "POST",
+        &format!("/v1/sessions/{victim}/debug/panic"),
+        Some(&d.token),
+        Some(b""),
+    );
+    assert_ne!(st, 202);
+}
+
+/// Without `KUBEGATE_TEST_HOOKS=1` the hook's route does not exist.
+#[test]
+fn the_panic_hook_is_off_unless_asked_for() {
+    let _dog = watchdog("the hook-off test", 120);
+    let d = DaemonProc::start();
+    let (id, mut sse) = d.create_session(&ticker());
+    let seen = sse.until(|e| matches!(status_of(e), Some("running" | "failed")));
+    assert_eq!(
+        seen.last().and_then(status_of),
+        Some("running"),
+        "{seen:#?}"
+    );
+    let (st, _) = d.request(
+        "POST",
+        &format!("/v1/sessions/{id}/debug/panic"),
+        Some(&d.token),
+        Some(b""),
+    );
+    assert_eq!(st, 404);
+    let (st, v) = d.json("GET", &format!("/v1/sessions/{id}"), None);
+    assert_eq!((st, v["status"].as_str()), (200, Some("running")), "{v}");
 }

@@ -250,6 +250,7 @@ impl Daemon {
             engine: engine.clone(),
             bundle_limits: crate::session::spec::BundleLimits::from(ss),
             max_body,
+            test_hooks: test_hooks(),
         });
         // Sessions recorded before the restart come back before the
         // listener takes requests (a reconnecting viewer finds them).
@@ -587,6 +588,24 @@ struct FrontDoor {
     /// Body limit of every route but `POST /v1/sessions` (whose bundle has
     /// its own limits; the server's own limit is raised to fit it).
     max_body: usize,
+    /// `POST /v1/sessions/{id}/debug/panic` exists ([`test_hooks`]).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    test_hooks: bool,
+}
+
+/// The environment variable that turns the test hooks on (debug builds).
+pub const TEST_HOOKS_ENV: &str = "KUBEGATE_TEST_HOOKS";
+
+/// Whether the test hooks are on: a debug build (release builds compile
+/// them out) started with `KUBEGATE_TEST_HOOKS=1`. Today one hook: `POST
+/// /v1/sessions/{id}/debug/panic` makes that session's owner thread panic
+/// (a panicking session must fail alone).
+fn test_hooks() -> bool {
+    let on = cfg!(debug_assertions) && std::env::var(TEST_HOOKS_ENV).as_deref() == Ok("1");
+    if on {
+        log::warn!("{TEST_HOOKS_ENV}=1: the test hooks are on; never in production");
+    }
+    on
 }
 
 /// How long the port proxy waits for a connection to an app.
@@ -759,6 +778,14 @@ impl FrontDoor {
                         };
                         h.user(op)?;
                         Ok(Response::json(202, br#"{"accepted":true}"#.to_vec()).into())
+                    }
+                    #[cfg(debug_assertions)]
+                    (["debug", "panic"], "POST") if self.test_hooks => {
+                        if h.inject_panic() {
+                            Ok(Response::json(202, br#"{"accepted":true}"#.to_vec()).into())
+                        } else {
+                            Err(ApiError::new(Code::NotRunning, "the session has ended"))
+                        }
                     }
                     (["reload" | "suspend" | "resume"], _) => Err(wrong("POST")),
                     (["apps"], _) => Err(wrong("PUT")),

@@ -53,6 +53,10 @@ pub enum Msg {
     /// The daemon stops: persist, end viewers with 1001, leave the pod
     /// running (the next start re-adopts it), answer, end the owner.
     Shutdown(Sender<()>),
+    /// The test hook (debug builds only, see [`Handle::inject_panic`]):
+    /// the owner panics on it.
+    #[cfg(debug_assertions)]
+    Panic,
 }
 
 /// Files to write through the agent (path, bytes).
@@ -220,6 +224,17 @@ impl Handle {
 
     pub fn is_finished(&self) -> bool {
         self.finished.lock().is_some()
+    }
+
+    /// Test hook, compiled into debug builds only (release builds have no
+    /// such message): makes the session's owner thread panic, so a test
+    /// can check that a panicking session fails alone and visibly. False
+    /// when the owner is gone.
+    #[cfg(debug_assertions)]
+    pub fn inject_panic(&self) -> bool {
+        self.inbox
+            .send_timeout(Msg::Panic, Duration::from_secs(10))
+            .is_ok()
     }
 
     /// Sends an operation to the owner and waits for its answer.
@@ -427,7 +442,8 @@ impl Engine {
     }
 
     /// A session's handle and its owner thread (`session-<id>`), which
-    /// carries out `first` and then runs the machine.
+    /// carries out `first` and then runs the machine. A panic on the owner
+    /// thread fails that session alone ([`Engine::owner_panicked`]).
     fn spawn_owner(
         self: &Arc<Self>,
         session: Session,
@@ -450,12 +466,13 @@ impl Engine {
             events: Arc::new(EventLog::new(self.settings.sse_history)),
             finished: Mutex::new(None),
         });
+        let watches = Arc::new(Mutex::new(std::collections::HashSet::new()));
         let owner = Owner {
             engine: self.clone(),
             handle: handle.clone(),
             inbox_tx: tx,
             bundle,
-            watches: Arc::new(Mutex::new(std::collections::HashSet::new())),
+            watches: watches.clone(),
             overflow: Arc::new(Mutex::new(Vec::new())),
             checkpointed: Arc::new(Mutex::new(None)),
             relays: HashMap::new(),
@@ -463,13 +480,103 @@ impl Engine {
             attaches: Arc::new(Mutex::new(Attaches::default())),
             subscribers: 0,
         };
+        let (engine, h) = (self.clone(), handle.clone());
         std::thread::Builder::new()
             .name(format!("session-{id}"))
-            .spawn(move || owner.run(session, first, rx))
+            .spawn(move || {
+                let run = std::panic::AssertUnwindSafe(move || owner.run(session, first, rx));
+                // The owner (its relays, probes and attach streams stop
+                // as they drop) unwinds before this returns.
+                if let Err(p) = std::panic::catch_unwind(run) {
+                    engine.owner_panicked(&h, &watches, &panic_text(&*p));
+                }
+            })
             .map_err(|e| {
                 ApiError::new(Code::Internal, format!("starting the session thread: {e}"))
             })?;
         Ok(handle)
+    }
+
+    /// A session's owner thread panicked (a bug): the session fails alone
+    /// and visibly. Its view and event stream say `failed` (stage `run`,
+    /// "internal error: …"), its viewers are closed with 1011, its record
+    /// says failed, its pod routes are dropped, and its pods are deleted
+    /// (a failed session leaves no pod, as sessions.md says of any
+    /// failure). Nothing else is touched: other sessions, the hub and the
+    /// daemon go on.
+    fn owner_panicked(
+        &self,
+        h: &Arc<Handle>,
+        watches: &Mutex<std::collections::HashSet<String>>,
+        what: &str,
+    ) {
+        let message =
+            format!("internal error: the session's thread panicked ({what}); its pod is deleted");
+        log::error!("session {}: {message}", h.id);
+        for name in watches.lock().drain() {
+            self.pods.unregister(&name);
+        }
+        let status = super::machine::Status::Failed {
+            stage: super::machine::Stage::Run,
+            message: message.clone(),
+        };
+        // The record first: whoever hears of the failure finds it there.
+        let path = self.record_path(&h.id);
+        let record = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+        if let Some(mut r) = record {
+            r["status"] = serde_json::to_value(&status).unwrap_or(Value::Null);
+            if let Err(e) = write_atomic(&path, r.to_string().as_bytes()) {
+                log::error!("session {}: writing its record: {e}", h.id);
+            }
+        }
+        {
+            let mut v = h.view.lock();
+            v["status"] = Value::from(status.as_str());
+            if let Some(e) = status.error() {
+                v["error"] = e;
+            }
+        }
+        *h.pod.lock() = None;
+        *h.finished.lock() = Some(Instant::now());
+        let ev = Event::Status {
+            status: status.clone(),
+            endpoints: None,
+        };
+        h.events.push(ev.kind(), ev.data().to_string(), true);
+        for io in h.ios.lock().values() {
+            io.end(1011, "the session failed: internal error");
+        }
+        let api = Api::<Pod>::namespaced(&self.client, &self.settings.pod.namespace);
+        let selector = format!("{}={}", super::pod::SESSION_ID_LABEL, h.id);
+        let id = h.id.clone();
+        let spawned = std::thread::Builder::new()
+            .name("session-work".into())
+            .spawn(move || {
+                let pods = match api.list(&ListParams::labels(&selector)) {
+                    Ok(l) => l.items,
+                    Err(e) => {
+                        log::warn!("session {id}: listing its pods to delete them: {e}");
+                        return;
+                    }
+                };
+                let params = DeleteParams {
+                    grace_period: Some(0),
+                    ..DeleteParams::default()
+                };
+                for p in pods {
+                    match api.delete(p.metadata.name(), &params) {
+                        Ok(_) | Err(KubeError::NotFound(_)) => {}
+                        Err(e) => {
+                            log::warn!("session {id}: deleting pod {}: {e}", p.metadata.name())
+                        }
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::error!("session {}: spawning the pod cleanup: {e}", h.id);
+        }
     }
 
     /// Stops every session's owner at daemon shutdown (pods are left
@@ -807,6 +914,14 @@ fn e_path(dir: &std::path::Path, name: &str) -> String {
     dir.join(name).display().to_string()
 }
 
+/// A panic's payload as text.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
+}
+
 fn random_token() -> String {
     use rand::Rng;
     let b: [u8; 32] = rand::rng().random();
@@ -843,7 +958,8 @@ struct Owner {
     handle: Arc<Handle>,
     inbox_tx: Sender<Msg>,
     bundle: Option<Bundle>,
-    /// Pods whose updates the hub routes here.
+    /// Pods whose updates the hub routes here (shared with the owner
+    /// thread's panic handler, which drops the routes).
     watches: Arc<Mutex<std::collections::HashSet<String>>>,
     /// Pod updates a full inbox refused, oldest first, one per pod (the
     /// latest state wins); drained by the owner at every turn.
@@ -908,6 +1024,8 @@ impl Owner {
             }
             let cmds = match inbox.recv_timeout(next_tick - now) {
                 Ok(Msg::Wake) => Vec::new(),
+                #[cfg(debug_assertions)]
+                Ok(Msg::Panic) => panic!("a panic injected by the test hook"),
                 Ok(Msg::Shutdown(reply)) => {
                     self.persist(&s);
                     stopped = Some(reply);
