@@ -2,8 +2,10 @@
 //!
 //! Order (front-door.md): config validated, state directory opened, cluster
 //! reachable (`/version` answered; with `mode = "sim"` the embedded sim is
-//! started first and the demo workspace created in it), listener bound,
-//! then ready: the one stdout line `kubegate listening on <URL>` and, under
+//! started first and the demo workspace created in it), the recorded
+//! sessions restored (re-adopted or recreated, docs/sessions.md
+//! "Re-adoption after a restart"; a failed pod list fails the start),
+//! listener bound, the orphan reaper started, then ready: the one stdout line `kubegate listening on <URL>` and, under
 //! systemd, `READY=1` on `NOTIFY_SOCKET`. SIGINT/SIGTERM stop the listener,
 //! then the sim (its processes die with it), within the configured bound.
 //! Under systemd a SIGHUP reload is framed by `RELOADING=1` and `READY=1`,

@@ -1546,7 +1546,7 @@ fn recover_output(
             }
             let n: usize = lines.iter().map(|l| l.len()).sum();
             log::info!(
-                "session {}: {}: {n} bytes written while kubegate was down recovered from the log{}",
+                "session {}: {}: {n} bytes written since the last output read from the container log{}",
                 t.session,
                 t.container,
                 if log.truncated { " (its start only: announcing a gap after it)" } else { "" }
