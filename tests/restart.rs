@@ -247,6 +247,14 @@ impl Cluster {
             .unwrap_or(0)
     }
 
+    fn service(&self, name: &str) -> Option<kubegate::kube::client::Service> {
+        kubegate::kube::client::Api::<kubegate::kube::client::Service>::namespaced(
+            &self.0, "default",
+        )
+        .get_opt(name)
+        .expect("a Service read")
+    }
+
     fn uid(&self, ns: &str, name: &str) -> Option<String> {
         self.pods(ns)
             .get_opt(name)
@@ -300,8 +308,13 @@ fn a_restart_re_adopts_every_session_without_losing_output_and_reaps_only_orphan
 
     let mut d = DaemonProc::start_config(&config(&sim.kubeconfig), sim.kubeconfig.clone(), "info");
     let ids: Vec<String> = (0..SESSIONS)
-        .map(|_| {
-            let (st, v) = d.json("POST", "/v1/sessions", Some(&ticker()));
+        .map(|i| {
+            // The first declares a port: it has a Service to reconcile.
+            let mut body = ticker();
+            if i == 0 {
+                body["apps"][0]["ports"] = json!([{"port": 8080}]);
+            }
+            let (st, v) = d.json("POST", "/v1/sessions", Some(&body));
             assert_eq!(st, 201, "{v}");
             v["sessionId"].as_str().expect("sessionId").to_string()
         })
@@ -312,6 +325,8 @@ fn a_restart_re_adopts_every_session_without_losing_output_and_reaps_only_orphan
         .map(|id| k.session_pods(id).pop().expect("a pod"))
         .collect();
     let up = began.elapsed();
+    let service = format!("kubegate-run-{}", ids[0]);
+    let svc_before = k.service(&service).expect("the first session's Service");
 
     let execs: Vec<Ws> = (0..EXECS).map(|n| open_exec(&d, n)).collect();
     // Each viewer reads a few ticks; `first` is the seq it had then.
@@ -380,6 +395,17 @@ fn a_restart_re_adopts_every_session_without_losing_output_and_reaps_only_orphan
             "re-adopted, not recreated"
         );
     }
+    // The Service was reconciled in place (same object, same port), not
+    // deleted and made again.
+    let svc_after = k.service(&service).expect("the Service after the restart");
+    assert_eq!(svc_after.metadata.uid, svc_before.metadata.uid);
+    let ports: Vec<i32> = svc_after
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .map(|p| p.port)
+        .collect();
+    assert_eq!(ports, [8080]);
     assert!(
         std::fs::read_dir(d.dir.join("state").join("sessions"))
             .expect("the sessions folder")
