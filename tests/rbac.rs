@@ -8,7 +8,9 @@
 //! watch session's whole life (start with a published port and an Ingress,
 //! attach, the debug stream re-routing the port so the Service and Ingress
 //! are replaced, the port proxy with every method it forwards, workspace
-//! reads and writes, reload, setApps, suspend, resume, stop), then SIGTERM.
+//! reads and writes, reload, setApps, suspend, resume, stop), then a
+//! restart with a live session (SIGTERM, start again: the pod re-adopted,
+//! the output written meanwhile read from its log), then SIGTERM.
 //! Every logged request whose User-Agent is the daemon's (`kubegate/…`;
 //! kubectl's own set-up requests are not) is mapped to what the API
 //! server's authorizer checks — (namespace, apiGroup, resource[/sub], verb)
@@ -585,6 +587,29 @@ fn drive(sim: &SimProc, d: &DaemonProc) {
     );
 }
 
+/// A session left running across a daemon restart: the next start lists
+/// the session pods, re-adopts the pod and reads its log; then it stops.
+fn restart_with_a_live_session(d: &mut DaemonProc) {
+    let body = json!({
+        "apps": [{"name": "tick", "entry": "t.sh", "command": ["sh", "t.sh"], "io": "streams"}],
+        "bundle": {"files": [{"path": "t.sh", "content": "while :; do echo tick; sleep 1; done"}]}
+    });
+    let (id, mut sse) = d.create_session(&body);
+    until_status(&mut sse, "running");
+    assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
+    d.restart("info");
+    let mut sse = SseClient::open(d, &format!("/v1/sessions/{id}/events"), None);
+    until_status(&mut sse, "running");
+    let (st, _) = d.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}"),
+        Some(&d.token),
+        None,
+    );
+    assert_eq!(st, 204);
+    until_status(&mut sse, "stopped");
+}
+
 #[test]
 fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
     let _dog = watchdog(600);
@@ -611,6 +636,7 @@ fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
         "info",
     );
     drive(&sim, &d);
+    restart_with_a_live_session(&mut d);
     assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
 
     let text = std::fs::read_to_string(&log).expect("read the request log");

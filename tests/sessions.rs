@@ -1224,9 +1224,14 @@ may_start_sessions = true
 
     let state = d.dir.join("state").join("sessions");
     let ring = std::fs::read(state.join(format!("{id}.io")).join("talk.ring")).expect("the ring");
-    let (next, frames) = decode_ring(&ring).expect("a valid ring");
-    assert_eq!(next, last_seq + 1);
-    let text: String = frames
+    let img = decode_ring(&ring).expect("a valid ring");
+    assert_eq!(img.next_seq, last_seq + 1);
+    assert!(
+        img.last_output_ns > 0,
+        "the time of the last output is kept"
+    );
+    let text: String = img
+        .frames
         .iter()
         .map(|f| String::from_utf8_lossy(&f.2).into_owned())
         .collect();

@@ -238,6 +238,70 @@ fn sigterm_stops_the_sim_and_its_processes() {
     );
 }
 
+/// `log?timestamps=true&sinceTime=` as Kubernetes answers it (what a
+/// daemon restart recovers output with): every line starts with the
+/// kubelet's time in Go's RFC3339Nano (trailing zeros trimmed) and a space,
+/// and `sinceTime` counts in whole seconds (the API server forwards it to
+/// the kubelet formatted with RFC3339), so the answer starts at the
+/// second's first line. Read through kubegate's own client.
+#[test]
+fn logs_since_time_and_timestamps_answer_as_kubernetes_does() {
+    use kubegate::kube::client::{Api, Client, LogParams, Pod};
+    use kubegate::kube::time::{parse_rfc3339, rfc3339, rfc3339_nano, whole_second};
+    let sim = SimProc::start(&[]);
+    run_pod(
+        &sim,
+        "stamped",
+        "echo a; sleep 1.2; echo b; sleep 1.2; echo c; while :; do sleep 1; done",
+        &[],
+    );
+    let client =
+        Client::new(kubegate::kube::connection::Connection::plain(&sim.url)).expect("a client");
+    let api = Api::<Pod>::namespaced(&client, "default");
+    let logs = |since: Option<String>| {
+        let p = LogParams {
+            container: Some("stamped".into()),
+            since_time: since,
+            timestamps: true,
+            tail_lines: None,
+        };
+        let log = api.logs("stamped", &p, 1 << 20).expect("the log");
+        assert!(!log.truncated);
+        String::from_utf8(log.body).expect("utf-8")
+    };
+    let all = wait_for("three lines", t(30), || {
+        let l = logs(None);
+        (l.lines().count() == 3).then_some(l)
+    });
+    let mut stamps = Vec::new();
+    for line in all.lines() {
+        let (ts, text) = line.split_once(' ').expect("a stamp and a space");
+        let at = parse_rfc3339(ts).unwrap_or_else(|| panic!("not RFC 3339: {ts:?}"));
+        assert_eq!(ts, rfc3339_nano(at), "Go's RFC3339Nano");
+        stamps.push((at, text.to_string()));
+    }
+    let texts: Vec<&str> = stamps.iter().map(|(_, x)| x.as_str()).collect();
+    assert_eq!(texts, ["a", "b", "c"]);
+    let b = stamps[1].0;
+    let text = |l: String| -> Vec<String> {
+        l.lines()
+            .map(|x| x.split_once(' ').map_or(x, |(_, t)| t).to_string())
+            .collect()
+    };
+    // A nanosecond after b: b is still there (whole seconds).
+    let after_b = rfc3339_nano(b + Duration::from_nanos(1));
+    assert_eq!(text(logs(Some(after_b))), ["b", "c"]);
+    // The next whole second: c only (b came 1.2 s before c).
+    let next = rfc3339(whole_second(b) + Duration::from_secs(1));
+    assert_eq!(text(logs(Some(next))), ["c"]);
+    // A time that is not RFC 3339 is refused (400).
+    let p = LogParams {
+        since_time: Some("yesterday".into()),
+        ..LogParams::default()
+    };
+    assert!(api.logs("stamped", &p, 1 << 20).is_err());
+}
+
 /// Every scenario runs over plain HTTP and over TLS with a bearer token.
 macro_rules! both_transports {
     ($($name:ident => $plain:ident, $tls:ident;)*) => {$(

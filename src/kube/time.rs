@@ -27,6 +27,30 @@ pub fn rfc3339_nanos(t: SystemTime) -> String {
     format!("{}.{:09}Z", &base[..base.len() - 1], dur.subsec_nanos())
 }
 
+/// Formats a time as Go's `time.RFC3339Nano` does (what a kubelet writes
+/// before each line of `logs?timestamps=true`): nanoseconds with trailing
+/// zeros trimmed, no fraction at all on a whole second.
+pub fn rfc3339_nano(t: SystemTime) -> String {
+    let dur = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let base = rfc3339(UNIX_EPOCH + Duration::from_secs(dur.as_secs()));
+    let frac = format!("{:09}", dur.subsec_nanos());
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        return base;
+    }
+    format!("{}.{frac}Z", &base[..base.len() - 1])
+}
+
+/// A time cut to its whole second (what a `metav1.Time` keeps when the API
+/// server formats it with `time.RFC3339`).
+pub fn whole_second(t: SystemTime) -> SystemTime {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
 /// The current time as RFC 3339 UTC.
 pub fn now_rfc3339() -> String {
     rfc3339(SystemTime::now())
@@ -119,6 +143,21 @@ mod tests {
         assert_eq!(rfc3339(t), "2023-11-14T22:13:20Z");
         let t = UNIX_EPOCH + Duration::from_secs(951_782_400); // leap day 2000
         assert_eq!(rfc3339(t), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn nano_stamps_trim_trailing_zeros_like_go() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(rfc3339_nano(t), "2023-11-14T22:13:20Z");
+        let t2 = t + Duration::from_millis(250);
+        assert_eq!(rfc3339_nano(t2), "2023-11-14T22:13:20.25Z");
+        let t3 = t + Duration::from_nanos(1);
+        assert_eq!(rfc3339_nano(t3), "2023-11-14T22:13:20.000000001Z");
+        for x in [t, t2, t3] {
+            assert_eq!(parse_rfc3339(&rfc3339_nano(x)), Some(x));
+        }
+        assert_eq!(whole_second(t2), t);
+        assert_eq!(whole_second(t), t);
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //!
 //! Order (front-door.md): config validated, state directory opened, cluster
 //! reachable (`/version` answered; with `mode = "sim"` the embedded sim is
-//! started first and the demo workspace created in it), listener bound,
-//! then ready: the one stdout line `kubegate listening on <URL>` and, under
+//! started first and the demo workspace created in it), the recorded
+//! sessions restored (re-adopted or recreated, docs/sessions.md
+//! "Re-adoption after a restart"; a failed pod list fails the start),
+//! listener bound, the orphan reaper started, then ready: the one stdout line `kubegate listening on <URL>` and, under
 //! systemd, `READY=1` on `NOTIFY_SOCKET`. SIGINT/SIGTERM stop the listener,
 //! then the sim (its processes die with it), within the configured bound.
 //! Under systemd a SIGHUP reload is framed by `RELOADING=1` and `READY=1`,
@@ -250,10 +252,27 @@ impl Daemon {
             engine: engine.clone(),
             bundle_limits: crate::session::spec::BundleLimits::from(ss),
             max_body,
+            test_hooks: test_hooks(),
         });
+        // Sessions recorded before the restart come back before the
+        // listener takes requests (a reconnecting viewer finds them).
+        let restored = engine
+            .restore()
+            .map_err(|e| failed(format!("restoring the sessions: {e}")))?;
+        log::info!(
+            "sessions restored: {} re-adopting, {} recreating from a checkpoint, {} suspended, {} failed, {} ended records removed, {} unreadable records",
+            restored.adopting,
+            restored.recreating,
+            restored.suspended,
+            restored.failed,
+            restored.removed,
+            restored.unreadable
+        );
         let listen = cfg.server.listen_addr();
         let server = Server::bind(listen, server_cfg, handler)
             .map_err(|e| failed(format!("binding the front door to {listen}: {e}")))?;
+        engine.forget_persisted_rings();
+        engine.start_reaper(Duration::from_secs(ss.orphan_grace_secs));
         let url = format!("{scheme}://{}", server.local_addr());
         Ok(Daemon {
             server,
@@ -571,6 +590,24 @@ struct FrontDoor {
     /// Body limit of every route but `POST /v1/sessions` (whose bundle has
     /// its own limits; the server's own limit is raised to fit it).
     max_body: usize,
+    /// `POST /v1/sessions/{id}/debug/panic` exists ([`test_hooks`]).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    test_hooks: bool,
+}
+
+/// The environment variable that turns the test hooks on (debug builds).
+pub const TEST_HOOKS_ENV: &str = "KUBEGATE_TEST_HOOKS";
+
+/// Whether the test hooks are on: a debug build (release builds compile
+/// them out) started with `KUBEGATE_TEST_HOOKS=1`. Today one hook: `POST
+/// /v1/sessions/{id}/debug/panic` makes that session's owner thread panic
+/// (a panicking session must fail alone).
+fn test_hooks() -> bool {
+    let on = cfg!(debug_assertions) && std::env::var(TEST_HOOKS_ENV).as_deref() == Ok("1");
+    if on {
+        log::warn!("{TEST_HOOKS_ENV}=1: the test hooks are on; never in production");
+    }
+    on
 }
 
 /// How long the port proxy waits for a connection to an app.
@@ -743,6 +780,14 @@ impl FrontDoor {
                         };
                         h.user(op)?;
                         Ok(Response::json(202, br#"{"accepted":true}"#.to_vec()).into())
+                    }
+                    #[cfg(debug_assertions)]
+                    (["debug", "panic"], "POST") if self.test_hooks => {
+                        if h.inject_panic() {
+                            Ok(Response::json(202, br#"{"accepted":true}"#.to_vec()).into())
+                        } else {
+                            Err(ApiError::new(Code::NotRunning, "the session has ended"))
+                        }
                     }
                     (["reload" | "suspend" | "resume"], _) => Err(wrong("POST")),
                     (["apps"], _) => Err(wrong("PUT")),

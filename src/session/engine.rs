@@ -21,13 +21,18 @@
 
 use super::access::{PodAccess, PodTarget};
 use super::io::{AppIo, AttachHandle};
-use super::machine::{Command, Event, Input, Millis, NewSession, SeedSource, Session, UserOp};
+use super::machine::{
+    Command, Event, Input, Millis, NewSession, OutStream, SeedSource, Session, UserOp,
+};
 use super::pod::PodSettings;
 use super::pod_hub::{PodHub, PodUpdate};
+use super::reaper::{PodFacts, Reaper};
 use super::relay::{start_probe, start_relay, ProbeHandle, RelayHandle};
 use super::spec::{Bundle, SessionSpec};
 use crate::api::{ApiError, Code};
-use crate::kube::client::{Api, Client, DeleteParams, Ingress, KubeError, Pod, Service};
+use crate::kube::client::{
+    Api, Client, DeleteParams, Ingress, KubeError, ListParams, LogParams, Pod, Service,
+};
 use crate::kube::connection::Connection;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -48,6 +53,10 @@ pub enum Msg {
     /// The daemon stops: persist, end viewers with 1001, leave the pod
     /// running (the next start re-adopts it), answer, end the owner.
     Shutdown(Sender<()>),
+    /// The test hook (debug builds only, see [`Handle::inject_panic`]):
+    /// the owner panics on it.
+    #[cfg(debug_assertions)]
+    Panic,
 }
 
 /// Files to write through the agent (path, bytes).
@@ -217,6 +226,17 @@ impl Handle {
         self.finished.lock().is_some()
     }
 
+    /// Test hook, compiled into debug builds only (release builds have no
+    /// such message): makes the session's owner thread panic, so a test
+    /// can check that a panicking session fails alone and visibly. False
+    /// when the owner is gone.
+    #[cfg(debug_assertions)]
+    pub fn inject_panic(&self) -> bool {
+        self.inbox
+            .send_timeout(Msg::Panic, Duration::from_secs(10))
+            .is_ok()
+    }
+
     /// Sends an operation to the owner and waits for its answer.
     pub fn user(&self, op: UserOp) -> Result<(), ApiError> {
         let (tx, rx) = bounded(1);
@@ -261,6 +281,45 @@ pub struct Engine {
     sessions: RwLock<BTreeMap<String, Arc<Handle>>>,
     /// The one watch of every session pod.
     pods: Arc<PodHub>,
+    /// The orphan reaper's stop (dropping the sender ends its thread).
+    reaper: Mutex<Option<Sender<()>>>,
+    /// Persisted rings loaded by [`Engine::restore`], removed once the
+    /// daemon serves ([`Engine::forget_persisted_rings`]).
+    loaded_rings: Mutex<Vec<PathBuf>>,
+}
+
+/// What [`Engine::restore`] found in the state directory.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// Running sessions whose pod is being re-adopted.
+    pub adopting: usize,
+    /// Sessions brought up again from their checkpoint (pod gone or
+    /// terminating, or a start cut by the restart).
+    pub recreating: usize,
+    pub suspended: usize,
+    /// Sessions that could not be brought back (failed, with the reason on
+    /// their stream).
+    pub failed: usize,
+    /// Records of sessions that had ended, removed with their files.
+    pub removed: usize,
+    /// Record files that could not be read (left in place, logged).
+    pub unreadable: usize,
+}
+
+/// The pod selector of every watch-session pod of this daemon.
+fn watch_selector(managed_by: &str) -> String {
+    format!(
+        "{}={managed_by},{}={}",
+        crate::config::MANAGED_BY_LABEL,
+        super::pod::MODE_LABEL,
+        super::pod::MODE_WATCH
+    )
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn now_ms() -> Millis {
@@ -276,13 +335,7 @@ impl Engine {
         access: Arc<dyn PodAccess>,
         settings: EngineSettings,
     ) -> Arc<Engine> {
-        let selector = format!(
-            "{}={},{}={}",
-            crate::config::MANAGED_BY_LABEL,
-            settings.pod.managed_by,
-            super::pod::MODE_LABEL,
-            super::pod::MODE_WATCH
-        );
+        let selector = watch_selector(&settings.pod.managed_by);
         let pods = PodHub::start(client.clone(), &settings.pod.namespace, selector);
         Arc::new(Engine {
             client,
@@ -292,6 +345,8 @@ impl Engine {
             settings,
             sessions: RwLock::new(BTreeMap::new()),
             pods,
+            reaper: Mutex::new(None),
+            loaded_rings: Mutex::new(Vec::new()),
         })
     }
 
@@ -324,8 +379,13 @@ impl Engine {
             .collect();
         if !stale.is_empty() {
             let mut g = self.sessions.write();
+            for k in &stale {
+                g.remove(k);
+            }
+            drop(g);
+            // Gone for good: its record (and what is left beside it) too.
             for k in stale {
-                g.remove(&k);
+                self.remove_session_files(&k);
             }
         }
     }
@@ -376,26 +436,43 @@ impl Engine {
             },
             now_ms(),
         );
+        let handle = self.spawn_owner(session, first, Some(bundle), HashMap::new())?;
+        sessions.insert(id, handle.clone());
+        Ok(handle)
+    }
+
+    /// A session's handle and its owner thread (`session-<id>`), which
+    /// carries out `first` and then runs the machine. A panic on the owner
+    /// thread fails that session alone ([`Engine::owner_panicked`]).
+    fn spawn_owner(
+        self: &Arc<Self>,
+        session: Session,
+        first: Vec<Command>,
+        bundle: Option<Bundle>,
+        ios: HashMap<String, Arc<AppIo>>,
+    ) -> Result<Arc<Handle>, ApiError> {
+        let id = session.id().to_string();
         let (tx, rx) = bounded(256);
         let handle = Arc::new(Handle {
             id: id.clone(),
-            principal: principal.to_string(),
-            token,
+            principal: session.principal().to_string(),
+            token: session.workspace_token().to_string(),
             inbox: tx.clone(),
             view: Mutex::new(session.view()),
             pod: Mutex::new(None),
-            ios: Mutex::new(HashMap::new()),
+            ios: Mutex::new(ios),
             sse_readers: AtomicUsize::new(0),
             ring_bytes: self.settings.io_ring_bytes,
             events: Arc::new(EventLog::new(self.settings.sse_history)),
             finished: Mutex::new(None),
         });
+        let watches = Arc::new(Mutex::new(std::collections::HashSet::new()));
         let owner = Owner {
             engine: self.clone(),
             handle: handle.clone(),
             inbox_tx: tx,
-            bundle: Some(bundle),
-            watches: std::collections::HashSet::new(),
+            bundle,
+            watches: watches.clone(),
             overflow: Arc::new(Mutex::new(Vec::new())),
             checkpointed: Arc::new(Mutex::new(None)),
             relays: HashMap::new(),
@@ -403,14 +480,103 @@ impl Engine {
             attaches: Arc::new(Mutex::new(Attaches::default())),
             subscribers: 0,
         };
+        let (engine, h) = (self.clone(), handle.clone());
         std::thread::Builder::new()
             .name(format!("session-{id}"))
-            .spawn(move || owner.run(session, first, rx))
+            .spawn(move || {
+                let run = std::panic::AssertUnwindSafe(move || owner.run(session, first, rx));
+                // The owner (its relays, probes and attach streams stop
+                // as they drop) unwinds before this returns.
+                if let Err(p) = std::panic::catch_unwind(run) {
+                    engine.owner_panicked(&h, &watches, &panic_text(&*p));
+                }
+            })
             .map_err(|e| {
                 ApiError::new(Code::Internal, format!("starting the session thread: {e}"))
             })?;
-        sessions.insert(id, handle.clone());
         Ok(handle)
+    }
+
+    /// A session's owner thread panicked (a bug): the session fails alone
+    /// and visibly. Its view and event stream say `failed` (stage `run`,
+    /// "internal error: …"), its viewers are closed with 1011, its record
+    /// says failed, its pod routes are dropped, and its pods are deleted
+    /// (a failed session leaves no pod, as sessions.md says of any
+    /// failure). Nothing else is touched: other sessions, the hub and the
+    /// daemon go on.
+    fn owner_panicked(
+        &self,
+        h: &Arc<Handle>,
+        watches: &Mutex<std::collections::HashSet<String>>,
+        what: &str,
+    ) {
+        let message =
+            format!("internal error: the session's thread panicked ({what}); its pod is deleted");
+        log::error!("session {}: {message}", h.id);
+        for name in watches.lock().drain() {
+            self.pods.unregister(&name);
+        }
+        let status = super::machine::Status::Failed {
+            stage: super::machine::Stage::Run,
+            message: message.clone(),
+        };
+        // The record first: whoever hears of the failure finds it there.
+        let path = self.record_path(&h.id);
+        let record = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+        if let Some(mut r) = record {
+            r["status"] = serde_json::to_value(&status).unwrap_or(Value::Null);
+            if let Err(e) = write_atomic(&path, r.to_string().as_bytes()) {
+                log::error!("session {}: writing its record: {e}", h.id);
+            }
+        }
+        {
+            let mut v = h.view.lock();
+            v["status"] = Value::from(status.as_str());
+            if let Some(e) = status.error() {
+                v["error"] = e;
+            }
+        }
+        *h.pod.lock() = None;
+        *h.finished.lock() = Some(Instant::now());
+        let ev = Event::Status {
+            status: status.clone(),
+            endpoints: None,
+        };
+        h.events.push(ev.kind(), ev.data().to_string(), true);
+        for io in h.ios.lock().values() {
+            io.end(1011, "the session failed: internal error");
+        }
+        let api = Api::<Pod>::namespaced(&self.client, &self.settings.pod.namespace);
+        let selector = format!("{}={}", super::pod::SESSION_ID_LABEL, h.id);
+        let id = h.id.clone();
+        let spawned = std::thread::Builder::new()
+            .name("session-work".into())
+            .spawn(move || {
+                let pods = match api.list(&ListParams::labels(&selector)) {
+                    Ok(l) => l.items,
+                    Err(e) => {
+                        log::warn!("session {id}: listing its pods to delete them: {e}");
+                        return;
+                    }
+                };
+                let params = DeleteParams {
+                    grace_period: Some(0),
+                    ..DeleteParams::default()
+                };
+                for p in pods {
+                    match api.delete(p.metadata.name(), &params) {
+                        Ok(_) | Err(KubeError::NotFound(_)) => {}
+                        Err(e) => {
+                            log::warn!("session {id}: deleting pod {}: {e}", p.metadata.name())
+                        }
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::error!("session {}: spawning the pod cleanup: {e}", h.id);
+        }
     }
 
     /// Stops every session's owner at daemon shutdown (pods are left
@@ -446,7 +612,244 @@ impl Engine {
             );
         }
         self.sessions.write().clear();
+        self.reaper.lock().take();
         self.pods.stop();
+    }
+
+    /// Daemon start: brings back every session recorded in the state
+    /// directory (sessions.md "Operations"; the decisions are
+    /// [`Session::restore`]'s): lists the session pods once, restores each
+    /// app's output ring from `<id>.io/<app>.ring` (the seqs go on), and
+    /// starts an owner per session, which re-adopts its pod (attach with
+    /// log recovery, watch, Service and Ingress reconciled, relays and
+    /// probes) or recreates it from its checkpoint. Records of ended
+    /// sessions are removed with their files. Returns before the owners
+    /// are done; an error (the pods cannot be listed) fails the start
+    /// with nothing changed.
+    pub fn restore(self: &Arc<Self>) -> Result<Restored, String> {
+        let dir = self.settings.state_dir.join("sessions");
+        let mut out = Restored::default();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(format!("reading {}: {e}", dir.display())),
+        };
+        let mut records = Vec::new();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(id) = name.strip_suffix(".json") else {
+                continue;
+            };
+            // Checkpoints (`<id>.checkpoint.json`) and temporary files
+            // are not records.
+            if !super::is_session_id(id) {
+                continue;
+            }
+            let rec = std::fs::read(e.path())
+                .map_err(|e| e.to_string())
+                .and_then(|b| super::machine::Record::parse(&b))
+                .and_then(|r| {
+                    if r.session_id == id {
+                        Ok(r)
+                    } else {
+                        Err(format!("it is the record of {}", r.session_id))
+                    }
+                });
+            match rec {
+                Ok(r) if r.status.is_terminal() => {
+                    self.remove_session_files(id);
+                    out.removed += 1;
+                }
+                Ok(r) => records.push(r),
+                Err(e) => {
+                    log::error!("session record {}: {e}; left as it is", e_path(&dir, &name));
+                    out.unreadable += 1;
+                }
+            }
+        }
+        if records.is_empty() {
+            return Ok(out);
+        }
+        let api = Api::<Pod>::namespaced(&self.client, &self.settings.pod.namespace);
+        let listed = api
+            .list_all(&ListParams::labels(&watch_selector(
+                &self.settings.pod.managed_by,
+            )))
+            .map_err(|e| format!("listing the session pods to re-adopt them: {e}"))?;
+        let mut by_session: HashMap<String, Vec<Pod>> = HashMap::new();
+        for p in listed.items {
+            let id = p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(super::pod::SESSION_ID_LABEL))
+                .cloned();
+            if let Some(id) = id {
+                by_session.entry(id).or_default().push(p);
+            }
+        }
+        records.sort_by_key(|r| r.created_at);
+        let mut sessions = self.sessions.write();
+        for rec in records {
+            let id = rec.session_id.clone();
+            let ios = self.load_rings(&id, &rec.apps);
+            let pods = by_session.remove(&id).unwrap_or_default();
+            let (session, first) = Session::restore(
+                rec,
+                self.settings.pod.clone(),
+                self.settings.timings,
+                pods,
+                now_ms(),
+            );
+            match session.status() {
+                super::machine::Status::Starting {
+                    stage: super::machine::Stage::Run,
+                } => out.adopting += 1,
+                super::machine::Status::Starting { .. } => out.recreating += 1,
+                super::machine::Status::Suspended => out.suspended += 1,
+                _ => out.failed += 1,
+            }
+            match self.spawn_owner(session, first, None, ios) {
+                Ok(h) => {
+                    sessions.insert(id, h);
+                }
+                Err(e) => log::error!("session {id}: {}", e.message),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Each app's IO from its persisted ring; an app whose ring is missing
+    /// starts afresh, with a gap notice when the daemon did not stop in
+    /// order (no `.io` folder at all: the output before is lost).
+    fn load_rings(&self, id: &str, apps: &[super::machine::App]) -> HashMap<String, Arc<AppIo>> {
+        let dir = self.io_dir(id);
+        let persisted = dir.is_dir();
+        let mut ios = HashMap::new();
+        for a in apps {
+            let name = &a.spec.name;
+            let path = dir.join(format!("{name}.ring"));
+            let io = match std::fs::read(&path) {
+                Ok(b) => match super::io::decode_ring(&b) {
+                    Ok(img) => Some(AppIo::restore(self.settings.io_ring_bytes, img)),
+                    Err(e) => {
+                        log::error!("session {id}: {}: {e}", path.display());
+                        None
+                    }
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => {
+                    log::error!("session {id}: {}: {e}", path.display());
+                    None
+                }
+            };
+            let io = io.unwrap_or_else(|| {
+                let io = AppIo::new(self.settings.io_ring_bytes);
+                if !persisted {
+                    io.push_gap();
+                }
+                io
+            });
+            ios.insert(name.clone(), Arc::new(io));
+        }
+        if persisted {
+            self.loaded_rings.lock().push(dir);
+        }
+        ios
+    }
+
+    /// Removes the persisted rings [`Engine::restore`] loaded (their
+    /// frames live in memory now, and the next stop writes them again): a
+    /// later start that finds none knows the daemon did not stop in
+    /// order. Called once the daemon serves, so a start that fails after
+    /// the restore loses nothing.
+    pub fn forget_persisted_rings(&self) {
+        for dir in self.loaded_rings.lock().drain(..) {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                log::warn!("removing {}: {e}", dir.display());
+            }
+        }
+    }
+
+    /// A session's record, checkpoint and persisted rings.
+    fn remove_session_files(&self, id: &str) {
+        let _ = std::fs::remove_file(self.record_path(id));
+        let _ = std::fs::remove_file(self.checkpoint_path(id));
+        let _ = std::fs::remove_dir_all(self.io_dir(id));
+    }
+
+    /// Session ids the daemon knows: its sessions (finished ones stay for
+    /// an hour) and every record in the state directory (one it could not
+    /// read included: the reaper never takes the pod of a session that
+    /// may still be someone's).
+    pub fn known_session_ids(&self) -> std::collections::HashSet<String> {
+        let mut ids: std::collections::HashSet<String> =
+            self.sessions.read().keys().cloned().collect();
+        let dir = self.settings.state_dir.join("sessions");
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(id) = name.strip_suffix(".json") {
+                if super::is_session_id(id) {
+                    ids.insert(id.to_string());
+                }
+            }
+        }
+        ids
+    }
+
+    /// Starts the `session-reaper` thread (one per daemon): every
+    /// `grace / 2` (1 s to 30 s) it lists the session namespace's watch
+    /// pods and deletes those [`Reaper`] finds orphaned for `grace`
+    /// (sessions.md: managed-by AND mode `watch` AND a session id no
+    /// record knows; Evicted pods and every other pod left alone). Ends
+    /// with [`Engine::shutdown`].
+    pub fn start_reaper(self: &Arc<Self>, grace: Duration) {
+        let (stop_tx, stop_rx) = bounded::<()>(0);
+        *self.reaper.lock() = Some(stop_tx);
+        let engine = Arc::downgrade(self);
+        let every = (grace / 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+        let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+        let spawned = std::thread::Builder::new()
+            .name("session-reaper".into())
+            .spawn(move || {
+                let mut reaper = Reaper::new(grace_ms);
+                loop {
+                    match stop_rx.recv_timeout(every) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                    let Some(engine) = engine.upgrade() else {
+                        return;
+                    };
+                    engine.reap_once(&mut reaper);
+                }
+            });
+        if let Err(e) = spawned {
+            log::error!("spawning the orphan reaper: {e}");
+        }
+    }
+
+    /// One round of the reaper: list, decide, delete.
+    fn reap_once(&self, reaper: &mut Reaper) {
+        let managed_by = &self.settings.pod.managed_by;
+        let api = Api::<Pod>::namespaced(&self.client, &self.settings.pod.namespace);
+        let pods = match api.list_all(&ListParams::labels(&watch_selector(managed_by))) {
+            Ok(l) => l.items,
+            Err(e) => {
+                log::warn!("orphan reaper: listing the session pods: {e}");
+                return;
+            }
+        };
+        // Known ids after the list: a session started in between is known.
+        let known = self.known_session_ids();
+        let facts: Vec<PodFacts> = pods.iter().map(PodFacts::of).collect();
+        for name in reaper.decide(&facts, &known, managed_by, now_ms()) {
+            log::info!("orphan reaper: deleting pod {name}: its session is not known here");
+            match api.delete(&name, &DeleteParams::default()) {
+                Ok(_) | Err(KubeError::NotFound(_)) => {}
+                Err(e) => log::warn!("orphan reaper: deleting pod {name}: {e}"),
+            }
+        }
     }
 
     /// The workspace agent of `h`'s current pod (the workspace routes).
@@ -507,6 +910,18 @@ impl Engine {
     }
 }
 
+fn e_path(dir: &std::path::Path, name: &str) -> String {
+    dir.join(name).display().to_string()
+}
+
+/// A panic's payload as text.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
+}
+
 fn random_token() -> String {
     use rand::Rng;
     let b: [u8; 32] = rand::rng().random();
@@ -543,8 +958,9 @@ struct Owner {
     handle: Arc<Handle>,
     inbox_tx: Sender<Msg>,
     bundle: Option<Bundle>,
-    /// Pods whose updates the hub routes here.
-    watches: std::collections::HashSet<String>,
+    /// Pods whose updates the hub routes here (shared with the owner
+    /// thread's panic handler, which drops the routes).
+    watches: Arc<Mutex<std::collections::HashSet<String>>>,
     /// Pod updates a full inbox refused, oldest first, one per pod (the
     /// latest state wins); drained by the owner at every turn.
     overflow: Arc<Mutex<Vec<(String, Input)>>>,
@@ -608,6 +1024,8 @@ impl Owner {
             }
             let cmds = match inbox.recv_timeout(next_tick - now) {
                 Ok(Msg::Wake) => Vec::new(),
+                #[cfg(debug_assertions)]
+                Ok(Msg::Panic) => panic!("a panic injected by the test hook"),
                 Ok(Msg::Shutdown(reply)) => {
                     self.persist(&s);
                     stopped = Some(reply);
@@ -635,7 +1053,7 @@ impl Owner {
             // them from now on.
             next_tick = next_tick.min(Instant::now() + Duration::from_millis(s.tick_interval_ms()));
         }
-        for name in self.watches.drain() {
+        for name in self.watches.lock().drain() {
             self.engine.pods.unregister(&name);
         }
         for (_, r) in self.relays.drain() {
@@ -664,15 +1082,22 @@ impl Owner {
     fn persist(&mut self, s: &Session) {
         let dir = self.engine.io_dir(s.id());
         for (app, io) in self.handle.ios.lock().iter() {
-            let (next, frames) = io.ring_snapshot();
-            let path = dir.join(format!("{app}.ring"));
-            if let Err(e) = write_atomic(&path, &super::io::encode_ring(next, &frames)) {
-                log::error!("session {}: persisting {app}'s output: {e}", s.id());
+            if io.is_holding() {
+                // A re-adoption still recovering: what it could not
+                // recover is announced as a gap, and the held output kept.
+                io.release(super::io::Recovered::Unavailable, OutStream::Stdout);
             }
+            // Ended first: nothing gets a seq after the image is taken, so
+            // every seq a viewer saw is in the file.
             io.end(
                 super::io::CLOSE_GOING_AWAY,
                 "kubegate is stopping; reconnect with lastSeq when it is back",
             );
+            let img = io.ring_image();
+            let path = dir.join(format!("{app}.ring"));
+            if let Err(e) = write_atomic(&path, &super::io::encode_ring(&img)) {
+                log::error!("session {}: persisting {app}'s output: {e}", s.id());
+            }
         }
         if *s.status() == super::machine::Status::Running {
             if let Some((pod, ip)) = self.handle.pod() {
@@ -715,7 +1140,7 @@ impl Owner {
                 Command::DeletePod { name } => self.delete_pod(name),
                 Command::WatchPod { name } => self.watch_pod(name),
                 Command::StopWatch { name } => {
-                    if self.watches.remove(&name) {
+                    if self.watches.lock().remove(&name) {
                         self.engine.pods.unregister(&name);
                     }
                 }
@@ -878,7 +1303,8 @@ impl Owner {
                     app,
                     container,
                     tty,
-                } => self.attach(pod, app, container, tty),
+                    recover,
+                } => self.attach(pod, app, container, tty, recover),
                 Command::CloseAttaches { pod } => {
                     let handles = {
                         let mut g = self.attaches.lock();
@@ -896,14 +1322,25 @@ impl Owner {
     }
 
     /// Attaches to an app container on a worker; the stream's end comes
-    /// back as an input (a failure on the app's own channel).
-    fn attach(&self, pod: String, app: String, container: String, tty: bool) {
+    /// back as an input (a failure on the app's own channel). With
+    /// `recover` (a re-adoption), the app's output is held from before
+    /// the attach starts until what it wrote while the daemon was down is
+    /// read from the container log ([`recover_output`]) and goes first.
+    fn attach(&self, pod: String, app: String, container: String, tty: bool, recover: bool) {
         let io = self.handle.io(&app);
+        let since = io.last_output_ns();
+        if recover {
+            io.hold();
+        }
         let conn = self.engine.conn.clone();
+        let client = self.engine.client.clone();
         let ns = self.engine.settings.pod.namespace.clone();
+        let log_bytes = self.engine.settings.io_ring_bytes.saturating_add(64 << 10);
         let attaches = self.attaches.clone();
         let tx = self.inbox_tx.clone();
-        self.work_opt(move || {
+        let sid = self.handle.id.clone();
+        let held = io.clone();
+        let spawned = self.work_opt(move || {
             let (p, a) = (pod.clone(), app.clone());
             let on_end = move |r: Result<(), String>| {
                 if let Err(message) = r {
@@ -914,7 +1351,18 @@ impl Owner {
                     }));
                 }
             };
-            match super::io::attach(&conn, &ns, &pod, &container, tty, io, on_end) {
+            let r = super::io::attach(&conn, &ns, &pod, &container, tty, io.clone(), on_end);
+            let attached_at = r.is_ok().then(now_ns);
+            if recover {
+                let what = RecoverTarget {
+                    session: &sid,
+                    namespace: &ns,
+                    pod: &pod,
+                    container: &container,
+                };
+                recover_output(&client, &what, &io, since, attached_at, tty, log_bytes);
+            }
+            match r {
                 Ok(h) => {
                     let mut g = attaches.lock();
                     if g.closed.contains(&pod) {
@@ -928,6 +1376,9 @@ impl Owner {
                 Err(message) => Some(Input::AttachFailed { pod, app, message }),
             }
         });
+        if recover && !spawned {
+            held.release(super::io::Recovered::Unavailable, main_stream(tty));
+        }
     }
 
     fn pod_target(&self, pod: &str, ip: String) -> PodTarget {
@@ -952,8 +1403,9 @@ impl Owner {
         self.work_opt(move || Some(f()));
     }
 
-    /// [`Owner::work`] for work whose success needs no answer.
-    fn work_opt(&self, f: impl FnOnce() -> Option<Input> + Send + 'static) {
+    /// [`Owner::work`] for work whose success needs no answer. False
+    /// when the worker could not be started (logged).
+    fn work_opt(&self, f: impl FnOnce() -> Option<Input> + Send + 'static) -> bool {
         let tx = self.inbox_tx.clone();
         let spawned = std::thread::Builder::new()
             .name("session-work".into())
@@ -964,7 +1416,9 @@ impl Owner {
             });
         if let Err(e) = spawned {
             log::error!("session {}: spawning a worker: {e}", self.handle.id);
+            return false;
         }
+        true
     }
 
     fn create_pod(&self, pod: Pod) {
@@ -1001,7 +1455,7 @@ impl Owner {
     /// Routes the pod's updates from the engine's shared watch into the
     /// inbox (see [`deliver_into`]).
     fn watch_pod(&mut self, name: String) {
-        self.watches.insert(name.clone());
+        self.watches.lock().insert(name.clone());
         self.engine.pods.register(
             &name,
             deliver_into(self.inbox_tx.clone(), self.overflow.clone()),
@@ -1040,6 +1494,91 @@ impl Owner {
             .events
             .push(ev.kind(), ev.data().to_string(), terminal);
     }
+}
+
+/// An app's main output stream: where recovered output and gap notices go
+/// (a container log merges stdout and stderr).
+fn main_stream(tty: bool) -> OutStream {
+    if tty {
+        OutStream::Tty
+    } else {
+        OutStream::Stdout
+    }
+}
+
+/// Whose log [`recover_output`] reads.
+struct RecoverTarget<'a> {
+    session: &'a str,
+    namespace: &'a str,
+    pod: &'a str,
+    container: &'a str,
+}
+
+/// How long a re-adoption waits for the new attach to deliver the lines
+/// the log stamped after the attach began (so they are recovered once).
+const ATTACH_CATCH_UP: Duration = Duration::from_secs(1);
+
+/// Reads what the app wrote after `since_ns` (the last output the daemon
+/// pushed before it stopped) from its container log (`timestamps=true`,
+/// `sinceTime`; at most `max_bytes`) and releases `io`'s held output
+/// behind it (see `session::recover`). Lines stamped at or after
+/// `attached_at_ns` (the new attach was up) come through the attach too:
+/// the release waits (at most [`ATTACH_CATCH_UP`]) until the held output
+/// starts with them, so the overlap is dropped once, not delivered twice;
+/// lines the attach never delivers stay in the recovery. A log that
+/// cannot be read is a gap notice in the stream, and a warning.
+fn recover_output(
+    client: &Client,
+    t: &RecoverTarget<'_>,
+    io: &AppIo,
+    since_ns: u64,
+    attached_at_ns: Option<u64>,
+    tty: bool,
+    max_bytes: usize,
+) {
+    let params = LogParams {
+        container: Some(t.container.to_string()),
+        since_time: super::recover::since_time(since_ns),
+        timestamps: true,
+        tail_lines: None,
+    };
+    let api = Api::<Pod>::namespaced(client, t.namespace);
+    let recovered = match api.logs(t.pod, &params, max_bytes) {
+        Ok(log) => {
+            let stamped = super::recover::lines_after(&log.body, since_ns);
+            let late = attached_at_ns.map_or(0, |t| super::recover::stamped_from(&stamped, t));
+            let lines: Vec<tungstenite::Bytes> = stamped.into_iter().map(|(_, l)| l).collect();
+            if late > 0 && !log.truncated {
+                // A bounded poll on this worker: the attach's pump pushes
+                // into the held output on its own thread.
+                let deadline = Instant::now() + ATTACH_CATCH_UP;
+                while io.held_covers(&lines) < late && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            let n: usize = lines.iter().map(|l| l.len()).sum();
+            log::info!(
+                "session {}: {}: {n} bytes written since the last output read from the container log{}",
+                t.session,
+                t.container,
+                if log.truncated { " (its start only: announcing a gap after it)" } else { "" }
+            );
+            if log.truncated {
+                super::io::Recovered::Truncated(lines)
+            } else {
+                super::io::Recovered::Complete(lines)
+            }
+        }
+        Err(e) => {
+            log::warn!(
+                "session {}: {}: the container log is not available ({e}): announcing a gap",
+                t.session,
+                t.container
+            );
+            super::io::Recovered::Unavailable
+        }
+    };
+    io.release(recovered, main_stream(tty));
 }
 
 /// A hub route into a session's inbox that never blocks the hub: what a

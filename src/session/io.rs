@@ -67,6 +67,9 @@ pub const CLOSE_ENDED: u16 = 1000;
 /// Close code when the daemon stops (WebSocket "going away"): the
 /// session lives on; reconnect with the last seq once it is back.
 pub const CLOSE_GOING_AWAY: u16 = 1001;
+/// The stream byte of a gap notice in the ring ([`AppIo::push_gap`]):
+/// a seq with no data, sent to viewers as `{"type":"gap"}`.
+pub const GAP_STREAM: u8 = 0xFF;
 /// Live frames queued per subscriber before it counts as slow.
 pub const DEFAULT_QUEUE_FRAMES: usize = 256;
 /// What a frame costs in the ring besides its payload: its bookkeeping
@@ -108,6 +111,19 @@ pub fn decode_frame(b: &[u8]) -> Option<(u32, u8, &[u8])> {
 /// The gap notice's text: `{"type":"gap","from":A,"to":B}`.
 pub fn gap_text(from: u32, to: u32) -> String {
     serde_json::json!({"type": "gap", "from": from, "to": to}).to_string()
+}
+
+/// What a re-adoption recovered of the output an app wrote while the
+/// daemon was down ([`AppIo::release`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovered {
+    /// Every chunk written since the last output the ring holds.
+    Complete(Vec<Bytes>),
+    /// The oldest chunks only (the log was longer than the daemon reads):
+    /// a gap notice follows them.
+    Truncated(Vec<Bytes>),
+    /// The log could not be read: a gap notice stands for it.
+    Unavailable,
 }
 
 /// A message from a viewer.
@@ -214,6 +230,32 @@ struct State {
     subs: Vec<Sub>,
     next_sub: u64,
     ended: Option<(u16, String)>,
+    /// When the newest output frame was pushed (ns since the Unix epoch;
+    /// 0: never): where a re-adoption's log recovery starts.
+    last_output_ns: u64,
+    /// Output held back while a re-adoption recovers what the app wrote
+    /// while the daemon was down ([`AppIo::hold`]). Boxed: an app that is
+    /// not being re-adopted pays one pointer.
+    held: Option<Box<Held>>,
+}
+
+/// Output that came while held: stream byte and data, oldest first,
+/// bounded like the ring (`lost` once the oldest had to go).
+#[derive(Default)]
+struct Held {
+    frames: VecDeque<(u8, Bytes)>,
+    bytes: usize,
+    lost: bool,
+}
+
+impl Held {
+    /// The held bytes, every stream, in order.
+    fn head(&self) -> Vec<u8> {
+        self.frames
+            .iter()
+            .flat_map(|(_, d)| d.iter().copied())
+            .collect()
+    }
 }
 
 struct CurrentInput {
@@ -254,6 +296,8 @@ impl AppIo {
                 subs: Vec::new(),
                 next_sub: 0,
                 ended: None,
+                last_output_ns: 0,
+                held: None,
             }),
             input: Mutex::new(InputSlot::default()),
         }
@@ -269,7 +313,9 @@ impl AppIo {
     /// Appends a frame: gives it the next seq, evicts the oldest frames
     /// while the ring is over its bound, and hands it to every subscriber
     /// without waiting. Returns its seq; None for empty data, after
-    /// [`AppIo::end`], or once u32 seqs are exhausted (4 billion frames).
+    /// [`AppIo::end`], while output is held ([`AppIo::hold`]: it gets its
+    /// seq at the release), or once u32 seqs are exhausted (4 billion
+    /// frames).
     pub fn push(&self, stream: OutStream, data: impl Into<Bytes>) -> Option<u32> {
         let data: Bytes = data.into();
         if data.is_empty() {
@@ -279,50 +325,216 @@ impl AppIo {
         let mut slow: Vec<Arc<SubShared>> = Vec::new();
         let seq = {
             let mut st = self.state.lock();
-            if st.ended.is_some() || st.next_seq == u32::MAX {
+            if st.ended.is_some() {
                 return None;
             }
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            st.bytes += data.len() + FRAME_COST;
-            st.ring.push_back(Stored {
-                seq,
-                stream,
-                data: data.clone(),
-            });
-            while st.bytes > self.ring_bytes {
+            if let Some(h) = st.held.as_mut() {
+                h.bytes += data.len() + FRAME_COST;
+                h.frames.push_back((stream, data));
+                while h.bytes > self.ring_bytes {
+                    match h.frames.pop_front() {
+                        Some((_, d)) => {
+                            h.bytes -= d.len() + FRAME_COST;
+                            h.lost = true;
+                        }
+                        None => break,
+                    }
+                }
+                return None;
+            }
+            self.append(&mut st, stream, data, &mut slow)
+        };
+        run_slow_hooks(slow);
+        seq
+    }
+
+    /// Gives `data` the next seq in the ring and fans it out (under the
+    /// state lock; slow subscribers are collected for their hooks). A
+    /// [`GAP_STREAM`] frame is a gap notice: it holds a seq and no data,
+    /// and subscribers see it as [`Item::Gap`].
+    fn append(
+        &self,
+        st: &mut State,
+        stream: u8,
+        data: Bytes,
+        slow: &mut Vec<Arc<SubShared>>,
+    ) -> Option<u32> {
+        if st.next_seq == u32::MAX {
+            return None;
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        if stream != GAP_STREAM {
+            st.last_output_ns = now_ns();
+        }
+        st.bytes += data.len() + FRAME_COST;
+        st.ring.push_back(Stored {
+            seq,
+            stream,
+            data: data.clone(),
+        });
+        while st.bytes > self.ring_bytes {
+            match st.ring.pop_front() {
+                Some(f) => st.bytes -= f.data.len() + FRAME_COST,
+                None => break,
+            }
+        }
+        st.subs.retain(|s| {
+            let item = if stream == GAP_STREAM {
+                Item::Gap { from: seq, to: seq }
+            } else {
+                Item::Frame {
+                    seq,
+                    stream,
+                    data: data.clone(),
+                }
+            };
+            match s.tx.try_send(item) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    *s.shared.close.lock() = Some((CLOSE_SLOW, SLOW_REASON.into()));
+                    slow.push(s.shared.clone());
+                    false
+                }
+                // The subscription is gone without unsubscribing.
+                Err(TrySendError::Disconnected(_)) => false,
+            }
+        });
+        Some(seq)
+    }
+
+    /// Announces missing output: one seq that holds no data, which
+    /// viewers get as a gap notice `{from: seq, to: seq}` (live, and in
+    /// every replay that covers it). Used when output the app wrote while
+    /// the daemon was down could not be recovered.
+    pub fn push_gap(&self) -> Option<u32> {
+        let mut slow = Vec::new();
+        let seq = {
+            let mut st = self.state.lock();
+            if st.ended.is_some() {
+                return None;
+            }
+            self.append(&mut st, GAP_STREAM, Bytes::new(), &mut slow)
+        };
+        run_slow_hooks(slow);
+        seq
+    }
+
+    /// From now on, output is held back (bounded like the ring: the
+    /// oldest held frames go first, and the release announces a gap for
+    /// them) until [`AppIo::release`]. A re-adoption holds an app's output
+    /// while it recovers, from the container log, what the app wrote while
+    /// the daemon was down, so the recovered bytes get their seqs first.
+    pub fn hold(&self) {
+        let mut st = self.state.lock();
+        if st.held.is_none() {
+            st.held = Some(Box::default());
+        }
+    }
+
+    /// Whether output is held ([`AppIo::hold`]).
+    pub fn is_holding(&self) -> bool {
+        self.state.lock().held.is_some()
+    }
+
+    /// Ends a hold: appends what was recovered of the downtime's output
+    /// (tagged `stream`; without the trailing lines that the held output
+    /// starts with: the attach was already streaming when the log was
+    /// read, see [`held_overlap`]) or a gap notice where it could not be,
+    /// then a gap notice if held frames had to be dropped, then the held
+    /// frames. Atomic with `push`; nothing when output is not held.
+    pub fn release(&self, recovered: Recovered, stream: OutStream) {
+        let mut slow = Vec::new();
+        {
+            let mut st = self.state.lock();
+            // Not holding (released already, e.g. by a stop): nothing to do.
+            let Some(held) = st.held.take() else {
+                return;
+            };
+            if st.ended.is_some() {
+                return;
+            }
+            let s = stream_byte(stream);
+            match recovered {
+                Recovered::Complete(mut lines) => {
+                    let dup = held_overlap(&lines, &held.head());
+                    lines.truncate(lines.len() - dup);
+                    for r in lines.into_iter().filter(|r| !r.is_empty()) {
+                        self.append(&mut st, s, r, &mut slow);
+                    }
+                }
+                Recovered::Truncated(lines) => {
+                    for r in lines.into_iter().filter(|r| !r.is_empty()) {
+                        self.append(&mut st, s, r, &mut slow);
+                    }
+                    self.append(&mut st, GAP_STREAM, Bytes::new(), &mut slow);
+                }
+                Recovered::Unavailable => {
+                    self.append(&mut st, GAP_STREAM, Bytes::new(), &mut slow);
+                }
+            }
+            if held.lost {
+                self.append(&mut st, GAP_STREAM, Bytes::new(), &mut slow);
+            }
+            for (s, d) in held.frames {
+                self.append(&mut st, s, d, &mut slow);
+            }
+        }
+        run_slow_hooks(slow);
+    }
+
+    /// How many trailing `recovered` chunks the held output already starts
+    /// with ([`held_overlap`]; 0 when not holding): a re-adoption waits
+    /// (briefly) for the attach to deliver the lines the log stamped after
+    /// the attach began, so they are not recovered twice.
+    pub fn held_covers(&self, recovered: &[Bytes]) -> usize {
+        let st = self.state.lock();
+        st.held
+            .as_ref()
+            .map_or(0, |h| held_overlap(recovered, &h.head()))
+    }
+
+    /// When the newest output was pushed, in ns since the Unix epoch (0:
+    /// never).
+    pub fn last_output_ns(&self) -> u64 {
+        self.state.lock().last_output_ns
+    }
+
+    /// An app's IO continuing a persisted ring ([`decode_ring`]): the same
+    /// seqs, frames and time of the last output, so a viewer reconnecting
+    /// with the `lastSeq` it saw before a daemon restart misses nothing.
+    /// Frames that do not end contiguously at `next_seq - 1` (a damaged
+    /// file) are dropped (a replay then announces them as a gap), and the
+    /// ring's bound applies.
+    pub fn restore(ring_bytes: usize, img: RingImage) -> AppIo {
+        let io = AppIo::new(ring_bytes);
+        {
+            let mut st = io.state.lock();
+            st.next_seq = img.next_seq.max(1);
+            st.last_output_ns = img.last_output_ns;
+            // The contiguous run that ends at next_seq - 1.
+            let mut keep = 0;
+            let mut want = st.next_seq;
+            for f in img.frames.iter().rev() {
+                if f.0 + 1 != want {
+                    break;
+                }
+                want = f.0;
+                keep += 1;
+            }
+            let skip = img.frames.len() - keep;
+            for (seq, stream, data) in img.frames.into_iter().skip(skip) {
+                st.bytes += data.len() + FRAME_COST;
+                st.ring.push_back(Stored { seq, stream, data });
+            }
+            while st.bytes > ring_bytes {
                 match st.ring.pop_front() {
                     Some(f) => st.bytes -= f.data.len() + FRAME_COST,
                     None => break,
                 }
             }
-            st.subs.retain(|s| {
-                let item = Item::Frame {
-                    seq,
-                    stream,
-                    data: data.clone(),
-                };
-                match s.tx.try_send(item) {
-                    Ok(()) => true,
-                    Err(TrySendError::Full(_)) => {
-                        *s.shared.close.lock() = Some((CLOSE_SLOW, SLOW_REASON.into()));
-                        slow.push(s.shared.clone());
-                        false
-                    }
-                    // The subscription is gone without unsubscribing.
-                    Err(TrySendError::Disconnected(_)) => false,
-                }
-            });
-            seq
-        };
-        // Hooks run outside the lock (they may do anything).
-        for s in slow {
-            let hook = s.on_slow.lock().take();
-            if let Some(h) = hook {
-                h(close_frame(CLOSE_SLOW, SLOW_REASON));
-            }
         }
-        Some(seq)
+        io
     }
 
     /// Subscribes from `last_seq`: the frames still buffered with a greater
@@ -348,13 +560,26 @@ impl AppIo {
                 to: first_buffered - 1,
             });
         }
-        // Seqs in the ring are contiguous: skip by position.
+        // Seqs in the ring are contiguous: skip by position. Gap notices
+        // in the ring join an adjacent gap.
         let skip = (after + 1).saturating_sub(first_buffered) as usize;
-        pending.extend(st.ring.iter().skip(skip).map(|f| Item::Frame {
-            seq: f.seq,
-            stream: f.stream,
-            data: f.data.clone(),
-        }));
+        for f in st.ring.iter().skip(skip) {
+            if f.stream != GAP_STREAM {
+                pending.push_back(Item::Frame {
+                    seq: f.seq,
+                    stream: f.stream,
+                    data: f.data.clone(),
+                });
+                continue;
+            }
+            match pending.back_mut() {
+                Some(Item::Gap { to, .. }) if *to + 1 == f.seq => *to = f.seq,
+                _ => pending.push_back(Item::Gap {
+                    from: f.seq,
+                    to: f.seq,
+                }),
+            }
+        }
         let id = st.next_sub;
         st.next_sub += 1;
         match &st.ended {
@@ -396,23 +621,27 @@ impl AppIo {
         (st.ring.len(), st.bytes, st.ring.capacity())
     }
 
+    /// The seq the next frame gets, when the last output came, and every
+    /// frame the ring holds (seq, stream byte, data; gap notices with
+    /// [`GAP_STREAM`]), oldest first: what a daemon stop persists. Output
+    /// still held ([`AppIo::hold`]) is not in it.
+    pub fn ring_image(&self) -> RingImage {
+        let st = self.state.lock();
+        RingImage {
+            next_seq: st.next_seq,
+            last_output_ns: st.last_output_ns,
+            frames: st
+                .ring
+                .iter()
+                .map(|f| (f.seq, f.stream, f.data.clone()))
+                .collect(),
+        }
+    }
+
     /// The session ended: every subscriber gets its queued frames, then a
     /// close with `code`/`reason` (1000 when the session ended); later
     /// pushes are ignored and later subscribers get the replay and the
     /// close.
-    /// The seq the next frame gets and every frame the ring holds (seq,
-    /// stream byte, data), oldest first: what a daemon stop persists.
-    pub fn ring_snapshot(&self) -> (u32, RingFrames) {
-        let st = self.state.lock();
-        (
-            st.next_seq,
-            st.ring
-                .iter()
-                .map(|f| (f.seq, f.stream, f.data.clone()))
-                .collect(),
-        )
-    }
-
     pub fn end(&self, code: u16, reason: &str) {
         let mut st = self.state.lock();
         if st.ended.is_some() {
@@ -605,6 +834,58 @@ impl Canceller {
         }
     }
 }
+
+/// The slow subscribers' hooks, outside the state lock (they may do
+/// anything).
+fn run_slow_hooks(slow: Vec<Arc<SubShared>>) {
+    for s in slow {
+        let hook = s.on_slow.lock().take();
+        if let Some(h) = hook {
+            h(close_frame(CLOSE_SLOW, SLOW_REASON));
+        }
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// How many trailing `recovered` chunks the `held` output starts with:
+/// the container log was read after the new attach began streaming, so
+/// its last lines may be the attach's first. The longest such run wins
+/// (at most [`MAX_OVERLAP_LINES`] chunks are compared); 0 when none.
+/// Repetitive output (the same line many times) cannot be told apart:
+/// then the longest match is dropped.
+pub fn held_overlap(recovered: &[Bytes], held: &[u8]) -> usize {
+    let mut best = 0;
+    let mut len = 0;
+    let mut suffix: Vec<&[u8]> = Vec::new();
+    for (k, r) in recovered.iter().rev().take(MAX_OVERLAP_LINES).enumerate() {
+        len += r.len();
+        if len > held.len() {
+            break;
+        }
+        suffix.push(r);
+        // The trailing k+1 chunks, in order, must be held's first `len` bytes.
+        let mut at = 0;
+        let matches = suffix.iter().rev().all(|c| {
+            let ok = held.get(at..at + c.len()) == Some(*c);
+            at += c.len();
+            ok
+        });
+        if matches {
+            best = k + 1;
+        }
+    }
+    best
+}
+
+/// Recovered chunks compared with the held output's start (see
+/// [`held_overlap`]): the overlap is a few lines written in the moments
+/// between the attach's start and the log read.
+const MAX_OVERLAP_LINES: usize = 256;
 
 fn close_frame(code: u16, reason: &str) -> CloseFrame {
     CloseFrame {
@@ -892,17 +1173,33 @@ pub fn refuse(conn: WsConn, code: u16, reason: &str) {
 /// A ring's frames as persisted: seq, stream byte, data.
 pub type RingFrames = Vec<(u32, u8, Bytes)>;
 
-/// First bytes of a persisted ring.
-const RING_MAGIC: &[u8; 8] = b"KGRING1\n";
+/// A ring as a daemon stop persists it and the next start restores it
+/// ([`AppIo::ring_image`], [`AppIo::restore`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingImage {
+    /// The seq the next frame gets.
+    pub next_seq: u32,
+    /// When the newest output was pushed (ns since the Unix epoch; 0:
+    /// never): the re-adoption asks the container log for what came after.
+    pub last_output_ns: u64,
+    pub frames: RingFrames,
+}
+
+/// First bytes of a persisted ring (version 2: with the last output's
+/// time); version 1 (without it) is still read.
+const RING_MAGIC: &[u8; 8] = b"KGRING2\n";
+const RING_MAGIC_V1: &[u8; 8] = b"KGRING1\n";
 
 /// A ring as a daemon stop writes it: the magic, the next seq (u32 BE),
-/// then per frame seq (u32 BE), stream byte, length (u32 BE), data.
-pub fn encode_ring(next_seq: u32, frames: &[(u32, u8, Bytes)]) -> Vec<u8> {
-    let size: usize = frames.iter().map(|f| 9 + f.2.len()).sum();
-    let mut out = Vec::with_capacity(12 + size);
+/// the last output's time (u64 BE, ns), then per frame seq (u32 BE),
+/// stream byte, length (u32 BE), data.
+pub fn encode_ring(img: &RingImage) -> Vec<u8> {
+    let size: usize = img.frames.iter().map(|f| 9 + f.2.len()).sum();
+    let mut out = Vec::with_capacity(20 + size);
     out.extend_from_slice(RING_MAGIC);
-    out.extend_from_slice(&next_seq.to_be_bytes());
-    for (seq, stream, data) in frames {
+    out.extend_from_slice(&img.next_seq.to_be_bytes());
+    out.extend_from_slice(&img.last_output_ns.to_be_bytes());
+    for (seq, stream, data) in &img.frames {
         out.extend_from_slice(&seq.to_be_bytes());
         out.push(*stream);
         out.extend_from_slice(&u32::try_from(data.len()).unwrap_or(u32::MAX).to_be_bytes());
@@ -914,10 +1211,14 @@ pub fn encode_ring(next_seq: u32, frames: &[(u32, u8, Bytes)]) -> Vec<u8> {
 /// Reads [`encode_ring`]'s bytes back; a clear error for anything else
 /// (wrong magic, truncation, seqs out of order, a frame at or past the
 /// next seq).
-pub fn decode_ring(b: &[u8]) -> Result<(u32, RingFrames), String> {
-    let rest = b
-        .strip_prefix(RING_MAGIC.as_slice())
-        .ok_or("not a persisted ring (bad magic)")?;
+pub fn decode_ring(b: &[u8]) -> Result<RingImage, String> {
+    let (rest, v2) = if let Some(r) = b.strip_prefix(RING_MAGIC.as_slice()) {
+        (r, true)
+    } else if let Some(r) = b.strip_prefix(RING_MAGIC_V1.as_slice()) {
+        (r, false)
+    } else {
+        return Err("not a persisted ring (bad magic)".into());
+    };
     let u32_at = |b: &[u8], at: usize| -> Result<u32, String> {
         b.get(at..at + 4)
             .and_then(|x| x.try_into().ok())
@@ -926,6 +1227,15 @@ pub fn decode_ring(b: &[u8]) -> Result<(u32, RingFrames), String> {
     };
     let next_seq = u32_at(rest, 0)?;
     let mut at = 4;
+    let mut last_output_ns = 0;
+    if v2 {
+        last_output_ns = rest
+            .get(4..12)
+            .and_then(|x| x.try_into().ok())
+            .map(u64::from_be_bytes)
+            .ok_or("the ring is truncated")?;
+        at = 12;
+    }
     let mut frames = Vec::new();
     let mut last = 0u32;
     while at < rest.len() {
@@ -942,7 +1252,11 @@ pub fn decode_ring(b: &[u8]) -> Result<(u32, RingFrames), String> {
         frames.push((seq, stream, Bytes::copy_from_slice(data)));
         at += 9 + len;
     }
-    Ok((next_seq, frames))
+    Ok(RingImage {
+        next_seq,
+        last_output_ns,
+        frames,
+    })
 }
 
 #[cfg(test)]
@@ -953,26 +1267,171 @@ mod tests {
         let io = AppIo::new(1 << 20);
         io.push(OutStream::Stdout, b"one".to_vec());
         io.push(OutStream::Stderr, b"".to_vec());
+        io.push_gap();
         io.push(OutStream::Stderr, vec![0u8, 255]);
-        let (next, frames) = io.ring_snapshot();
-        assert_eq!(next, 3);
-        let bytes = encode_ring(next, &frames);
-        let (n2, f2) = decode_ring(&bytes).unwrap();
-        assert_eq!((n2, f2.clone()), (next, frames));
-        assert_eq!(f2[1].2.as_ref(), &[0u8, 255]);
+        let img = io.ring_image();
+        assert_eq!(img.next_seq, 4);
+        assert!(img.last_output_ns > 0);
+        let bytes = encode_ring(&img);
+        let back = decode_ring(&bytes).unwrap();
+        assert_eq!(back, img);
+        assert_eq!(back.frames[1], (2, GAP_STREAM, Bytes::new()));
+        assert_eq!(back.frames[2].2.as_ref(), &[0u8, 255]);
         assert!(decode_ring(b"nope").is_err());
         assert!(decode_ring(&bytes[..bytes.len() - 1]).is_err());
-        let mut swapped = encode_ring(
-            3,
-            &[
-                (2, 1, Bytes::from_static(b"a")),
-                (1, 1, Bytes::from_static(b"b")),
-            ],
-        );
+        assert!(decode_ring(&bytes[..15]).is_err(), "a truncated header");
+        let image = |next_seq, frames: &[(u32, u8, &'static [u8])]| RingImage {
+            next_seq,
+            last_output_ns: 7,
+            frames: frames
+                .iter()
+                .map(|(q, s, d)| (*q, *s, Bytes::from_static(d)))
+                .collect(),
+        };
+        let swapped = encode_ring(&image(3, &[(2, 1, b"a"), (1, 1, b"b")]));
         assert!(decode_ring(&swapped).is_err());
-        swapped = encode_ring(2, &[(2, 1, Bytes::from_static(b"a"))]);
-        assert!(decode_ring(&swapped).is_err(), "a frame at the next seq");
-        assert_eq!(decode_ring(&encode_ring(1, &[])).unwrap(), (1, vec![]));
+        let at_next = encode_ring(&image(2, &[(2, 1, b"a")]));
+        assert!(decode_ring(&at_next).is_err(), "a frame at the next seq");
+        assert_eq!(
+            decode_ring(&encode_ring(&image(1, &[]))).unwrap(),
+            image(1, &[])
+        );
+        // Version 1 (no time of the last output) is still read.
+        let mut v1 = b"KGRING1\n".to_vec();
+        v1.extend_from_slice(&2u32.to_be_bytes());
+        v1.extend_from_slice(&1u32.to_be_bytes());
+        v1.push(1);
+        v1.extend_from_slice(&1u32.to_be_bytes());
+        v1.push(b'x');
+        let old = decode_ring(&v1).unwrap();
+        assert_eq!(
+            (old.next_seq, old.last_output_ns, old.frames.len()),
+            (2, 0, 1)
+        );
+    }
+
+    #[test]
+    fn a_restored_ring_continues_its_seqs_and_replays_across_the_restart() {
+        let before = Arc::new(AppIo::new(1 << 20));
+        for i in 1..=5u8 {
+            before.push(OutStream::Stdout, vec![b'0' + i]);
+        }
+        let img = before.ring_image();
+        let io = Arc::new(AppIo::restore(1 << 20, img.clone()));
+        assert_eq!(io.last_seq(), 5);
+        assert_eq!(io.last_output_ns(), img.last_output_ns);
+        assert_eq!(io.push(OutStream::Stdout, b"6".to_vec()), Some(6));
+        // A viewer that saw seq 3 before the restart: 4, 5, then 6.
+        let mut s = io.subscribe(Some(3));
+        let seqs: Vec<u32> = (0..3).map(|_| frame(s.recv()).0).collect();
+        assert_eq!(seqs, [4, 5, 6]);
+        // A damaged image: only the run that ends at next_seq - 1 stays.
+        let mut bad = img;
+        bad.frames.remove(2); // seq 3
+        let io = Arc::new(AppIo::restore(1 << 20, bad));
+        let mut s = io.subscribe(Some(0));
+        assert_eq!(s.recv(), Some(Item::Gap { from: 1, to: 3 }));
+        assert_eq!(frame(s.recv()).0, 4);
+        // The bound applies to what is restored.
+        let small = AppIo::restore(2 * (1 + FRAME_COST), before.ring_image());
+        assert_eq!(small.ring_usage().0, 2);
+    }
+
+    #[test]
+    fn gap_notices_hold_a_seq_and_join_adjacent_gaps_in_replays() {
+        let io = Arc::new(AppIo::new(3 * (1 + FRAME_COST)));
+        let mut live = io.subscribe(None);
+        io.push(OutStream::Stdout, b"a".to_vec());
+        assert_eq!(io.push_gap(), Some(2));
+        assert_eq!(io.push_gap(), Some(3));
+        io.push(OutStream::Stdout, b"d".to_vec());
+        assert_eq!(frame(live.recv()).0, 1);
+        assert_eq!(live.recv(), Some(Item::Gap { from: 2, to: 2 }));
+        assert_eq!(live.recv(), Some(Item::Gap { from: 3, to: 3 }));
+        assert_eq!(frame(live.recv()).0, 4);
+        // Seq 1 is evicted: its gap and the notices become one.
+        let mut s = io.subscribe(None);
+        assert_eq!(s.recv(), Some(Item::Gap { from: 1, to: 3 }));
+        assert_eq!(frame(s.recv()).0, 4);
+        // Gap notices are not output: the last output's time stays.
+        let t = io.last_output_ns();
+        io.push_gap();
+        assert_eq!(io.last_output_ns(), t);
+    }
+
+    #[test]
+    fn held_output_waits_for_the_recovered_output_without_the_overlap() {
+        let io = Arc::new(AppIo::new(1 << 20));
+        io.push(OutStream::Stdout, b"before\n".to_vec());
+        let mut s = io.subscribe(Some(1));
+        io.hold();
+        assert!(io.is_holding());
+        // The new attach streams while the log is read: held, no seq yet.
+        assert_eq!(io.push(OutStream::Stdout, b"c\nd".to_vec()), None);
+        assert_eq!(io.push(OutStream::Stderr, b"\ne\n".to_vec()), None);
+        assert_eq!(io.last_seq(), 1);
+        assert!(s.recv_timeout(Duration::ZERO).is_err());
+        // The log holds a, b, and c and d again (written after the attach
+        // began): they are dropped from the recovery.
+        let lines = ["a\n", "b\n", "c\n", "d\n"].map(|l| Bytes::from_static(l.as_bytes()));
+        assert_eq!(io.held_covers(&lines), 2);
+        io.release(Recovered::Complete(lines.to_vec()), OutStream::Stdout);
+        assert!(!io.is_holding());
+        let got: Vec<(u32, u8, Vec<u8>)> = (0..4).map(|_| frame(s.recv())).collect();
+        assert_eq!(
+            got,
+            [
+                (2, 1, b"a\n".to_vec()),
+                (3, 1, b"b\n".to_vec()),
+                (4, 1, b"c\nd".to_vec()),
+                (5, 2, b"\ne\n".to_vec())
+            ]
+        );
+        assert_eq!(io.held_covers(&lines), 0, "not holding");
+        // No log: a gap notice where the downtime's output would be.
+        io.hold();
+        io.push(OutStream::Stdout, b"f\n".to_vec());
+        io.release(Recovered::Unavailable, OutStream::Stdout);
+        assert_eq!(s.recv(), Some(Item::Gap { from: 6, to: 6 }));
+        assert_eq!(frame(s.recv()), (7, 1, b"f\n".to_vec()));
+        // Only the oldest part of a long log: it, then a gap notice.
+        io.hold();
+        io.release(
+            Recovered::Truncated(vec![Bytes::from_static(b"g\n")]),
+            OutStream::Stdout,
+        );
+        assert_eq!(frame(s.recv()), (8, 1, b"g\n".to_vec()));
+        assert_eq!(s.recv(), Some(Item::Gap { from: 9, to: 9 }));
+        // Held output over the bound: the oldest goes, and a gap says so.
+        let io = Arc::new(AppIo::new(2 * (2 + FRAME_COST)));
+        io.hold();
+        for x in [b"1\n", b"2\n", b"3\n"] {
+            io.push(OutStream::Stdout, x.to_vec());
+        }
+        io.release(
+            Recovered::Complete(vec![Bytes::from_static(b"r\n")]),
+            OutStream::Stdout,
+        );
+        let mut s = io.subscribe(Some(0));
+        assert_eq!(s.recv(), Some(Item::Gap { from: 1, to: 2 }));
+        assert_eq!(frame(s.recv()), (3, 1, b"2\n".to_vec()));
+        assert_eq!(frame(s.recv()), (4, 1, b"3\n".to_vec()));
+    }
+
+    #[test]
+    fn the_overlap_is_the_longest_run_of_trailing_lines_the_held_output_starts_with() {
+        let b = |l: &[&'static str]| -> Vec<Bytes> {
+            l.iter().map(|x| Bytes::from_static(x.as_bytes())).collect()
+        };
+        assert_eq!(held_overlap(&b(&["a\n", "b\n"]), b""), 0);
+        assert_eq!(held_overlap(&b(&["a\n", "b\n"]), b"b\nc\n"), 1);
+        assert_eq!(held_overlap(&b(&["a\n", "b\n"]), b"a\nb\nc"), 2);
+        assert_eq!(held_overlap(&b(&["a\n", "b\n"]), b"c\n"), 0);
+        // Not a prefix of the held output: not an overlap.
+        assert_eq!(held_overlap(&b(&["a\n", "b\n"]), b"xb\n"), 0);
+        // Repeated lines: the longest match.
+        assert_eq!(held_overlap(&b(&["x\n", "x\n", "x\n"]), b"x\nx\n"), 2);
+        assert_eq!(held_overlap(&[], b"x"), 0);
     }
 
     use super::*;

@@ -391,12 +391,17 @@ pub enum Command {
     },
     /// The bundle is no longer needed (the first seed is done).
     DropBundle,
-    /// Attach to `container` (stdin on, `tty` as declared).
+    /// Attach to `container` (stdin on, `tty` as declared). With
+    /// `recover` (a re-adoption after a daemon restart), the app's output
+    /// is held while what it wrote during the downtime is read from the
+    /// container log, which goes first (or a gap notice when the log
+    /// cannot be read).
     Attach {
         pod: String,
         app: String,
         container: String,
         tty: bool,
+        recover: bool,
     },
     /// Close every attach stream of the pod.
     CloseAttaches {
@@ -530,8 +535,18 @@ enum Phase {
         id: u64,
         published: bool,
         attaching: std::collections::BTreeSet<String>,
+        /// Re-adopting a running pod after a daemon restart (no seed:
+        /// attach with log recovery, publish, then `running` again).
+        adopting: bool,
     },
     Up,
+    /// After a daemon restart, the session's pod was found terminating:
+    /// wait (until `deadline`) for it to go, then recreate it from the
+    /// checkpoint.
+    Draining {
+        old: String,
+        deadline: Millis,
+    },
 }
 
 impl Phase {
@@ -541,8 +556,9 @@ impl Phase {
             Phase::Scheduling { .. } => Stage::Schedule,
             Phase::Agent { .. } => Stage::Workspace,
             Phase::Seeding => Stage::Seed,
+            Phase::Publishing { adopting: true, .. } | Phase::Up => Stage::Run,
             Phase::Publishing { .. } => Stage::Publish,
-            Phase::Up => Stage::Run,
+            Phase::Draining { .. } => Stage::Create,
         }
     }
 }
@@ -861,7 +877,7 @@ impl Session {
             "version": 1,
             "sessionId": self.id,
             "principal": self.principal,
-            "status": self.status,
+            "status": self.record_status(),
             "spec": self.spec,
             "apps": self.apps,
             "pod": self.pod,
@@ -873,6 +889,10 @@ impl Session {
             "updatedAt": self.updated_at,
             "suspendedAt": self.suspended_at,
             "lifeUsedMs": self.life_used_ms,
+            "lifeSince": self.life_since,
+            "runs": self.runs.iter().map(|(app, t)| {
+                (app.clone(), json!({"base": t.base, "reported": t.reported}))
+            }).collect::<serde_json::Map<String, Value>>(),
         })
     }
 
@@ -912,7 +932,9 @@ impl Session {
             }
             Input::PodObserved { pod } => self.observe(*pod, now, &mut out),
             Input::PodGone { pod } => {
-                if self.is_current(&pod) && !self.user_stopped {
+                if matches!(&self.phase, Phase::Draining { old, .. } if *old == pod) {
+                    self.drained(now, false, &mut out);
+                } else if self.is_current(&pod) && !self.user_stopped {
                     let stage = self.phase.stage();
                     let message = match self.phase {
                         Phase::Creating | Phase::Scheduling { .. } => {
@@ -957,6 +979,7 @@ impl Session {
                             app: a.spec.name.clone(),
                             container: a.spec.container(),
                             tty: a.spec.io == Io::Tty,
+                            recover: false,
                         });
                     }
                     let id = self.publish(&mut out);
@@ -964,6 +987,7 @@ impl Session {
                         id,
                         published: false,
                         attaching: self.apps.iter().map(|a| a.spec.name.clone()).collect(),
+                        adopting: false,
                     };
                     self.set_stage(Stage::Publish);
                     self.progress(&mut out, "publish", "Publishing endpoints");
@@ -1006,6 +1030,7 @@ impl Session {
                         id: current,
                         published,
                         attaching,
+                        ..
                     } if *current == id => {
                         *published = true;
                         Some(attaching.is_empty())
@@ -1418,7 +1443,7 @@ impl Session {
         }
         let phase = pod.phase();
         if phase == "Failed" || phase == "Succeeded" {
-            if self.phase == Phase::Up {
+            if self.phase.stage() == Stage::Run {
                 if deadline_exceeded(&pod) {
                     self.end_of_life(now, out);
                 } else {
@@ -1805,6 +1830,10 @@ impl Session {
         self.probes.clear();
         self.ended.clear();
         let phase = std::mem::replace(&mut self.phase, Phase::Down);
+        if let Phase::Draining { old, .. } = phase {
+            out.push(Command::StopWatch { name: old });
+            return;
+        }
         let Some(p) = self.pod.take() else {
             return;
         };
@@ -1901,6 +1930,9 @@ impl Session {
                     self.checkpoint(out);
                 }
             }
+            Phase::Draining { deadline, .. } if now >= *deadline => {
+                self.drained(now, true, out);
+            }
             Phase::Down if self.status == Status::Suspended => {
                 let since = self.suspended_at.unwrap_or(self.updated_at);
                 if now.saturating_sub(since) >= self.timings.suspended_ttl_ms {
@@ -1920,6 +1952,14 @@ fn rfc3339(ms: Millis) -> String {
     crate::kube::time::rfc3339(UNIX_EPOCH + Duration::from_millis(ms))
 }
 
+#[path = "machine_adopt.rs"]
+mod adopt;
+pub use adopt::{Record, RunRecord, DRAIN_DEADLINE_MS};
+
 #[cfg(test)]
 #[path = "machine_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "machine_adopt_tests.rs"]
+mod adopt_tests;

@@ -2,9 +2,9 @@ use super::*;
 use crate::session::spec::{AppSpec, Io, Port, Protocol, SessionSpec};
 use std::path::Path;
 
-const T0: Millis = 1_700_000_000_000;
+pub(super) const T0: Millis = 1_700_000_000_000;
 
-fn timings() -> Timings {
+pub(super) fn timings() -> Timings {
     Timings {
         start_deadline_ms: 180_000,
         agent_deadline_ms: 120_000,
@@ -16,7 +16,7 @@ fn timings() -> Timings {
     }
 }
 
-fn settings(domain: Option<&str>) -> Arc<PodSettings> {
+pub(super) fn settings(domain: Option<&str>) -> Arc<PodSettings> {
     let cfg = crate::config::Config::parse("[cluster]\nmode = \"sim\"\n", Path::new("/x")).unwrap();
     let mut s = PodSettings::from_config(&cfg);
     s.ingress_base_domain = domain.map(str::to_string);
@@ -25,7 +25,7 @@ fn settings(domain: Option<&str>) -> Arc<PodSettings> {
     Arc::new(s)
 }
 
-fn app(name: &str, ports: Vec<Port>) -> AppSpec {
+pub(super) fn app(name: &str, ports: Vec<Port>) -> AppSpec {
     AppSpec {
         name: name.into(),
         entry: format!("{name}.js"),
@@ -44,7 +44,7 @@ fn udp(port: u16) -> Port {
     }
 }
 
-fn new_session(domain: Option<&str>) -> (Session, Vec<Command>) {
+pub(super) fn new_session(domain: Option<&str>) -> (Session, Vec<Command>) {
     let mut worker = app("worker", vec![Port::tcp(3000), udp(5353)]);
     worker.io = Io::Streams;
     Session::start(
@@ -65,7 +65,7 @@ fn new_session(domain: Option<&str>) -> (Session, Vec<Command>) {
     )
 }
 
-fn created_pod(cmds: &[Command]) -> Pod {
+pub(super) fn created_pod(cmds: &[Command]) -> Pod {
     cmds.iter()
         .find_map(|c| match c {
             Command::CreatePod { pod } => Some((**pod).clone()),
@@ -74,14 +74,14 @@ fn created_pod(cmds: &[Command]) -> Pod {
         .expect("a CreatePod command")
 }
 
-fn pod_json(name: &str, status: Value) -> Box<Pod> {
+pub(super) fn pod_json(name: &str, status: Value) -> Box<Pod> {
     Box::new(
         serde_json::from_value(json!({"metadata": {"name": name, "uid": "u-1"}, "status": status}))
             .unwrap(),
     )
 }
 
-fn running(name: &str) -> Input {
+pub(super) fn running(name: &str) -> Input {
     Input::PodObserved {
         pod: pod_json(
             name,
@@ -93,7 +93,7 @@ fn running(name: &str) -> Input {
     }
 }
 
-fn events(cmds: &[Command]) -> Vec<(&'static str, Value)> {
+pub(super) fn events(cmds: &[Command]) -> Vec<(&'static str, Value)> {
     cmds.iter()
         .filter_map(|c| match c {
             Command::Emit(e) => Some((e.kind(), e.data())),
@@ -102,7 +102,7 @@ fn events(cmds: &[Command]) -> Vec<(&'static str, Value)> {
         .collect()
 }
 
-fn statuses(cmds: &[Command]) -> Vec<String> {
+pub(super) fn statuses(cmds: &[Command]) -> Vec<String> {
     events(cmds)
         .into_iter()
         .filter(|(k, _)| *k == "status")
@@ -110,11 +110,11 @@ fn statuses(cmds: &[Command]) -> Vec<String> {
         .collect()
 }
 
-fn has(cmds: &[Command], f: impl Fn(&Command) -> bool) -> bool {
+pub(super) fn has(cmds: &[Command], f: impl Fn(&Command) -> bool) -> bool {
     cmds.iter().any(f)
 }
 
-fn publish_id(cmds: &[Command]) -> u64 {
+pub(super) fn publish_id(cmds: &[Command]) -> u64 {
     cmds.iter()
         .find_map(|c| match c {
             Command::Publish { id, .. } => Some(*id),
@@ -125,7 +125,7 @@ fn publish_id(cmds: &[Command]) -> u64 {
 
 /// Every app's attach answers OK (the bring-up waits for them and the
 /// publish before `running`).
-fn attach_all(s: &mut Session, pod: &str, now: Millis) {
+pub(super) fn attach_all(s: &mut Session, pod: &str, now: Millis) {
     let apps: Vec<String> = s.apps().iter().map(|a| a.spec.name.clone()).collect();
     for app in apps {
         let c = s.handle(
@@ -144,7 +144,7 @@ fn attach_all(s: &mut Session, pod: &str, now: Millis) {
 
 /// Drives a start to `running`; returns the session, the pod name and the
 /// commands of the last step.
-fn up(domain: Option<&str>) -> (Session, String, Vec<Command>) {
+pub(super) fn up(domain: Option<&str>) -> (Session, String, Vec<Command>) {
     let (mut s, c) = new_session(domain);
     let name = created_pod(&c).metadata.name().to_string();
     s.handle(
@@ -1129,7 +1129,7 @@ fn records() {
     );
 }
 
-fn run_started(generation: u64, replayed: bool) -> Value {
+pub(super) fn run_started(generation: u64, replayed: bool) -> Value {
     let mut f = json!({"kind": "event", "timestamp": "2024-01-01T00:00:00.000Z",
                        "event": "Runner.RunStarted", "payload": {"generation": generation}});
     if replayed {
@@ -1149,7 +1149,7 @@ fn run_ended(generation: u64, payload: Value, replayed: bool) -> Value {
     f
 }
 
-fn debug(pod: &str, app: &str, frame: Value) -> Input {
+pub(super) fn debug(pod: &str, app: &str, frame: Value) -> Input {
     Input::Debug {
         pod: pod.into(),
         app: app.into(),
@@ -1158,7 +1158,7 @@ fn debug(pod: &str, app: &str, frame: Value) -> Input {
 }
 
 /// The `run` events among the commands.
-fn runs(cmds: &[Command]) -> Vec<Value> {
+pub(super) fn runs(cmds: &[Command]) -> Vec<Value> {
     events(cmds)
         .into_iter()
         .filter(|(k, _)| *k == "run")

@@ -10,7 +10,11 @@
 //!   the readings of a pod the machine needs (provisioning progress, ended
 //!   containers, failure detail).
 //! - `machine`: the per-session state machine: inputs the engine observes,
-//!   commands it must carry out, events for the SSE stream.
+//!   commands it must carry out, events for the SSE stream; and a session
+//!   rebuilt from its record after a daemon restart (`Session::restore`).
+//! - `recover`: the container log lines written after the last output
+//!   (a re-adoption's recovery of the downtime's output).
+//! - `reaper`: which orphan watch pods to delete, and when.
 //!
 //! Design and choices: docs/sessions.md.
 
@@ -22,6 +26,8 @@ pub mod io;
 pub mod machine;
 pub mod pod;
 pub mod pod_hub;
+pub mod reaper;
+pub mod recover;
 pub mod relay;
 pub mod spec;
 pub mod sse;

@@ -19,7 +19,7 @@ use crate::http::ws::{self, Outbox, WsConn, WsOptions};
 use crate::http::{ChunkSink, Reply, Request, Response, Upgrade};
 use crate::kube::channel::{self, Frame, Protocol, ResizeDecoder};
 use crate::kube::status::Status;
-use crate::kube::time::{parse_rfc3339, rfc3339_nanos};
+use crate::kube::time::{parse_rfc3339, rfc3339_nano, whole_second};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use serde_json::Value;
 use std::sync::Arc;
@@ -599,8 +599,11 @@ impl PodStreams for Kubelet {
             }
         }
         if let Some(s) = req.query("sinceTime") {
+            // The API server forwards sinceTime to the kubelet formatted
+            // with time.RFC3339 (whole seconds): a fraction is cut off, so
+            // the answer may start up to a second before the time asked.
             match parse_rfc3339(s) {
-                Some(t) => q.since = Some(t),
+                Some(t) => q.since = Some(whole_second(t)),
                 None => return bad_request(&format!("invalid sinceTime {s:?}")),
             }
         }
@@ -610,7 +613,7 @@ impl PodStreams for Kubelet {
             let mut body = Vec::new();
             for line in process.log_snapshot(&q) {
                 if timestamps {
-                    body.extend_from_slice(rfc3339_nanos(line.ts).as_bytes());
+                    body.extend_from_slice(rfc3339_nano(line.ts).as_bytes());
                     body.push(b' ');
                 }
                 body.extend_from_slice(&line.data);
@@ -626,7 +629,7 @@ impl PodStreams for Kubelet {
                 for line in lines {
                     let mut b = Vec::new();
                     if timestamps {
-                        b.extend_from_slice(rfc3339_nanos(line.ts).as_bytes());
+                        b.extend_from_slice(rfc3339_nano(line.ts).as_bytes());
                         b.push(b' ');
                     }
                     b.extend_from_slice(&line.data);
@@ -696,7 +699,7 @@ impl Kubelet {
 
 /// Prefixes each line start in `data` with a timestamp.
 fn stamp(data: &[u8], ts: SystemTime, at_start: &mut bool) -> Vec<u8> {
-    let t = rfc3339_nanos(ts);
+    let t = rfc3339_nano(ts);
     let mut out = Vec::with_capacity(data.len() + 40);
     for &b in data {
         if *at_start {
@@ -722,7 +725,7 @@ mod tests {
         let mut at = true;
         let a = stamp(b"ab\ncd", ts, &mut at);
         let b = stamp(b"e\n", ts, &mut at);
-        let t = rfc3339_nanos(ts);
+        let t = rfc3339_nano(ts);
         assert_eq!(String::from_utf8_lossy(&a), format!("{t} ab\n{t} cd"));
         assert_eq!(String::from_utf8_lossy(&b), "e\n");
         assert!(at);

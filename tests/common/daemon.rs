@@ -27,8 +27,14 @@ pub struct DaemonProc {
     /// The embedded sim's kubeconfig.
     pub kubeconfig: PathBuf,
     pub cache_dir: PathBuf,
-    /// The daemon's stderr (its log).
+    /// The daemon's stderr (its log; a restart writes a new one).
     pub log: PathBuf,
+    /// Extra environment of the daemon process.
+    env: Vec<(String, String)>,
+    /// Starts so far on this folder, minus one.
+    restarts: u32,
+    /// Replaced by a restart: its drop leaves the folder to the new one.
+    replaced: bool,
     _watchdog: crossbeam_channel::Sender<()>,
 }
 
@@ -69,12 +75,27 @@ impl DaemonProc {
     /// `edit` rewrites the config text (appending TOML is the usual way);
     /// `rust_log` is the daemon's `RUST_LOG`.
     pub fn start_with(edit: impl FnOnce(String) -> String, rust_log: &str) -> DaemonProc {
+        DaemonProc::start_with_env(edit, rust_log, &[])
+    }
+
+    /// [`DaemonProc::start_with`] with extra environment variables (the
+    /// test hooks: `KUBEGATE_TEST_HOOKS=1`).
+    pub fn start_with_env(
+        edit: impl FnOnce(String) -> String,
+        rust_log: &str,
+        env: &[(&str, &str)],
+    ) -> DaemonProc {
         let dir = temp_dir("daemon");
         let example = std::fs::read_to_string(EXAMPLE).expect("read the example config");
         let listen = example.replace("listen = \"127.0.0.1:7443\"", "listen = \"127.0.0.1:0\"");
         assert_ne!(listen, example, "the example's listen line changed");
         let kubeconfig = dir.join("state").join("sim.kubeconfig");
-        let d = DaemonProc::spawn(dir, &edit(listen), kubeconfig, rust_log);
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let log = dir.join("daemon.log");
+        let d = DaemonProc::spawn(dir, &edit(listen), kubeconfig, rust_log, env, log);
         d.wait_deployment_ready("demo", "hello");
         d
     }
@@ -85,13 +106,45 @@ impl DaemonProc {
     /// uses). Returns once the daemon printed its listening line; waits for
     /// nothing in the cluster.
     pub fn start_config(text: &str, kubeconfig: PathBuf, rust_log: &str) -> DaemonProc {
-        DaemonProc::spawn(temp_dir("daemon"), text, kubeconfig, rust_log)
+        let dir = temp_dir("daemon");
+        let log = dir.join("daemon.log");
+        DaemonProc::spawn(dir, text, kubeconfig, rust_log, Vec::new(), log)
     }
 
-    fn spawn(dir: PathBuf, text: &str, kubeconfig: PathBuf, rust_log: &str) -> DaemonProc {
+    /// Starts the daemon again after a stop, on the same folder, config
+    /// and state directory (a restart: recorded sessions are re-adopted);
+    /// its log goes to a new file (`daemon-N.log`).
+    pub fn restart(&mut self, rust_log: &str) {
+        assert!(
+            matches!(self.child.try_wait(), Ok(Some(_))),
+            "restart needs a stopped daemon"
+        );
+        let text = std::fs::read_to_string(&self.config).expect("read the config");
+        let n = self.restarts + 1;
+        let log = self.dir.join(format!("daemon-{n}.log"));
+        let mut next = DaemonProc::spawn(
+            self.dir.clone(),
+            &text,
+            self.kubeconfig.clone(),
+            rust_log,
+            self.env.clone(),
+            log,
+        );
+        next.restarts = n;
+        std::mem::swap(self, &mut next);
+        next.replaced = true;
+    }
+
+    fn spawn(
+        dir: PathBuf,
+        text: &str,
+        kubeconfig: PathBuf,
+        rust_log: &str,
+        env: Vec<(String, String)>,
+        log: PathBuf,
+    ) -> DaemonProc {
         let config = dir.join("kubegate.toml");
         std::fs::write(&config, text).expect("write config");
-        let log = dir.join("daemon.log");
         let log_file = std::fs::File::create(&log).expect("create log");
         let mut child = Command::new(KUBEGATE)
             .arg("serve")
@@ -99,6 +152,7 @@ impl DaemonProc {
             .arg(&config)
             .env("RUST_LOG", rust_log)
             .env_remove("NOTIFY_SOCKET")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file))
@@ -148,6 +202,9 @@ impl DaemonProc {
             config,
             log,
             dir,
+            env,
+            restarts: 0,
+            replaced: false,
             _watchdog: cancel,
         }
     }
@@ -295,7 +352,7 @@ impl Drop for DaemonProc {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-        if !std::thread::panicking() {
+        if !std::thread::panicking() && !self.replaced {
             // The sim's containers die with it (parent-death signal), a
             // moment later.
             let dir = self.dir.clone();

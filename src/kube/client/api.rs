@@ -327,6 +327,62 @@ impl<K: Resource> Api<K> {
     }
 }
 
+/// Options of `GET …/pods/{name}/log` (not followed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogParams {
+    pub container: Option<String>,
+    /// RFC 3339; the API server forwards whole seconds to the kubelet.
+    pub since_time: Option<String>,
+    /// Each line starts with its RFC 3339 (nanoseconds) time and a space.
+    pub timestamps: bool,
+    pub tail_lines: Option<u64>,
+}
+
+/// A log answer, read up to a bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodLog {
+    pub body: Vec<u8>,
+    /// The answer was longer than the bound: `body` is its start.
+    pub truncated: bool,
+}
+
+impl Api<Pod> {
+    /// A container's log as it is now (`follow` off), at most `max_bytes`
+    /// of it.
+    pub fn logs(&self, name: &str, p: &LogParams, max_bytes: usize) -> Result<PodLog, KubeError> {
+        use std::io::Read;
+        let mut q: Vec<(&str, String)> = Vec::new();
+        if let Some(c) = &p.container {
+            q.push(("container", c.clone()));
+        }
+        if let Some(t) = &p.since_time {
+            q.push(("sinceTime", t.clone()));
+        }
+        if p.timestamps {
+            q.push(("timestamps", "true".into()));
+        }
+        if let Some(n) = p.tail_lines {
+            q.push(("tailLines", n.to_string()));
+        }
+        let mut req = Request::get(with_query(&self.object_path(name, Some("log"))?, &q));
+        req.accept = "text/plain, */*";
+        let resp = self.client.send(&req)?;
+        let mut body = Vec::new();
+        resp.into_body()
+            .into_reader()
+            .take(
+                u64::try_from(max_bytes)
+                    .unwrap_or(u64::MAX)
+                    .saturating_add(1),
+            )
+            .read_to_end(&mut body)
+            .map_err(|e| KubeError::Transport(format!("reading the log: {e}")))?;
+        let truncated = body.len() > max_bytes;
+        body.truncate(max_bytes);
+        Ok(PodLog { body, truncated })
+    }
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct DeleteBody<'a> {

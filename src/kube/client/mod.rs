@@ -28,8 +28,8 @@ pub mod transport;
 pub mod watch;
 
 pub use api::{
-    pod_deployment, pod_replicaset, Api, DeleteParams, Deleted, List, ListParams, Preconditions,
-    Propagation,
+    pod_deployment, pod_replicaset, Api, DeleteParams, Deleted, List, ListParams, LogParams,
+    PodLog, Preconditions, Propagation,
 };
 pub use error::KubeError;
 pub use http::{Client, ClientOptions, RetryPolicy};
