@@ -443,7 +443,12 @@ impl Gateway {
                 initial_size: req.initial_size,
                 raw_frames: true,
                 ping_interval: Some(self.settings.ping_interval),
-                idle_timeout: Some(self.settings.idle_timeout),
+                // Liveness of the API server's side (pongs answer the
+                // pings), not the session's idleness: that is the relay's
+                // own check (1008 "idle timeout"), which the same duration
+                // here used to race, ending a quiet session as a failed
+                // exec instead.
+                idle_timeout: Some(self.settings.ping_interval * 4),
                 ..ExecOptions::default()
             };
             let process = self.open(&target, &req.spec, opts)?;
