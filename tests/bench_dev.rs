@@ -34,7 +34,7 @@ mod common;
 
 use common::bench::{bar, env_usize, median, percentile, watchdog};
 use common::daemon::DaemonProc;
-use common::pty::Pty;
+use common::pty::{plain, Pty};
 use common::{temp_dir, terminate, unsafe_kill, wait_for, KUBEGATE};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -44,25 +44,6 @@ const T: Duration = Duration::from_secs(60);
 /// The app runner's restart debounce (docs/runner.md).
 const RUNNER_DEBOUNCE_MS: f64 = 100.0;
 const APP_SH: &str = "echo \"v=$(cat v.txt)\"\nexec sleep 100000\n";
-
-/// The terminal's text without colours or carriage returns.
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' && chars.peek() == Some(&'[') {
-            chars.next();
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else if c != '\r' {
-            out.push(c);
-        }
-    }
-    out
-}
 
 /// The program's own start: `sh app.sh` until its first line, locally.
 fn program_start_ms(dir: &std::path::Path, n: usize) -> Vec<f64> {

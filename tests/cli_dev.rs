@@ -12,7 +12,7 @@ mod common;
 
 use common::bench::watchdog;
 use common::daemon::DaemonProc;
-use common::pty::Pty;
+use common::pty::{plain, Pty};
 use common::{run_with_timeout, temp_dir, terminate, unsafe_kill, wait_for, KUBEGATE};
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -42,25 +42,6 @@ fn copy_example() -> PathBuf {
         std::fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
     }
     dir
-}
-
-/// `text` without ANSI escape sequences (CSI: ESC [ ... letter).
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' && chars.peek() == Some(&'[') {
-            chars.next();
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else if c != '\r' {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// `kubegate dev` on a pty; killed and reaped on drop.

@@ -110,3 +110,24 @@ impl Pty {
         }
     }
 }
+
+/// A terminal's text without ANSI escape sequences (CSI: ESC [ ... letter)
+/// nor carriage returns.
+#[allow(dead_code)]
+pub fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' && chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else if c != '\r' {
+            out.push(c);
+        }
+    }
+    out
+}
