@@ -46,6 +46,11 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "Kubernetes watches re-opened.",
     ),
     (
+        "kubegate_api_retries_total",
+        "counter",
+        "Kubernetes API requests repeated by the client's retry policy (5xx, 429, transport errors).",
+    ),
+    (
         "kubegate_threads",
         "gauge",
         "Threads of the daemon process.",

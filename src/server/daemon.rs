@@ -179,6 +179,15 @@ impl Daemon {
             ..ServerConfig::default()
         };
         let metrics = Arc::new(Metrics::new());
+        {
+            let c = client.clone();
+            metrics.probe("kubegate_api_retries_total", move || {
+                i64::try_from(c.retries()).unwrap_or(i64::MAX)
+            });
+            metrics.probe("kubegate_watch_restarts_total", || {
+                i64::try_from(crate::kube::client::watch::restarts_total()).unwrap_or(i64::MAX)
+            });
+        }
         let audit = match &cfg.exec.audit_log {
             Some(p) => Some(
                 crate::exec::audit::Audit::open(p)
