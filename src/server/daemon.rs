@@ -341,6 +341,7 @@ pub fn serve_main(config_path: &Path) -> i32 {
         }
     };
     raise_open_file_limit();
+    super::memory::limit_malloc_arenas();
     let daemon = match Daemon::start(&cfg) {
         Ok(d) => d,
         Err(e) => {
