@@ -48,7 +48,7 @@ const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "kubegate_api_retries_total",
         "counter",
-        "Kubernetes API requests repeated by the client's retry policy (5xx, 429, transport errors).",
+        "Kubernetes API requests and exec/attach upgrades repeated under the retry policy (429/503 with Retry-After, GETs after 5xx or transport errors, connections refused).",
     ),
     (
         "kubegate_threads",

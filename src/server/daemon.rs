@@ -182,7 +182,8 @@ impl Daemon {
         {
             let c = client.clone();
             metrics.probe("kubegate_api_retries_total", move || {
-                i64::try_from(c.retries()).unwrap_or(i64::MAX)
+                let n = c.retries() + crate::kube::remote::connect::retries_total();
+                i64::try_from(n).unwrap_or(i64::MAX)
             });
             metrics.probe("kubegate_watch_restarts_total", || {
                 i64::try_from(crate::kube::client::watch::restarts_total()).unwrap_or(i64::MAX)
