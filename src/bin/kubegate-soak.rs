@@ -233,11 +233,13 @@ fn json_of(b: &[u8]) -> Value {
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(b).into_owned()))
 }
 
-/// The error code of a daemon error answer (`{"error": {"code"}}`).
+/// `CODE: message` of a daemon error answer (`{"error": {"code", "message"}}`).
 fn error_code(status: u16, body: &[u8]) -> String {
-    json_of(body)["error"]["code"]
-        .as_str()
-        .map_or_else(|| format!("HTTP {status}"), str::to_string)
+    let v = json_of(body);
+    match v["error"]["code"].as_str() {
+        Some(c) => format!("{c}: {}", v["error"]["message"].as_str().unwrap_or("")),
+        None => format!("HTTP {status}"),
+    }
 }
 
 // --------------------------------------------------------------- sockets
@@ -972,6 +974,7 @@ fn exec_worker(sh: &Shared, w: usize, mut rng: StdRng) {
             }
             ExecEnd::Refused(e) => {
                 *t.refused.entry(code(&e)).or_default() += 1;
+                *t.messages.entry(format!("refused: {e}")).or_default() += 1;
                 true
             }
             ExecEnd::ExitWrong(d) => {
