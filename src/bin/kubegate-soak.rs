@@ -1983,3 +1983,84 @@ fn report(sh: &Shared, r: &Report) -> bool {
     );
     all
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(n: u64) -> Vec<u8> {
+        format!("{n} {}\n", "0".repeat(PAD)).into_bytes()
+    }
+
+    #[test]
+    fn lines_in_order_across_frame_boundaries_count_no_loss() {
+        let mut st = SessState::default();
+        let mut all = Vec::new();
+        for n in 0..10 {
+            all.extend(line(n));
+        }
+        // Frames cut anywhere, as the attach delivers them.
+        for chunk in all.chunks(37) {
+            st.take_stdout(chunk);
+        }
+        assert_eq!((st.lines, st.next), (10, 10));
+        assert_eq!(st.lost_lines + st.dup_lines + st.bad_lines, 0);
+        assert_eq!(st.bytes, all.len() as u64);
+    }
+
+    #[test]
+    fn missing_repeated_and_garbled_lines_are_counted() {
+        let mut st = SessState::default();
+        st.take_stdout(&line(0));
+        st.take_stdout(&line(3));
+        assert_eq!(st.lost_lines, 2);
+        assert_eq!(st.lost_bytes, line_len(1) + line_len(2));
+        st.take_stdout(&line(2));
+        assert_eq!(st.dup_lines, 1);
+        st.take_stdout(b"4 truncated\n");
+        assert_eq!(st.bad_lines, 1);
+        assert_eq!(st.next, 4);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("ten").is_err());
+    }
+
+    #[test]
+    fn the_plan_is_seeded_and_keeps_the_samples_quiet() {
+        let p = plan(Duration::from_secs(90), 1, 20);
+        let q = plan(Duration::from_secs(90), 1, 20);
+        let times = |p: &Plan| p.faults.iter().map(|f| f.0).collect::<Vec<_>>();
+        assert_eq!(times(&p), times(&q));
+        assert_ne!(times(&p), times(&plan(Duration::from_secs(90), 2, 20)));
+        assert_eq!((p.warm, p.end), (20.0, 90.0));
+        assert!(p.faults.iter().all(|f| f.0 < p.faults_until));
+        for s in [p.warm, p.mid] {
+            assert!(p.faults.iter().all(|f| f.0 <= s - 6.0 || f.0 >= s + 2.0));
+        }
+        let count = |p: &Plan, k: &str| p.faults.iter().filter(|f| f.1.name() == k).count();
+        assert_eq!(count(&p, "API outages"), 1);
+        assert!(count(&p, "containers killed") <= 5);
+        for k in [
+            "watch drops",
+            "5xx bursts",
+            "429 bursts",
+            "exec stream cuts",
+        ] {
+            assert!(count(&p, k) >= 2, "{k}");
+        }
+        // Nothing else while the API is out.
+        let out = p.faults.iter().find(|f| matches!(f.1, Fault::Outage(_)));
+        let o = out.map_or(0.0, |f| f.0);
+        assert!(p
+            .faults
+            .iter()
+            .all(|f| matches!(f.1, Fault::Outage(_)) || f.0 <= o - 1.0 || f.0 >= o + 12.0));
+    }
+}
