@@ -46,6 +46,11 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "Kubernetes watches re-opened.",
     ),
     (
+        "kubegate_api_retries_total",
+        "counter",
+        "Kubernetes API requests and exec/attach upgrades repeated under the retry policy (429/503 with Retry-After, GETs after 5xx or transport errors, connections refused).",
+    ),
+    (
         "kubegate_threads",
         "gauge",
         "Threads of the daemon process.",

@@ -448,6 +448,53 @@ fn a_cut_stream_is_an_error_not_exit_zero() {
     assert!(t0.elapsed() < Duration::from_secs(25), "{:?}", t0.elapsed());
 }
 
+/// An upgrade answered 429 or 503 with a Retry-After (the server did not
+/// act on it) is repeated after the wait; a 500 is passed on at once (the
+/// soak test's 5xx and 429 bursts, docs/RELIABILITY.md).
+#[test]
+fn an_upgrade_refused_with_retry_after_is_repeated() {
+    let _w = watchdog(180);
+    let sim = SimProc::start(&[]);
+    box_pod(&sim);
+    let conn = Connection::plain(&sim.url);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .build()
+        .into();
+    let fail = |status: u16| {
+        let r = agent
+            .post(&format!("{}/sim/faults", sim.url))
+            .send_json(json!({"failRequests": {"count": 1, "status": status, "retryAfterSecs": 1}}))
+            .expect("fault");
+        assert_eq!(r.status().as_u16(), 200);
+    };
+    for status in [429, 503] {
+        fail(status);
+        let t0 = Instant::now();
+        let r = run(&conn, sh("echo again"), ExecOptions::default());
+        assert_eq!(code(&r), 0, "after a {status}");
+        assert_eq!(r.stdout, "again\n");
+        assert!(
+            t0.elapsed() >= Duration::from_secs(1),
+            "waited the Retry-After"
+        );
+    }
+    fail(500);
+    match exec(
+        &conn,
+        "default",
+        "box",
+        None,
+        &sh("true"),
+        ExecOptions::default(),
+    ) {
+        Err(RemoteError::Api { code: 500, .. }) => {}
+        Err(e) => panic!("a 500 gave {e}"),
+        Ok(_) => panic!("a 500 was repeated"),
+    }
+}
+
 #[test]
 fn attach_to_a_running_container() {
     let _w = watchdog(180);

@@ -197,6 +197,19 @@ impl Gateway {
         Ok((slot, target))
     }
 
+    /// How long the stream to the API server may bring nothing, pongs
+    /// included, before it counts as dead: the exec idle limit, but never
+    /// less than four ping intervals. A shorter one raced the gateway's own
+    /// idle limit on a quiet exec, which then ended with `EXEC_FAILED`
+    /// ("nothing came from the server") instead of its 1008 "idle timeout"
+    /// close (the exec_gateway test `concurrency_and_idle_limits` failed
+    /// about one run in four).
+    fn stream_idle_timeout(&self) -> Duration {
+        self.settings
+            .idle_timeout
+            .max(self.settings.ping_interval * 4)
+    }
+
     fn open(
         &self,
         target: &Target,
@@ -364,7 +377,7 @@ impl Gateway {
             tty: false,
             raw_frames: true,
             ping_interval: Some(self.settings.ping_interval),
-            idle_timeout: Some(self.settings.idle_timeout),
+            idle_timeout: Some(self.stream_idle_timeout()),
             ..ExecOptions::default()
         };
         let process = self.open(&target, spec, opts)?;
@@ -443,12 +456,7 @@ impl Gateway {
                 initial_size: req.initial_size,
                 raw_frames: true,
                 ping_interval: Some(self.settings.ping_interval),
-                // Liveness of the API server's side (pongs answer the
-                // pings), not the session's idleness: that is the relay's
-                // own check (1008 "idle timeout"), which the same duration
-                // here used to race, ending a quiet session as a failed
-                // exec instead.
-                idle_timeout: Some(self.settings.ping_interval * 4),
+                idle_timeout: Some(self.stream_idle_timeout()),
                 ..ExecOptions::default()
             };
             let process = self.open(&target, &req.spec, opts)?;

@@ -181,6 +181,16 @@ impl Daemon {
             ..ServerConfig::default()
         };
         let metrics = Arc::new(Metrics::new());
+        {
+            let c = client.clone();
+            metrics.probe("kubegate_api_retries_total", move || {
+                let n = c.retries() + crate::kube::remote::connect::retries_total();
+                i64::try_from(n).unwrap_or(i64::MAX)
+            });
+            metrics.probe("kubegate_watch_restarts_total", || {
+                i64::try_from(crate::kube::client::watch::restarts_total()).unwrap_or(i64::MAX)
+            });
+        }
         let audit = match &cfg.exec.audit_log {
             Some(p) => Some(
                 crate::exec::audit::Audit::open(p)
@@ -351,6 +361,7 @@ pub fn serve_main(config_path: &Path) -> i32 {
         }
     };
     raise_open_file_limit();
+    super::memory::limit_malloc_arenas();
     let daemon = match Daemon::start(&cfg) {
         Ok(d) => d,
         Err(e) => {

@@ -8,5 +8,6 @@
 
 pub mod auth;
 pub mod daemon;
+pub mod memory;
 
 pub use daemon::{serve_main, Daemon, StartError};

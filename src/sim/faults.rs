@@ -11,6 +11,7 @@
 //!  "failRequests": {"count": 10, "fraction": 0.5, "status": 503, "retryAfterSecs": 1},
 //!  "latencyMs": 100,                    // added to every API response (0 clears)
 //!  "cutStreams": true,                  // cut every open exec/attach stream now
+//!                                       // ("exec" or "attach": only those)
 //!  "killContainer": {"namespace": "default", "pod": "web-x", "container": "main"},
 //!  "outageSecs": 10}                    // refuse connections for 10 s
 //! ```
@@ -57,7 +58,8 @@ pub struct Counters {
 pub struct Faults {
     state: Mutex<State>,
     watch_epoch: AtomicU64,
-    stream_epoch: AtomicU64,
+    exec_epoch: AtomicU64,
+    attach_epoch: AtomicU64,
     pub counters: Counters,
     kill: Mutex<Option<KillFn>>,
     outage: Mutex<Option<OutageFn>>,
@@ -84,15 +86,20 @@ impl Faults {
         self.watch_epoch.load(Ordering::Relaxed)
     }
 
-    /// Changes whenever open exec/attach streams must be cut.
-    pub fn stream_epoch(&self) -> u64 {
-        self.stream_epoch.load(Ordering::Relaxed)
+    /// Changes whenever open exec (`attach` false) or attach streams must
+    /// be cut.
+    pub fn stream_epoch(&self, attach: bool) -> u64 {
+        if attach {
+            self.attach_epoch.load(Ordering::Relaxed)
+        } else {
+            self.exec_epoch.load(Ordering::Relaxed)
+        }
     }
 
     /// A reader of [`Faults::stream_epoch`] that a stream's own thread can keep.
-    pub fn clone_epoch_reader(self: &Arc<Self>) -> impl Fn() -> u64 + Send + 'static {
+    pub fn clone_epoch_reader(self: &Arc<Self>, attach: bool) -> impl Fn() -> u64 + Send + 'static {
         let f = self.clone();
-        move || f.stream_epoch()
+        move || f.stream_epoch(attach)
     }
 
     /// Advances the periodic watch drop, if one is scheduled.
@@ -217,6 +224,14 @@ impl Faults {
                 return Err(format!("unknown fault {k:?}; known: {}", known.join(", ")));
             }
         }
+        // Which streams to cut: (exec, attach).
+        let cut = match v.get("cutStreams") {
+            None => None,
+            Some(Value::Bool(b)) => Some((*b, *b)),
+            Some(Value::String(k)) if k == "exec" => Some((true, false)),
+            Some(Value::String(k)) if k == "attach" => Some((false, true)),
+            Some(_) => return Err("cutStreams must be true, false, \"exec\" or \"attach\"".into()),
+        };
         let mut s = self.state.lock();
         if let Some(seed) = v.get("seed") {
             let seed = seed.as_u64().ok_or("seed must be an unsigned integer")?;
@@ -262,11 +277,19 @@ impl Faults {
         if v.get("dropWatches").and_then(Value::as_bool) == Some(true) {
             self.drop_watches();
         }
-        if v.get("cutStreams").and_then(Value::as_bool) == Some(true) {
-            self.stream_epoch.fetch_add(1, Ordering::Relaxed);
-            self.counters
-                .cut_stream_rounds
-                .fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = cut {
+            let (exec, attach) = c;
+            if exec {
+                self.exec_epoch.fetch_add(1, Ordering::Relaxed);
+            }
+            if attach {
+                self.attach_epoch.fetch_add(1, Ordering::Relaxed);
+            }
+            if exec || attach {
+                self.counters
+                    .cut_stream_rounds
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
         if let Some(k) = v.get("killContainer") {
             let get = |f: &str| k.get(f).and_then(Value::as_str).unwrap_or("");
@@ -309,5 +332,36 @@ impl Faults {
             "latencyMs": s.latency.as_millis() as u64,
             "dropWatchesEverySecs": s.drop_every.map(|d| d.as_secs()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_streams_scope() {
+        let f = Faults::new();
+        let (e0, a0) = (f.stream_epoch(false), f.stream_epoch(true));
+        f.apply(&json!({"cutStreams": "exec"})).expect("exec");
+        assert_eq!((f.stream_epoch(false), f.stream_epoch(true)), (e0 + 1, a0));
+        f.apply(&json!({"cutStreams": "attach"})).expect("attach");
+        assert_eq!(
+            (f.stream_epoch(false), f.stream_epoch(true)),
+            (e0 + 1, a0 + 1)
+        );
+        f.apply(&json!({"cutStreams": true})).expect("both");
+        assert_eq!(
+            (f.stream_epoch(false), f.stream_epoch(true)),
+            (e0 + 2, a0 + 2)
+        );
+        f.apply(&json!({"cutStreams": false})).expect("none");
+        assert_eq!(
+            (f.stream_epoch(false), f.stream_epoch(true)),
+            (e0 + 2, a0 + 2)
+        );
+        assert_eq!(f.counters.cut_stream_rounds.load(Ordering::Relaxed), 3);
+        assert!(f.apply(&json!({"cutStreams": "pods"})).is_err());
+        assert!(f.apply(&json!({"cutStreams": 1})).is_err());
     }
 }

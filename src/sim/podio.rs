@@ -311,8 +311,9 @@ impl StreamSession {
         let _ = out.send(Message::Binary(vec![self.first].into()));
         let room = out.clone();
         let (f, mode) = (self.flags, self.mode);
-        let epoch = faults.stream_epoch();
-        let cut = faults.clone_epoch_reader();
+        let attach = matches!(self.mode, Mode::Attach);
+        let epoch = faults.stream_epoch(attach);
+        let cut = faults.clone_epoch_reader(attach);
         let p_out = process.clone();
         let out_thread = std::thread::Builder::new()
             .name(

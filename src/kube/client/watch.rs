@@ -163,6 +163,16 @@ struct Stream {
     progressed: bool,
 }
 
+/// Watch requests re-sent by every [`Watcher`] of this process after its
+/// first (a drop, a server timeout, an error, a 410 relist's new watch):
+/// the daemon's `kubegate_watch_restarts_total`.
+static RESTARTS: AtomicU64 = AtomicU64::new(0);
+
+/// Watches re-opened so far in this process (see [`RESTARTS`]).
+pub fn restarts_total() -> u64 {
+    RESTARTS.load(Ordering::Relaxed)
+}
+
 /// Counters for tests and metrics.
 #[derive(Debug, Default)]
 pub struct WatchStats {
@@ -299,7 +309,9 @@ impl<K: DeserializeOwned> Watcher<K> {
         ));
         q.extend(self.selectors().query());
         let req = Request::get(with_query(&self.collection, &q));
-        self.stats.opens.fetch_add(1, Ordering::Relaxed);
+        if self.stats.opens.fetch_add(1, Ordering::Relaxed) > 0 {
+            RESTARTS.fetch_add(1, Ordering::Relaxed);
+        }
         let resp = self
             .client
             .send_on(&self.agent, &req, CallOptions::STREAM, None)?;

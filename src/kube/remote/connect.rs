@@ -16,6 +16,7 @@ use crate::http::stream::ClientSocket;
 #[cfg(not(feature = "native-tls"))]
 use crate::http::{Socket, TlsStream};
 use crate::kube::channel::Protocol;
+use crate::kube::client::backoff::Backoff;
 use crate::kube::connection::Connection;
 use crate::kube::status::Status;
 #[cfg(not(feature = "native-tls"))]
@@ -24,6 +25,7 @@ use crate::kube::tls_client::{cached_client_config, server_name, TlsError};
 use crate::kube::tls_client::{native_connector, verify_name};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tungstenite::handshake::client::generate_key;
 use tungstenite::protocol::{Role, WebSocketConfig};
@@ -65,7 +67,32 @@ fn timed_out(e: &io::Error) -> bool {
     )
 }
 
+/// Upgrades repeated after an answer that says nothing ran: at most this
+/// many, and all within the caller's connect deadline (the REST client's
+/// policy, `kube::client::http::RetryPolicy`).
+const MAX_RETRIES: u32 = 5;
+/// Largest `Retry-After` honoured; a server asking for more gets its error
+/// passed on.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// Upgrades repeated by [`open`] in this process (the daemon's
+/// `kubegate_api_retries_total` adds them to the REST client's).
+static RETRIES: AtomicU64 = AtomicU64::new(0);
+
+/// Upgrades [`open`] repeated so far in this process.
+pub fn retries_total() -> u64 {
+    RETRIES.load(Ordering::Relaxed)
+}
+
 /// Opens the stream at `path_and_query` on `ep`, offering `offer`.
+///
+/// An attempt the server cannot have acted on is repeated while the
+/// deadline allows: a TCP connect that failed (nothing was sent; an API
+/// server restarting refuses connections), and a 429 or 503 answer with a
+/// `Retry-After` (the server asks for it; the API server's priority and
+/// fairness filter answers 429 before any handler runs). Nothing else is:
+/// once an upgrade was sent and not refused that way, the process may have
+/// started.
 pub fn open(
     conn: &Connection,
     ep: &Endpoint,
@@ -74,9 +101,72 @@ pub fn open(
     timeout: Duration,
     read_buffer: Option<usize>,
 ) -> Result<Opened, RemoteError> {
-    let bearer = conn.credentials.bearer()?;
     let deadline = Instant::now() + timeout;
-    let mut sock = dial(conn, ep, deadline)?;
+    let mut backoff = Backoff::new(
+        Duration::from_millis(200),
+        Duration::from_secs(5),
+        1.0,
+        Duration::from_secs(3600),
+    );
+    let mut retries = 0;
+    loop {
+        let (err, wait) = match open_once(conn, ep, path_and_query, offer, deadline, read_buffer) {
+            Ok(o) => return Ok(o),
+            Err(Attempt::Final(e)) => return Err(e),
+            Err(Attempt::NotSent(e)) => {
+                let w = backoff.next_delay();
+                (e, Some(w))
+            }
+            Err(Attempt::Refused(e)) => {
+                let w = match &e {
+                    RemoteError::Api {
+                        code: 429 | 503,
+                        status,
+                    } => status
+                        .retry_after_seconds()
+                        .map(|s| Duration::from_secs(u64::from(s)))
+                        .filter(|w| *w <= MAX_RETRY_AFTER),
+                    _ => None,
+                };
+                (e, w)
+            }
+        };
+        match wait {
+            Some(w) if retries < MAX_RETRIES && Instant::now() + w < deadline => {
+                log::debug!("upgrade to {}: {err}; again in {w:?}", ep.authority);
+                retries += 1;
+                RETRIES.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(w);
+            }
+            _ => return Err(err),
+        }
+    }
+}
+
+/// How one upgrade attempt failed.
+enum Attempt {
+    /// The TCP connect failed: nothing reached the server.
+    NotSent(RemoteError),
+    /// The server answered with an HTTP error (nothing ran).
+    Refused(RemoteError),
+    /// Anything else.
+    Final(RemoteError),
+}
+
+fn open_once(
+    conn: &Connection,
+    ep: &Endpoint,
+    path_and_query: &str,
+    offer: &[Protocol],
+    deadline: Instant,
+    read_buffer: Option<usize>,
+) -> Result<Opened, Attempt> {
+    let bearer = conn
+        .credentials
+        .bearer()
+        .map_err(|e| Attempt::Final(e.into()))?;
+    let tcp = connect_tcp(ep, deadline).map_err(Attempt::NotSent)?;
+    let mut sock = secure(conn, ep, tcp, deadline).map_err(Attempt::Final)?;
 
     let key = generate_key();
     let req = handshake::encode_request(&UpgradeRequest {
@@ -86,13 +176,14 @@ pub fn open(
         offer,
         bearer: bearer.as_deref(),
     });
-    write_all(&mut sock, &req, deadline).map_err(|e| transport("sending the upgrade to", ep, e))?;
-    let (head, rest) = read_head(&mut sock, ep, deadline)?;
+    write_all(&mut sock, &req, deadline)
+        .map_err(|e| Attempt::Final(transport("sending the upgrade to", ep, e)))?;
+    let (head, rest) = read_head(&mut sock, ep, deadline).map_err(Attempt::Final)?;
 
     if head.code == 101 {
-        let protocol =
-            handshake::check_switch(&head, &key, offer).map_err(RemoteError::Handshake)?;
-        let ws = into_websocket(sock, rest, ep, read_buffer)?;
+        let protocol = handshake::check_switch(&head, &key, offer)
+            .map_err(|m| Attempt::Final(RemoteError::Handshake(m)))?;
+        let ws = into_websocket(sock, rest, ep, read_buffer).map_err(Attempt::Final)?;
         return Ok(Opened { ws, protocol });
     }
 
@@ -100,12 +191,16 @@ pub fn open(
     if head.code == 401 {
         conn.credentials.invalidate();
     }
-    let status = Status::from_response(head.code, head.header("content-type").unwrap_or(""), &body);
+    let mut status =
+        Status::from_response(head.code, head.header("content-type").unwrap_or(""), &body);
+    if let Some(ra) = head.header("retry-after") {
+        status.set_retry_after_header(ra);
+    }
     sock.send_close_notify();
-    Err(RemoteError::Api {
+    Err(Attempt::Refused(RemoteError::Api {
         code: head.code,
         status: Box::new(status),
-    })
+    }))
 }
 
 /// TCP (no Nagle: keystrokes and small frames must not wait) and, for an
@@ -117,6 +212,16 @@ pub(crate) fn dial(
     deadline: Instant,
 ) -> Result<ClientSocket, RemoteError> {
     let tcp = connect_tcp(ep, deadline)?;
+    secure(conn, ep, tcp, deadline)
+}
+
+/// No Nagle, then TLS for an https endpoint.
+fn secure(
+    conn: &Connection,
+    ep: &Endpoint,
+    tcp: TcpStream,
+    deadline: Instant,
+) -> Result<ClientSocket, RemoteError> {
     let _ = tcp.set_nodelay(true);
     if ep.tls {
         let mut material = conn.tls.clone();

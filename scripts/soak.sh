@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The soak test (docs/RELIABILITY.md, quality.md "scripts/soak.sh"):
+#
+#   scripts/soak.sh DURATION [--sessions N] [--execs M] [--seed S]
+#
+# DURATION like 90s, 30m or 1h: the loaded, faulted run after the sessions
+# are up. Builds once, starts a `kubegate sim` on a free loopback port and
+# a daemon in mode kubeconfig pointed at it (a temporary config and state
+# folder), then runs the driver `kubegate-soak`, which prints the table and
+# exits non-zero when a bar fails. Both processes are stopped at the end.
+#
+# SOAK_PROFILE=release (default) or debug: which build to run (CI runs the
+# debug build its tests already made). SOAK_KEEP=1 keeps the folder with
+# the logs. SOAK_LOG sets RUST_LOG of the daemon and the sim (default warn).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+  echo "usage: scripts/soak.sh DURATION [--sessions N] [--execs M] [--seed S]" >&2
+  exit 2
+}
+[ $# -ge 1 ] || usage
+duration=$1
+shift
+sessions=20
+execs=10
+seed=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sessions) sessions=${2:?}; shift 2 ;;
+    --execs) execs=${2:?}; shift 2 ;;
+    --seed) seed=${2:?}; shift 2 ;;
+    *) usage ;;
+  esac
+done
+for n in "$sessions" "$execs" "$seed"; do
+  case "$n" in ''|*[!0-9]*) usage ;; esac
+done
+case "$duration" in ''|*[!0-9smh]*) usage ;; esac
+
+profile=${SOAK_PROFILE:-release}
+case "$profile" in
+  release) cargo build --release --locked --bins; bin=target/release ;;
+  debug) cargo build --locked --bins; bin=target/debug ;;
+  *) echo "SOAK_PROFILE must be release or debug" >&2; exit 2 ;;
+esac
+log_level=${SOAK_LOG:-warn}
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/kubegate-soak.XXXXXX")
+sim_pid=""
+daemon_pid=""
+
+# SIGTERM, then a bounded wait, then SIGKILL: only the processes started here.
+stop_pid() {
+  local pid=$1
+  [ -n "$pid" ] || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 1 200); do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    sleep 0.1
+  done
+  echo "soak: $pid did not stop within 20 s; killing it" >&2
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+  stop_pid "$daemon_pid"
+  stop_pid "$sim_pid"
+  if [ "${SOAK_KEEP:-0}" = 1 ]; then
+    echo "soak: logs kept in $dir" >&2
+  else
+    rm -rf "$dir"
+  fi
+}
+trap cleanup EXIT
+
+# The first line of FILE starting with PREFIX, without the prefix; polls
+# until it is there, PID died, or 60 s passed.
+first_line() {
+  local file=$1 prefix=$2 pid=$3 line
+  for _ in $(seq 1 600); do
+    if line=$(grep -m1 "^$prefix" "$file" 2>/dev/null); then
+      printf '%s\n' "${line#"$prefix"}"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  return 1
+}
+
+RUST_LOG=$log_level "$bin/kubegate" sim --listen 127.0.0.1:0 \
+  --kubeconfig-out "$dir/kubeconfig" --state-dir "$dir/sim-state" --namespace soak \
+  </dev/null >"$dir/sim.out" 2>"$dir/sim.log" &
+sim_pid=$!
+if ! sim_url=$(first_line "$dir/sim.out" "kubegate sim listening on " "$sim_pid"); then
+  echo "soak: the sim did not start; its log:" >&2
+  tail -n 30 "$dir/sim.log" >&2
+  exit 2
+fi
+
+# A token for this run only; the daemon keeps its digest.
+token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+digest=$(printf '%s' "$token" | sha256sum | cut -d' ' -f1)
+cat >"$dir/kubegate.toml" <<EOF
+[server]
+listen = "127.0.0.1:0"
+state_dir = "$dir/state"
+max_connections = 4096
+
+[cluster]
+mode = "kubeconfig"
+kubeconfig = "$dir/kubeconfig"
+
+[exec]
+max_sessions = $((execs + 64))
+max_sessions_per_principal = $((execs + 32))
+
+[sessions]
+max_sessions = $((sessions + 8))
+max_sessions_per_principal = $((sessions + 8))
+idle_secs = 86400
+# Small rings fill during the warm-up, so a full ring is not read as drift
+# (docs/RELIABILITY.md); they still hold ~10 s of an app's output, more
+# than a reconnecting client is away.
+io_ring_bytes = 32768
+
+[[principal]]
+name = "soak"
+token_sha256 = "$digest"
+workspaces = ["soak/soak-uid"]
+may_start_sessions = true
+EOF
+
+RUST_LOG=$log_level "$bin/kubegate" serve --config "$dir/kubegate.toml" \
+  </dev/null >"$dir/daemon.out" 2>"$dir/daemon.log" &
+daemon_pid=$!
+if ! daemon_url=$(first_line "$dir/daemon.out" "kubegate listening on " "$daemon_pid"); then
+  echo "soak: the daemon did not start; its log:" >&2
+  tail -n 30 "$dir/daemon.log" >&2
+  exit 2
+fi
+
+echo "soak: sim $sim_url (pid $sim_pid), daemon $daemon_url (pid $daemon_pid), $profile build" >&2
+rc=0
+KUBEGATE_SOAK_TOKEN=$token "$bin/kubegate-soak" \
+  --daemon "${daemon_url#http://}" --sim "$sim_url" --daemon-pid "$daemon_pid" \
+  --duration "$duration" --sessions "$sessions" --execs "$execs" --seed "$seed" || rc=$?
+if [ "$rc" -ne 0 ]; then
+  echo "soak: failed ($rc); the daemon's last log lines:" >&2
+  tail -n 40 "$dir/daemon.log" >&2
+fi
+exit "$rc"

@@ -1,0 +1,97 @@
+//! The daemon against a separate sim that injects faults (`/sim/faults`):
+//! the figures the soak test prints (API retries, watch restarts) are
+//! counted on `/metrics`, and the gaps the soak found stay fixed
+//! (docs/RELIABILITY.md). Waits poll with deadlines.
+
+mod common;
+
+use common::daemon::DaemonProc;
+use common::{wait_for, SimProc};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn daemon_against(sim: &SimProc) -> DaemonProc {
+    let config = format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+state_dir = "./state"
+
+[cluster]
+mode = "kubeconfig"
+kubeconfig = "{}"
+
+[[principal]]
+name = "demo"
+token_sha256 = "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997"
+workspaces = ["demo/demo-uid"]
+may_start_sessions = true
+"#,
+        sim.kubeconfig.display()
+    );
+    DaemonProc::start_config(&config, sim.kubeconfig.clone(), "info")
+}
+
+fn fault(sim: &SimProc, body: Value) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .build()
+        .into();
+    let r = agent
+        .post(&format!("{}/sim/faults", sim.url))
+        .send_json(body)
+        .expect("fault");
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+fn metric(d: &DaemonProc, series: &str) -> i64 {
+    let (st, m) = d.request("GET", "/metrics", Some(&d.token), None);
+    assert_eq!(st, 200);
+    let m = String::from_utf8_lossy(&m).into_owned();
+    m.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{series} missing in\n{m}"))
+}
+
+fn demo_deployment(sim: &SimProc, d: &DaemonProc) {
+    sim.apply(&json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "hello", "namespace": "demo",
+            "labels": {"app.kubernetes.io/managed-by": "kubegate",
+                       "kubegate.dev/workspace-uid": "demo-uid"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "hello"}},
+            "template": {"metadata": {"labels": {"app": "hello"}},
+                "spec": {"containers": [{"name": "main", "image": "busybox",
+                    "command": ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]}]}}}
+    }));
+    d.wait_deployment_ready("demo", "hello");
+}
+
+/// 5xx answers the client repeats are counted as API retries, and a
+/// dropped watch that the daemon re-opens as a watch restart.
+#[test]
+fn metrics_count_api_retries_and_watch_restarts() {
+    let sim = SimProc::start(&["--namespace", "demo"]);
+    let d = daemon_against(&sim);
+    demo_deployment(&sim, &d);
+    assert_eq!(metric(&d, "kubegate_api_retries_total"), 0);
+
+    fault(
+        &sim,
+        json!({"failRequests": {"count": 2, "status": 503, "retryAfterSecs": 0}}),
+    );
+    let body = json!({"workspace": {"project": "demo", "uid": "demo-uid"},
+                      "deployment": "hello", "command": ["echo", "through"]});
+    let (st, v) = d.json("POST", "/v1/exec", Some(&body));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["stdout"], "through\n");
+    assert!(metric(&d, "kubegate_api_retries_total") >= 2);
+
+    // The session pod watch was opened at start; a drop makes it re-open.
+    let before = metric(&d, "kubegate_watch_restarts_total");
+    fault(&sim, json!({"dropWatches": true}));
+    wait_for("the pod watch re-opened", Duration::from_secs(30), || {
+        (metric(&d, "kubegate_watch_restarts_total") > before).then_some(())
+    });
+}
