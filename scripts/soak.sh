@@ -125,6 +125,9 @@ idle_secs = 86400
 # (docs/RELIABILITY.md); they still hold ~10 s of an app's output, more
 # than a reconnecting client is away.
 io_ring_bytes = 32768
+# Under app-runner (the default) every output line is also a debug log
+# frame in the session's event history: 100 events fill within seconds.
+sse_history_events = 100
 
 [[principal]]
 name = "soak"
