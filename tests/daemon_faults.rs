@@ -95,3 +95,89 @@ fn metrics_count_api_retries_and_watch_restarts() {
         (metric(&d, "kubegate_watch_restarts_total") > before).then_some(())
     });
 }
+
+/// An attach the API server cuts (a restart, a network blip) is made
+/// again: the app's output goes on on the same io socket, and what it
+/// wrote while detached is recovered from the container log (or, where it
+/// cannot be, announced as a gap).
+#[test]
+fn a_cut_attach_is_made_again_and_the_missed_output_recovered() {
+    use kubegate::session::io::{decode_frame, SUBPROTOCOL};
+    use tungstenite::Message;
+    let _wd = common::bench::watchdog("a cut attach", 120);
+    let mut sim = SimProc::start(&[]);
+    let d = daemon_against(&sim);
+    let body = json!({
+        "apps": [{"name": "tick", "entry": "tick.sh", "command": ["sh", "tick.sh"],
+                  "io": "streams"}],
+        "bundle": {"files": [{"path": "tick.sh",
+            "content": "i=0; while :; do echo \"tick $i\"; i=$((i+1)); sleep 0.05; done"}]}
+    });
+    let (id, mut sse) = d.create_session(&body);
+    sse.until(|e| e.event == "status" && e.data["status"] == "running");
+    let a = format!("Bearer {}", d.token);
+    let (mut ws, _) = d
+        .ws(
+            &format!("/v1/sessions/{id}/io?app=tick"),
+            &[("Authorization", &a)],
+            &[SUBPROTOCOL],
+        )
+        .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)));
+    // Every tick number seen on stdout, the notices on stderr, gaps.
+    let (mut stdout, mut notices, mut gaps) = (String::new(), String::new(), 0);
+    let read_until = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>,
+                      stdout: &mut String,
+                      notices: &mut String,
+                      gaps: &mut usize,
+                      done: &dyn Fn(&str, &str) -> bool| {
+        while !done(stdout, notices) {
+            match ws.read().expect("read") {
+                Message::Binary(b) => {
+                    let (_, s, p) = decode_frame(&b).expect("frame");
+                    let t = String::from_utf8_lossy(p);
+                    if s == 1 {
+                        stdout.push_str(&t)
+                    } else {
+                        notices.push_str(&t)
+                    }
+                }
+                Message::Text(t) if t.contains("\"gap\"") => *gaps += 1,
+                _ => {}
+            }
+        }
+    };
+    read_until(&mut ws, &mut stdout, &mut notices, &mut gaps, &|o, _| {
+        o.contains("tick 5\n")
+    });
+    fault(&sim, json!({"cutStreams": "attach"}));
+    read_until(&mut ws, &mut stdout, &mut notices, &mut gaps, &|_, n| {
+        n.contains("attach lost")
+    });
+    let after_cut = stdout.lines().count();
+    // Output flows again, well past what was there at the cut.
+    read_until(&mut ws, &mut stdout, &mut notices, &mut gaps, &|o, _| {
+        o.lines().count() > after_cut + 40
+    });
+    let ticks: Vec<u64> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("tick ")?.parse().ok())
+        .collect();
+    let missing = (ticks[0]..*ticks.last().expect("ticks"))
+        .filter(|n| !ticks.contains(n))
+        .count();
+    assert!(
+        missing == 0 || gaps > 0,
+        "{missing} ticks missing and no gap announced; notices: {notices:?}"
+    );
+    assert_eq!(missing, 0, "the log had every tick: {notices:?}");
+    let (st, v) = d.json("GET", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(
+        (st, v["status"].as_str()),
+        (200, Some("running")),
+        "{v}"
+    );
+    let (st, _) = d.json("DELETE", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(st, 204);
+    drop(d);
+    sim.stop();
+}

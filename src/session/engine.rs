@@ -1343,13 +1343,15 @@ impl Owner {
         let spawned = self.work_opt(move || {
             let (p, a) = (pod.clone(), app.clone());
             let on_end = move |r: Result<(), String>| {
-                if let Err(message) = r {
-                    let _ = tx.send(Msg::Input(Input::AttachFailed {
+                let input = match r {
+                    Err(message) => Input::AttachFailed {
                         pod: p,
                         app: a,
                         message,
-                    }));
-                }
+                    },
+                    Ok(()) => Input::AttachEnded { pod: p, app: a },
+                };
+                let _ = tx.send(Msg::Input(input));
             };
             let r = super::io::attach(&conn, &ns, &pod, &container, tty, io.clone(), on_end);
             let attached_at = r.is_ok().then(now_ns);
@@ -1370,7 +1372,10 @@ impl Owner {
                         h.close();
                         return None;
                     }
-                    g.open.entry(pod.clone()).or_default().push(h);
+                    let open = g.open.entry(pod.clone()).or_default();
+                    // Attaches that ended (a re-attach replaces one).
+                    open.retain(|h| !h.is_finished());
+                    open.push(h);
                     Some(Input::AttachOk { pod, app })
                 }
                 Err(message) => Some(Input::AttachFailed { pod, app, message }),

@@ -165,6 +165,20 @@ pub enum Event {
     },
 }
 
+/// A lost attach being made again (see [`Session::attach_lost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reattach {
+    /// When the next attempt goes out; `None` while one is in flight.
+    due: Option<Millis>,
+    attempts: u32,
+}
+
+/// Attempts to attach again before an app's output is given up on.
+const REATTACH_ATTEMPTS: u32 = 8;
+/// The wait before the first attempt, doubling up to [`REATTACH_MAX_MS`].
+const REATTACH_FIRST_MS: Millis = 500;
+const REATTACH_MAX_MS: Millis = 10_000;
+
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunEnd {
@@ -303,6 +317,12 @@ pub enum Input {
         pod: String,
         app: String,
         message: String,
+    },
+    /// An attach stream ended without an error (the container exited, or
+    /// the API server closed the stream).
+    AttachEnded {
+        pod: String,
+        app: String,
     },
     /// Results of a [`Command::Publish`], by its id.
     PublishDone {
@@ -608,6 +628,9 @@ pub struct Session {
     user_stopped: bool,
     /// Apps whose container end was reported for the current pod.
     ended: BTreeSet<String>,
+    /// Apps whose attach was lost while running (the stream cut: an API
+    /// server restart, a network blip), to attach again.
+    reattach: BTreeMap<String, Reattach>,
     created_at: Millis,
     updated_at: Millis,
     /// Life used by earlier pods (suspended time does not count).
@@ -770,6 +793,7 @@ impl Session {
             pod_seq: 0,
             user_stopped: false,
             ended: BTreeSet::new(),
+            reattach: BTreeMap::new(),
             created_at: now,
             updated_at: now,
             life_used_ms: 0,
@@ -817,6 +841,7 @@ impl Session {
     /// hundreds of idle sessions do not wake every second.
     pub fn tick_interval_ms(&self) -> Millis {
         match self.phase {
+            Phase::Up if !self.reattach.is_empty() => REATTACH_FIRST_MS,
             Phase::Up | Phase::Down => 5_000,
             _ => 1_000,
         }
@@ -1005,7 +1030,18 @@ impl Session {
             }
             Input::AttachOk { pod, app } => {
                 if self.is_current(&pod) {
+                    self.reattach.remove(&app);
                     self.attach_answered(&app, now, &mut out);
+                }
+            }
+            Input::AttachFailed { pod, app, message } if self.phase == Phase::Up => {
+                if self.is_current(&pod) {
+                    self.attach_lost(&app, Some(message), now, &mut out);
+                }
+            }
+            Input::AttachEnded { pod, app } => {
+                if self.is_current(&pod) && self.phase == Phase::Up {
+                    self.attach_lost(&app, None, now, &mut out);
                 }
             }
             Input::AttachFailed { pod, app, message } => {
@@ -1506,6 +1542,86 @@ impl Session {
     }
 
     /// An app's attach answered (either way) during the bring-up.
+    /// An app's attach ended while running. Unless its container ended
+    /// (the pod watch says so, or a re-attach finds it gone), it is made
+    /// again with recovery (the container log since the app's last output,
+    /// or a gap notice), after 0.5 s doubling to 10 s, 8 attempts at most.
+    /// A clean end says nothing (a container exiting ends its attach too);
+    /// a failure says once, on the app's channel, that it reattaches, and
+    /// the last one that it gave up.
+    fn attach_lost(
+        &mut self,
+        app: &str,
+        message: Option<String>,
+        now: Millis,
+        out: &mut Vec<Command>,
+    ) {
+        let Some(a) = self.app(app) else { return };
+        let stream = match a.spec.io {
+            Io::Tty => OutStream::Tty,
+            Io::Streams => OutStream::Stderr,
+        };
+        if self.ended.contains(app) {
+            self.reattach.remove(app);
+            return;
+        }
+        let r = self.reattach.entry(app.to_string()).or_insert(Reattach {
+            due: None,
+            attempts: 0,
+        });
+        r.attempts += 1;
+        let attempts = r.attempts;
+        if attempts > REATTACH_ATTEMPTS {
+            self.reattach.remove(app);
+            let why = message.unwrap_or_else(|| "the stream ended".into());
+            out.push(Command::Output {
+                app: app.to_string(),
+                stream,
+                text: format!(
+                    "\r\n[kubegate] failed to attach again after {REATTACH_ATTEMPTS} attempts: {why}\r\n"
+                ),
+            });
+            return;
+        }
+        let wait = REATTACH_FIRST_MS
+            .saturating_mul(1 << (attempts - 1).min(8))
+            .min(REATTACH_MAX_MS);
+        r.due = Some(now + wait);
+        if let (1, Some(m)) = (attempts, message) {
+            out.push(Command::Output {
+                app: app.to_string(),
+                stream,
+                text: format!("\r\n[kubegate] attach lost: {m}; attaching again\r\n"),
+            });
+        }
+    }
+
+    /// The re-attaches that are due (while running; dropped otherwise).
+    fn reattach_due(&mut self, now: Millis, out: &mut Vec<Command>) {
+        if self.phase != Phase::Up {
+            self.reattach.clear();
+            return;
+        }
+        let pod = self.pod_name();
+        let ended = &self.ended;
+        self.reattach.retain(|app, _| !ended.contains(app));
+        for (name, r) in self.reattach.iter_mut() {
+            if r.due.is_some_and(|d| now >= d) {
+                let Some(a) = self.apps.iter().find(|a| &a.spec.name == name) else {
+                    continue;
+                };
+                r.due = None;
+                out.push(Command::Attach {
+                    pod: pod.clone(),
+                    app: name.clone(),
+                    container: a.spec.container(),
+                    tty: a.spec.io == Io::Tty,
+                    recover: true,
+                });
+            }
+        }
+    }
+
     fn attach_answered(&mut self, app: &str, now: Millis, out: &mut Vec<Command>) {
         if let Phase::Publishing {
             published,
@@ -1522,6 +1638,7 @@ impl Session {
 
     fn go_running(&mut self, now: Millis, out: &mut Vec<Command>) {
         self.phase = Phase::Up;
+        self.reattach.clear();
         self.last_checkpoint_at = Some(now);
         if self.subscribers == 0 {
             self.idle_since = Some(now);
@@ -1888,6 +2005,9 @@ impl Session {
     fn tick(&mut self, now: Millis, out: &mut Vec<Command>) {
         if self.status.is_terminal() {
             return;
+        }
+        if !self.reattach.is_empty() {
+            self.reattach_due(now, out);
         }
         if self.life_since.is_some() && self.life_used(now) >= self.timings.max_life_ms {
             self.end_of_life(now, out);

@@ -141,6 +141,7 @@ impl Session {
             pod_seq: rec.pod_seq,
             user_stopped: false,
             ended: BTreeSet::new(),
+            reattach: BTreeMap::new(),
             created_at: rec.created_at,
             updated_at: rec.updated_at,
             life_used_ms: rec.life_used_ms,

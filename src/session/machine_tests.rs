@@ -1096,8 +1096,116 @@ fn attach_failures_go_to_the_app_not_the_session() {
         [Command::Output {
             app: "web".into(),
             stream: OutStream::Tty,
-            text: "\r\n[kubegate] failed to attach: container not running\r\n".into()
+            text: "\r\n[kubegate] attach lost: container not running; attaching again\r\n".into()
         }]
+    );
+    assert_eq!(s.status(), &Status::Running);
+}
+
+fn outputs(c: &[Command]) -> Vec<String> {
+    c.iter()
+        .filter_map(|c| match c {
+            Command::Output { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn attaches(c: &[Command]) -> Vec<(String, bool)> {
+    c.iter()
+        .filter_map(|c| match c {
+            Command::Attach { app, recover, .. } => Some((app.clone(), *recover)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_lost_attach_is_made_again_with_recovery_with_backoff_then_given_up() {
+    let (mut s, name, _) = up(None);
+    let lost = |m: &str| Input::AttachFailed {
+        pod: name.clone(),
+        app: "worker".into(),
+        message: m.into(),
+    };
+    let c = s.handle(lost("stream cut"), T0 + 10_000);
+    assert_eq!(
+        outputs(&c),
+        ["\r\n[kubegate] attach lost: stream cut; attaching again\r\n"]
+    );
+    assert_eq!(
+        s.tick_interval_ms(),
+        500,
+        "ticks come sooner while reattaching"
+    );
+    assert!(
+        attaches(&s.handle(Input::Tick, T0 + 10_400)).is_empty(),
+        "not before 0.5 s"
+    );
+    let c = s.handle(Input::Tick, T0 + 10_500);
+    assert_eq!(
+        attaches(&c),
+        [("worker".to_string(), true)],
+        "with recovery"
+    );
+    assert!(
+        attaches(&s.handle(Input::Tick, T0 + 10_600)).is_empty(),
+        "one in flight"
+    );
+    // It fails again: 1 s later, quietly; then back after an attach.
+    let c = s.handle(lost("refused"), T0 + 11_000);
+    assert!(outputs(&c).is_empty(), "said once: {c:?}");
+    assert!(attaches(&s.handle(Input::Tick, T0 + 11_900)).is_empty());
+    assert_eq!(attaches(&s.handle(Input::Tick, T0 + 12_000)).len(), 1);
+    s.handle(
+        Input::AttachOk {
+            pod: name.clone(),
+            app: "worker".into(),
+        },
+        T0 + 12_100,
+    );
+    assert_eq!(s.tick_interval_ms(), 5_000, "settled again");
+    // A clean end (a container exiting ends its attach too) is quiet, and
+    // nothing is made again once the pod says the container ended.
+    let c = s.handle(
+        Input::AttachEnded {
+            pod: name.clone(),
+            app: "web".into(),
+        },
+        T0 + 20_000,
+    );
+    assert!(c.is_empty(), "{c:?}");
+    s.handle(
+        Input::PodObserved {
+            pod: pod_json(
+                &name,
+                json!({"phase": "Running", "podIP": "10.0.0.7", "containerStatuses": [
+                    {"name": "workspace", "state": {"running": {}}},
+                    {"name": "app-web", "state": {"terminated": {"exitCode": 0}}},
+                    {"name": "app-worker", "state": {"running": {}}},
+                ]}),
+            ),
+        },
+        T0 + 20_100,
+    );
+    assert!(attaches(&s.handle(Input::Tick, T0 + 21_000)).is_empty());
+    // Failing every time: 8 attempts, then given up, said once more.
+    let mut now = T0 + 30_000;
+    let mut tries = 0;
+    let mut last = s.handle(lost("gone"), now);
+    while tries < 20 {
+        now += 20_000;
+        let c = s.handle(Input::Tick, now);
+        if attaches(&c).is_empty() {
+            break;
+        }
+        tries += 1;
+        last = s.handle(lost("gone"), now + 1);
+    }
+    assert_eq!(tries, 8);
+    assert_eq!(
+        outputs(&last),
+        ["\r\n[kubegate] failed to attach again after 8 attempts: gone\r\n"]
     );
     assert_eq!(s.status(), &Status::Running);
 }
