@@ -171,11 +171,7 @@ fn a_cut_attach_is_made_again_and_the_missed_output_recovered() {
     );
     assert_eq!(missing, 0, "the log had every tick: {notices:?}");
     let (st, v) = d.json("GET", &format!("/v1/sessions/{id}"), None);
-    assert_eq!(
-        (st, v["status"].as_str()),
-        (200, Some("running")),
-        "{v}"
-    );
+    assert_eq!((st, v["status"].as_str()), (200, Some("running")), "{v}");
     let (st, _) = d.json("DELETE", &format!("/v1/sessions/{id}"), None);
     assert_eq!(st, 204);
     drop(d);
