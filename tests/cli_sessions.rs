@@ -17,18 +17,6 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
 
-/// Ends the whole test binary if a test runs longer than this.
-fn watchdog() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        std::thread::spawn(|| {
-            std::thread::sleep(Duration::from_secs(400));
-            eprintln!("watchdog: the tests hang; giving up");
-            std::process::exit(101);
-        });
-    });
-}
-
 /// `kubegate ARGS` against `d` with its token (env) and a private state
 /// folder for attach.
 fn kg(d: &DaemonProc, state: &Path, args: &[&str]) -> Command {
@@ -172,7 +160,7 @@ fn http(addr: &str, raw: &str) -> (u16, String, String) {
 
 #[test]
 fn sessions_list_stop_resume_port_forward_and_bad_input() {
-    watchdog();
+    let _wd = common::bench::watchdog("cli_sessions", 400);
     let d = DaemonProc::start();
     let state = temp_dir("cli-sessions-state");
     let body = json!({
@@ -346,7 +334,7 @@ fn sessions_list_stop_resume_port_forward_and_bad_input() {
 
 #[test]
 fn attach_replays_what_was_missed_forwards_stdin_and_drives_a_terminal() {
-    watchdog();
+    let _wd = common::bench::watchdog("cli_sessions", 400);
     let d = DaemonProc::start();
     let state = temp_dir("cli-attach-state");
     let body = json!({
