@@ -765,8 +765,10 @@ pub fn ports_resolved_from(frame: &Value) -> Option<Vec<Port>> {
 }
 
 impl Session {
-    /// A new session, already starting: the first commands create its pod.
-    pub fn start(new: NewSession, now: Millis) -> (Session, Vec<Command>) {
+    /// A session as it is before anything happened to it: starting (stage
+    /// create), no pod, generation 0 for every app. `start` brings it up;
+    /// `restore` (machine_adopt.rs) overwrites what the record knows.
+    pub(super) fn fresh(new: NewSession, now: Millis) -> Session {
         let apps = new
             .spec
             .apps
@@ -776,7 +778,7 @@ impl Session {
                 generation: 0,
             })
             .collect();
-        let mut s = Session {
+        Session {
             id: new.id,
             principal: new.principal,
             spec: new.spec,
@@ -810,7 +812,12 @@ impl Session {
             port_changes: BTreeMap::new(),
             probes: BTreeSet::new(),
             runs: BTreeMap::new(),
-        };
+        }
+    }
+
+    /// A new session, already starting: the first commands create its pod.
+    pub fn start(new: NewSession, now: Millis) -> (Session, Vec<Command>) {
+        let mut s = Session::fresh(new, now);
         let mut out = vec![
             Command::Emit(Event::Status {
                 status: s.status.clone(),

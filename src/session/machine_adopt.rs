@@ -126,39 +126,27 @@ impl Session {
                 )
             })
             .collect();
-        let mut s = Session {
-            id: rec.session_id.clone(),
-            principal: rec.principal.clone(),
-            spec: rec.spec.clone(),
-            apps: rec.apps.clone(),
-            workspace_token: rec.workspace_token.clone(),
-            settings,
-            timings,
-            status: rec.status.clone(),
-            pod: None,
-            phase: Phase::Down,
-            seed: SeedSource::Checkpoint,
-            pod_seq: rec.pod_seq,
-            user_stopped: false,
-            ended: BTreeSet::new(),
-            reattach: BTreeMap::new(),
-            created_at: rec.created_at,
-            updated_at: rec.updated_at,
-            life_used_ms: rec.life_used_ms,
-            life_since: None,
-            suspended_at: rec.suspended_at,
-            last_checkpoint_at: None,
-            has_checkpoint: rec.has_checkpoint,
-            checkpoint_in_flight: false,
-            after_checkpoint: None,
-            subscribers: 0,
-            idle_since: Some(now),
-            reloads: VecDeque::new(),
-            next_publish: 1,
-            port_changes: BTreeMap::new(),
-            probes: BTreeSet::new(),
-            runs,
-        };
+        let mut s = Session::fresh(
+            NewSession {
+                id: rec.session_id.clone(),
+                principal: rec.principal.clone(),
+                spec: rec.spec.clone(),
+                workspace_token: rec.workspace_token.clone(),
+                settings,
+                timings,
+            },
+            now,
+        );
+        s.apps = rec.apps.clone();
+        s.status = rec.status.clone();
+        s.seed = SeedSource::Checkpoint;
+        s.pod_seq = rec.pod_seq;
+        s.created_at = rec.created_at;
+        s.updated_at = rec.updated_at;
+        s.life_used_ms = rec.life_used_ms;
+        s.suspended_at = rec.suspended_at;
+        s.has_checkpoint = rec.has_checkpoint;
+        s.runs = runs;
         let mut out = Vec::new();
         let current = match (&rec.status, &rec.pod) {
             (Status::Running, Some(p)) => Some(p.name.as_str()),
