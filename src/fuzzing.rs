@@ -7,7 +7,7 @@
 /// The HTTP/1.1 request-head parser, target splitting and the chunked body
 /// decoder of the server.
 pub fn http_request(data: &[u8]) {
-    if let Ok(Some(head)) = crate::http::parse::parse_head(data, 64 * 1024) {
+    if let Ok(Some(head)) = crate::http::parse::parse_head(data, 64 * 1024, true) {
         let _ = crate::http::parse::split_target(&head.target);
         let mut out = Vec::new();
         let mut dec = crate::http::parse::ChunkedDecoder::new(1 << 20, 16 * 1024);

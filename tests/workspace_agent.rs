@@ -564,6 +564,19 @@ fn limits_tokens_and_malformed_requests() {
     assert_eq!((r.status, r.code()), (405, "METHOD_NOT_ALLOWED"));
     let r = a.request("POST", "/workspace/snapshot", Some(TOKEN), b"{}");
     assert_eq!((r.status, r.code()), (405, "METHOD_NOT_ALLOWED"));
+
+    // A head with a bare LF is refused before any route: a proxy in front
+    // could split its headers otherwise than we do.
+    let raw = format!("GET /workspace HTTP/1.1\r\nHost: x\nAuthorization: Bearer {TOKEN}\r\n\r\n");
+    let mut s = TcpStream::connect(&a.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    s.write_all(raw.as_bytes()).expect("write");
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    let text = String::from_utf8_lossy(&resp);
+    assert!(text.starts_with("HTTP/1.1 400 "), "{text}");
+    assert!(text.contains("bare LF"), "{text}");
 }
 
 #[test]

@@ -219,7 +219,7 @@ impl Conn<'_> {
         let max_header = cfg.max_header_bytes;
         let max_body = cfg.max_body_bytes;
         let head = loop {
-            match parse_head(&self.buf, max_header) {
+            match parse_head(&self.buf, max_header, cfg.strict_crlf) {
                 Ok(Some(h)) => break h,
                 Ok(None) => {}
                 Err(e) => return Next::Error(e, 1),

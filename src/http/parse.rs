@@ -58,7 +58,18 @@ fn bad(msg: impl Into<String>) -> HttpError {
 
 /// Parses a request head from the start of `buf`. `Ok(None)` means more
 /// bytes are needed (and `buf` is still within `max_header_bytes`).
-pub(crate) fn parse_head(buf: &[u8], max_header_bytes: usize) -> Result<Option<Head>, HttpError> {
+///
+/// With `strict_crlf`, a line of the head ended by a bare LF (no CR before
+/// it) is a 400: httparse accepts bare LF and has no strict switch, and a
+/// proxy in front of us that reads the same bytes by RFC 9112 (lines end in
+/// CRLF) could see other headers than we do. The daemon, the workspace agent
+/// and the app runner are strict; the sim is lenient, as Go's server (and so
+/// the real API server) is (docs/sim.md).
+pub(crate) fn parse_head(
+    buf: &[u8],
+    max_header_bytes: usize,
+    strict_crlf: bool,
+) -> Result<Option<Head>, HttpError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let len = match req.parse(buf) {
@@ -74,6 +85,11 @@ pub(crate) fn parse_head(buf: &[u8], max_header_bytes: usize) -> Result<Option<H
     };
     if len > max_header_bytes {
         return Err(HttpError::HeadersTooLarge);
+    }
+    if strict_crlf && has_bare_lf(&buf[..len]) {
+        return Err(bad(
+            "malformed request head: a line ends in a bare LF (lines end in CRLF)",
+        ));
     }
     let method = req.method.ok_or_else(|| bad("no method"))?.to_string();
     let target = req
@@ -159,6 +175,13 @@ pub(crate) fn parse_head(buf: &[u8], max_header_bytes: usize) -> Result<Option<H
 
 /// Splits a request-target into its decoded path and query pairs. Accepts
 /// origin-form (`/p?q`), absolute-form (`http://h/p?q`) and `*`.
+/// True when some LF in `head` has no CR right before it.
+fn has_bare_lf(head: &[u8]) -> bool {
+    head.iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
+}
+
 pub(crate) fn split_target(target: &str) -> Result<(String, Vec<(String, String)>), HttpError> {
     let origin = if target.starts_with('/') || target == "*" {
         target
@@ -385,7 +408,7 @@ mod tests {
     const MAX: usize = 64 * 1024;
 
     fn head(s: &str) -> Head {
-        parse_head(s.as_bytes(), MAX).unwrap().unwrap()
+        parse_head(s.as_bytes(), MAX, true).unwrap().unwrap()
     }
 
     #[test]
@@ -409,16 +432,39 @@ mod tests {
     }
 
     #[test]
+    fn bare_lf_is_refused_when_strict_and_accepted_when_lenient() {
+        for s in [
+            "GET / HTTP/1.1\nHost: x\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\n\n",
+            "GET / HTTP/1.1\n\n",
+            "GET / HTTP/1.1\r\nX-A: 1\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            match parse_head(s.as_bytes(), MAX, true) {
+                Err(HttpError::BadRequest(m)) => assert!(m.contains("bare LF"), "{m}"),
+                other => panic!("{s:?}: {other:?}"),
+            }
+            assert!(
+                parse_head(s.as_bytes(), MAX, false).unwrap().is_some(),
+                "{s:?} lenient"
+            );
+        }
+        // CRLF everywhere, and an LF in the body after the head, are fine.
+        let ok = "POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n\n\n";
+        assert!(parse_head(ok.as_bytes(), MAX, true).unwrap().is_some());
+    }
+
+    #[test]
     fn split_heads_need_more_bytes_at_every_split() {
         let full = b"POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
         let head_len = full.len() - 3;
         for cut in 0..head_len {
             assert!(
-                parse_head(&full[..cut], MAX).unwrap().is_none(),
+                parse_head(&full[..cut], MAX, true).unwrap().is_none(),
                 "cut {cut}"
             );
         }
-        let h = parse_head(full, MAX).unwrap().unwrap();
+        let h = parse_head(full, MAX, true).unwrap().unwrap();
         assert_eq!(h.len, head_len);
         assert_eq!(h.body, BodyKind::Length(3));
     }
@@ -426,9 +472,9 @@ mod tests {
     #[test]
     fn pipelined_heads_parse_one_at_a_time() {
         let buf = b"GET /one HTTP/1.1\r\n\r\nGET /two HTTP/1.1\r\n\r\n";
-        let h1 = parse_head(buf, MAX).unwrap().unwrap();
+        let h1 = parse_head(buf, MAX, true).unwrap().unwrap();
         assert_eq!(h1.path, "/one");
-        let h2 = parse_head(&buf[h1.len..], MAX).unwrap().unwrap();
+        let h2 = parse_head(&buf[h1.len..], MAX, true).unwrap().unwrap();
         assert_eq!(h2.path, "/two");
         assert_eq!(h1.len + h2.len, buf.len());
     }
@@ -441,13 +487,13 @@ mod tests {
         }
         // Incomplete and already at the limit.
         assert_eq!(
-            parse_head(s.as_bytes(), 1024).unwrap_err(),
+            parse_head(s.as_bytes(), 1024, true).unwrap_err(),
             HttpError::HeadersTooLarge
         );
         // Complete but over the limit.
         s.push_str("\r\n");
         assert_eq!(
-            parse_head(s.as_bytes(), 1024).unwrap_err(),
+            parse_head(s.as_bytes(), 1024, true).unwrap_err(),
             HttpError::HeadersTooLarge
         );
         // Too many headers.
@@ -457,7 +503,7 @@ mod tests {
         }
         m.push_str("\r\n");
         assert_eq!(
-            parse_head(m.as_bytes(), MAX).unwrap_err(),
+            parse_head(m.as_bytes(), MAX, true).unwrap_err(),
             HttpError::HeadersTooLarge
         );
     }
@@ -496,7 +542,7 @@ mod tests {
             "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
             "GET / HTTP/1.1\r\nBad Header\r\n\r\n",
         ] {
-            match parse_head(s.as_bytes(), MAX) {
+            match parse_head(s.as_bytes(), MAX, true) {
                 Err(HttpError::BadRequest(_)) => {}
                 other => panic!("{s:?} gave {other:?}"),
             }

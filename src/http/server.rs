@@ -51,6 +51,10 @@ pub struct ServerConfig {
     pub thread_stack_bytes: usize,
     /// Prefix of thread names (`{name}-listen`, `{name}-conn`, ...).
     pub name: &'static str,
+    /// Refuse (400) a request head with a line ended by a bare LF. Default
+    /// true; the sim turns it off to accept what Go's server accepts
+    /// (`parse::parse_head`).
+    pub strict_crlf: bool,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +69,7 @@ impl Default for ServerConfig {
             tls: None,
             thread_stack_bytes: 256 * 1024,
             name: "http",
+            strict_crlf: true,
         }
     }
 }
@@ -81,6 +86,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("tls", &self.tls.is_some())
             .field("thread_stack_bytes", &self.thread_stack_bytes)
             .field("name", &self.name)
+            .field("strict_crlf", &self.strict_crlf)
             .finish()
     }
 }

@@ -175,6 +175,9 @@ impl Sim {
             max_body_bytes: 3 << 20,
             tls: tls_config,
             name: "sim-http",
+            // Go's server (net/textproto) takes a bare LF as a line end,
+            // and so does the API server the sim stands for (docs/sim.md).
+            strict_crlf: false,
             ..ServerConfig::default()
         };
         let server = Server::bind(opts.listen, server_cfg, api.clone())
