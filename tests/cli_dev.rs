@@ -41,8 +41,14 @@ fn copy_example() -> PathBuf {
         let e = e.expect("entry");
         std::fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
     }
+    // The README invites a newcomer to edit the example's message.txt: the
+    // test brings its own, so an edited example does not fail the suite.
+    std::fs::write(dir.join("message.txt"), format!("{MESSAGE}\n")).expect("message.txt");
     dir
 }
+
+/// The first line of the copy's message.txt (the apps print it).
+const MESSAGE: &str = "the test's own message";
 
 /// `kubegate dev` on a pty; killed and reaped on drop.
 struct Dev {
@@ -171,8 +177,8 @@ fn dev_runs_the_example_syncs_edits_forwards_input_and_stops_on_ctrl_c() {
         0,
     );
     dev.wait("web    | serving on http://", at);
-    dev.wait("worker | worker started (message: edit me", at);
-    dev.wait("worker | tick 1: edit me", at);
+    dev.wait(&format!("worker | worker started (message: {MESSAGE}"), at);
+    dev.wait(&format!("worker | tick 1: {MESSAGE}"), at);
     let raw = dev.pty.text();
     assert!(raw.contains("\x1b[36mweb    |\x1b[0m "), "{raw:?}");
     assert!(raw.contains("\x1b[33mworker |\x1b[0m "), "{raw:?}");
@@ -185,7 +191,10 @@ fn dev_runs_the_example_syncs_edits_forwards_input_and_stops_on_ctrl_c() {
         (r.0 == 200).then_some(r)
     });
     assert_eq!(st, 200);
-    assert!(body.starts_with("hello from web: edit me"), "{body:?}");
+    assert!(
+        body.starts_with(&format!("hello from web: {MESSAGE}")),
+        "{body:?}"
+    );
 
     // Typed lines reach the stdin app (the first tty app: worker).
     let at = dev.text().len();
