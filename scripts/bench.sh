@@ -28,4 +28,9 @@ for i in $(seq 1 "$runs"); do
   echo "bar: p99 <= 300 ms (debounce included)"
   cargo test --release --locked --test bench_dev -- --ignored --nocapture --test-threads 1 2>&1 \
     | grep -E '^(\||###)' || { echo "bench_dev failed"; exit 1; }
+  echo
+  echo "## hostile clients: unauthenticated 90 MB uploads, slow half-open heads (run $i of $runs)"
+  echo "bars: RSS growth < 32 KiB per upload connection, every upload 401; /healthz p99 <= 200 ms and an exec succeeds beside the slow heads"
+  cargo test --release --locked --test bench_hostile -- --ignored --nocapture --test-threads 1 2>&1 \
+    | grep -E '^(\||###)' || { echo "bench_hostile failed"; exit 1; }
 done
