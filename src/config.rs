@@ -321,6 +321,8 @@ pub struct ExecSection {
     pub workspace_uid_label: String,
     /// One JSON line per exec; none when absent.
     pub audit_log: Option<PathBuf>,
+    /// The audit log rotates itself to `FILE.1` before it grows past this.
+    pub audit_max_bytes: u64,
     /// An interactive exec with no frame either way for this long is ended.
     pub idle_timeout_secs: u64,
     /// An interactive exec is ended after this long, busy or not.
@@ -334,6 +336,11 @@ pub struct ExecSection {
     /// Record every interactive exec's output here (asciinema v2); none
     /// when absent.
     pub recording_dir: Option<PathBuf>,
+    /// A recording ends (never the exec) before its file grows past this.
+    pub recording_max_bytes: u64,
+    /// No recording starts, and a running one stops, while the recording
+    /// folder's file system has less free space than this (0: no floor).
+    pub recording_min_free_bytes: u64,
 }
 
 impl Default for ExecSection {
@@ -354,6 +361,9 @@ impl Default for ExecSection {
             max_sessions: 256,
             max_sessions_per_principal: 16,
             recording_dir: None,
+            audit_max_bytes: 256 << 20,
+            recording_max_bytes: 64 << 20,
+            recording_min_free_bytes: 1 << 30,
         }
     }
 }
@@ -726,6 +736,22 @@ impl Config {
                 format!("must differ from {MANAGED_BY_LABEL}"),
             );
         }
+        for (key, v, min) in [
+            (
+                "exec.audit_max_bytes",
+                x.audit_max_bytes,
+                crate::exec::audit::MIN_MAX_BYTES,
+            ),
+            (
+                "exec.recording_max_bytes",
+                x.recording_max_bytes,
+                crate::exec::record::MIN_MAX_BYTES,
+            ),
+        ] {
+            if v < min {
+                return err(key, format!("must be at least {min} (bytes), got {v}"));
+            }
+        }
         if let Some(p) = &mut x.audit_log {
             if p.as_os_str().is_empty() {
                 return err("exec.audit_log", "must not be empty".into());
@@ -1050,6 +1076,35 @@ mod tests {
                 format!("exec.{k}")
             );
         }
+    }
+
+    #[test]
+    fn disk_bounds_of_recordings_and_the_audit_log() {
+        let c = parse(&minimal()).unwrap();
+        assert_eq!(c.exec.recording_max_bytes, 64 << 20);
+        assert_eq!(c.exec.recording_min_free_bytes, 1 << 30);
+        assert_eq!(c.exec.audit_max_bytes, 256 << 20);
+        for k in ["recording_max_bytes", "audit_max_bytes"] {
+            for v in [0, 4095] {
+                let e = parse(&format!("{}[exec]\n{k} = {v}\n", minimal())).unwrap_err();
+                assert_eq!(e.0, format!("exec.{k}"));
+                assert!(e.1.contains("at least 4096"), "{e:?}");
+            }
+        }
+        let c = parse(&format!(
+            "{}[exec]\nrecording_max_bytes = 4096\naudit_max_bytes = 4096\nrecording_min_free_bytes = 0\n",
+            minimal()
+        ))
+        .unwrap();
+        assert_eq!(c.exec.recording_max_bytes, 4096);
+        assert_eq!(c.exec.recording_min_free_bytes, 0, "0: no floor");
+        assert_eq!(
+            key_of(&format!(
+                "{}[exec]\nrecording_min_free_bytes = -1\n",
+                minimal()
+            )),
+            "exec.recording_min_free_bytes"
+        );
     }
 
     #[test]

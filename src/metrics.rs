@@ -41,6 +41,26 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "Frames queued towards interactive exec clients, summed over sessions.",
     ),
     (
+        "kubegate_exec_recordings_truncated_total",
+        "counter",
+        "Recordings of interactive execs stopped before the exec ended, by reason (max_bytes: exec.recording_max_bytes; free_space: below exec.recording_min_free_bytes; error: a write failed).",
+    ),
+    (
+        "kubegate_exec_recordings_skipped_total",
+        "counter",
+        "Interactive execs run without a recording, by reason (free_space: below exec.recording_min_free_bytes; error: the file could not be created).",
+    ),
+    (
+        "kubegate_audit_rotations_total",
+        "counter",
+        "Times the audit log reached exec.audit_max_bytes and was renamed to FILE.1.",
+    ),
+    (
+        "kubegate_audit_lines_dropped_total",
+        "counter",
+        "Audit lines that could not be written (the rotation or the write failed).",
+    ),
+    (
         "kubegate_watch_restarts_total",
         "counter",
         "Kubernetes watches re-opened.",

@@ -28,7 +28,7 @@
 
 use super::audit::{Audit, Record};
 use super::frames::{ClientFrame, Exit, ServerFrame, TYPE_STDERR};
-use super::record::Recorder;
+use super::record::{self, Bounds, Recorder};
 use super::resolve::{resolve, Ownership};
 use super::slots::{Slot, Slots};
 use super::validate::{invalid, output_cap, ExecSpec, Limits};
@@ -71,6 +71,8 @@ pub struct Settings {
     pub max_sessions_per_principal: usize,
     /// asciinema recordings of interactive execs go here.
     pub recording_dir: Option<std::path::PathBuf>,
+    /// A recording's size cap and free-space floor.
+    pub recording_bounds: Bounds,
 }
 
 /// `POST /v1/exec` body.
@@ -147,6 +149,33 @@ impl Gateway {
         metrics.probe("kubegate_exec_queue_frames", move || {
             q.lock().values().map(|o| o.len() as i64).sum()
         });
+        if settings.recording_dir.is_some() {
+            // Present from the start (0), so an alert can tell "none yet"
+            // from "not exported".
+            for reason in ["max_bytes", "free_space", "error"] {
+                metrics.add(
+                    "kubegate_exec_recordings_truncated_total",
+                    format!("reason=\"{reason}\""),
+                    0,
+                );
+            }
+            for reason in ["free_space", "error"] {
+                metrics.add(
+                    "kubegate_exec_recordings_skipped_total",
+                    format!("reason=\"{reason}\""),
+                    0,
+                );
+            }
+        }
+        if let Some(a) = &audit {
+            let (rotations, dropped) = (a.counters(), a.counters());
+            metrics.probe("kubegate_audit_rotations_total", move || {
+                i64::try_from(rotations.rotations()).unwrap_or(i64::MAX)
+            });
+            metrics.probe("kubegate_audit_lines_dropped_total", move || {
+                i64::try_from(dropped.dropped()).unwrap_or(i64::MAX)
+            });
+        }
         Arc::new(Gateway {
             client,
             conn,
@@ -163,6 +192,14 @@ impl Gateway {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// SIGHUP: the audit log is opened again at its path (after logrotate
+    /// renamed it). `None` without an audit log; on an error the current
+    /// file is kept.
+    pub fn reopen_audit(&self) -> Option<(std::path::PathBuf, std::io::Result<()>)> {
+        let a = self.audit.as_ref()?;
+        Some((a.path().to_path_buf(), a.reopen()))
     }
 
     /// Ends every interactive session (close reason "server shutting down");
@@ -265,7 +302,7 @@ impl Gateway {
         outcome: Result<i32, &str>,
         bytes: (u64, u64),
         started: Instant,
-        recording: Option<String>,
+        recording: RecordingNote,
     ) {
         let what = match outcome {
             Ok(c) => format!("exit {c}"),
@@ -295,11 +332,12 @@ impl Gateway {
             bytes_in: bytes.0,
             bytes_out: bytes.1,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            recording,
+            recording: recording.file,
+            recording_truncated: recording.truncated,
+            recording_skipped: recording.skipped,
         };
-        if let Err(e) = a.record(&rec) {
-            log::error!("audit log: {e}");
-        }
+        // A failure is logged (once) and counted by the audit log itself.
+        let _ = a.record(&rec);
     }
 
     /// `POST /v1/exec`: runs to the end on the calling thread. `probe`
@@ -356,7 +394,7 @@ impl Gateway {
                 outcome,
                 (0, out_bytes),
                 started,
-                None,
+                RecordingNote::default(),
             );
         }
         result
@@ -484,7 +522,7 @@ impl Gateway {
                         Err(e.code.as_str()),
                         (0, 0),
                         started,
-                        None,
+                        RecordingNote::default(),
                     );
                 }
                 Err(e)
@@ -539,8 +577,20 @@ struct Shared {
     bytes_out: AtomicU64,
     started: Instant,
     recorder: Mutex<Option<Recorder>>,
-    /// The recording's file name (for the audit line).
-    recording: Option<String>,
+    /// What the audit line says about the recording; `truncated` is set
+    /// when a write failed.
+    recording: Mutex<RecordingNote>,
+}
+
+/// The audit line's recording fields.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RecordingNote {
+    /// The file name, when a recording was started.
+    file: Option<String>,
+    /// Why it stopped before the exec ended.
+    truncated: Option<String>,
+    /// Why none was started.
+    skipped: Option<String>,
 }
 
 impl Shared {
@@ -550,7 +600,98 @@ impl Shared {
             if let Err(e) = f(r) {
                 log::error!("exec recording stopped: {e}");
                 *g = None;
+                self.recording.lock().truncated = Some(format!("recording stopped: {e}"));
             }
+        }
+    }
+
+    /// Closes the recording; the audit line's fields.
+    fn finish_recording(&self, metrics: &Metrics) -> RecordingNote {
+        let mut note = self.recording.lock().clone();
+        // A write error already stopped it (`record`).
+        let mut cut = note.truncated.is_some().then_some("error");
+        if let Some(r) = self.recorder.lock().take() {
+            match r.finish() {
+                Ok(None) => {}
+                Ok(Some(why)) => {
+                    log::warn!(
+                        "exec recording {}: {why}",
+                        note.file.as_deref().unwrap_or("-")
+                    );
+                    cut = Some(why.reason());
+                    note.truncated = Some(why.to_string());
+                }
+                Err(e) => {
+                    log::error!("exec recording: {e}");
+                    cut = Some("error");
+                    note.truncated = Some(format!("recording stopped: {e}"));
+                }
+            }
+        }
+        if let Some(reason) = cut {
+            metrics.inc(
+                "kubegate_exec_recordings_truncated_total",
+                format!("reason=\"{reason}\""),
+            );
+        }
+        note
+    }
+}
+
+/// Starts the recording of an interactive exec, unless its folder's free
+/// space is below the floor (the exec runs either way).
+fn start_recording(
+    gw: &Gateway,
+    dir: &std::path::Path,
+    name: String,
+    req: &InteractiveRequest,
+) -> (Option<Recorder>, RecordingNote) {
+    let bounds = gw.settings.recording_bounds;
+    let path = dir.join(&name);
+    let skipped = |why: String, reason: &str| {
+        gw.metrics.inc(
+            "kubegate_exec_recordings_skipped_total",
+            format!("reason=\"{reason}\""),
+        );
+        (
+            None,
+            RecordingNote {
+                skipped: Some(why),
+                ..RecordingNote::default()
+            },
+        )
+    };
+    if bounds.min_free_bytes > 0 {
+        match record::free_space(dir) {
+            Ok(free) if free < bounds.min_free_bytes => {
+                let why = format!(
+                    "free space {} below the floor {} (exec.recording_min_free_bytes)",
+                    record::human_bytes(free),
+                    record::human_bytes(bounds.min_free_bytes)
+                );
+                log::warn!("exec recording {} not started: {why}", path.display());
+                return skipped(why, "free_space");
+            }
+            Ok(_) => {}
+            // The creation below tells whether the folder is usable.
+            Err(e) => log::warn!("free space of {}: {e}", dir.display()),
+        }
+    }
+    let ts = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let size = req.initial_size.map_or((80, 24), |s| (s.width, s.height));
+    match Recorder::create(&path, &req.spec.command, size, ts, bounds) {
+        Ok(r) => (
+            Some(r),
+            RecordingNote {
+                file: Some(name),
+                ..RecordingNote::default()
+            },
+        ),
+        Err(e) => {
+            log::error!("exec recording {}: {e}", path.display());
+            skipped(format!("creating the file failed: {e}"), "error")
         }
     }
 }
@@ -616,21 +757,8 @@ impl Interactive {
         gw.metrics
             .add("kubegate_exec_active", "kind=\"interactive\"", 1);
         let (recorder, recording) = match &gw.settings.recording_dir {
-            Some(dir) => {
-                let name = recording_name(&who.name, id);
-                let ts = SystemTime::now()
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                let size = req.initial_size.map_or((80, 24), |s| (s.width, s.height));
-                match Recorder::create(&dir.join(&name), &req.spec.command, size, ts) {
-                    Ok(r) => (Some(r), Some(name)),
-                    Err(e) => {
-                        log::error!("exec recording {}: {e}", dir.join(&name).display());
-                        (None, None)
-                    }
-                }
-            }
-            None => (None, None),
+            Some(dir) => start_recording(&gw, dir, recording_name(&who.name, id), &req),
+            None => (None, RecordingNote::default()),
         };
         let shared = Arc::new(Shared {
             stopped: AtomicBool::new(false),
@@ -639,7 +767,7 @@ impl Interactive {
             bytes_out: AtomicU64::new(0),
             started,
             recorder: Mutex::new(recorder),
-            recording,
+            recording: Mutex::new(recording),
         });
         let _ = out.send(ServerFrame::Target(target.clone()).encode());
         let (in_tx, in_rx) = bounded::<Message>(INBOUND_CAPACITY);
@@ -785,11 +913,7 @@ fn relay_output(
         (Err(_), true) => Err("CLOSED"),
         (Err(e), false) => Err(e.code.as_str()),
     };
-    if let Some(r) = shared.recorder.lock().take() {
-        if let Err(e) = r.finish() {
-            log::error!("exec recording: {e}");
-        }
-    }
+    let recording = shared.finish_recording(&gw.metrics);
     gw.audit(
         who,
         "interactive",
@@ -799,7 +923,7 @@ fn relay_output(
         outcome,
         bytes,
         shared.started,
-        shared.recording.clone(),
+        recording,
     );
     if stopped {
         gw.finish(

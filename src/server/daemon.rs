@@ -8,7 +8,8 @@
 //! listener bound, the orphan reaper started, then ready: the one stdout line `kubegate listening on <URL>` and, under
 //! systemd, `READY=1` on `NOTIFY_SOCKET`. SIGINT/SIGTERM stop the listener,
 //! then the sim (its processes die with it), within the configured bound.
-//! Under systemd a SIGHUP reload is framed by `RELOADING=1` and `READY=1`,
+//! SIGHUP reopens the audit log and reloads the principals; under systemd
+//! that reload is framed by `RELOADING=1` and `READY=1`,
 //! and a stop starts with `STOPPING=1` (scripts/kubegate.service).
 //!
 //! Threads: the caller's (start-up, then waiting for a signal), the front
@@ -193,7 +194,7 @@ impl Daemon {
         }
         let audit = match &cfg.exec.audit_log {
             Some(p) => Some(
-                crate::exec::audit::Audit::open(p)
+                crate::exec::audit::Audit::open(p, cfg.exec.audit_max_bytes)
                     .map_err(|e| failed(format!("opening the audit log {}: {e}", p.display())))?,
             ),
             None => None,
@@ -227,6 +228,10 @@ impl Daemon {
                 max_sessions_per_principal: usize::try_from(x.max_sessions_per_principal)
                     .unwrap_or(usize::MAX),
                 recording_dir: x.recording_dir.clone(),
+                recording_bounds: crate::exec::record::Bounds {
+                    max_bytes: x.recording_max_bytes,
+                    min_free_bytes: x.recording_min_free_bytes,
+                },
             },
             audit,
             metrics.clone(),
@@ -306,6 +311,19 @@ impl Daemon {
         *self.principals.write() = Arc::new(Principals::new(&cfg.principals));
     }
 
+    /// SIGHUP: the audit log is opened again at its path, so a file
+    /// logrotate renamed is left alone (docs/deploy.md, "Log rotation").
+    pub fn reopen_logs(&self) {
+        match self.gateway.reopen_audit() {
+            None => {}
+            Some((p, Ok(()))) => log::info!("SIGHUP: audit log reopened ({})", p.display()),
+            Some((p, Err(e))) => log::error!(
+                "SIGHUP: reopening the audit log {}: {e}; still writing to the file open before",
+                p.display()
+            ),
+        }
+    }
+
     /// Ends interactive execs (close reason "server shutting down"), stops
     /// accepting, then stops the sim; gives up waiting after the configured
     /// grace (the sim's processes still die with this process: they carry
@@ -381,6 +399,9 @@ pub fn serve_main(config_path: &Path) -> i32 {
             let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
             let usec = now.tv_sec * 1_000_000 + now.tv_nsec / 1_000;
             notify_systemd(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
+            // First, and whatever the config file says now: logrotate's
+            // postrotate sends this signal.
+            daemon.reopen_logs();
             match Config::load(config_path) {
                 Ok(c) => {
                     daemon.reload_principals(&c);
