@@ -63,10 +63,14 @@ pub enum Code {
     PortUnreachable,
     /// The session's workspace agent did not answer usably.
     WorkspaceUnavailable,
+    /// A port proxy path with a dot-segment, an encoded slash, a backslash
+    /// or a control character, or a port not written canonically
+    /// (`session::proxy_path`).
+    InvalidProxyPath,
 }
 
 impl Code {
-    pub const ALL: [Code; 31] = [
+    pub const ALL: [Code; 32] = [
         Code::Unauthorized,
         Code::NotFound,
         Code::MethodNotAllowed,
@@ -98,6 +102,7 @@ impl Code {
         Code::Forbidden,
         Code::PortUnreachable,
         Code::WorkspaceUnavailable,
+        Code::InvalidProxyPath,
     ];
 
     /// The wire spelling (`EXEC_INVALID`).
@@ -134,6 +139,7 @@ impl Code {
             Code::Forbidden => "FORBIDDEN",
             Code::PortUnreachable => "PORT_UNREACHABLE",
             Code::WorkspaceUnavailable => "WORKSPACE_UNAVAILABLE",
+            Code::InvalidProxyPath => "INVALID_PROXY_PATH",
         }
     }
 
@@ -157,7 +163,8 @@ impl Code {
             | Code::ReservedAppName
             | Code::PortConflict
             | Code::InvalidPath
-            | Code::InvalidBundle => 400,
+            | Code::InvalidBundle
+            | Code::InvalidProxyPath => 400,
             Code::ExecTargetForbidden | Code::Forbidden => 403,
             Code::ExecTargetNotReady
             | Code::TooManySessions

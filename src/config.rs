@@ -302,6 +302,10 @@ pub struct SimSection {
     pub namespaces: Vec<String>,
     /// Shell globs: matching images stay in ErrImagePull.
     pub fail_images: Vec<String>,
+    /// The embedded sim's request log (`kubegate sim --request-log`, one
+    /// JSON line per API request, docs/sim.md); off by default. Tests read
+    /// it to see what the daemon sent the cluster.
+    pub request_log: Option<PathBuf>,
 }
 
 /// `[exec]`: the limits of exec.md, the workspace-uid label, the audit log.
@@ -596,6 +600,12 @@ impl Config {
                     "must not be empty".into(),
                 );
             }
+        }
+        if let Some(p) = &mut c.sim.request_log {
+            if p.as_os_str().is_empty() {
+                return err("cluster.sim.request_log", "must not be empty".into());
+            }
+            resolve(p);
         }
         check_dns_label(&c.session_namespace).or_else(|m| {
             err(
@@ -1228,6 +1238,18 @@ mod tests {
         let c = parse("[cluster]\nmode = \"sim\"\n[cluster.sim]\nnamespaces = [\"a\", \"b-2\"]\nfail_images = [\"bad/*\"]\n").unwrap();
         assert_eq!(c.cluster.sim.namespaces, vec!["a", "b-2"]);
         assert_eq!(c.cluster.sim.fail_images, vec!["bad/*"]);
+        assert_eq!(c.cluster.sim.request_log, None);
+        let c = parse("[cluster]\nmode = \"sim\"\n[cluster.sim]\nrequest_log = \"req.jsonl\"\n")
+            .unwrap();
+        assert!(c
+            .cluster
+            .sim
+            .request_log
+            .is_some_and(|p| p.is_absolute() && p.ends_with("req.jsonl")));
+        assert_eq!(
+            key_of("[cluster]\nmode = \"sim\"\n[cluster.sim]\nrequest_log = \"\"\n"),
+            "cluster.sim.request_log"
+        );
         assert_eq!(
             key_of("[cluster]\nmode = \"sim\"\n[cluster.sim]\nnamespaces = [\"ok\", \"Not_OK\"]\n"),
             "cluster.sim.namespaces[1]"

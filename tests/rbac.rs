@@ -239,10 +239,13 @@ fn the_sims_request_log_has_one_line_per_request_and_no_secret() {
         lines,
         vec![
             json!({"method": "GET", "path": "/api/v1/namespaces/default/pods", "query": "limit=5",
+                   "target": "/api/v1/namespaces/default/pods?limit=5",
                    "status": 200, "upgrade": false, "userAgent": "probe/1"}),
             json!({"method": "GET", "path": "/api/v1/namespaces/default/pods/nope", "query": "",
+                   "target": "/api/v1/namespaces/default/pods/nope",
                    "status": 404, "upgrade": false, "userAgent": "probe/1"}),
             json!({"method": "GET", "path": "/api/v1/namespaces/default/pods/a b", "query": "",
+                   "target": "/api/v1/namespaces/default/pods/a%20b",
                    "status": 404, "upgrade": false, "userAgent": "probe/1"}),
         ]
     );

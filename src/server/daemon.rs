@@ -521,6 +521,7 @@ fn start_sim(cfg: &Config) -> Result<(Sim, Connection), StartError> {
         state_dir: Some(state_dir.join("sim")),
         namespaces: cfg.cluster.sim.namespaces.clone(),
         fail_images: cfg.cluster.sim.fail_images.clone(),
+        request_log: cfg.cluster.sim.request_log.clone(),
         ..SimOptions::default()
     };
     let sim = Sim::start(opts).map_err(|e| failed(format!("starting the embedded sim: {e}")))?;
@@ -781,7 +782,7 @@ impl FrontDoor {
                     ([], _) => Err(wrong("GET, DELETE")),
                     (["events"], "GET") => Ok(sse_stream(&h, req).into()),
                     (["events"], _) => Err(wrong("GET")),
-                    (["ports", port, ..], _) => self.port_proxy(&h, port, req),
+                    (["ports", ..], _) => self.port_proxy(&h, req),
                     (["io"], "GET") => self.session_io(&h, req),
                     (["io"], _) => Err(wrong("GET")),
                     (["workspace"], "GET" | "POST") | (["workspace", "file"], "GET") => {
@@ -957,7 +958,7 @@ impl FrontDoor {
         req: &Request,
     ) -> Result<Reply, ApiError> {
         let headers: Vec<(String, String)> =
-            crate::session::relay::end_to_end_headers(&req.headers, &["authorization"])
+            crate::session::proxy_path::forward_headers(&req.headers)
                 .into_iter()
                 .filter(|(k, _)| !crate::http::ws::is_handshake_header(k))
                 .collect();
@@ -1011,13 +1012,18 @@ impl FrontDoor {
     }
 
     /// `…/v1/sessions/{id}/ports/{port}/{path}`: HTTP to a declared tcp
-    /// port of the session's pod, through the pod-access seam (docs/api.md).
+    /// port of the session's pod, through the pod-access seam (docs/api.md
+    /// "Port proxy"). The port, path and query come from the raw
+    /// request-target, checked and re-encoded by `session::proxy_path`
+    /// before anything else (400 `INVALID_PROXY_PATH`), for HTTP and
+    /// WebSocket alike.
     fn port_proxy(
         &self,
         h: &crate::session::engine::Handle,
-        port: &str,
         req: &Request,
     ) -> Result<Reply, ApiError> {
+        let upstream = crate::session::proxy_path::parse_target(&req.target, &h.id)
+            .map_err(|e| ApiError::new(Code::InvalidProxyPath, e.to_string()))?;
         let declared = h.view()["apps"]
             .as_array()
             .map(|apps| {
@@ -1028,23 +1034,17 @@ impl FrontDoor {
                     .collect::<Vec<u64>>()
             })
             .unwrap_or_default();
-        let port: u16 = port
-            .parse()
-            .ok()
-            .filter(|p| declared.contains(&u64::from(*p)))
-            .ok_or_else(|| {
-                ApiError::new(Code::NotFound, "the session declares no such tcp port")
-            })?;
+        let port = upstream.port;
+        if !declared.contains(&u64::from(port)) {
+            return Err(ApiError::new(
+                Code::NotFound,
+                "the session declares no such tcp port",
+            ));
+        }
         let (pod, ip) = h
             .pod()
             .ok_or_else(|| ApiError::new(Code::NotRunning, "the session has no pod now"))?;
-        let prefix = format!("/v1/sessions/{}/ports/{port}", h.id);
-        let raw = req.target.strip_prefix(&prefix).unwrap_or("/");
-        let path = if raw.is_empty() || raw.starts_with('?') {
-            format!("/{raw}")
-        } else {
-            raw.to_string()
-        };
+        let path = upstream.path_and_query;
         let method = ureq::http::Method::from_bytes(req.method.as_bytes())
             .map_err(|_| ApiError::new(Code::BadRequest, "unsupported method"))?;
         let target = crate::session::access::PodTarget {
@@ -1059,7 +1059,7 @@ impl FrontDoor {
         let preq = crate::session::access::PodRequest {
             method,
             path,
-            headers: crate::session::relay::end_to_end_headers(&req.headers, &["authorization"]),
+            headers: crate::session::proxy_path::forward_headers(&req.headers),
             body,
             timeout: PORT_PROXY_HEAD_TIMEOUT,
             max_response_bytes: 0,

@@ -15,6 +15,8 @@
 //! - `recover`: the container log lines written after the last output
 //!   (a re-adoption's recovery of the downtime's output).
 //! - `reaper`: which orphan watch pods to delete, and when.
+//! - `proxy_path`: the port proxy's request-target checked and re-encoded,
+//!   the one parser of a port from a path, the headers it forwards.
 //!
 //! Design and choices: docs/sessions.md.
 
@@ -26,6 +28,7 @@ pub mod io;
 pub mod machine;
 pub mod pod;
 pub mod pod_hub;
+pub mod proxy_path;
 pub mod reaper;
 pub mod recover;
 pub mod relay;

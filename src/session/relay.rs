@@ -14,8 +14,9 @@
 //!   `checking` at once, `reachable` on the first accepted connection,
 //!   `unreachable` once after 30 s, then slower probes;
 //! - the port proxy helper ([`proxy_http`]): one HTTP exchange for the
-//!   daemon's `…/ports/{port}/{path}` route, without hop-by-hop headers nor
-//!   the client's `Authorization`.
+//!   daemon's `…/ports/{port}/{path}` route, without hop-by-hop headers,
+//!   the client's `Authorization` nor the headers upstream interprets
+//!   (`session::proxy_path`).
 //!
 //! Threads: a probe is a `session-probe` thread, told to stop through its
 //! handle (`stop()`, or `Drop`): a flag and a disconnected channel that
@@ -1058,9 +1059,10 @@ pub fn proxy_http(
     )
 }
 
-/// [`proxy_http`] with explicit bounds. The client's hop-by-hop headers
-/// and its `Authorization` (kubegate's credential, not the app's) are
-/// dropped; so are the answer's hop-by-hop and framing headers (the body
+/// [`proxy_http`] with explicit bounds. The client's hop-by-hop headers,
+/// its `Authorization` (kubegate's credential, not the app's) and the
+/// headers the API server or kubelet interpret
+/// (`session::proxy_path::forward_headers`) are dropped; so are the answer's hop-by-hop and framing headers (the body
 /// comes back whole; the route frames it anew). The app's status, errors
 /// included, is the answer; `AccessError` is for no answer at all.
 #[allow(clippy::too_many_arguments)]
@@ -1077,7 +1079,7 @@ pub fn proxy_http_with(
     let req = PodRequest {
         method,
         path: path_and_query.to_string(),
-        headers: end_to_end_headers(headers, &["authorization"]),
+        headers: crate::session::proxy_path::forward_headers(headers),
         body,
         timeout: limits.timeout,
         max_response_bytes: limits.max_response_bytes,

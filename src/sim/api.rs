@@ -22,7 +22,9 @@ pub trait PodStreams: Send + Sync {
     fn exec(&self, req: &Request, ns: &str, pod: &str) -> Reply;
     fn attach(&self, req: &Request, ns: &str, pod: &str) -> Reply;
     fn log(&self, req: &Request, ns: &str, pod: &str) -> Reply;
-    fn proxy(&self, req: &Request, ns: &str, pod: &str, port: u16, path: &str) -> Reply;
+    /// `target`: the request-target for the pod, path and query, already
+    /// cleaned and encoded (`proxy::pod_target`).
+    fn proxy(&self, req: &Request, ns: &str, pod: &str, port: u16, target: &str) -> Reply;
 }
 
 /// How clients prove who they are.
@@ -142,8 +144,8 @@ fn resource_route<'a>(group: &'a str, rest: &[&'a str]) -> Route<'a> {
             return match &rest[3..] {
                 [] => Route::Collection(res, Some(ns)),
                 [name] => Route::Object(res, ns, name),
-                // The path after `/proxy` is taken from the raw path
-                // (`proxy_tail`), slashes and all.
+                // The path after `/proxy` is taken from the raw
+                // request-target (`proxy::pod_target`), slashes and all.
                 [name, "proxy", ..] if res == Resource::Pod => Route::Proxy(ns, name),
                 [name, sub] => Route::Sub(res, ns, name, sub),
                 _ => Route::NotFound,
@@ -160,14 +162,6 @@ fn resource_route<'a>(group: &'a str, rest: &[&'a str]) -> Route<'a> {
             Route::Sub(res, "", name, sub)
         }
         _ => Route::NotFound,
-    }
-}
-
-/// The part of a pod proxy path after `/proxy`, with its slashes.
-fn proxy_tail(path: &str) -> &str {
-    match path.find("/proxy") {
-        Some(i) => &path[i + "/proxy".len()..],
-        None => "",
     }
 }
 
@@ -412,8 +406,9 @@ impl ApiServer {
     }
 
     /// Appends one JSON line per request to `file` from now on:
-    /// `{"method","path","query","status","upgrade","userAgent"}`, where
-    /// `path` is percent-decoded, `query` the raw query string, `status`
+    /// `{"method","path","target","query","status","upgrade","userAgent"}`,
+    /// where `path` is percent-decoded, `target` the raw request-target as
+    /// it came, `query` the raw query string, `status`
     /// the answer's (101 for a WebSocket upgrade) and `upgrade` whether the
     /// request asked for a WebSocket. Never headers or bodies (no tokens).
     pub fn with_request_log(mut self, file: std::fs::File) -> ApiServer {
@@ -433,6 +428,7 @@ impl ApiServer {
         let mut line = json!({
             "method": req.method,
             "path": req.path,
+            "target": req.target,
             "query": query,
             "status": status,
             "upgrade": req.is_websocket_upgrade(),
@@ -758,7 +754,13 @@ impl ApiServer {
                 Err(_) => return bad_request(&format!("invalid port {p:?}")).into(),
             },
         };
-        streams.proxy(req, ns, name, port, proxy_tail(&req.path))
+        // Decoded, cleaned and encoded again as upstream does; control
+        // characters refused (docs/sim.md "Pod proxy").
+        let target = match super::proxy::pod_target(&req.target) {
+            Ok(t) => t,
+            Err(m) => return bad_request(&m).into(),
+        };
+        streams.proxy(req, ns, name, port, &target)
     }
 
     fn watch(&self, req: &Request, res: Resource, ns: Option<&str>, sel: Selectors) -> Response {
@@ -964,10 +966,6 @@ mod tests {
         assert_eq!(
             route("/api/v1/namespaces/d/pods/web:8080/proxy/a/b"),
             Route::Proxy("d", "web:8080")
-        );
-        assert_eq!(
-            proxy_tail("/api/v1/namespaces/d/pods/web:8080/proxy/a/b"),
-            "/a/b"
         );
         assert_eq!(route("/apis/apps/v1/pods"), Route::NotFound);
         assert_eq!(route("/api/v1/namespaces/d/widgets"), Route::NotFound);

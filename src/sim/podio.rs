@@ -663,7 +663,7 @@ impl PodStreams for Kubelet {
         .into()
     }
 
-    fn proxy(&self, req: &Request, ns: &str, pod: &str, port: u16, path: &str) -> Reply {
+    fn proxy(&self, req: &Request, ns: &str, pod: &str, port: u16, target: &str) -> Reply {
         let obj = match self.store.get(Resource::Pod, ns, pod) {
             Ok(o) => o,
             Err(_) => return status(Status::not_found("", "pods", pod)),
@@ -674,9 +674,9 @@ impl PodStreams for Kubelet {
             )));
         };
         if ws::wants_websocket(&req.headers) {
-            return super::proxy::forward_websocket(req, ip, port, path);
+            return super::proxy::forward_websocket(req, ip, port, target);
         }
-        super::proxy::forward(req, ip, port, path).into()
+        super::proxy::forward(req, ip, port, target).into()
     }
 }
 

@@ -3,6 +3,16 @@
 //! so long-lived responses (SSE, watches) flow as they are produced. Like
 //! the real API server, a refused connection is a 503 Status naming the
 //! address.
+//!
+//! The path sent to the pod is built as upstream builds it
+//! ([`pod_target`]): the tail after `/proxy` percent-decoded, cleaned
+//! (`path.Join` semantics: `.` and `..` resolved, never above `/`, repeated
+//! slashes merged, a trailing slash kept: `JoinPreservingTrailingSlash`),
+//! then percent-encoded again the way Go's `url.URL` escapes a path; the
+//! query is passed on as it came. One difference: a control character in
+//! the decoded path is refused with 400 (upstream escapes it again),
+//! because nothing legitimate needs one and a decoded one must never
+//! reach a request line.
 
 use crate::http::{Body, ChunkSink, Reply, Request, Response, Upgrade};
 use crate::kube::status::Status;
@@ -33,7 +43,7 @@ fn unavailable(msg: &str) -> Response {
 /// upgrades on too): the pod's side is opened first, with the client's
 /// subprotocol offer, then the client's is accepted with the protocol the
 /// pod chose, and messages are bridged both ways (`http::ws::bridge`).
-pub fn forward_websocket(req: &Request, ip: &str, port: u16, path: &str) -> Reply {
+pub fn forward_websocket(req: &Request, ip: &str, port: u16, target: &str) -> Reply {
     let addr: SocketAddr = match format!("{ip}:{port}").parse() {
         Ok(a) => a,
         Err(_) => return unavailable(&format!("invalid pod address {ip}:{port}")).into(),
@@ -49,15 +59,6 @@ pub fn forward_websocket(req: &Request, ip: &str, port: u16, path: &str) -> Repl
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-    let mut target = if path.is_empty() {
-        "/".to_string()
-    } else {
-        path.to_string()
-    };
-    if let Some(q) = req.target.split_once('?').map(|(_, q)| q) {
-        target.push('?');
-        target.push_str(q);
-    }
     let headers: Vec<(String, String)> = req
         .headers
         .iter()
@@ -95,8 +96,8 @@ pub fn forward_websocket(req: &Request, ip: &str, port: u16, path: &str) -> Repl
     })
 }
 
-/// Forwards `req` to `ip:port` with `path` (already stripped of the proxy prefix).
-pub fn forward(req: &Request, ip: &str, port: u16, path: &str) -> Response {
+/// Forwards `req` to `ip:port` with `target` (from [`pod_target`]).
+pub fn forward(req: &Request, ip: &str, port: u16, target: &str) -> Response {
     let addr: SocketAddr = match format!("{ip}:{port}").parse() {
         Ok(a) => a,
         Err(_) => return unavailable(&format!("invalid pod address {ip}:{port}")),
@@ -116,15 +117,6 @@ pub fn forward(req: &Request, ip: &str, port: u16, path: &str) -> Response {
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-    let mut target = if path.is_empty() {
-        "/".to_string()
-    } else {
-        path.to_string()
-    };
-    if let Some(q) = req.target.split_once('?').map(|(_, q)| q) {
-        target.push('?');
-        target.push_str(q);
-    }
     let mut head = format!(
         "{} {} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n",
         req.method, target
@@ -244,5 +236,220 @@ fn copy_chunked<R: BufRead>(r: &mut R, sink: &mut dyn ChunkSink) -> std::io::Res
         }
         let mut crlf = String::new();
         r.read_line(&mut crlf)?;
+    }
+}
+
+/// The request-target to send the pod for a pod proxy request whose raw
+/// request-target is `target` (`…/pods/{name}[:{port}]/proxy{tail}`, the
+/// tail read from the raw target, never the decoded path): the tail
+/// percent-decoded, refused when it holds a control character, cleaned as
+/// upstream's `JoinPreservingTrailingSlash` cleans it, escaped as Go
+/// escapes a URL path; then `?` and the query as it came, with anything a
+/// query may not hold raw escaped. `Err` is the 400's message.
+pub fn pod_target(target: &str) -> Result<String, String> {
+    let origin = if target.starts_with('/') {
+        target
+    } else {
+        let rest = target
+            .strip_prefix("http://")
+            .or_else(|| target.strip_prefix("https://"))
+            .ok_or("invalid pod proxy request-target")?;
+        rest.find('/').map_or("/", |i| &rest[i..])
+    };
+    let (raw_path, query) = match origin.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (origin, None),
+    };
+    // "", "api", "v1", "namespaces", ns, "pods", name, "proxy", tail.
+    let parts: Vec<&str> = raw_path.splitn(9, '/').collect();
+    if parts.get(7) != Some(&"proxy") {
+        return Err("invalid pod proxy path: expected /api/v1/namespaces/{namespace}/pods/{name}/proxy/{path}".into());
+    }
+    let tail = match parts.get(8) {
+        Some(t) => percent_decode(t).ok_or("invalid percent-encoding in the proxy path")?,
+        None => Vec::new(),
+    };
+    if tail.iter().any(|b| *b < 0x20 || *b == 0x7f) {
+        return Err("invalid proxy path: control characters are not allowed".into());
+    }
+    let mut out = escape_path(&clean(&tail, parts.len() == 9));
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(&escape_query(q));
+    }
+    Ok(out)
+}
+
+/// `path.Join("/", tail)` with the trailing slash kept
+/// (`JoinPreservingTrailingSlash`): `.` dropped, `..` removes the segment
+/// before it (never above the root), empty segments dropped. `slashed`:
+/// the tail came after `/proxy/` (so `""` there is `/`).
+fn clean(tail: &[u8], slashed: bool) -> Vec<u8> {
+    let mut segs: Vec<&[u8]> = Vec::new();
+    for s in tail.split(|b| *b == b'/') {
+        match s {
+            b"" | b"." => {}
+            b".." => {
+                segs.pop();
+            }
+            s => segs.push(s),
+        }
+    }
+    let mut out = Vec::with_capacity(tail.len() + 1);
+    for s in &segs {
+        out.push(b'/');
+        out.extend_from_slice(s);
+    }
+    if out.is_empty() || (slashed && tail.ends_with(b"/")) {
+        out.push(b'/');
+    }
+    out
+}
+
+/// Go's `url.URL` path escaping (`shouldEscape` with `encodePath`):
+/// letters, digits, `-_.~` and `$&+,/:;=@` stay, everything else is
+/// `%XX` in upper case.
+fn escape_path(p: &[u8]) -> String {
+    let mut out = String::with_capacity(p.len());
+    for &b in p {
+        if b.is_ascii_alphanumeric() || b"-_.~$&+,/:;=@".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The raw query with its escapes as they came; a byte a query may not
+/// hold raw (none gets past the HTTP parser, but the request line the pod
+/// reads must not depend on that) escaped, a `%` that starts no escape
+/// too.
+fn escape_query(q: &str) -> String {
+    let b = q.as_bytes();
+    let mut out = String::with_capacity(q.len());
+    for (i, &c) in b.iter().enumerate() {
+        let escape_start = c == b'%'
+            && b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+            && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit);
+        if escape_start || c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?".contains(&c) {
+            out.push(char::from(c));
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: &str = "/api/v1/namespaces/default/pods/web:8080/proxy";
+
+    fn t(tail: &str) -> Result<String, String> {
+        pod_target(&format!("{P}{tail}"))
+    }
+
+    #[test]
+    fn the_tail_is_cleaned_as_upstream_cleans_it() {
+        for (tail, want) in [
+            ("", "/"),
+            ("/", "/"),
+            ("/a", "/a"),
+            ("/a/", "/a/"),
+            ("/a//b", "/a/b"),
+            ("/a/./b/", "/a/b/"),
+            ("/a/b/../c", "/a/c"),
+            ("/a/b/../../../../c", "/c"),
+            ("/..", "/"),
+            ("/../", "/"),
+            ("/a/..", "/"),
+            ("/a/../", "/"),
+            ("/%2e%2e/%2E%2E/x", "/x"),
+            ("/a%2F..%2F..%2Fz", "/z"),
+            ("/a%2Fb", "/a/b"),
+            ("/...", "/..."),
+            ("/.well-known/x", "/.well-known/x"),
+        ] {
+            assert_eq!(t(tail).as_deref(), Ok(want), "{tail}");
+        }
+    }
+
+    #[test]
+    fn the_tail_is_escaped_as_go_escapes_a_path() {
+        for (tail, want) in [
+            ("/sp%20ace", "/sp%20ace"),
+            ("/%7euser", "/~user"),
+            ("/a%2bb+c", "/a+b+c"),
+            ("/caf%c3%a9", "/caf%C3%A9"),
+            ("/q%3Fm", "/q%3Fm"),
+            ("/x%23y", "/x%23y"),
+            ("/a'b(c)*!", "/a%27b%28c%29%2A%21"),
+            ("/$&+,:;=@", "/$&+,:;=@"),
+            ("/%25", "/%25"),
+            ("/a\"b", "/a%22b"),
+            ("/é", "/%C3%A9"),
+        ] {
+            assert_eq!(t(tail).as_deref(), Ok(want), "{tail}");
+        }
+    }
+
+    #[test]
+    fn control_characters_are_refused() {
+        for tail in [
+            "/x%0D%0AHost:%20evil",
+            "/%0a",
+            "/%0d",
+            "/%00",
+            "/%09",
+            "/%1b",
+            "/%7f",
+            "/%7F",
+        ] {
+            assert!(t(tail).is_err(), "{tail}");
+        }
+        assert!(t("/%zz").is_err());
+        assert!(t("/%4").is_err());
+    }
+
+    #[test]
+    fn the_query_passes_as_it_came() {
+        assert_eq!(t("/a?k=%0D%0A&v=a+b").as_deref(), Ok("/a?k=%0D%0A&v=a+b"));
+        assert_eq!(t("?q=1").as_deref(), Ok("/?q=1"));
+        assert_eq!(t("/?q=/../x").as_deref(), Ok("/?q=/../x"));
+        assert_eq!(t("/a?x=a b\"%").as_deref(), Ok("/a?x=a%20b%22%25"));
+        assert_eq!(t("/a?").as_deref(), Ok("/a?"));
+    }
+
+    #[test]
+    fn the_tail_is_found_by_segment_not_by_text() {
+        // A namespace or pod whose name holds "proxy" does not move it.
+        assert_eq!(
+            pod_target("/api/v1/namespaces/proxyns/pods/proxy:80/proxy/a/b").as_deref(),
+            Ok("/a/b")
+        );
+        assert_eq!(
+            pod_target("http://sim/api/v1/namespaces/d/pods/web/proxy/x?y").as_deref(),
+            Ok("/x?y")
+        );
+        assert!(pod_target("/api/v1/namespaces/d/pods/web%2Fproxy/x").is_err());
     }
 }
