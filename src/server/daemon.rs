@@ -96,6 +96,7 @@ impl Daemon {
     /// Starts everything up to a bound listener; the caller announces
     /// readiness ([`announce_ready`]).
     pub fn start(cfg: &Config) -> Result<Daemon, StartError> {
+        warn_demo_token(cfg);
         let state_dir = &cfg.server.state_dir;
         open_state_dir(state_dir)?;
         log::info!("state directory {}", state_dir.display());
@@ -383,6 +384,7 @@ pub fn serve_main(config_path: &Path) -> i32 {
             notify_systemd(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
             match Config::load(config_path) {
                 Ok(c) => {
+                    warn_demo_token(&c);
                     daemon.reload_principals(&c);
                     log::info!("SIGHUP: {} principals reloaded", c.principals.len());
                 }
@@ -398,6 +400,17 @@ pub fn serve_main(config_path: &Path) -> i32 {
     daemon.shutdown();
     log::info!("stopped");
     0
+}
+
+/// The published demo token is only accepted where it harms nobody (the
+/// config refuses it elsewhere: `Config::check_demo_token`); even there,
+/// every start says so.
+fn warn_demo_token(cfg: &Config) {
+    if let Some(name) = cfg.demo_token_principal() {
+        log::warn!(
+            "principal {name:?} uses the published demo token (config.example.toml): anyone who read the example holds it; it is accepted only in sim mode, as the one principal, on a loopback front door; put the digest of a token of your own in its token_sha256 (docs/deploy.md, \"Principals\")"
+        );
+    }
 }
 
 /// Every exec, watch and connection holds descriptors: the soft limit goes
