@@ -361,6 +361,11 @@ pub fn serve_main(config_path: &Path) -> i32 {
             return 2;
         }
     };
+    // What the shipped unit sets (UMask=0077), wherever the daemon runs:
+    // everything it and the embedded sim's pods create under the state
+    // directory is the daemon's uid's alone (docs/deploy.md, "The state
+    // directory").
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     raise_open_file_limit();
     super::memory::limit_malloc_arenas();
     let daemon = match Daemon::start(&cfg) {
@@ -473,13 +478,35 @@ fn notify(sock: &std::ffi::OsStr, msg: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Creates the state directory (0700 when new) and checks it is writable.
+/// Paths under the state directory whose modes the start leaves alone
+/// (`state_dir::fix_state_modes`): a pods' root that pods running as other
+/// uids must be able to search belongs here. None today: the embedded sim's
+/// pods run as the daemon's uid.
+fn state_mode_exclusions(_state_dir: &Path) -> Vec<PathBuf> {
+    Vec::new()
+}
+
+/// Opens the state directory (`super::state_dir`: created 0700 when
+/// missing; refused unless it is the daemon's own directory; modes fixed
+/// to umask-077 ones) and checks it is writable.
 fn open_state_dir(dir: &Path) -> Result<(), StartError> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| failed(format!("creating state directory {}: {e}", dir.display())))?;
+    let exclude = state_mode_exclusions(dir);
+    let exclude: Vec<&Path> = exclude.iter().map(PathBuf::as_path).collect();
+    let (real, fixed) = super::state_dir::open_state_dir(dir, &exclude).map_err(failed)?;
+    if fixed.changed > 0 {
+        log::info!(
+            "state directory {}: {} modes made private (folders 0700, files without group and other bits)",
+            real.display(),
+            fixed.changed
+        );
+    }
+    if fixed.foreign > 0 {
+        log::warn!(
+            "state directory {}: {} entries belong to other users; left as they are",
+            real.display(),
+            fixed.foreign
+        );
+    }
     check_writable(dir).map_err(|e| {
         failed(format!(
             "state directory {} is not writable: {e}",
