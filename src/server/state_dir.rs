@@ -344,6 +344,37 @@ mod tests {
         let _ = std::fs::remove_dir_all(&base);
     }
 
+    /// A figure, not a check: the start-time cost of the fix on a large
+    /// state (`cargo test --lib state_dir -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn bench_fix_on_a_large_state() {
+        let base = temp("bench");
+        let (dirs, files) = (1_000, 100);
+        for d in 0..dirs {
+            let dd = base.join(format!("d{d}"));
+            std::fs::create_dir(&dd).unwrap();
+            for f in 0..files {
+                std::fs::write(dd.join(format!("f{f}")), "").unwrap();
+                chmod(&dd.join(format!("f{f}")), 0o644);
+            }
+            chmod(&dd, 0o755);
+        }
+        let t = std::time::Instant::now();
+        let r = fix_state_modes(&base, &[]).unwrap();
+        let first = t.elapsed();
+        let t = std::time::Instant::now();
+        let again = fix_state_modes(&base, &[]).unwrap();
+        let second = t.elapsed();
+        println!(
+            "fix_state_modes over {} entries: {first:?} changing {} modes, {second:?} when nothing changes ({})",
+            dirs * (files + 1),
+            r.changed,
+            again.changed
+        );
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
     #[test]
     fn open_creates_a_missing_directory_0700_and_refuses_files_and_untrusted_links() {
         let base = temp("open");
