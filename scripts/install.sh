@@ -2,9 +2,11 @@
 # Installs kubegate as a systemd service (docs/deploy.md):
 #   PREFIX/bin/kubegate                      the binary (mode 0755)
 #   /etc/systemd/system/kubegate.service     the unit (0644), ExecStart -> PREFIX/bin/kubegate
-#   /etc/kubegate/config.toml                from config.example.toml, ONLY if absent (0644)
-# then `systemctl daemon-reload`. It never starts or enables the service and
-# never overwrites a config. Running it again is safe.
+#   /etc/kubegate/config.toml                from config.example.toml, ONLY if absent (0644),
+#                                            with its one principal `admin` holding a new token
+#   /etc/kubegate/admin.token                that token (0600, root only; reused when present)
+# then `systemctl daemon-reload`. It never starts or enables the service,
+# never overwrites a config and never prints a token. Running it again is safe.
 #
 #   scripts/install.sh [--binary PATH] [--prefix DIR] [--dry-run]
 #
@@ -16,6 +18,7 @@
 # DESTDIR=/some/dir stages everything under that folder (packaging, tests):
 # no root needed, and systemctl is not called.
 set -euo pipefail
+umask 077 # temporary files (the token among them) are ours alone
 
 prefix=/usr/local
 binary=
@@ -26,7 +29,7 @@ destdir="${DESTDIR:-}"
 destdir="${destdir%/}"
 
 usage() {
-    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -125,21 +128,52 @@ put 0644 "$tmp/kubegate.service" "$destdir$unit_dir/kubegate.service"
 # beside /etc/kubegate are read-only to the service). 0644: the service's
 # transient user must read it, and it holds token DIGESTS only; secrets go
 # through LoadCredential= (docs/deploy.md).
+#
+# The example's demo principal holds a published token (any local user of
+# the host knows it): the installed config's one principal, `admin`, gets a
+# random token instead, kept in a root-only file beside the config, and
+# only its SHA-256 digest goes into the config. An existing token file is
+# reused (a config removed and installed again matches it). The token is
+# never printed, only the file's path.
+demo_digest=d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997
 config="$destdir$conf_dir/config.toml"
+token_file="$conf_dir/admin.token"
 if [ -e "$config" ]; then
     echo "kept       $config (exists; never overwritten)"
+    installed_token=0
 else
+    if [ -e "$destdir$token_file" ]; then
+        token="$(tr -d ' \t\r\n' <"$destdir$token_file")"
+        [ "${#token}" -ge 32 ] || die "$destdir$token_file holds no usable token (32 characters at least); remove it to have a new one made"
+        echo "reusing    $destdir$token_file"
+    else
+        token="$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')"
+        [ "${#token}" = 64 ] || die "could not read 32 random bytes from /dev/urandom"
+    fi
+    digest="$(printf '%s' "$token" | sha256sum | cut -d' ' -f1)"
     {
         echo "# Installed by scripts/install.sh from config.example.toml; edit freely,"
         echo "# it is never overwritten. Reload principals: systemctl reload kubegate."
+        echo "# The token of principal \"admin\" is in $token_file (root only)."
         sed -e 's#^state_dir = "./state"$#state_dir = "/var/lib/kubegate"#' \
             -e 's#^audit_log = "./state/audit.jsonl"$#audit_log = "/var/log/kubegate/audit.jsonl"#' \
+            -e 's#^name = "demo"$#name = "admin"#' \
+            -e "s#one demo principal whose token is \`kubegate-demo-token\`#one principal, admin, whose token is in $token_file#" \
+            -e "s#^token_sha256 = \"$demo_digest\"\$#token_sha256 = \"$digest\"#" \
+            -e "s#printf '%s' 'kubegate-demo-token' | sha256sum#printf '%s' \"\$(sudo cat $token_file)\" | sha256sum#" \
             "$example"
     } >"$tmp/config.toml"
     grep -q '^state_dir = "/var/lib/kubegate"$' "$tmp/config.toml" &&
-        grep -q '^audit_log = "/var/log/kubegate/audit.jsonl"$' "$tmp/config.toml" ||
-        die "config.example.toml changed: could not set state_dir and audit_log"
+        grep -q '^audit_log = "/var/log/kubegate/audit.jsonl"$' "$tmp/config.toml" &&
+        grep -q "^token_sha256 = \"$digest\"\$" "$tmp/config.toml" &&
+        grep -q '^name = "admin"$' "$tmp/config.toml" &&
+        ! grep -q "$demo_digest" "$tmp/config.toml" ||
+        die "config.example.toml changed: could not set state_dir, audit_log and the admin principal"
+    printf '%s\n' "$token" >"$tmp/admin.token"
+    unset token
+    put 0600 "$tmp/admin.token" "$destdir$token_file"
     put 0644 "$tmp/config.toml" "$config"
+    installed_token=1
 fi
 
 # 4. Tell systemd (not for a staged install).
@@ -151,9 +185,13 @@ else
     echo "systemd is not running here: run 'systemctl daemon-reload' on the target host"
 fi
 
+if [ "$installed_token" = 1 ]; then
+    echo "principal \"admin\": its token is in $destdir$token_file (mode 0600, root only; never printed)"
+fi
 cat <<EOF
 done. Next:
   edit $conf_dir/config.toml (principals, [cluster] mode; docs/deploy.md)
+  client token: KUBEGATE_TOKEN="\$(sudo cat $token_file)" kubegate workspaces
   systemctl enable --now kubegate
   journalctl -u kubegate -f
 EOF

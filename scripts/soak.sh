@@ -90,7 +90,10 @@ first_line() {
   return 1
 }
 
-RUST_LOG=$log_level "$bin/kubegate" sim --listen 127.0.0.1:0 \
+# --no-auth: the driver reaches the sim's API and /sim/faults without a
+# token (a loopback sim that lives for this run only; the daemon still
+# uses the kubeconfig).
+RUST_LOG=$log_level "$bin/kubegate" sim --listen 127.0.0.1:0 --no-auth \
   --kubeconfig-out "$dir/kubeconfig" --state-dir "$dir/sim-state" --namespace soak \
   </dev/null >"$dir/sim.out" 2>"$dir/sim.log" &
 sim_pid=$!

@@ -35,6 +35,13 @@ pub const DEFAULT_WORKSPACE_IMAGE: &str =
 /// Default image of an app container when neither the app nor the session
 /// names one.
 pub const DEFAULT_APP_IMAGE: &str = "docker.io/library/busybox:1.37";
+/// SHA-256 hex digest of `kubegate-demo-token`, the demo principal's token
+/// published in `config.example.toml` and the README: anyone who read them
+/// holds it. [`Config::parse`] refuses it outside sim mode, on a front door
+/// that is not loopback, or beside another principal; the daemon warns at
+/// every start while it is configured (docs/deploy.md, "Principals").
+pub const DEMO_TOKEN_SHA256: &str =
+    "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997";
 /// Default command of an app container when the app names none: runs the
 /// entry file with `sh`. `$(KUBEGATE_ENTRY)` is expanded by Kubernetes from
 /// the container's env (the entry's absolute path).
@@ -822,7 +829,44 @@ impl Config {
                 *w = parsed;
             }
         }
-        Ok(())
+        self.check_demo_token()
+    }
+
+    /// The published demo token is for the demo only: the embedded sim,
+    /// one principal, a loopback front door (a local user can reach it
+    /// anyway; nobody else can).
+    fn check_demo_token(&self) -> Result<(), (String, String)> {
+        let Some(i) = self
+            .principals
+            .iter()
+            .position(|p| p.token_sha256 == DEMO_TOKEN_SHA256)
+        else {
+            return Ok(());
+        };
+        let why = if self.cluster.mode != ClusterMode::Sim {
+            "only allowed with [cluster] mode = \"sim\""
+        } else if !self.server.listen_addr().ip().is_loopback() {
+            "only allowed on a loopback front door (server.listen)"
+        } else if self.principals.len() > 1 {
+            "only allowed as the one principal"
+        } else {
+            return Ok(());
+        };
+        Err((
+            format!("principal[{i}].token_sha256"),
+            format!(
+                "is the digest of the published demo token (config.example.toml), which anyone can read: {why}; make a token of your own and put its digest here (docs/deploy.md, \"Principals\")"
+            ),
+        ))
+    }
+
+    /// The name of the principal holding the published demo token, if any
+    /// (the daemon warns about it at every start).
+    pub fn demo_token_principal(&self) -> Option<&str> {
+        self.principals
+            .iter()
+            .find(|p| p.token_sha256 == DEMO_TOKEN_SHA256)
+            .map(|p| p.name.as_str())
     }
 }
 
@@ -1363,6 +1407,77 @@ mod tests {
             "name = \"a\"\ntoken_sha256 = \"{DEMO_DIGEST}\"\nworkspaces = [\"p/u\", \"p/u\"]"
         ));
         assert_eq!(key_of(&dup), "principal[0].workspaces[1]");
+    }
+
+    fn demo_principal(extra: &str) -> String {
+        format!("[[principal]]\nname = \"demo\"\ntoken_sha256 = \"{DEMO_TOKEN_SHA256}\"\n{extra}")
+    }
+
+    #[test]
+    fn the_demo_token_is_allowed_alone_in_sim_mode_on_loopback() {
+        let c = parse(&format!("{}{}", minimal(), demo_principal(""))).unwrap();
+        assert_eq!(c.demo_token_principal(), Some("demo"));
+        let upper = format!(
+            "{}[[principal]]\nname = \"d\"\ntoken_sha256 = \"{}\"\n",
+            minimal(),
+            DEMO_TOKEN_SHA256.to_ascii_uppercase()
+        );
+        assert_eq!(parse(&upper).unwrap().demo_token_principal(), Some("d"));
+        let v6 = format!(
+            "[server]\nlisten = \"[::1]:0\"\n{}{}",
+            minimal(),
+            demo_principal("")
+        );
+        assert!(parse(&v6).is_ok());
+        let own = with_principal(&format!(
+            "name = \"a\"\ntoken_sha256 = \"{}\"",
+            "1".repeat(64)
+        ));
+        assert_eq!(parse(&own).unwrap().demo_token_principal(), None);
+    }
+
+    #[test]
+    fn the_demo_token_is_refused_outside_sim_mode() {
+        for mode in ["kubeconfig", "in-cluster"] {
+            let text = format!("[cluster]\nmode = \"{mode}\"\n{}", demo_principal(""));
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.0, "principal[0].token_sha256", "{e:?}");
+            assert!(e.1.contains("demo token"), "{e:?}");
+            assert!(e.1.contains("mode = \"sim\""), "{e:?}");
+            assert!(!e.1.contains("kubegate-demo-token"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn the_demo_token_is_refused_on_a_front_door_beyond_loopback() {
+        for listen in ["0.0.0.0:7443", "192.0.2.1:7443", "[::]:7443"] {
+            let text = format!(
+                "[server]\nlisten = \"{listen}\"\n{}{}",
+                minimal(),
+                demo_principal("")
+            );
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.0, "principal[0].token_sha256", "{listen}: {e:?}");
+            assert!(e.1.contains("loopback"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn the_demo_token_is_refused_beside_another_principal() {
+        let other = format!(
+            "[[principal]]\nname = \"b\"\ntoken_sha256 = \"{}\"\n",
+            "2".repeat(64)
+        );
+        for text in [
+            format!("{}{}{other}", minimal(), demo_principal("")),
+            format!("{}{other}{}", minimal(), demo_principal("")),
+        ] {
+            let e = parse(&text).unwrap_err();
+            assert!(e.0.ends_with("].token_sha256"), "{e:?}");
+            assert!(e.1.contains("one principal"), "{e:?}");
+        }
+        let e = parse(&format!("{}{other}{}", minimal(), demo_principal(""))).unwrap_err();
+        assert_eq!(e.0, "principal[1].token_sha256");
     }
 
     #[test]

@@ -16,7 +16,9 @@ commands:
   check-config  validate a config file without starting
                 kubegate check-config --config FILE
   sim           run the simulated Kubernetes cluster
-                kubegate sim [--listen ADDR] [--kubeconfig-out PATH] [--tls] [--token T]
+                kubegate sim [--listen ADDR] [--kubeconfig-out PATH] [--tls]
+                             [--token-file F | --no-auth | --token T (deprecated)]
+                             (default: TLS and a random token, in the kubeconfig only)
                              [--client-ca] [--state-dir DIR] [--namespace NAME]...
                              [--fail-image GLOB]... [--allow-remote] [--request-log FILE]
   exec          run a command in a workspace Deployment through the daemon
@@ -176,12 +178,36 @@ fn cmd_check_config(path: &std::path::Path) -> i32 {
     }
 }
 
-fn parse_sim_args(args: &[String]) -> Result<SimOptions, String> {
+/// How a standalone sim authenticates its clients (docs/sim.md,
+/// "Command line and authentication"). Any credential implies `--tls`.
+enum SimAuth {
+    /// No flag: a random token (none with `--client-ca`: the client
+    /// certificate), written into the kubeconfig only.
+    Random,
+    /// `--token-file F`: the file's contents, whitespace trimmed.
+    File(PathBuf),
+    /// `--token T`: deprecated (every local user reads it in `ps`).
+    Flag(String),
+    /// `--no-auth`: anyone who reaches the port is served.
+    None,
+}
+
+/// The sim's options, and whether `--token` (deprecated) was used.
+fn parse_sim_args(args: &[String]) -> Result<(SimOptions, bool), String> {
     let mut o = SimOptions::default();
+    let mut auth: Option<(SimAuth, &str)> = None;
+    let mut set_auth = |a: SimAuth, flag: &'static str| -> Result<(), String> {
+        if let Some((_, prev)) = &auth {
+            return Err(format!("{flag} and {prev} exclude each other"));
+        }
+        auth = Some((a, flag));
+        Ok(())
+    };
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
         match a {
+            "--no-auth" => set_auth(SimAuth::None, "--no-auth")?,
             "--tls" => o.tls = true,
             "--client-ca" => o.client_ca = true,
             "--allow-remote" => o.allow_remote = true,
@@ -192,11 +218,16 @@ fn parse_sim_args(args: &[String]) -> Result<SimOptions, String> {
                         .map_err(|e| format!("--listen {v:?}: {e} (expected IP:PORT)"))?;
                 } else if let Some(v) = flag_value(args, &mut i, "--kubeconfig-out")? {
                     o.kubeconfig_out = Some(PathBuf::from(v));
+                } else if let Some(v) = flag_value(args, &mut i, "--token-file")? {
+                    if v.is_empty() {
+                        return Err("--token-file must not be empty".into());
+                    }
+                    set_auth(SimAuth::File(PathBuf::from(v)), "--token-file")?;
                 } else if let Some(v) = flag_value(args, &mut i, "--token")? {
                     if v.is_empty() {
                         return Err("--token must not be empty".into());
                     }
-                    o.token = Some(v);
+                    set_auth(SimAuth::Flag(v), "--token")?;
                 } else if let Some(v) = flag_value(args, &mut i, "--state-dir")? {
                     o.state_dir = Some(PathBuf::from(v));
                 } else if let Some(v) = flag_value(args, &mut i, "--namespace")? {
@@ -212,12 +243,66 @@ fn parse_sim_args(args: &[String]) -> Result<SimOptions, String> {
         }
         i += 1;
     }
-    Ok(o)
+    let auth = auth.map_or(SimAuth::Random, |(a, _)| a);
+    let mut deprecated = false;
+    match auth {
+        SimAuth::Random => {
+            if o.kubeconfig_out.is_none() {
+                return Err("the sim's credential (a random token, or with --client-ca a client certificate) is written only into the kubeconfig: pass --kubeconfig-out FILE (or --token-file F, or --no-auth)".into());
+            }
+            // With --client-ca the client certificate is the credential.
+            if !o.client_ca {
+                let bytes: [u8; 32] = rand::random();
+                o.token = Some(bytes.iter().map(|b| format!("{b:02x}")).collect());
+            }
+        }
+        SimAuth::File(p) => {
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| format!("--token-file {}: {e}", p.display()))?;
+            let t = text.trim();
+            if t.is_empty() {
+                return Err(format!("--token-file {}: the file is empty", p.display()));
+            }
+            if t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(format!(
+                    "--token-file {}: a token is one line without spaces",
+                    p.display()
+                ));
+            }
+            o.token = Some(t.to_string());
+        }
+        SimAuth::Flag(t) => {
+            o.token = Some(t);
+            deprecated = true;
+        }
+        SimAuth::None => {
+            if o.client_ca {
+                return Err("--no-auth and --client-ca exclude each other".into());
+            }
+            if o.allow_remote {
+                return Err("--no-auth with --allow-remote would run anyone's commands on this host: give the sim a token (--token-file F, or none: a random one)".into());
+            }
+        }
+    }
+    // A credential travels over TLS only: kubectl (client-go) sends no
+    // token or client certificate to a plain-HTTP server.
+    if o.token.is_some() || o.client_ca {
+        o.tls = true;
+    }
+    Ok((o, deprecated))
 }
 
 fn cmd_sim(args: &[String]) -> i32 {
     let opts = match parse_sim_args(args) {
-        Ok(o) => o,
+        Ok((o, deprecated_token)) => {
+            if deprecated_token {
+                log::warn!("--token is deprecated: every local user reads it in `ps`; use --token-file F, or no flag at all (a random token, written into the kubeconfig)");
+            }
+            if o.token.is_none() && !o.client_ca {
+                log::warn!("--no-auth: anyone who reaches {} is served, and the sim runs their commands as this user", o.listen);
+            }
+            o
+        }
         Err(m) => return usage_error(&m),
     };
     // Install the signal handler before anything is started, so a signal

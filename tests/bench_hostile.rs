@@ -19,7 +19,7 @@
 mod common;
 
 use common::bench::{bar, env_usize, percentile, status_field, watchdog};
-use common::daemon::{DaemonProc, DEMO_TOKEN};
+use common::daemon::DaemonProc;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -202,7 +202,7 @@ fn bench_hostile() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let body = br#"{"workspace":{"project":"demo","uid":"demo-uid"},"deployment":"hello","command":["true"]}"#;
-    let (exec_status, exec_body) = d.request("POST", "/v1/exec", Some(DEMO_TOKEN), Some(body));
+    let (exec_status, exec_body) = d.request("POST", "/v1/exec", Some(&d.token), Some(body));
     let exec_ok = exec_status == 200
         && serde_json::from_slice::<serde_json::Value>(&exec_body)
             .map(|v| v["exitCode"] == 0)

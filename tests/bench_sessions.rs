@@ -52,7 +52,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "kubegate-demo-token";
+/// This run's bearer token: random (the daemon refuses the published demo
+/// token outside sim mode).
+fn token() -> &'static str {
+    static T: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    T.get_or_init(|| common::daemon::random_token().0)
+}
 const IDLE_WINDOW: Duration = Duration::from_secs(10);
 const STARTERS: usize = 8;
 /// How long the ramp to the largest N may take before it stops where it is.
@@ -256,13 +261,14 @@ app_runner = {app_runner}
 
 [[principal]]
 name = "demo"
-token_sha256 = "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997"
+token_sha256 = "{digest}"
 workspaces = []
 may_start_sessions = true
 "#,
             state = state.display(),
             // The default (on); BENCH_APP_RUNNER=0 measures apps run directly.
             app_runner = std::env::var("BENCH_APP_RUNNER").map_or(true, |v| v != "0"),
+            digest = common::daemon::token_digest(token()),
         );
         std::fs::write(&config, text).expect("write config");
         let log = dir.join("daemon.log");
@@ -307,8 +313,9 @@ may_start_sessions = true
 
     fn json(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\n",
-            self.addr
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {}\r\n",
+            self.addr,
+            token()
         );
         let b = body.map(|v| v.to_string().into_bytes()).unwrap_or_default();
         if body.is_some() {
@@ -356,7 +363,8 @@ impl Sse {
         s.set_nodelay(true).expect("nodelay");
         write!(
             s,
-            "GET /v1/sessions/{id}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nAccept: text/event-stream\r\n\r\n"
+            "GET /v1/sessions/{id}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\n\r\n",
+            token()
         )
         .expect("write");
         let mut r = BufReader::new(s);

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 fn daemon_against(sim: &SimProc) -> DaemonProc {
+    let (token, digest) = common::daemon::random_token();
     let config = format!(
         r#"[server]
 listen = "127.0.0.1:0"
@@ -22,13 +23,13 @@ kubeconfig = "{}"
 
 [[principal]]
 name = "demo"
-token_sha256 = "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997"
+token_sha256 = "{digest}"
 workspaces = ["demo/demo-uid"]
 may_start_sessions = true
 "#,
         sim.kubeconfig.display()
     );
-    DaemonProc::start_config(&config, sim.kubeconfig.clone(), "info")
+    DaemonProc::start_config(&config, sim.kubeconfig.clone(), &token, "info")
 }
 
 fn fault(sim: &SimProc, body: Value) {

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::daemon::{DaemonProc, DEMO_TOKEN};
+use common::daemon::DaemonProc;
 use common::wait_for;
 use kubegate::exec::frames::{ServerFrame, SUBPROTOCOL};
 use serde_json::{json, Value};
@@ -47,7 +47,7 @@ fn open_ws(d: &DaemonProc, cmd: &[&str]) -> Ws {
         p.push_str("&command=");
         p.push_str(&kubegate::kube::client::api::encode_segment(c));
     }
-    let auth = format!("Bearer {DEMO_TOKEN}");
+    let auth = format!("Bearer {}", d.token);
     let (ws, _) = d
         .ws(&p, &[("Authorization", &auth)], &[SUBPROTOCOL])
         .unwrap_or_else(|(st, b)| panic!("upgrade refused: {st} {}", String::from_utf8_lossy(&b)));
@@ -88,7 +88,7 @@ fn read_to_end(ws: &mut Ws) -> Ended {
 
 /// The value of one series on `/metrics` (0 when absent).
 fn metric(d: &DaemonProc, series: &str) -> i64 {
-    let (st, m) = d.request("GET", "/metrics", Some(DEMO_TOKEN), None);
+    let (st, m) = d.request("GET", "/metrics", Some(&d.token), None);
     assert_eq!(st, 200);
     String::from_utf8_lossy(&m)
         .lines()

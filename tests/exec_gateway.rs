@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::daemon::{raw_exchange, DaemonProc, DEMO_TOKEN};
+use common::daemon::{raw_exchange, DaemonProc};
 use common::wait_for;
 use kubegate::exec::frames::{token_protocol, ClientFrame, ServerFrame, SUBPROTOCOL};
 use serde_json::{json, Value};
@@ -62,7 +62,7 @@ fn interactive_path(cmd: &[&str], extra: &str) -> String {
 type Ws = tungstenite::WebSocket<TcpStream>;
 
 fn open_ws(d: &DaemonProc, cmd: &[&str], extra: &str) -> Ws {
-    let auth = format!("Bearer {DEMO_TOKEN}");
+    let auth = format!("Bearer {}", d.token);
     let (mut ws, resp) = d
         .ws(
             &interactive_path(cmd, extra),
@@ -228,7 +228,7 @@ fn oneshot_validation_rules_are_exec_invalid() {
         br#"{"workspace": "demo/demo-uid", "deployment": "hello", "command": ["ls"]}"#,
         br#"{"workspace": {"project": "demo", "uid": "demo-uid"}, "deployment": "hello", "command": ["ls"], "surprise": 1}"#,
     ] {
-        let (st, b) = d.request("POST", "/v1/exec", Some(DEMO_TOKEN), Some(raw));
+        let (st, b) = d.request("POST", "/v1/exec", Some(&d.token), Some(raw));
         let v: Value = serde_json::from_slice(&b).unwrap();
         assert_eq!((st, error_code(&v)), (400, "BAD_REQUEST"), "{v}");
     }
@@ -372,7 +372,8 @@ fn a_caller_that_goes_away_aborts_the_exec() {
     let mut s = TcpStream::connect(&d.addr).unwrap();
     write!(
         s,
-        "POST /v1/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {DEMO_TOKEN}\r\nContent-Length: {}\r\n\r\n{payload}",
+        "POST /v1/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n\r\n{payload}",
+        d.token,
         payload.len()
     )
     .unwrap();
@@ -421,7 +422,7 @@ fn missing_or_wrong_tokens_get_401_and_do_no_work() {
         assert_eq!(refused.err().map(|(st, _)| st), Some(401));
     }
     assert!(audit_lines(&d).is_empty());
-    let (_, m) = d.request("GET", "/metrics", Some(DEMO_TOKEN), None);
+    let (_, m) = d.request("GET", "/metrics", Some(&d.token), None);
     let m = String::from_utf8(m).unwrap();
     assert!(!m.contains("kubegate_exec_total{"), "{m}");
     assert!(
@@ -429,16 +430,16 @@ fn missing_or_wrong_tokens_get_401_and_do_no_work() {
         "{m}"
     );
     // With the token: unknown routes 404, wrong methods 405.
-    let (st, _) = d.request("GET", "/no/such/route", Some(DEMO_TOKEN), None);
+    let (st, _) = d.request("GET", "/no/such/route", Some(&d.token), None);
     assert_eq!(st, 404);
-    let (st, resp) = d.request("GET", "/v1/exec", Some(DEMO_TOKEN), None);
+    let (st, resp) = d.request("GET", "/v1/exec", Some(&d.token), None);
     assert_eq!(st, 405, "{}", String::from_utf8_lossy(&resp));
 }
 
 #[test]
 fn the_subprotocol_token_works_for_websockets_and_only_the_real_protocol_is_echoed() {
     let d = DaemonProc::start();
-    let tp = token_protocol(DEMO_TOKEN);
+    let tp = token_protocol(&d.token);
     let (mut ws, resp) = d
         .ws(
             &interactive_path(&["echo", "via-subprotocol"], "&tty=false&stdin=false"),
@@ -479,7 +480,7 @@ fn tokens_never_reach_the_log() {
     let d = DaemonProc::start_with(|c| c, "trace");
     let (st, _) = d.json("POST", "/v1/exec", Some(&body(&["true"])));
     assert_eq!(st, 200);
-    let tp = token_protocol(DEMO_TOKEN);
+    let tp = token_protocol(&d.token);
     let (mut ws, _) = d
         .ws(
             &interactive_path(&["true"], "&stdin=false"),
@@ -501,7 +502,7 @@ fn tokens_never_reach_the_log() {
     assert!(log.contains(" DEBUG "), "trace logging is not on: {log}");
     assert!(log.contains("exec oneshot"), "{log}");
     for secret in [
-        DEMO_TOKEN,
+        d.token.as_str(),
         &tp[tp.len() - 20..],
         "a-wrong-token-value",
         &sim_token,
@@ -615,7 +616,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 fn queue_frames(d: &DaemonProc) -> i64 {
-    let (_, m) = d.request("GET", "/metrics", Some(DEMO_TOKEN), None);
+    let (_, m) = d.request("GET", "/metrics", Some(&d.token), None);
     String::from_utf8_lossy(&m)
         .lines()
         .find_map(|l| l.strip_prefix("kubegate_exec_queue_frames "))
@@ -763,7 +764,7 @@ fn bad_input_at_the_front_door_gets_clear_errors_and_the_daemon_goes_on() {
     assert_eq!((st, error_code(&json_of(&b))), (431, "HEADERS_TOO_LARGE"));
     // Oversize body.
     let payload = vec![b'x'; 5000];
-    let (st, b) = d.request("POST", "/v1/exec", Some(DEMO_TOKEN), Some(&payload));
+    let (st, b) = d.request("POST", "/v1/exec", Some(&d.token), Some(&payload));
     assert_eq!((st, error_code(&json_of(&b))), (413, "BODY_TOO_LARGE"));
     // A client that vanishes mid-request.
     {
@@ -775,12 +776,12 @@ fn bad_input_at_the_front_door_gets_clear_errors_and_the_daemon_goes_on() {
     let (st, b) = d.request(
         "GET",
         &interactive_path(&["true"], ""),
-        Some(DEMO_TOKEN),
+        Some(&d.token),
         None,
     );
     assert_eq!((st, error_code(&json_of(&b))), (400, "BAD_REQUEST"));
     // A bad flag on the interactive route, before the upgrade.
-    let auth = format!("Bearer {DEMO_TOKEN}");
+    let auth = format!("Bearer {}", d.token);
     let (st, b) = d
         .ws(
             &interactive_path(&["true"], "&tty=maybe"),
@@ -925,7 +926,7 @@ fn metrics_count_execs_bytes_and_errors() {
     ws.send(Message::Text("{}".into())).unwrap();
     assert!(read_to_end(&mut ws).error.is_some());
 
-    let (st, m) = d.request("GET", "/metrics", Some(DEMO_TOKEN), None);
+    let (st, m) = d.request("GET", "/metrics", Some(&d.token), None);
     assert_eq!(st, 200);
     let m = String::from_utf8(m).unwrap();
     let value = |series: &str| -> i64 {

@@ -442,7 +442,7 @@ fn until_status(sse: &mut SseClient, want: &str) -> Vec<SseEvent> {
     seen
 }
 
-fn daemon_config(sim_kubeconfig: &Path) -> String {
+fn daemon_config(sim_kubeconfig: &Path, digest: &str) -> String {
     format!(
         r#"[server]
 listen = "127.0.0.1:0"
@@ -456,7 +456,7 @@ ingress_base_domain = "dev.example.com"
 
 [[principal]]
 name = "demo"
-token_sha256 = "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997"
+token_sha256 = "{digest}"
 workspaces = ["{WORKSPACE_NS}/demo-uid"]
 may_start_sessions = true
 "#,
@@ -633,9 +633,11 @@ fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
         },
     );
 
+    let (token, digest) = common::daemon::random_token();
     let mut d = DaemonProc::start_config(
-        &daemon_config(&sim.kubeconfig),
+        &daemon_config(&sim.kubeconfig, &digest),
         sim.kubeconfig.clone(),
+        &token,
         "info",
     );
     drive(&sim, &d);

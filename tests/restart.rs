@@ -36,7 +36,7 @@ fn t(secs: u64) -> Duration {
     Duration::from_secs(secs)
 }
 
-fn config(kubeconfig: &std::path::Path) -> String {
+fn config(kubeconfig: &std::path::Path, digest: &str) -> String {
     format!(
         r#"[server]
 listen = "127.0.0.1:0"
@@ -52,7 +52,7 @@ max_sessions_per_principal = 32
 
 [[principal]]
 name = "demo"
-token_sha256 = "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997"
+token_sha256 = "{digest}"
 workspaces = ["demo/demo-uid"]
 may_start_sessions = true
 "#,
@@ -306,7 +306,13 @@ fn a_restart_re_adopts_every_session_without_losing_output_and_reaps_only_orphan
     let k = Cluster::of(&sim);
     let target_uid = k.uid("default", "exec-target").expect("its uid");
 
-    let mut d = DaemonProc::start_config(&config(&sim.kubeconfig), sim.kubeconfig.clone(), "info");
+    let (token, digest) = common::daemon::random_token();
+    let mut d = DaemonProc::start_config(
+        &config(&sim.kubeconfig, &digest),
+        sim.kubeconfig.clone(),
+        &token,
+        "info",
+    );
     let ids: Vec<String> = (0..SESSIONS)
         .map(|i| {
             // The first declares a port: it has a Service to reconcile.

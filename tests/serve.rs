@@ -14,7 +14,7 @@ use common::{processes_under, temp_dir, wait_for};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -190,11 +190,15 @@ struct Daemon {
     url: String,
     /// Everything the daemon printed to stdout after its first line.
     rest: std::sync::mpsc::Receiver<String>,
+    /// Its stderr (the log), beside the config.
+    log: PathBuf,
     _watchdog: crossbeam_channel::Sender<()>,
 }
 
 impl Daemon {
     fn start(config: &Path) -> Daemon {
+        let log = config.with_file_name("daemon.log");
+        let log_file = std::fs::File::create(&log).expect("create the log");
         let mut child = Command::new(KUBEGATE)
             .arg("serve")
             .arg("--config")
@@ -203,7 +207,7 @@ impl Daemon {
             .env_remove("NOTIFY_SOCKET")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::from(log_file))
             .spawn()
             .expect("spawn kubegate serve");
         let pid = child.id();
@@ -244,6 +248,7 @@ impl Daemon {
             child,
             url,
             rest,
+            log,
             _watchdog: cancel,
         }
     }
@@ -292,6 +297,15 @@ fn serve_runs_the_demo_on_the_embedded_sim() {
     let mut d = Daemon::start(&dir.join("kubegate.toml"));
     assert!(d.url.starts_with("http://127.0.0.1:"), "{}", d.url);
     assert!(!d.url.ends_with(":0"), "{}", d.url);
+    // The published demo token is accepted here (sim mode, alone, on
+    // loopback), with a warning at start.
+    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    assert!(
+        log.lines().any(|l| l.contains(" WARN ")
+            && l.contains("principal \"demo\" uses the published demo token")),
+        "no warning about the demo token at start:\n{log}"
+    );
+    assert!(!log.contains("kubegate-demo-token"), "{log}");
 
     // Health routes and the JSON error shape.
     assert_eq!(http_get(&d.url, "/healthz").0, 200);
@@ -367,6 +381,23 @@ fn serve_config_errors_exit_2_and_start_errors_exit_1() {
     let out = run(c, Duration::from_secs(30));
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("cluster.extra"), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
+
+    // The published demo token against a real cluster: refused (exit 2)
+    // before anything starts, naming the key.
+    let example = std::fs::read_to_string(EXAMPLE).unwrap();
+    let real = example.replace("mode = \"sim\"", "mode = \"kubeconfig\"");
+    assert_ne!(real, example, "the example's mode line changed");
+    std::fs::write(dir.join("real.toml"), real).unwrap();
+    let mut c = Command::new(KUBEGATE);
+    c.arg("serve").arg("--config").arg(dir.join("real.toml"));
+    let out = run(c, Duration::from_secs(30));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("principal[0].token_sha256") && out.stderr.contains("demo token"),
+        "{}",
+        out.stderr
+    );
     assert!(out.stdout.is_empty());
 
     // The state dir cannot be created (a file is in the way): exit 1.

@@ -1163,6 +1163,7 @@ fn a_daemon_stop_persists_output_and_leaves_the_pod_running() {
     use kubegate::session::io::{decode_frame, decode_ring, SUBPROTOCOL};
     use tungstenite::Message;
     let sim = common::SimProc::start(&[]);
+    let (token, digest) = common::daemon::random_token();
     let config = format!(
         r#"[server]
 listen = "127.0.0.1:0"
@@ -1174,13 +1175,13 @@ kubeconfig = "{}"
 
 [[principal]]
 name = "demo"
-token_sha256 = "d53fa4ceb5e3b6f776103045182f6b4fbdfdea415d83039a16017381c567f997"
+token_sha256 = "{digest}"
 workspaces = []
 may_start_sessions = true
 "#,
         sim.kubeconfig.display()
     );
-    let mut d = DaemonProc::start_config(&config, sim.kubeconfig.clone(), "info");
+    let mut d = DaemonProc::start_config(&config, sim.kubeconfig.clone(), &token, "info");
     let body = json!({
         "apps": [{"name": "talk", "entry": "t.sh", "command": ["sh", "t.sh"], "io": "streams"}],
         "bundle": {"files": [{"path": "t.sh",

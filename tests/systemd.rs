@@ -7,7 +7,8 @@
 //!   and a structural check that always runs (Type=notify, the hardening
 //!   keys, an ExecStart whose subcommand and flags kubegate accepts);
 //! - scripts/install.sh into a temporary DESTDIR: files and modes, the
-//!   config never overwritten, --prefix, --dry-run.
+//!   config never overwritten, no published token (a random one in a 0600
+//!   file, its digest in the config, never printed), --prefix, --dry-run.
 //!
 //! Waits are deadlines on sockets and conditions, with a watchdog.
 
@@ -446,6 +447,14 @@ fn mode(p: &Path) -> u32 {
         & 0o7777
 }
 
+fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[test]
 fn install_sh_stages_the_service_and_never_overwrites_the_config() {
     let _dog = watchdog(240);
@@ -494,6 +503,45 @@ fn install_sh_stages_the_service_and_never_overwrites_the_config() {
         .expect("the installed config is valid");
     assert_eq!(c.server.state_dir, Path::new("/var/lib/kubegate"));
 
+    // No published token: one principal whose random token is in a 0600
+    // file beside the config (its digest only in the config); the output
+    // names the file, never the token.
+    let token_file = conf_dir.join("admin.token");
+    assert_eq!(mode(&token_file), 0o600);
+    let token = std::fs::read_to_string(&token_file).expect("token file");
+    let token = token.trim();
+    assert!(
+        token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "not 32 random bytes in hex: {} characters",
+        token.len()
+    );
+    assert!(
+        !text.contains(kubegate::config::DEMO_TOKEN_SHA256),
+        "{text}"
+    );
+    assert!(!text.contains("kubegate-demo-token"), "{text}");
+    assert_eq!(c.demo_token_principal(), None);
+    assert_eq!(c.principals.len(), 1);
+    assert_eq!(c.principals[0].name, "admin");
+    assert_eq!(c.principals[0].token_sha256, sha256_hex(token));
+    let said = out.stdout_str();
+    assert!(!said.contains(token), "install.sh printed the token");
+    assert!(
+        said.contains(&token_file.display().to_string()),
+        "the token file's path is not shown: {said}"
+    );
+    // A config removed and installed again matches the token file kept.
+    std::fs::remove_file(&config).expect("remove config");
+    let out = install(&dest, &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
+    assert!(
+        !out.stdout_str().contains(token),
+        "install.sh printed the token"
+    );
+    let again = std::fs::read_to_string(&config).expect("config");
+    assert_eq!(again, text, "the reinstalled config differs");
+    assert_eq!(mode(&token_file), 0o600);
+
     // Again, with the config edited: kept as it is; the rest unchanged.
     let edited = format!("{text}\n# my edit\n");
     std::fs::write(&config, &edited).expect("edit");
@@ -513,6 +561,13 @@ fn install_sh_stages_the_service_and_never_overwrites_the_config() {
         "{said}"
     );
     assert_eq!(std::fs::read_to_string(&config).expect("config"), edited);
+    assert_eq!(
+        std::fs::read_to_string(&token_file)
+            .expect("token file")
+            .trim(),
+        token,
+        "the token file changed"
+    );
 
     // Another prefix: the unit follows the binary.
     let out = install(&dest, &["--prefix", "/opt/kubegate"]);

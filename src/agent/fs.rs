@@ -625,12 +625,12 @@ impl Workspace {
             return Err(internal("creating the folders of", path, "vanished"));
         };
         // A replaced file keeps its permission bits (an executable script
-        // stays executable).
+        // stays executable); a new one gets 0666 less the umask.
         let mode = match statat(dir.as_fd(), last, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
                 st.st_mode & 0o7777
             }
-            _ => 0o644,
+            _ => new_file_mode(),
         };
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
         let temp = format!("{TEMP_PREFIX}{}-{n}", std::process::id());
@@ -739,6 +739,26 @@ fn remove_tree(parent: BorrowedFd<'_>, name: &CStr, depth: usize) -> Result<(), 
         }
     }
     unlinkat(parent, name, AtFlags::REMOVEDIR)
+}
+
+/// The mode of a new workspace file: 0666 less the process umask, as
+/// open(2) gives (0644 in a usual container; 0600 under the daemon's
+/// embedded sim, whose processes inherit its umask 077). Read once from
+/// /proc (reading the umask any other way means changing it); 0644 when
+/// /proc does not say.
+fn new_file_mode() -> u32 {
+    static MODE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| {
+        let umask = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Umask:"))
+                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+            })
+            .unwrap_or(0o022);
+        0o666 & !umask & 0o777
+    })
 }
 
 #[cfg(test)]

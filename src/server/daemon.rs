@@ -97,6 +97,7 @@ impl Daemon {
     /// Starts everything up to a bound listener; the caller announces
     /// readiness ([`announce_ready`]).
     pub fn start(cfg: &Config) -> Result<Daemon, StartError> {
+        warn_demo_token(cfg);
         let state_dir = &cfg.server.state_dir;
         open_state_dir(state_dir)?;
         log::info!("state directory {}", state_dir.display());
@@ -378,6 +379,11 @@ pub fn serve_main(config_path: &Path) -> i32 {
             return 2;
         }
     };
+    // What the shipped unit sets (UMask=0077), wherever the daemon runs:
+    // everything it and the embedded sim's pods create under the state
+    // directory is the daemon's uid's alone (docs/deploy.md, "The state
+    // directory").
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     raise_open_file_limit();
     super::memory::limit_malloc_arenas();
     let daemon = match Daemon::start(&cfg) {
@@ -404,6 +410,7 @@ pub fn serve_main(config_path: &Path) -> i32 {
             daemon.reopen_logs();
             match Config::load(config_path) {
                 Ok(c) => {
+                    warn_demo_token(&c);
                     daemon.reload_principals(&c);
                     log::info!("SIGHUP: {} principals reloaded", c.principals.len());
                 }
@@ -419,6 +426,17 @@ pub fn serve_main(config_path: &Path) -> i32 {
     daemon.shutdown();
     log::info!("stopped");
     0
+}
+
+/// The published demo token is only accepted where it harms nobody (the
+/// config refuses it elsewhere: `Config::check_demo_token`); even there,
+/// every start says so.
+fn warn_demo_token(cfg: &Config) {
+    if let Some(name) = cfg.demo_token_principal() {
+        log::warn!(
+            "principal {name:?} uses the published demo token (config.example.toml): anyone who read the example holds it; it is accepted only in sim mode, as the one principal, on a loopback front door; put the digest of a token of your own in its token_sha256 (docs/deploy.md, \"Principals\")"
+        );
+    }
 }
 
 /// Every exec, watch and connection holds descriptors: the soft limit goes
@@ -481,13 +499,35 @@ fn notify(sock: &std::ffi::OsStr, msg: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Creates the state directory (0700 when new) and checks it is writable.
+/// Paths under the state directory whose modes the start leaves alone
+/// (`state_dir::fix_state_modes`): a pods' root that pods running as other
+/// uids must be able to search belongs here. None today: the embedded sim's
+/// pods run as the daemon's uid.
+fn state_mode_exclusions(_state_dir: &Path) -> Vec<PathBuf> {
+    Vec::new()
+}
+
+/// Opens the state directory (`super::state_dir`: created 0700 when
+/// missing; refused unless it is the daemon's own directory; modes fixed
+/// to umask-077 ones) and checks it is writable.
 fn open_state_dir(dir: &Path) -> Result<(), StartError> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| failed(format!("creating state directory {}: {e}", dir.display())))?;
+    let exclude = state_mode_exclusions(dir);
+    let exclude: Vec<&Path> = exclude.iter().map(PathBuf::as_path).collect();
+    let (real, fixed) = super::state_dir::open_state_dir(dir, &exclude).map_err(failed)?;
+    if fixed.changed > 0 {
+        log::info!(
+            "state directory {}: {} modes made private (folders 0700, files without group and other bits)",
+            real.display(),
+            fixed.changed
+        );
+    }
+    if fixed.foreign > 0 {
+        log::warn!(
+            "state directory {}: {} entries belong to other users; left as they are",
+            real.display(),
+            fixed.foreign
+        );
+    }
     check_writable(dir).map_err(|e| {
         failed(format!(
             "state directory {} is not writable: {e}",

@@ -9,5 +9,6 @@
 pub mod auth;
 pub mod daemon;
 pub mod memory;
+pub mod state_dir;
 
 pub use daemon::{serve_main, Daemon, StartError};

@@ -928,13 +928,17 @@ fn random_token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Writes `data` to `path` atomically (temporary file, then rename), mode 0600.
+/// Writes `data` to `path` atomically (temporary file, then rename), mode
+/// 0600; missing folders are made 0700 (whatever the umask).
 pub fn write_atomic(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let dir = path
         .parent()
         .ok_or_else(|| std::io::Error::other("no parent folder"))?;
-    std::fs::create_dir_all(dir)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
     let tmp = dir.join(format!(
         ".{}.tmp",
         path.file_name()

@@ -1,7 +1,10 @@
 //! A real `kubegate serve` for integration tests: the example config with
-//! `listen = "127.0.0.1:0"`, a fresh state folder, optional extra TOML,
-//! stderr captured to a file (tests grep it), and the demo Deployment waited
-//! for. Plus small blocking HTTP and WebSocket clients that speak to it.
+//! `listen = "127.0.0.1:0"` and the demo principal's published token
+//! replaced by a random one (`DaemonProc::token`; the daemon refuses the
+//! published one beside another principal or outside sim mode), a fresh
+//! state folder, optional extra TOML, stderr captured to a file (tests grep
+//! it), and the demo Deployment waited for. Plus small blocking HTTP and
+//! WebSocket clients that speak to it.
 #![allow(dead_code)]
 
 use super::{temp_dir, wait_for, KUBEGATE};
@@ -12,8 +15,23 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 pub const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.toml");
-/// The demo principal's token (contract.md).
-pub const DEMO_TOKEN: &str = "kubegate-demo-token";
+
+/// A random bearer token and its SHA-256 hex digest (for `token_sha256`).
+pub fn random_token() -> (String, String) {
+    let bytes: [u8; 32] = rand::random();
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let digest = token_digest(&token);
+    (token, digest)
+}
+
+/// The SHA-256 hex digest of a token, as `token_sha256` holds it.
+pub fn token_digest(token: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
 pub struct DaemonProc {
     pub child: Child,
@@ -21,6 +39,8 @@ pub struct DaemonProc {
     pub url: String,
     /// `127.0.0.1:PORT`
     pub addr: String,
+    /// The bearer token of the config's principal (the demo one, with a
+    /// random token), or the one given to [`DaemonProc::start_config`].
     pub token: String,
     pub dir: PathBuf,
     pub config: PathBuf,
@@ -67,7 +87,8 @@ impl DaemonProc {
         (id, sse)
     }
 
-    /// The example config as is (plus `listen = 127.0.0.1:0`).
+    /// The example config (plus `listen = 127.0.0.1:0`, and a random token
+    /// for its demo principal).
     pub fn start() -> DaemonProc {
         DaemonProc::start_with(|c| c, "info")
     }
@@ -89,13 +110,16 @@ impl DaemonProc {
         let example = std::fs::read_to_string(EXAMPLE).expect("read the example config");
         let listen = example.replace("listen = \"127.0.0.1:7443\"", "listen = \"127.0.0.1:0\"");
         assert_ne!(listen, example, "the example's listen line changed");
+        let (token, digest) = random_token();
+        let own = listen.replace(kubegate::config::DEMO_TOKEN_SHA256, &digest);
+        assert_ne!(own, listen, "the example's demo digest changed");
         let kubeconfig = dir.join("state").join("sim.kubeconfig");
         let env = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let log = dir.join("daemon.log");
-        let d = DaemonProc::spawn(dir, &edit(listen), kubeconfig, rust_log, env, log);
+        let d = DaemonProc::spawn(dir, &edit(own), kubeconfig, rust_log, env, log, token);
         d.wait_deployment_ready("demo", "hello");
         d
     }
@@ -103,12 +127,26 @@ impl DaemonProc {
     /// `kubegate serve` with this config text as is (write `listen =
     /// "127.0.0.1:0"` in it), e.g. `mode = "kubeconfig"` against a
     /// separate sim whose kubeconfig is `kubeconfig` (what `kubectl()`
-    /// uses). Returns once the daemon printed its listening line; waits for
-    /// nothing in the cluster.
-    pub fn start_config(text: &str, kubeconfig: PathBuf, rust_log: &str) -> DaemonProc {
+    /// uses); `token` is the bearer token requests carry (its digest in the
+    /// text: [`random_token`]). Returns once the daemon printed its
+    /// listening line; waits for nothing in the cluster.
+    pub fn start_config(
+        text: &str,
+        kubeconfig: PathBuf,
+        token: &str,
+        rust_log: &str,
+    ) -> DaemonProc {
         let dir = temp_dir("daemon");
         let log = dir.join("daemon.log");
-        DaemonProc::spawn(dir, text, kubeconfig, rust_log, Vec::new(), log)
+        DaemonProc::spawn(
+            dir,
+            text,
+            kubeconfig,
+            rust_log,
+            Vec::new(),
+            log,
+            token.to_string(),
+        )
     }
 
     /// Starts the daemon again after a stop, on the same folder, config
@@ -129,6 +167,7 @@ impl DaemonProc {
             rust_log,
             self.env.clone(),
             log,
+            self.token.clone(),
         );
         next.restarts = n;
         std::mem::swap(self, &mut next);
@@ -142,6 +181,7 @@ impl DaemonProc {
         rust_log: &str,
         env: Vec<(String, String)>,
         log: PathBuf,
+        token: String,
     ) -> DaemonProc {
         let config = dir.join("kubegate.toml");
         std::fs::write(&config, text).expect("write config");
@@ -196,7 +236,7 @@ impl DaemonProc {
             child,
             url,
             addr,
-            token: DEMO_TOKEN.to_string(),
+            token,
             kubeconfig,
             cache_dir: dir.join("kube-cache"),
             config,
@@ -286,7 +326,7 @@ impl DaemonProc {
         raw_exchange(&self.addr, &raw)
     }
 
-    /// A JSON request with the demo token; status and parsed body.
+    /// A JSON request with the daemon's token; status and parsed body.
     pub fn json(
         &self,
         method: &str,

@@ -1,5 +1,7 @@
 //! Test harness shared by the integration tests: starts `kubegate sim` as a
-//! real process on loopback, runs kubectl against it with its own cache dir,
+//! real process on loopback (with the random token it makes by default, read
+//! back from the kubeconfig it wrote: `SimProc::token`, `connection()`,
+//! `bearer()`, `auth_line()`), runs kubectl against it with its own cache dir,
 //! and waits on conditions with deadlines (never bare sleeps). A watchdog
 //! kills a hung child so a test fails instead of hanging CI.
 #![allow(dead_code)]
@@ -74,6 +76,9 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
 pub struct SimProc {
     pub child: Child,
     pub url: String,
+    /// The bearer token in the kubeconfig the sim wrote (None with
+    /// `--no-auth`, or a client certificate alone).
+    pub token: Option<String>,
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
     pub state_dir: PathBuf,
@@ -82,7 +87,46 @@ pub struct SimProc {
 
 impl SimProc {
     /// Starts `kubegate sim` with extra flags; waits for its listening line.
+    ///
+    /// Without a flag that chooses how clients authenticate (`--tls`,
+    /// `--token-file`, `--token`, `--client-ca`, `--no-auth`) the sim is
+    /// started with `--no-auth`, plain HTTP: these tests are about the API
+    /// and speak raw HTTP/1.1 to it, and kubectl sends no token over plain
+    /// HTTP. With `--tls` alone the sim makes its random token, and the
+    /// helpers read it from the kubeconfig it wrote ([`SimProc::token`],
+    /// [`SimProc::connection`]). [`SimProc::start_logged`] passes the flags
+    /// as they are (the sim's own default: TLS and a random token).
     pub fn start(extra: &[&str]) -> SimProc {
+        const AUTH: [&str; 5] = [
+            "--tls",
+            "--token-file",
+            "--token",
+            "--client-ca",
+            "--no-auth",
+        ];
+        let chooses = extra.iter().any(|a| {
+            AUTH.iter()
+                .any(|f| a == f || a.starts_with(&format!("{f}=")))
+        });
+        let mut args: Vec<&str> = extra.to_vec();
+        if !chooses {
+            args.push("--no-auth");
+        }
+        SimProc::spawn(&args, false)
+    }
+
+    /// `kubegate sim` with exactly these flags, its stderr (its log,
+    /// `RUST_LOG=info`) in `dir/sim.log` ([`SimProc::log_text`]).
+    pub fn start_logged(extra: &[&str]) -> SimProc {
+        SimProc::spawn(extra, true)
+    }
+
+    /// The sim's log so far (only with [`SimProc::start_logged`]).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.join("sim.log")).unwrap_or_default()
+    }
+
+    fn spawn(extra: &[&str], logged: bool) -> SimProc {
         let dir = temp_dir("sim");
         let kubeconfig = dir.join("kubeconfig");
         let state_dir = dir.join("state");
@@ -94,10 +138,16 @@ impl SimProc {
             .arg("--state-dir")
             .arg(&state_dir)
             .args(extra)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", if logged { "info" } else { "warn" })
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(if logged {
+                Stdio::from(
+                    std::fs::File::create(dir.join("sim.log")).expect("create the sim's log"),
+                )
+            } else {
+                Stdio::inherit()
+            });
         let mut child = cmd.spawn().expect("spawn kubegate sim");
         let Some(line) = first_line(&mut child, Duration::from_secs(30)) else {
             panic!("kubegate sim did not print its listening line within 30 s");
@@ -107,14 +157,42 @@ impl SimProc {
             .strip_prefix("kubegate sim listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_string();
+        let text = std::fs::read_to_string(&kubeconfig).expect("the sim's kubeconfig");
+        let token = kubeconfig_token(&text);
         SimProc {
             child,
             url,
+            token,
             dir,
             kubeconfig,
             state_dir,
             cache_dir,
         }
+    }
+
+    /// How kubegate's client reaches this sim: the kubeconfig it wrote
+    /// (server, CA, token, client certificate).
+    pub fn connection(&self) -> kubegate::kube::connection::Connection {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("the sim's kubeconfig");
+        kubegate::kube::config::from_kubeconfig_str(&text, &self.dir, None)
+            .expect("the sim's kubeconfig loads")
+    }
+
+    /// `Bearer TOKEN` (an `Authorization` value); panics without a token.
+    pub fn bearer(&self) -> String {
+        format!(
+            "Bearer {}",
+            self.token.as_deref().expect("the sim has a token")
+        )
+    }
+
+    /// `Authorization: Bearer TOKEN\r\n` for a raw request head (empty
+    /// without a token).
+    pub fn auth_line(&self) -> String {
+        self.token
+            .as_deref()
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default()
     }
 
     /// kubectl with this sim's kubeconfig and its own cache dir.
@@ -199,6 +277,13 @@ impl Drop for SimProc {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// The `token:` of the (one) user in a kubeconfig the sim wrote.
+pub fn kubeconfig_token(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("token:"))
+        .map(|t| t.trim().trim_matches('"').to_string())
 }
 
 /// SIGTERM to `child`, then a bounded wait for its exit (SIGKILL when the
