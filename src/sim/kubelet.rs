@@ -33,8 +33,9 @@ pub const HOST_IP: &str = "127.0.0.1";
 /// Annotation that makes a pod's containers simulated (no processes).
 pub const SIMULATE_ANNOTATION: &str = "sim.kubegate.dev/simulate";
 /// How soon a container whose configuration could not be resolved (a
-/// missing ConfigMap or Secret) is tried again.
-const CONFIG_RETRY: Duration = Duration::from_secs(1);
+/// missing ConfigMap or Secret) is tried again. A kubelet waits its pod
+/// worker's back-off (10 s, jittered); the sim is quicker (docs/sim.md).
+const CONFIG_RETRY: Duration = Duration::from_millis(300);
 
 pub struct KubeletConfig {
     pub store: Arc<Store>,
@@ -755,7 +756,17 @@ impl PodWorker {
                 self.start_container(false, i);
             }
         }
-        if self.phase == "Pending" && self.containers.iter().all(|c| c.started || c.done) {
+        self.promote_to_running();
+    }
+
+    /// Pending becomes Running once every container has started (or
+    /// ended): after the first start, and after a container that waited
+    /// (a missing ConfigMap or Secret) started on a retry.
+    fn promote_to_running(&mut self) {
+        if self.phase == "Pending"
+            && self.init_index >= self.init.len()
+            && self.containers.iter().all(|c| c.started || c.done)
+        {
             self.phase = "Running".into();
         }
     }
@@ -1075,6 +1086,7 @@ impl PodWorker {
             self.start_container(init, i);
             changed = true;
         }
+        self.promote_to_running();
         changed
     }
 
