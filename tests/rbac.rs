@@ -6,7 +6,7 @@
 //! `--request-log` (docs/sim.md), driven through everything it does against
 //! a cluster: `/readyz`, `GET /v1/workspaces`, a one-shot exec, and one
 //! watch session's whole life (start with a published port and an Ingress,
-//! attach, the debug stream re-routing the port so the Service and Ingress
+//! each pod's token Secret, attach, the debug stream re-routing the port so the Service and Ingress
 //! are replaced, the port proxy with every method it forwards, workspace
 //! reads and writes, reload, setApps, suspend, resume, stop), then a
 //! restart with a live session (SIGTERM, start again: the pod re-adopted,

@@ -242,3 +242,73 @@ fn kubegate_resolves_to_the_running_binary_and_no_command_idles() {
         "the idle process ignored SIGTERM"
     );
 }
+
+/// A container whose Secret does not exist yet waits in
+/// CreateContainerConfigError with upstream's message, and starts once the
+/// Secret appears (a kubelet retries on its sync loop); an optional
+/// reference to a missing Secret is skipped. A Secret owned by the pod is
+/// collected with it.
+#[test]
+fn a_late_secret_lets_the_waiting_container_start_and_goes_with_its_pod() {
+    let sim = SimProc::start(&[]);
+    sim.apply(&pod(
+        "late",
+        json!({"restartPolicy": "Never", "containers": [
+            {"name": "side", "image": "busybox", "command": ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]},
+            {"name": "app", "image": "busybox",
+             "command": ["sh", "-c", "echo \"token=$TOKEN opt=${OPT-unset}\"; trap 'exit 0' TERM; while :; do sleep 1; done"],
+             "env": [
+                {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "late-token", "key": "token"}}},
+                {"name": "OPT", "valueFrom": {"secretKeyRef": {"name": "never", "key": "x", "optional": true}}}]}
+        ]}),
+    ));
+    let waiting = wait_pod(&sim, "late", "app in CreateContainerConfigError", |p| {
+        p["status"]["containerStatuses"][1]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    });
+    assert_eq!(
+        waiting["status"]["containerStatuses"][1]["state"]["waiting"]["message"],
+        "secret \"late-token\" not found"
+    );
+    assert_eq!(waiting["status"]["phase"], "Pending", "{waiting}");
+    let uid = waiting["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "late-token",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "late", "uid": uid}]},
+        "stringData": {"token": "s3cr3t"}});
+    let out = sim.kubectl_run(
+        &["create", "-f", "-"],
+        Some(secret.to_string().as_bytes()),
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
+    let running = wait_pod(&sim, "late", "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    assert!(
+        running["status"]["containerStatuses"][1]["state"]["running"].is_object(),
+        "{running}"
+    );
+    let logs = wait_for("the app's output", Duration::from_secs(20), || {
+        let l = sim.kubectl_ok(&["logs", "late", "-c", "app"]);
+        l.contains("token=").then_some(l)
+    });
+    assert_eq!(logs, "token=s3cr3t opt=unset\n");
+
+    sim.kubectl_ok(&["delete", "pod", "late", "--grace-period=0", "--force"]);
+    wait_for(
+        "the owned Secret collected",
+        Duration::from_secs(30),
+        || {
+            let out = sim.kubectl_run(
+                &["get", "secret", "late-token"],
+                None,
+                Duration::from_secs(30),
+            );
+            (out.code == Some(1) && out.stderr_str().contains("NotFound")).then_some(())
+        },
+    );
+}

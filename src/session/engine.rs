@@ -6,7 +6,7 @@
 //!  workers ──Input───────────┴─> inbox (bounded 256) ─> session-<id> (owner):
 //!                                                        Session::handle / user
 //!                                                        -> Commands, carried out:
-//!   CreatePod/DeletePod/Publish/ProbeAgent/Seed/Checkpoint/Touch: a short-lived
+//!   CreatePod/CreateSecret/DeletePod/Publish/ProbeAgent/Seed/Checkpoint/Touch: a short-lived
 //!     `session-work` thread per command, its result back as an Input;
 //!   WatchPod: a route in the engine's one `PodHub` (`session-pods` thread: one
 //!     resuming Watcher of every session pod), delivered without blocking;
@@ -31,7 +31,7 @@ use super::relay::{start_probe, start_relay, ProbeHandle, RelayHandle};
 use super::spec::{Bundle, SessionSpec};
 use crate::api::{ApiError, Code};
 use crate::kube::client::{
-    Api, Client, DeleteParams, Ingress, KubeError, ListParams, LogParams, Pod, Service,
+    Api, Client, DeleteParams, Ingress, KubeError, ListParams, LogParams, Pod, Secret, Service,
 };
 use crate::kube::connection::Connection;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
@@ -1141,6 +1141,7 @@ impl Owner {
         for c in cmds {
             match c {
                 Command::CreatePod { pod } => self.create_pod(*pod),
+                Command::CreateSecret { pod, uid } => self.create_secret(s, pod, uid),
                 Command::DeletePod { name } => self.delete_pod(name),
                 Command::WatchPod { name } => self.watch_pod(name),
                 Command::StopWatch { name } => {
@@ -1442,6 +1443,58 @@ impl Owner {
                 pod: name,
                 message: e.to_string(),
             },
+        });
+    }
+
+    /// The pod's token Secret (docs/sessions.md "The workspace token"):
+    /// created, AlreadyExists being success (a re-adoption, or a retry
+    /// after an answer that was lost); transient failures (transport,
+    /// 429, 5xx) are tried again 3 times over about 2 s, then the
+    /// machine hears [`Input::SecretFailed`]. Neither the Secret nor an
+    /// error about it is logged with the token.
+    fn create_secret(&self, s: &Session, pod: String, uid: String) {
+        let settings = &self.engine.settings.pod;
+        let Some(secret) = super::pod::build_token_secret(
+            settings,
+            &self.handle.id,
+            &pod,
+            &uid,
+            s.workspace_token(),
+        ) else {
+            // Our own JSON: cannot happen (a unit test pins it).
+            log::error!(
+                "session {}: building the token Secret failed",
+                self.handle.id
+            );
+            return;
+        };
+        let api = Api::<Secret>::namespaced(&self.engine.client, &settings.namespace);
+        let id = self.handle.id.clone();
+        self.work_opt(move || {
+            let name = super::pod::token_secret_name(&pod);
+            let mut delay = Duration::from_millis(250);
+            let mut tries = 0;
+            let message = loop {
+                tries += 1;
+                let e = match api.create(&secret) {
+                    Ok(_) | Err(KubeError::AlreadyExists(_)) => return None,
+                    Err(e) => e,
+                };
+                let transient = matches!(
+                    e,
+                    KubeError::Transport(_)
+                        | KubeError::Throttled { .. }
+                        | KubeError::Server { .. }
+                );
+                if !transient || tries > 3 {
+                    break e.to_string();
+                }
+                log::warn!("session {id}: creating Secret {name}: {e} (trying again)");
+                std::thread::sleep(delay);
+                delay *= 2;
+            };
+            log::warn!("session {id}: creating Secret {name}: {message}");
+            Some(Input::SecretFailed { pod, message })
         });
     }
 

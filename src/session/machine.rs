@@ -282,6 +282,11 @@ pub enum Input {
         pod: String,
         message: String,
     },
+    /// The pod's token Secret could not be created (after retries).
+    SecretFailed {
+        pod: String,
+        message: String,
+    },
     /// A watch event (ADDED/MODIFIED) or a read of the pod.
     PodObserved {
         pod: Box<Pod>,
@@ -382,6 +387,13 @@ pub enum UserOp {
 pub enum Command {
     CreatePod {
         pod: Box<Pod>,
+    },
+    /// Create the pod's token Secret (`pod::build_token_secret`, owned by
+    /// `uid`; the engine adds the token, so no command carries it);
+    /// AlreadyExists is success; a failure is [`Input::SecretFailed`].
+    CreateSecret {
+        pod: String,
+        uid: String,
     },
     /// Delete with grace 0; 404 is success.
     DeletePod {
@@ -940,6 +952,12 @@ impl Session {
                     // now and nobody owns it.
                     out.push(Command::DeletePod { name: pod });
                 } else if self.phase == Phase::Creating {
+                    // First: the workspace container waits for its token
+                    // (CreateContainerConfigError) until the Secret exists.
+                    out.push(Command::CreateSecret {
+                        pod: pod.clone(),
+                        uid: uid.clone(),
+                    });
                     if let Some(p) = self.pod.as_mut() {
                         p.uid = Some(uid);
                     }
@@ -958,6 +976,21 @@ impl Session {
                         now,
                         Stage::Create,
                         format!("failed to create pod: {message}"),
+                        &mut out,
+                    );
+                }
+            }
+            Input::SecretFailed { pod, message } => {
+                // Until the agent answered, the pod cannot work without it;
+                // afterwards (a re-adoption's, or a late answer) the Secret
+                // was there when the agent started.
+                let before_agent =
+                    matches!(self.phase, Phase::Scheduling { .. } | Phase::Agent { .. });
+                if self.is_current(&pod) && before_agent && !self.user_stopped {
+                    self.fail(
+                        now,
+                        Stage::Create,
+                        format!("failed to create the workspace token Secret: {message}"),
                         &mut out,
                     );
                 }
@@ -1433,7 +1466,6 @@ impl Session {
                 spec: &spec,
                 pod_name: &name,
                 remaining_life_secs: remaining_secs,
-                workspace_token: &self.workspace_token,
                 requested: &Requested::default(),
             },
         );

@@ -277,6 +277,20 @@ impl Session {
             let t = self.runs.entry(a.spec.name.clone()).or_default();
             t.reported = t.reported.max(started_pos(a.generation));
         }
+        // A pod that takes its token from its Secret gets it again (a crash
+        // between the pod's create and the Secret's left it waiting);
+        // a pod from before the Secret (a literal token) needs none.
+        if let Some(uid) = p
+            .metadata
+            .uid
+            .clone()
+            .filter(|_| pod::uses_token_secret(&p))
+        {
+            out.push(Command::CreateSecret {
+                pod: name.clone(),
+                uid,
+            });
+        }
         out.push(Command::WatchPod { name: name.clone() });
         for a in &self.apps {
             out.push(Command::Attach {

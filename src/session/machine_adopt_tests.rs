@@ -338,3 +338,40 @@ fn a_stop_while_re_adopting_tears_the_pod_down() {
     assert!(c.contains(&Command::StopWatch { name: name.clone() }));
     assert!(!has(&c, |x| matches!(x, Command::DeletePod { .. })));
 }
+
+/// A re-adopted pod that takes its token from its Secret gets the Secret
+/// created again (AlreadyExists is success: a crash between the pod's
+/// create and the Secret's would leave the pod waiting for ever); a pod
+/// started before the token moved to a Secret (a literal env value) keeps
+/// working without one.
+#[test]
+fn a_re_adopted_pod_gets_its_secret_again_unless_it_predates_it() {
+    let (s, name, _) = up(None);
+    let (_, c0) = super::tests::new_session(None);
+    // The pod the session built, as the cluster lists it.
+    let mut built = serde_json::to_value(created_pod(&c0)).unwrap();
+    built["metadata"]["name"] = json!(name);
+    built["metadata"]["uid"] = json!("u-9");
+    built["status"] = json!({"phase": "Running", "podIP": "10.0.0.9"});
+    // The workspace container's token reference names the pod's Secret.
+    built["spec"]["containers"][0]["env"][2]["valueFrom"]["secretKeyRef"]["name"] =
+        json!(pod::token_secret_name(&name));
+    let with_secret: Pod = serde_json::from_value(built.clone()).unwrap();
+    let (_, c) = restore(record_of(&s), vec![with_secret], LATER);
+    assert!(has(&c, |x| *x
+        == Command::CreateSecret {
+            pod: name.clone(),
+            uid: "u-9".into()
+        }));
+
+    built["spec"]["containers"][0]["env"][2] =
+        json!({"name": "KUBEGATE_WORKSPACE_TOKEN", "value": "tok"});
+    let literal: Pod = serde_json::from_value(built).unwrap();
+    let (mut r, c) = restore(record_of(&s), vec![literal], LATER);
+    assert!(!has(&c, |x| matches!(x, Command::CreateSecret { .. })));
+    assert_eq!(statuses(&c), ["starting"]);
+    let id = publish_id(&c);
+    attach_all(&mut r, &name, LATER + 100);
+    let c = r.handle(Input::PublishDone { id }, LATER + 200);
+    assert_eq!(statuses(&c), ["running"]);
+}

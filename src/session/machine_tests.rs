@@ -186,7 +186,16 @@ fn happy_start() {
         },
         T0 + 100,
     );
-    assert_eq!(c[0], Command::WatchPod { name: name.clone() });
+    assert_eq!(
+        c[..2],
+        [
+            Command::CreateSecret {
+                pod: name.clone(),
+                uid: "u-1".into()
+            },
+            Command::WatchPod { name: name.clone() }
+        ]
+    );
     assert_eq!(events(&c)[0].1["message"], "Scheduling");
 
     // Provisioning progress, reported when it changes.
@@ -1535,4 +1544,76 @@ fn runner_frames_are_parsed() {
             error: None,
         })
     );
+}
+
+/// The pod's token Secret is created right after the pod (it needs the
+/// pod's uid for its owner reference); a Secret that cannot be created
+/// fails the start at stage create and deletes the pod, which would wait
+/// for it for ever. Answers about an older pod are ignored.
+#[test]
+fn the_token_secret_follows_the_pod_and_its_failure_fails_the_start() {
+    let (mut s, c) = new_session(None);
+    let name = created_pod(&c).metadata.name().to_string();
+    let c = s.handle(
+        Input::PodCreated {
+            pod: name.clone(),
+            uid: "u-1".into(),
+        },
+        T0 + 100,
+    );
+    assert_eq!(
+        c[0],
+        Command::CreateSecret {
+            pod: name.clone(),
+            uid: "u-1".into()
+        }
+    );
+    assert!(has(&c, |x| *x == Command::WatchPod { name: name.clone() }));
+    // Not for a pod that is no longer the session's.
+    assert!(s
+        .handle(
+            Input::SecretFailed {
+                pod: "kubegate-watch-older".into(),
+                message: "x".into()
+            },
+            T0 + 150
+        )
+        .is_empty());
+    let c = s.handle(
+        Input::SecretFailed {
+            pod: name.clone(),
+            message: "secrets is forbidden".into(),
+        },
+        T0 + 200,
+    );
+    assert_eq!(statuses(&c), ["failed"]);
+    let (_, data) = events(&c)
+        .into_iter()
+        .find(|(k, _)| *k == "status")
+        .unwrap();
+    assert_eq!(
+        data["error"],
+        json!({"stage": "create",
+               "message": "failed to create the workspace token Secret: secrets is forbidden"})
+    );
+    assert!(has(&c, |x| *x == Command::DeletePod { name: name.clone() }));
+    // Commands never carry the token (they are Debug-printed in tests and
+    // could be logged).
+    assert!(!format!("{c:?}").contains("\"tok\""));
+}
+
+/// Once the session runs, a late Secret failure (a retry's answer) does
+/// not fail it: the agent answered, so the Secret was there.
+#[test]
+fn a_secret_failure_after_the_agent_answered_changes_nothing() {
+    let (mut s, name, _) = up(None);
+    let c = s.handle(
+        Input::SecretFailed {
+            pod: name,
+            message: "x".into(),
+        },
+        T0 + 6_000,
+    );
+    assert!(c.is_empty(), "{c:?}");
+    assert_eq!(s.status(), &Status::Running);
 }

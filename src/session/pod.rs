@@ -21,8 +21,18 @@
 //!   by the init container `kubegate install-self /kubegate/bin` from the
 //!   workspace image, mounted read-only in app containers);
 //! - containers: `workspace` (the agent on `$(POD_IP):8099`, root
-//!   `/workspace`, token in `KUBEGATE_WORKSPACE_TOKEN`), then `app-<name>` in
-//!   the order given.
+//!   `/workspace`, token in `KUBEGATE_WORKSPACE_TOKEN` from the pod's own
+//!   Secret through `valueFrom.secretKeyRef`: the pod JSON, which anyone who
+//!   may list pods in the namespace reads, holds no token), then
+//!   `app-<name>` in the order given.
+//!
+//! The token's Secret ([`build_token_secret`], docs/sessions.md "The
+//! workspace token"): one per pod, named [`token_secret_name`] (the pod's
+//! name and `-token`: nothing about the principal), key [`TOKEN_KEY`], type
+//! Opaque, immutable, labels managed-by and session-id, owned by the pod
+//! (its uid), so it is created right after the pod and garbage-collected
+//! with it; the workspace container waits in `CreateContainerConfigError`
+//! until it exists.
 //!
 //! An app container runs `sh -c '<wait for "$KUBEGATE_ENTRY">; exec "$@"' sh
 //! <argv…>`: the entry path reaches the shell through the env, never inside
@@ -51,7 +61,7 @@
 use super::spec::{AppSpec, Io, Port, Protocol, SessionSpec, AGENT_PORT, INSPECT_BASE_PORT};
 use crate::config::{check_label_value, Config, MANAGED_BY_LABEL};
 use crate::kube::client::resources::ContainerStateTerminated;
-use crate::kube::client::{Ingress, Pod, Service};
+use crate::kube::client::{Ingress, Pod, Secret, Service};
 use crate::kube::quantity;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -74,6 +84,8 @@ pub const RUN_AS: i64 = 65532;
 pub const WORKSPACE_CONTAINER: &str = "workspace";
 /// The init container carrying the binary (app runner).
 pub const INSTALL_CONTAINER: &str = "install-kubegate";
+/// The workspace token's key in its Secret.
+pub const TOKEN_KEY: &str = "token";
 /// Grace period of a session pod (stop and suspend delete with 0).
 pub const TERMINATION_GRACE_SECS: i64 = 5;
 /// The app container's wait loop: polls for the entry every 0.2 s, then
@@ -139,7 +151,6 @@ pub struct PodInput<'a> {
     pub pod_name: &'a str,
     /// `activeDeadlineSeconds` (at least 1).
     pub remaining_life_secs: u64,
-    pub workspace_token: &'a str,
     pub requested: &'a Requested,
 }
 
@@ -350,7 +361,10 @@ pub fn build_pod_json(settings: &PodSettings, input: &PodInput<'_>) -> Value {
         "env": [
             pod_ip_env(),
             {"name": "HOME", "value": "/tmp"},
-            {"name": "KUBEGATE_WORKSPACE_TOKEN", "value": literal(input.workspace_token)},
+            {"name": crate::agent::TOKEN_ENV, "valueFrom": {"secretKeyRef": {
+                "name": token_secret_name(input.pod_name),
+                "key": TOKEN_KEY,
+            }}},
         ],
         "ports": [{"containerPort": AGENT_PORT, "protocol": "TCP", "name": "agent"}],
         "volumeMounts": [
@@ -413,6 +427,66 @@ pub fn build_pod(settings: &PodSettings, input: &PodInput<'_>) -> Pod {
     // Built from our own JSON above, whose every field Pod models or keeps
     // in `extra`: this cannot fail (a unit test pins the round trip).
     serde_json::from_value(build_pod_json(settings, input)).unwrap_or_default()
+}
+
+// ------------------------------------------------- the token's Secret
+
+/// `<pod name>-token`: the Secret holding the workspace token of that pod.
+pub fn token_secret_name(pod_name: &str) -> String {
+    format!("{pod_name}-token")
+}
+
+/// The pod's token Secret: Opaque, immutable, the token base64 under
+/// [`TOKEN_KEY`], labels managed-by and session-id (an operator finds a
+/// session's Secrets by them), owned by the pod (no `blockOwnerDeletion`:
+/// nothing waits for it, and setting it would need `update` on
+/// `pods/finalizers` where OwnerReferencesPermissionEnforcement is on).
+/// Its `Debug` shows the token: never log it.
+pub fn build_token_secret(
+    settings: &PodSettings,
+    session_id: &str,
+    pod_name: &str,
+    pod_uid: &str,
+    token: &str,
+) -> Option<Secret> {
+    use base64::Engine;
+    let v = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": token_secret_name(pod_name),
+            "namespace": settings.namespace,
+            "labels": {
+                MANAGED_BY_LABEL: settings.managed_by,
+                SESSION_ID_LABEL: session_id,
+            },
+            "ownerReferences": [{
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod_name,
+                "uid": pod_uid,
+            }],
+        },
+        "type": "Opaque",
+        "immutable": true,
+        "data": {TOKEN_KEY: base64::engine::general_purpose::STANDARD.encode(token)},
+    });
+    serde_json::from_value(v).ok()
+}
+
+/// Whether `pod`'s workspace container takes its token from the pod's
+/// Secret (false for a pod built before the token moved there: its token
+/// is a literal env value, and it needs no Secret).
+pub fn uses_token_secret(pod: &Pod) -> bool {
+    let want = token_secret_name(pod.metadata.name());
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter(|c| c.name == WORKSPACE_CONTAINER)
+        .flat_map(|c| c.env.iter().flatten())
+        .filter(|e| e.name == crate::agent::TOKEN_ENV)
+        .filter_map(|e| e.value_from.as_ref()?.extra.get("secretKeyRef"))
+        .any(|r| r["name"].as_str() == Some(want.as_str()))
 }
 
 // ------------------------------------------------- Service and Ingress

@@ -59,7 +59,6 @@ fn input<'a>(spec: &'a SessionSpec, requested: &'a Requested) -> PodInput<'a> {
         spec,
         pod_name: "kubegate-watch-abc123def456-x1",
         remaining_life_secs: 21000,
-        workspace_token: "tok-en",
         requested,
     }
 }
@@ -207,8 +206,81 @@ fn workspace_container() {
     let env = env_of(w);
     assert_eq!(env[0].0, "POD_IP");
     assert_eq!(env[0].1["fieldRef"]["fieldPath"], "status.podIP");
-    assert!(env.contains(&("KUBEGATE_WORKSPACE_TOKEN".into(), json!("tok-en"))));
     assert!(w.get("stdin").is_none());
+}
+
+/// The pod carries no token: anyone who may list pods in the session
+/// namespace reads the pod JSON (the builder is not even given the token).
+/// The agent's variable comes from the pod's own Secret instead.
+#[test]
+fn the_pod_holds_no_token_only_a_reference_to_its_secret() {
+    let s = spec();
+    let v = build_pod_json(&settings(), &input(&s, &NO_REQUEST));
+    let all = v["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(v["spec"]["initContainers"].as_array().unwrap());
+    let mut refs = Vec::new();
+    for c in all {
+        for e in c["env"].as_array().into_iter().flatten() {
+            if e["name"] == "KUBEGATE_WORKSPACE_TOKEN" {
+                assert!(e.get("value").is_none(), "a literal token: {e}");
+                refs.push((c["name"].clone(), e["valueFrom"].clone()));
+            }
+        }
+    }
+    assert_eq!(
+        refs,
+        [(
+            json!("workspace"),
+            json!({"secretKeyRef": {"name": "kubegate-watch-abc123def456-x1-token", "key": "token"}})
+        )]
+    );
+    let pod = build_pod(&settings(), &input(&s, &NO_REQUEST));
+    assert!(uses_token_secret(&pod));
+}
+
+/// A pod built before the token moved to a Secret (a literal env value)
+/// needs no Secret: a re-adoption must not create one for it.
+#[test]
+fn a_pod_from_before_the_secret_uses_none() {
+    let s = spec();
+    let mut v = build_pod_json(&settings(), &input(&s, &NO_REQUEST));
+    v["spec"]["containers"][0]["env"][2] =
+        json!({"name": "KUBEGATE_WORKSPACE_TOKEN", "value": "old-literal"});
+    let old: Pod = serde_json::from_value(v.clone()).unwrap();
+    assert!(!uses_token_secret(&old));
+    // Nor does a reference to a Secret that is not the pod's own.
+    v["spec"]["containers"][0]["env"][2] = json!({"name": "KUBEGATE_WORKSPACE_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "someone-elses", "key": "token"}}});
+    let other: Pod = serde_json::from_value(v).unwrap();
+    assert!(!uses_token_secret(&other));
+}
+
+#[test]
+fn the_token_secret() {
+    let st = settings();
+    let sec = build_token_secret(&st, "sid", "kubegate-watch-sid-x1", "uid-1", "tok-en").unwrap();
+    assert_eq!(sec.decoded(TOKEN_KEY).as_deref(), Some(&b"tok-en"[..]));
+    let v = serde_json::to_value(&sec).unwrap();
+    assert_eq!(
+        v,
+        json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": "kubegate-watch-sid-x1-token",
+                "namespace": "default",
+                "labels": {"app.kubernetes.io/managed-by": "kubegate", "kubegate.dev/session-id": "sid"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+                    "name": "kubegate-watch-sid-x1", "uid": "uid-1"}],
+            },
+            "type": "Opaque",
+            "immutable": true,
+            "data": {"token": "dG9rLWVu"},
+        })
+    );
 }
 
 #[test]
@@ -345,7 +417,10 @@ fn without_the_app_runner_apps_run_directly() {
 fn the_sim_plans_these_containers() {
     let s = spec();
     let v = build_pod_json(&settings(), &input(&s, &NO_REQUEST));
-    let lookup = |_: &str, _: &str| -> Option<BTreeMap<String, Vec<u8>>> { None };
+    let lookup = |kind: &str, name: &str| -> Option<BTreeMap<String, Vec<u8>>> {
+        (kind == "Secret" && name == "kubegate-watch-abc123def456-x1-token")
+            .then(|| BTreeMap::from([("token".to_string(), b"tok-en".to_vec())]))
+    };
     let ctx = PlanContext {
         pod_ip: "127.0.1.7".into(),
         host_ip: "127.0.0.1".into(),
@@ -366,6 +441,9 @@ fn the_sim_plans_these_containers() {
             "/pods/p/volumes/workspace"
         ]
     );
+    assert!(ws
+        .env
+        .contains(&("KUBEGATE_WORKSPACE_TOKEN".into(), "tok-en".into())));
     // The init container runs the sim's own binary into the volume's folder.
     let init = plan_container(&v, &v["spec"]["initContainers"][0], &ctx).unwrap();
     assert_eq!(

@@ -32,9 +32,17 @@ pub const NODE_NAME: &str = "sim-node";
 pub const HOST_IP: &str = "127.0.0.1";
 /// Annotation that makes a pod's containers simulated (no processes).
 pub const SIMULATE_ANNOTATION: &str = "sim.kubegate.dev/simulate";
-/// How soon a container whose configuration could not be resolved (a
-/// missing ConfigMap or Secret) is tried again.
-const CONFIG_RETRY: Duration = Duration::from_secs(1);
+/// How soon volumes that could not be set up (a missing ConfigMap or
+/// Secret) are tried again. A kubelet waits its pod worker's back-off
+/// (10 s, jittered); the sim is quicker (docs/sim.md).
+const CONFIG_RETRY: Duration = Duration::from_millis(300);
+/// A container whose env could not be resolved (a missing ConfigMap,
+/// Secret or key) is tried again after 50 ms, doubling to 2 s: the sim
+/// starts a container at once where a kubelet first makes the sandbox, so
+/// an object created right after its pod (a session's token Secret) is
+/// often a moment late here, and should cost little.
+const ENV_RETRY_FIRST: Duration = Duration::from_millis(50);
+const ENV_RETRY_MAX: Duration = Duration::from_secs(2);
 
 pub struct KubeletConfig {
     pub store: Arc<Store>,
@@ -486,9 +494,12 @@ struct CState {
     last: Option<Arc<Process>>,
     /// The one before it (`logs --previous`).
     before_last: Option<Arc<Process>>,
-    /// When the current back-off ends (CrashLoopBackOff).
+    /// When the current back-off ends (CrashLoopBackOff, or a retry of a
+    /// container whose env could not be resolved).
     restart_at: Option<Instant>,
     backoff: Duration,
+    /// The last wait before retrying an unresolved env (zero: none yet).
+    env_backoff: Duration,
     started_at: Option<Instant>,
     done: bool,
 }
@@ -755,7 +766,17 @@ impl PodWorker {
                 self.start_container(false, i);
             }
         }
-        if self.phase == "Pending" && self.containers.iter().all(|c| c.started || c.done) {
+        self.promote_to_running();
+    }
+
+    /// Pending becomes Running once every container has started (or
+    /// ended): after the first start, and after a container that waited
+    /// (a missing ConfigMap or Secret) started on a retry.
+    fn promote_to_running(&mut self) {
+        if self.phase == "Pending"
+            && self.init_index >= self.init.len()
+            && self.containers.iter().all(|c| c.started || c.done)
+        {
             self.phase = "Running".into();
         }
     }
@@ -788,12 +809,18 @@ impl PodWorker {
                 c.state = json!({"waiting": {"reason": e.reason(), "message": e.to_string()}});
                 // Retried like a kubelet does: the missing ConfigMap or
                 // Secret may appear.
-                c.restart_at = Some(Instant::now() + CONFIG_RETRY);
+                c.env_backoff = if c.env_backoff.is_zero() {
+                    ENV_RETRY_FIRST
+                } else {
+                    (c.env_backoff * 2).min(ENV_RETRY_MAX)
+                };
+                c.restart_at = Some(Instant::now() + c.env_backoff);
                 return;
             }
         };
         match self.k.runtime.start(plan) {
             Ok(p) => {
+                c.env_backoff = Duration::ZERO;
                 c.generation += 1;
                 c.state = json!({"running": {"startedAt": now_rfc3339()}});
                 c.started = true;
@@ -1072,9 +1099,17 @@ impl PodWorker {
                 &mut self.containers[i]
             };
             c.restart_at = None;
+            let before = c.state.clone();
             self.start_container(init, i);
-            changed = true;
+            let c = if init {
+                &self.init[i]
+            } else {
+                &self.containers[i]
+            };
+            // A retry that waits on as before is no news (no status write).
+            changed |= c.state != before || c.process.is_some();
         }
+        self.promote_to_running();
         changed
     }
 
