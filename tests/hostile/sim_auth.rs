@@ -5,10 +5,8 @@
 //! serves anyone over plain HTTP, and says so. Requests without the token
 //! get upstream's 401 Status. Contradictory flags are usage errors (exit 2).
 
-mod common;
-
-use common::bench::watchdog;
-use common::{run_with_timeout, temp_dir, SimProc, KUBEGATE};
+use crate::common::bench::watchdog;
+use crate::common::{run_with_timeout, temp_dir, SimProc, KUBEGATE};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;

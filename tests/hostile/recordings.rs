@@ -7,10 +7,8 @@
 //! size cap rotates it to `FILE.1`. Conditions are waited on with deadlines;
 //! each daemon has a watchdog.
 
-mod common;
-
-use common::daemon::DaemonProc;
-use common::wait_for;
+use crate::common::daemon::DaemonProc;
+use crate::common::wait_for;
 use kubegate::exec::frames::{ServerFrame, SUBPROTOCOL};
 use serde_json::{json, Value};
 use std::net::TcpStream;
@@ -230,7 +228,7 @@ fn sighup_reopens_the_audit_log_after_logrotate_renamed_or_truncated_it() {
     // logrotate's `create`: the file is renamed, then the daemon signalled.
     let rotated = d.dir.join("state").join("audit.jsonl.rotated");
     std::fs::rename(&path, &rotated).unwrap();
-    common::unsafe_kill(d.child.id(), 1);
+    crate::common::unsafe_kill(d.child.id(), 1);
     wait_for(
         "the daemon to reopen the audit log at its path",
         Duration::from_secs(10),

@@ -1,13 +1,8 @@
-//! Hostile input against real servers over real sockets (docs/SECURITY.md
-//! lists each input with its answer): every test sends what an attacker
-//! would, asserts the answer, and checks that the server still serves an
-//! honest client afterwards.
+//! Item 6: request heads whose lines end in a bare LF.
 
-mod common;
-
-use common::bench::watchdog;
-use common::daemon::{raw_exchange, DaemonProc};
-use common::SimProc;
+use crate::common::bench::watchdog;
+use crate::common::daemon::{raw_exchange, DaemonProc};
+use crate::common::SimProc;
 
 /// Heads whose lines end in a bare LF somewhere: httparse takes them, a
 /// proxy reading by RFC 9112 may not split them the same way.

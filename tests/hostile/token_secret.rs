@@ -8,12 +8,10 @@
 //! pod gone, the pod recreated from the checkpoint gets a Secret of its
 //! own. Waits are conditions with deadlines; a watchdog ends a hung run.
 
-mod common;
-
+use crate::common::bench::watchdog;
+use crate::common::daemon::{DaemonProc, SseClient, SseEvent};
+use crate::common::{wait_for, SimProc};
 use base64::Engine as _;
-use common::bench::watchdog;
-use common::daemon::{DaemonProc, SseClient, SseEvent};
-use common::{wait_for, SimProc};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -22,7 +20,7 @@ const NS: &str = "default";
 
 /// A random principal token and the config that admits it.
 fn config(kubeconfig: &std::path::Path) -> (String, String) {
-    let (token, digest) = common::daemon::random_token();
+    let (token, digest) = crate::common::daemon::random_token();
     let text = format!(
         r#"[server]
 listen = "127.0.0.1:0"

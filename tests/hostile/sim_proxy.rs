@@ -7,9 +7,7 @@
 //! resolved before anything reaches the pod. The app records every byte
 //! it receives.
 
-mod common;
-
-use common::{wait_for, SimProc};
+use crate::common::{wait_for, SimProc};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;

@@ -7,11 +7,9 @@
 //! readable by group or others: `sessions/`, `sim/`, the session record,
 //! every folder of the pods' root, the workspace files the agent wrote.
 
-mod common;
-
-use common::bench::watchdog;
-use common::daemon::{random_token, DaemonProc, EXAMPLE};
-use common::{run_with_timeout, temp_dir, KUBEGATE};
+use crate::common::bench::watchdog;
+use crate::common::daemon::{random_token, DaemonProc, EXAMPLE};
+use crate::common::{run_with_timeout, temp_dir, KUBEGATE};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -170,7 +168,7 @@ fn a_loose_state_dir_is_made_private_and_stays_so_while_a_session_runs() {
     for r in &records {
         assert_eq!(mode(r), 0o600, "{}", r.display());
     }
-    let readme = common::wait_for(
+    let readme = crate::common::wait_for(
         "the workspace file in the pod's folder",
         Duration::from_secs(30),
         || find_file(&state.join("sim"), "readme.txt"),

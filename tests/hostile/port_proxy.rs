@@ -8,10 +8,8 @@
 //! canonical form; headers the API server or the kubelet interpret never
 //! leave the daemon (an app that reports what it received says so).
 
-mod common;
-
-use common::daemon::{raw_exchange, DaemonProc, SseClient};
-use common::wait_for;
+use crate::common::daemon::{raw_exchange, DaemonProc, SseClient};
+use crate::common::wait_for;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -129,8 +127,9 @@ fn fixture(edit: impl FnOnce(String) -> String) -> Fixture {
     );
     // The reachability probe (its own `GET /` through the pod proxy) is
     // over once it saw the port reachable: the request log is ours after.
-    let reachable =
-        |e: &common::daemon::SseEvent| e.event == "reachability" && e.data["state"] == "reachable";
+    let reachable = |e: &crate::common::daemon::SseEvent| {
+        e.event == "reachability" && e.data["state"] == "reachable"
+    };
     if !seen.iter().any(reachable) {
         sse.until(reachable);
     }
