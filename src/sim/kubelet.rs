@@ -41,6 +41,11 @@ pub struct KubeletConfig {
     pub faults: Arc<Faults>,
     pub state_dir: PathBuf,
     pub fail_images: Vec<String>,
+    /// Where pods' folders live (`<state_dir>/pods` by default).
+    pub pods_dir: Option<PathBuf>,
+    /// Host ids for pods (docs/sim.md, "Pod users"); `None`: run every
+    /// process as the sim's own user.
+    pub uid_range: Option<(u32, u32)>,
 }
 
 /// A running container, as exec/attach/log see it.
@@ -55,6 +60,8 @@ pub struct ContainerHandle {
     pub pod: Value,
     pub pod_dir: PathBuf,
     pub pod_ip: String,
+    /// The pod's host id (`podspec::process_user`), when users are switched.
+    pub pod_id: Option<u32>,
 }
 
 enum PodMsg {
@@ -78,9 +85,13 @@ struct PodShared {
 pub struct Kubelet {
     pub(crate) store: Arc<Store>,
     pub(crate) runtime: Arc<Runtime>,
-    state_dir: PathBuf,
+    pods_dir: PathBuf,
     fail_images: Vec<String>,
     pub(crate) self_exe: PathBuf,
+    /// The host id pool when pods run as their own users.
+    users: Option<Mutex<super::pod_users::IdPool>>,
+    /// The sim's effective uid (what pods run as without `users`).
+    pub(crate) sim_uid: u32,
     pods: Mutex<HashMap<String, PodEntry>>,
     /// Pod IPs of simulated pods (they have no thread to own them).
     simulated_ips: Mutex<HashMap<String, String>>,
@@ -134,12 +145,45 @@ impl Kubelet {
     pub fn start(cfg: KubeletConfig) -> std::io::Result<Arc<Kubelet>> {
         let runtime = Runtime::new(cfg.state_dir.join("runtime"))?;
         let self_exe = std::env::current_exe()?;
+        let pods_dir = cfg
+            .pods_dir
+            .clone()
+            .unwrap_or_else(|| cfg.state_dir.join("pods"));
+        let users = match cfg.uid_range {
+            Some(range) => {
+                let missing = super::runtime::missing_capabilities();
+                if missing.is_empty() {
+                    super::pod_users::prepare_root(&pods_dir)?;
+                    log::info!(
+                        "sim: pods run as their own host users (ids {}-{}), folders in {}",
+                        range.0,
+                        range.1,
+                        pods_dir.display()
+                    );
+                    Some(Mutex::new(super::pod_users::IdPool::new(range)))
+                } else {
+                    log::warn!(
+                        "sim: cannot switch users (missing {}): every pod runs as this process's user and can read, change and signal everything it can, other pods included (docs/sim.md, \"Pod users\")",
+                        missing.join(", ")
+                    );
+                    None
+                }
+            }
+            None => {
+                log::warn!(
+                    "sim: pod users are off: every pod runs as this process's user and can read, change and signal everything it can, other pods included (docs/sim.md, \"Pod users\")"
+                );
+                None
+            }
+        };
         let k = Arc::new(Kubelet {
             store: cfg.store,
             runtime,
-            state_dir: cfg.state_dir,
+            pods_dir,
             fail_images: cfg.fail_images,
             self_exe,
+            users,
+            sim_uid: rustix::process::geteuid().as_raw(),
             pods: Mutex::new(HashMap::new()),
             simulated_ips: Mutex::new(HashMap::new()),
             ips: Mutex::new({
@@ -519,6 +563,8 @@ struct PodWorker {
     /// Volumes could not be set up (a missing ConfigMap, say): retry then,
     /// as a kubelet does, so creating the ConfigMap later lets the pod start.
     volumes_retry_at: Option<Instant>,
+    /// The pod's host id from the kubelet's pool (pod users on).
+    pod_id: Option<u32>,
 }
 
 impl PodWorker {
@@ -534,8 +580,7 @@ impl PodWorker {
         let name = meta["name"].as_str().unwrap_or("").to_string();
         let uid = meta["uid"].as_str().unwrap_or("").to_string();
         let pod_dir = k
-            .state_dir
-            .join("pods")
+            .pods_dir
             .join(format!("{ns}_{name}_{}", truncate(&uid, 8)));
         let mk = |c: &Value| CState {
             name: c["name"].as_str().unwrap_or("").to_string(),
@@ -581,6 +626,7 @@ impl PodWorker {
             deleted: false,
             image_error: false,
             volumes_retry_at: None,
+            pod_id: None,
         }
     }
 
@@ -659,6 +705,19 @@ impl PodWorker {
             }
         };
         self.pod_ip = Some(ip);
+        if let Some(pool) = &self.k.users {
+            let mut pool = pool.lock();
+            match pool.alloc() {
+                Some(id) => self.pod_id = Some(id),
+                None => {
+                    let (a, b) = pool.range();
+                    drop(pool);
+                    self.message = Some(format!("no free pod uid in {a}-{b}"));
+                    self.release_ip();
+                    return false;
+                }
+            }
+        }
         let r = self
             .k
             .store
@@ -686,12 +745,21 @@ impl PodWorker {
         if let Some(ip) = self.pod_ip.take() {
             self.k.ips.lock().free(&ip);
         }
+        if let (Some(id), Some(pool)) = (self.pod_id.take(), &self.k.users) {
+            pool.lock().free(id);
+        }
     }
 
     fn start_pod(&mut self) {
         if let Err(e) = std::fs::create_dir_all(&self.pod_dir) {
             self.fail_all(&format!("creating the pod folder: {e}"));
             return;
+        }
+        if let Some(o) = super::podspec::pod_owner(&self.pod, self.pod_id) {
+            if let Err(e) = super::pod_users::own_pod_dir(&self.pod_dir, &o) {
+                self.fail_all(&format!("giving the pod folder to its user: {e}"));
+                return;
+            }
         }
         if !self.setup_volumes() {
             return;
@@ -720,7 +788,22 @@ impl PodWorker {
     /// CreateContainerConfigError and schedules a retry.
     fn setup_volumes(&mut self) -> bool {
         let lookup = self.lookup_fn();
-        match podspec::materialize_volumes(&self.pod, &self.pod_dir, &*lookup) {
+        let owned =
+            podspec::materialize_volumes(&self.pod, &self.pod_dir, &*lookup).and_then(|()| {
+                match podspec::pod_owner(&self.pod, self.pod_id) {
+                    Some(o) => super::pod_users::own_volumes(
+                        &self.pod_dir,
+                        self.pod["spec"]["volumes"]
+                            .as_array()
+                            .map_or(&[][..], |v| v),
+                        &podspec::volume_dirs(&self.pod, &self.pod_dir),
+                        &o,
+                    )
+                    .map_err(|e| podspec::PlanError::Io(e.to_string())),
+                    None => Ok(()),
+                }
+            });
+        match owned {
             Ok(()) => {
                 self.volumes_retry_at = None;
                 true
@@ -775,6 +858,8 @@ impl PodWorker {
             pod_dir: self.pod_dir.clone(),
             self_exe: self.k.self_exe.clone(),
             lookup: &*lookup,
+            pod_id: self.pod_id,
+            sim_uid: self.k.sim_uid,
         };
         let plan = podspec::plan_container(&self.pod, &spec, &ctx);
         let c = if init {
@@ -847,6 +932,7 @@ impl PodWorker {
                     pod: self.pod.clone(),
                     pod_dir: self.pod_dir.clone(),
                     pod_ip: self.pod_ip.clone().unwrap_or_default(),
+                    pod_id: self.pod_id,
                 },
             );
         }

@@ -1,0 +1,285 @@
+//! Pod users in `kubegate sim` (docs/sim.md, "Pod users"): each pod runs
+//! as its own host uid, pods cannot read each other's files nor signal each
+//! other's processes nor read the sim's own files, the security contexts'
+//! users and groups are honoured for containers, init containers, exec and
+//! attach, and `runAsNonRoot` is enforced as a kubelet does.
+//!
+//! Switching users needs root: CI runs these as root; elsewhere each test
+//! prints that it was skipped.
+
+mod common;
+
+use common::{wait_for, SimProc};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const LOOP: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
+const RANGE: std::ops::RangeInclusive<u32> = 200_000..=265_535;
+
+fn need_root(test: &str) -> bool {
+    if kubegate::sim::runtime::can_switch_users() {
+        return true;
+    }
+    eprintln!("SKIPPED {test}: switching users needs root; CI runs it as root");
+    false
+}
+
+fn pod(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+}
+
+fn wait_pod(sim: &SimProc, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    wait_for(
+        &format!("pod {name}: {what}"),
+        Duration::from_secs(60),
+        || {
+            let p = sim.kubectl_json(&["get", "pod", name]);
+            f(&p).then_some(p)
+        },
+    )
+}
+
+fn running(sim: &SimProc, name: &str) -> Value {
+    wait_pod(sim, name, "Running", |p| p["status"]["phase"] == "Running")
+}
+
+/// `kubectl exec POD -- ARGV`: (exit code, stdout, stderr).
+fn exec(sim: &SimProc, pod: &str, argv: &[&str]) -> (Option<i32>, String, String) {
+    let mut args = vec!["exec", pod, "--"];
+    args.extend_from_slice(argv);
+    let out = sim.kubectl_run(&args, None, Duration::from_secs(60));
+    (out.code, out.stdout_str(), out.stderr_str())
+}
+
+fn exec_ok(sim: &SimProc, pod: &str, argv: &[&str]) -> String {
+    let (code, out, err) = exec(sim, pod, argv);
+    assert_eq!(code, Some(0), "exec {argv:?} in {pod}: {out} {err}");
+    out
+}
+
+/// The host folder of pod `name` (namespace default).
+fn pod_dir(sim: &SimProc, name: &str) -> PathBuf {
+    let prefix = format!("default_{name}_");
+    let pods = sim.state_dir.join("pods");
+    wait_for(
+        &format!("the folder of pod {name}"),
+        Duration::from_secs(30),
+        || {
+            std::fs::read_dir(&pods).ok()?.flatten().find_map(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&prefix)
+                    .then(|| e.path())
+            })
+        },
+    )
+}
+
+fn uid_of(sim: &SimProc, pod: &str) -> u32 {
+    exec_ok(sim, pod, &["id", "-u"])
+        .trim()
+        .parse()
+        .expect("a uid")
+}
+
+#[test]
+fn pods_run_as_their_own_users_and_cannot_reach_each_other() {
+    if !need_root("pods_run_as_their_own_users_and_cannot_reach_each_other") {
+        return;
+    }
+    let sim = SimProc::start(&[]);
+    // `$$$$`: Kubernetes makes `$$` of it (its `$(VAR)` escape).
+    let keeper = format!("echo secret > /data/secret; echo $$$$ > /data/pid; {LOOP}");
+    for name in ["a", "b"] {
+        sim.apply(&pod(
+            name,
+            json!({
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", keeper],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            }),
+        ));
+    }
+    running(&sim, "a");
+    running(&sim, "b");
+    let (ua, ub) = (uid_of(&sim, "a"), uid_of(&sim, "b"));
+    assert!(
+        RANGE.contains(&ua) && RANGE.contains(&ub),
+        "uids {ua} and {ub} outside the sim's range"
+    );
+    assert_ne!(ua, ub, "two pods share a host uid");
+
+    let a_dir = pod_dir(&sim, "a");
+    let secret = a_dir.join("volumes/data/secret");
+    let pid_file = a_dir.join("volumes/data/pid");
+    let a_pid = wait_for("pod a's pid file", Duration::from_secs(30), || {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+    });
+    let a_pid = a_pid.trim();
+    // a reads its own volume (through the mapped path and the host path).
+    assert_eq!(exec_ok(&sim, "a", &["cat", "/data/secret"]), "secret\n");
+    assert_eq!(
+        exec_ok(&sim, "a", &["cat", secret.to_str().unwrap()]),
+        "secret\n"
+    );
+
+    // b cannot: not the file, not the folder, not the pods' root listing.
+    for argv in [
+        vec!["cat", secret.to_str().unwrap()],
+        vec!["ls", a_dir.to_str().unwrap()],
+        vec!["ls", sim.state_dir.join("pods").to_str().unwrap()],
+        vec!["cat", &format!("/proc/{a_pid}/environ")],
+        vec!["ls", &format!("/proc/{a_pid}/cwd/")],
+    ] {
+        let (code, out, err) = exec(&sim, "b", &argv);
+        assert_ne!(code, Some(0), "pod b ran {argv:?}: {out}");
+        assert!(err.contains("ermission denied"), "{argv:?}: {err}");
+    }
+    // b cannot signal a's processes; a can signal its own.
+    let (code, _, err) = exec(&sim, "b", &["sh", "-c", &format!("kill -0 {a_pid}")]);
+    assert_ne!(code, Some(0), "pod b signalled pod a's process");
+    assert!(err.contains("not permitted"), "{err}");
+    exec_ok(&sim, "a", &["sh", "-c", &format!("kill -0 {a_pid}")]);
+
+    // The folders are the pods': the pod folder 0770 owned by the pod's
+    // user (group: the pod's id), its emptyDir 0777 inside that fence.
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(&a_dir).unwrap();
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (ua, ua, 0o770));
+    let m = std::fs::metadata(sim.state_dir.join("pods")).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o711);
+}
+
+#[test]
+fn an_exec_cannot_read_the_sims_files() {
+    if !need_root("an_exec_cannot_read_the_sims_files") {
+        return;
+    }
+    let sim = SimProc::start(&[]);
+    sim.apply(&pod(
+        "nosy",
+        json!({"containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", LOOP]}]}),
+    ));
+    running(&sim, "nosy");
+    // The sim's admin kubeconfig (0600, the sim's user).
+    let (code, out, err) = exec(&sim, "nosy", &["cat", sim.kubeconfig.to_str().unwrap()]);
+    assert_ne!(code, Some(0), "the pod read the sim's kubeconfig: {out}");
+    assert!(err.contains("ermission denied"), "{err}");
+    // Nor can it write next to it.
+    let planted = sim.dir.join("planted");
+    let (code, _, _) = exec(
+        &sim,
+        "nosy",
+        &["sh", "-c", &format!("echo x > {}", planted.display())],
+    );
+    assert_ne!(code, Some(0));
+    assert!(!planted.exists());
+}
+
+#[test]
+fn security_contexts_choose_users_for_containers_init_exec_and_attach() {
+    if !need_root("security_contexts_choose_users_for_containers_init_exec_and_attach") {
+        return;
+    }
+    let sim = SimProc::start(&[]);
+    let main =
+        "echo main=`id -u`:`id -g` groups=`id -G`; while read l; do echo attached=`id -u`:$l; done";
+    sim.apply(&pod(
+        "who",
+        json!({
+            "securityContext": {"runAsUser": 4242, "runAsGroup": 4343, "fsGroup": 4444, "supplementalGroups": [4545]},
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "initContainers": [{"name": "init", "image": "busybox",
+                "securityContext": {"runAsUser": 4646},
+                "command": ["sh", "-c", "id -u > /data/init-uid; touch /data/by-init"],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "stdin": true, "stdinOnce": true,
+                "command": ["sh", "-c", main],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        }),
+    ));
+    running(&sim, "who");
+    // The container (its log), pod-level ids.
+    let logs = wait_for("main's first line", Duration::from_secs(30), || {
+        let l = sim.kubectl_ok(&["logs", "who", "-c", "main"]);
+        l.contains("main=").then_some(l)
+    });
+    assert!(logs.starts_with("main=4242:4343 groups="), "{logs}");
+    let groups: Vec<&str> = logs
+        .lines()
+        .next()
+        .unwrap()
+        .split("groups=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    for g in ["4343", "4444", "4545"] {
+        assert!(groups.contains(&g), "group {g} missing: {logs}");
+    }
+    // The init container's own override; fsGroup owns the volume, setgid,
+    // so what the init container wrote is group 4444.
+    assert_eq!(exec_ok(&sim, "who", &["cat", "/data/init-uid"]), "4646\n");
+    assert_eq!(
+        exec_ok(&sim, "who", &["stat", "-c", "%g:%a", "/data"]),
+        "4444:2777\n"
+    );
+    assert_eq!(
+        exec_ok(&sim, "who", &["stat", "-c", "%g", "/data/by-init"]),
+        "4444\n"
+    );
+    // An exec runs as the container's user.
+    assert_eq!(exec_ok(&sim, "who", &["id", "-u"]), "4242\n");
+    assert_eq!(exec_ok(&sim, "who", &["id", "-g"]), "4343\n");
+    // Attach reaches the container's process (its user).
+    let out = sim.kubectl_run(
+        &["attach", "-i", "who", "-c", "main"],
+        Some(b"hello\n"),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.stdout_str().contains("attached=4242:hello"),
+        "{} {}",
+        out.stdout_str(),
+        out.stderr_str()
+    );
+}
+
+#[test]
+fn run_as_non_root_refuses_uid_0_as_a_kubelet_does() {
+    if !need_root("run_as_non_root_refuses_uid_0_as_a_kubelet_does") {
+        return;
+    }
+    let sim = SimProc::start(&[]);
+    sim.apply(&pod(
+        "rootish",
+        json!({
+            "securityContext": {"runAsNonRoot": true},
+            "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", LOOP],
+                "securityContext": {"runAsUser": 0}}],
+        }),
+    ));
+    sim.apply(&pod(
+        "fine",
+        json!({
+            "securityContext": {"runAsNonRoot": true},
+            "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", LOOP]}],
+        }),
+    ));
+    let p = wait_pod(&sim, "rootish", "CreateContainerConfigError", |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    });
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["message"],
+        format!("container's runAsUser breaks non-root policy (pod: \"rootish_default({uid})\", container: c)")
+    );
+    // Without a uid named, the image's user is the pod's own: non-root.
+    running(&sim, "fine");
+    assert!(RANGE.contains(&uid_of(&sim, "fine")));
+}
