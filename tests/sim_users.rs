@@ -283,3 +283,59 @@ fn run_as_non_root_refuses_uid_0_as_a_kubelet_does() {
     running(&sim, "fine");
     assert!(RANGE.contains(&uid_of(&sim, "fine")));
 }
+
+/// The daemon's embedded sim: its demo pod (what every principal's exec
+/// reaches) runs as its own user and cannot read or change the daemon's
+/// state: the sim's admin kubeconfig, the session records, the audit log.
+#[test]
+fn the_daemons_pods_cannot_reach_its_state() {
+    if !need_root("the_daemons_pods_cannot_reach_its_state") {
+        return;
+    }
+    let d = common::daemon::DaemonProc::start();
+    let pods = d.kubectl_ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            "demo",
+            "-l",
+            "app=hello",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ],
+        None,
+    );
+    let run = |argv: &[&str]| {
+        let mut c = d.kubectl();
+        c.args(["exec", "-n", "demo", pods.trim(), "--"]).args(argv);
+        common::run_with_timeout(c, None, Duration::from_secs(60))
+    };
+    let out = run(&["id", "-u"]);
+    let uid: u32 = out.stdout_str().trim().parse().expect("a uid");
+    assert!(RANGE.contains(&uid), "the demo pod runs as {uid}");
+    let state = d.dir.join("state");
+    for argv in [
+        vec!["cat", d.kubeconfig.to_str().unwrap()],
+        vec!["ls", state.to_str().unwrap()],
+        vec!["ls", state.join("sessions").to_str().unwrap()],
+    ] {
+        let out = run(&argv);
+        assert_ne!(
+            out.code,
+            Some(0),
+            "the pod ran {argv:?}: {}",
+            out.stdout_str()
+        );
+        assert!(
+            out.stderr_str().contains("ermission denied"),
+            "{argv:?}: {}",
+            out.stderr_str()
+        );
+    }
+    let audit = state.join("audit.jsonl");
+    let before = std::fs::read(&audit).unwrap_or_default();
+    let out = run(&["sh", "-c", &format!("echo forged >> {}", audit.display())]);
+    assert_ne!(out.code, Some(0), "the pod wrote the audit log");
+    assert_eq!(std::fs::read(&audit).unwrap_or_default(), before);
+}
