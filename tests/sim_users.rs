@@ -339,3 +339,55 @@ fn the_daemons_pods_cannot_reach_its_state() {
     assert_ne!(out.code, Some(0), "the pod wrote the audit log");
     assert_eq!(std::fs::read(&audit).unwrap_or_default(), before);
 }
+
+/// The pods' folder must be reachable by pod users: a configured one that
+/// is not is refused at start, naming the folder at fault; the default one
+/// (under the state dir) that is not moves to a fresh folder under the
+/// system's temporary folder for the run, removed at the end.
+#[test]
+fn a_pods_folder_out_of_reach_is_refused_or_replaced() {
+    if !need_root("a_pods_folder_out_of_reach_is_refused_or_replaced") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::temp_dir("reach");
+    let private = dir.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut c = std::process::Command::new(common::KUBEGATE);
+    c.args(["sim", "--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(dir.join("state"))
+        .arg("--kubeconfig-out")
+        .arg(dir.join("kc"))
+        .arg("--pods-dir")
+        .arg(private.join("pods"));
+    let out = common::run_with_timeout(c, None, Duration::from_secs(30));
+    assert_eq!(out.code, Some(1), "{}", out.stderr_str());
+    let err = out.stderr_str();
+    assert!(
+        err.contains("out of reach of pod users")
+            && err.contains(&format!("{} is mode 0700", private.display())),
+        "{err}"
+    );
+
+    let mut sim = SimProc::start(&["--state-dir", private.join("state").to_str().unwrap()]);
+    sim.apply(&pod(
+        "p",
+        json!({"containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", LOOP]}]}),
+    ));
+    running(&sim, "p");
+    let cwd = PathBuf::from(exec_ok(&sim, "p", &["pwd"]).trim());
+    let root = cwd.parent().expect("the pods' folder").to_path_buf();
+    assert!(
+        root.starts_with(std::env::temp_dir())
+            && root
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("kubegate-pods-"),
+        "{}",
+        cwd.display()
+    );
+    assert_eq!(sim.stop(), Some(0));
+    assert!(!root.exists(), "{} left behind", root.display());
+}

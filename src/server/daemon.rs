@@ -571,13 +571,8 @@ pub fn default_pods_dir(state_dir: &Path) -> PathBuf {
 fn start_sim(cfg: &Config) -> Result<(Sim, Connection), StartError> {
     let state_dir = &cfg.server.state_dir;
     let opts = SimOptions {
-        pods_dir: Some(
-            cfg.cluster
-                .sim
-                .pods_dir
-                .clone()
-                .unwrap_or_else(|| default_pods_dir(state_dir)),
-        ),
+        pods_dir: cfg.cluster.sim.pods_dir.clone(),
+        default_pods_dir: Some(default_pods_dir(state_dir)),
         uid_range: cfg.cluster.sim.uid_range(),
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         kubeconfig_out: Some(state_dir.join(SIM_KUBECONFIG)),

@@ -41,8 +41,13 @@ pub struct KubeletConfig {
     pub faults: Arc<Faults>,
     pub state_dir: PathBuf,
     pub fail_images: Vec<String>,
-    /// Where pods' folders live (`<state_dir>/pods` by default).
+    /// Where pods' folders live, as configured: refused at start when pod
+    /// users cannot reach it.
     pub pods_dir: Option<PathBuf>,
+    /// Where they live when none is configured (`None`: `<state_dir>/pods`);
+    /// when pod users cannot reach it, a fresh folder under the system's
+    /// temporary folder for this run instead (`pod_users::temp_root`).
+    pub default_pods_dir: Option<PathBuf>,
     /// Host ids for pods (docs/sim.md, "Pod users"); `None`: run every
     /// process as the sim's own user.
     pub uid_range: Option<(u32, u32)>,
@@ -86,6 +91,8 @@ pub struct Kubelet {
     pub(crate) store: Arc<Store>,
     pub(crate) runtime: Arc<Runtime>,
     pods_dir: PathBuf,
+    /// The pods' folder made for this run (removed at shutdown).
+    temp_pods_dir: Option<PathBuf>,
     fail_images: Vec<String>,
     pub(crate) self_exe: PathBuf,
     /// The host id pool when pods run as their own users.
@@ -145,14 +152,28 @@ impl Kubelet {
     pub fn start(cfg: KubeletConfig) -> std::io::Result<Arc<Kubelet>> {
         let runtime = Runtime::new(cfg.state_dir.join("runtime"))?;
         let self_exe = std::env::current_exe()?;
-        let pods_dir = cfg
-            .pods_dir
-            .clone()
-            .unwrap_or_else(|| cfg.state_dir.join("pods"));
+        let mut pods_dir = cfg.pods_dir.clone().unwrap_or_else(|| {
+            cfg.default_pods_dir
+                .clone()
+                .unwrap_or_else(|| cfg.state_dir.join("pods"))
+        });
+        let mut temp_pods_dir = None;
         let users = match cfg.uid_range {
             Some(range) => {
                 let missing = super::runtime::missing_capabilities();
                 if missing.is_empty() {
+                    let unreachable = super::pod_users::unreachable_above(&pods_dir)?;
+                    if let (None, Some((dir, mode))) = (&cfg.pods_dir, unreachable) {
+                        let temp = super::pod_users::temp_root()?;
+                        log::info!(
+                            "sim: the default pods' folder {} is out of reach of pod users ({} is mode {mode:04o}): using {} for this run",
+                            pods_dir.display(),
+                            dir.display(),
+                            temp.display()
+                        );
+                        pods_dir = temp.clone();
+                        temp_pods_dir = Some(temp);
+                    }
                     super::pod_users::prepare_root(&pods_dir)?;
                     log::info!(
                         "sim: pods run as their own host users (ids {}-{}), folders in {}",
@@ -180,6 +201,7 @@ impl Kubelet {
             store: cfg.store,
             runtime,
             pods_dir,
+            temp_pods_dir,
             fail_images: cfg.fail_images,
             self_exe,
             users,
@@ -222,6 +244,9 @@ impl Kubelet {
         self.runtime.kill_all(Duration::from_secs(5));
         if let Some(h) = self.watcher.lock().take() {
             let _ = h.join();
+        }
+        if let Some(d) = &self.temp_pods_dir {
+            let _ = std::fs::remove_dir_all(d);
         }
     }
 

@@ -11,13 +11,13 @@
 //! 0770; emptyDir folders inside it are 0777 as a kubelet makes them (the
 //! pod folder is the fence), with `fsGroup` group-owned by it and setgid.
 //! `configMap`/`secret` volumes stay the sim's (read-only to the pod, as
-//! their mounts are in a cluster), group `fsGroup` and group-readable when
-//! one is set.
+//! their mounts are in a cluster), folders 0755, group `fsGroup` and
+//! group-readable when one is set.
 
 use super::podspec::PodOwner;
 use std::collections::HashSet;
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The default host id range for pods: 65,536 ids above the ranges
@@ -88,29 +88,65 @@ impl IdPool {
 
 /// Creates the pods' root, mode 0711, and checks that a pod user can reach
 /// it: every folder above it must let others search it (`o+x`), or no pod
-/// could enter its own folder (nor run anything from it).
+/// could enter its own folder (nor run anything from it). The error names
+/// the folder at fault.
 pub fn prepare_root(root: &Path) -> io::Result<()> {
     std::fs::create_dir_all(root)?;
     std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711))?;
-    let abs = std::fs::canonicalize(root)?;
-    for dir in abs.ancestors().skip(1) {
-        let mode = std::fs::metadata(dir)?.permissions().mode();
-        if mode & 0o001 == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!(
-                    "the pods' folder {} is out of reach of pod users: {} is mode {:04o} \
-                     (pods run as their own uids and must search every folder above \
-                     theirs); choose a pods folder whose parents all allow search by \
-                     others (o+x)",
-                    abs.display(),
-                    dir.display(),
-                    mode & 0o7777
-                ),
-            ));
-        }
+    if let Some((dir, mode)) = unreachable_above(root)? {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the pods' folder {} is out of reach of pod users: {} is mode {:04o} \
+                 (pods run as their own uids and must search every folder above \
+                 theirs); choose a pods folder whose parents all allow search by \
+                 others (o+x)",
+                root.display(),
+                dir.display(),
+                mode
+            ),
+        ));
     }
     Ok(())
+}
+
+/// The first existing folder above `root` that others may not search, with
+/// its mode (`None`: all may).
+pub fn unreachable_above(root: &Path) -> io::Result<Option<(PathBuf, u32)>> {
+    let abs = std::path::absolute(root)?;
+    for dir in abs.ancestors().skip(1) {
+        let meta = match std::fs::metadata(dir) {
+            Ok(m) => m,
+            // Not made yet: created by us below a folder checked next.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o001 == 0 {
+            return Ok(Some((dir.to_path_buf(), mode)));
+        }
+    }
+    Ok(None)
+}
+
+/// A fresh pods' folder for this run under the system's temporary folder
+/// (a random name created exclusively, so nobody can have prepared it),
+/// mode 0711: where a sim puts its pods when the default folder is out of
+/// their reach (a state directory under /root, say). Removed at shutdown.
+pub fn temp_root() -> io::Result<PathBuf> {
+    let base = std::env::temp_dir();
+    for _ in 0..16 {
+        let p = base.join(format!("kubegate-pods-{:016x}", rand::random::<u64>()));
+        match std::fs::DirBuilder::new().mode(0o711).create(&p) {
+            Ok(()) => {
+                prepare_root(&p)?;
+                return Ok(p);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other("no fresh pods' folder name in 16 tries"))
 }
 
 fn chown(path: &Path, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
@@ -156,9 +192,7 @@ pub fn own_volumes(
             continue;
         }
         if v.get("configMap").is_some() || v.get("secret").is_some() {
-            if let Some(g) = o.fs_group {
-                group_readable(dir, g)?;
-            }
+            readable(dir, o.fs_group)?;
             continue;
         }
         match o.fs_group {
@@ -175,21 +209,27 @@ pub fn own_volumes(
     Ok(())
 }
 
-/// Group `g` and group read (folders: also search) on `dir` and below.
-fn group_readable(dir: &Path, g: u32) -> io::Result<()> {
-    let meta = std::fs::symlink_metadata(dir)?;
+/// A configMap/secret volume: its folders searchable and listable by all
+/// (0755 at least, whatever the sim's umask: the pod folder is the fence),
+/// files as their `mode` says; with `fs_group`, that group and group read
+/// on everything.
+fn readable(path: &Path, fs_group: Option<u32>) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
     if meta.file_type().is_symlink() {
         return Ok(());
     }
-    chown(dir, None, Some(g))?;
+    if let Some(g) = fs_group {
+        chown(path, None, Some(g))?;
+    }
     let mode = meta.permissions().mode() & 0o7777;
+    let group = if fs_group.is_some() { 0o040 } else { 0 };
     if meta.is_dir() {
-        chmod(dir, mode | 0o050)?;
-        for e in std::fs::read_dir(dir)? {
-            group_readable(&e?.path(), g)?;
+        chmod(path, mode | 0o755)?;
+        for e in std::fs::read_dir(path)? {
+            readable(&e?.path(), fs_group)?;
         }
-    } else {
-        chmod(dir, mode | 0o040)?;
+    } else if group != 0 {
+        chmod(path, mode | group)?;
     }
     Ok(())
 }

@@ -226,6 +226,9 @@ fn start_command(exe: &str, argv: &[String], user: Option<&super::User>) -> Resu
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            // A container runtime's umask (runc's), not the sim's own
+            // (the daemon runs with 077).
+            libc::umask(0o022);
             if let Some(u) = user {
                 let step = if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
                     Some("setgroups")
