@@ -391,3 +391,130 @@ fn a_pods_folder_out_of_reach_is_refused_or_replaced() {
     assert_eq!(sim.stop(), Some(0));
     assert!(!root.exists(), "{} left behind", root.display());
 }
+
+/// Two principals' watch sessions on the embedded sim: each session pod has
+/// its own host uid, and one cannot read the other's workspace nor its
+/// agent's environment (which holds the workspace token).
+#[test]
+fn two_principals_session_pods_cannot_reach_each_other() {
+    if !need_root("two_principals_session_pods_cannot_reach_each_other") {
+        return;
+    }
+    use sha2::Digest;
+    let other: String = sha2::Sha256::digest(b"other-token-0123456789")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let d = common::daemon::DaemonProc::start_with(
+        |c| {
+            format!("{c}\n[[principal]]\nname = \"other\"\ntoken_sha256 = \"{other}\"\nmay_start_sessions = true\n")
+        },
+        "warn",
+    );
+    let body = |secret: &str| {
+        json!({
+            "apps": [{"name": "web", "entry": "main.sh", "command": ["sh", "main.sh"], "io": "streams"}],
+            "bundle": {"files": [
+                {"path": "main.sh", "content": "while :; do sleep 1; done"},
+                {"path": "secret.txt", "content": secret},
+            ]}
+        })
+        .to_string()
+    };
+    let mut pods = Vec::new();
+    for (token, secret) in [
+        (d.token.clone(), "demo's"),
+        ("other-token-0123456789".to_string(), "other's"),
+    ] {
+        let b = body(secret);
+        let (st, resp) = d.request("POST", "/v1/sessions", Some(&token), Some(b.as_bytes()));
+        assert_eq!(st, 201, "{}", String::from_utf8_lossy(&resp));
+        let v: Value = serde_json::from_slice(&resp).unwrap();
+        let id = v["sessionId"].as_str().unwrap().to_string();
+        let pod = wait_for("the session's pod", Duration::from_secs(60), || {
+            d.session_pods(&id).into_iter().next()
+        });
+        pods.push(pod);
+    }
+    let exec = |pod: &str, argv: &[&str]| {
+        let mut c = d.kubectl();
+        c.args(["exec", "-n", "default", pod, "-c", "workspace", "--"])
+            .args(argv);
+        common::run_with_timeout(c, None, Duration::from_secs(60))
+    };
+    let uid = |pod: &str| -> u32 {
+        wait_for("the workspace container", Duration::from_secs(60), || {
+            let out = exec(pod, &["id", "-u"]);
+            out.stdout_str().trim().parse().ok()
+        })
+    };
+    let (u0, u1) = (uid(&pods[0]), uid(&pods[1]));
+    assert!(
+        RANGE.contains(&u0) && RANGE.contains(&u1) && u0 != u1,
+        "{u0} {u1}"
+    );
+    // The demo session's workspace file and agent, from the other's pod.
+    let prefix = format!("default_{}_", pods[0]);
+    let pods_root = d.dir.join("state-pods");
+    let dir0 = wait_for(
+        "the demo session's pod folder",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_dir(&pods_root).ok()?.flatten().find_map(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&prefix)
+                    .then(|| e.path())
+            })
+        },
+    );
+    let secret = dir0.join("volumes/workspace/secret.txt");
+    wait_for(
+        "the bundle in the demo session's workspace",
+        Duration::from_secs(60),
+        || {
+            std::fs::read_to_string(&secret)
+                .ok()
+                .filter(|s| s == "demo's")
+        },
+    );
+    let out = exec(&pods[1], &["cat", secret.to_str().unwrap()]);
+    assert_ne!(
+        out.code,
+        Some(0),
+        "read across principals: {}",
+        out.stdout_str()
+    );
+    assert!(
+        out.stderr_str().contains("ermission denied"),
+        "{}",
+        out.stderr_str()
+    );
+    let agent_pid = common::processes_under(&dir0)
+        .into_iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("workspace-agent") && !c.contains("__shim")
+            })
+        })
+        .expect("the demo session's agent");
+    let environ = format!("/proc/{agent_pid}/environ");
+    // Its own pod reads it (so the refusal below is about the other user)...
+    let own = exec(&pods[0], &["cat", &environ]);
+    assert_eq!(own.code, Some(0), "{}", own.stderr_str());
+    assert!(own.stdout_str().contains("KUBEGATE_WORKSPACE_TOKEN="));
+    // ... the other principal's pod does not.
+    let out = exec(&pods[1], &["cat", &environ]);
+    assert_ne!(
+        out.code,
+        Some(0),
+        "read the other's environment: {}",
+        out.stdout_str()
+    );
+    assert!(
+        out.stderr_str().contains("ermission denied"),
+        "{}",
+        out.stderr_str()
+    );
+}
