@@ -518,3 +518,54 @@ fn two_principals_session_pods_cannot_reach_each_other() {
         out.stderr_str()
     );
 }
+
+/// Sim mode without pod users (`uid_range = "off"` stands for "cannot
+/// switch users", so this runs as root too): a SIGHUP that would add a
+/// second principal keeps the current one.
+#[test]
+fn an_unconfined_sims_reload_cannot_add_a_second_principal() {
+    use sha2::Digest;
+    let hex = |t: &str| -> String {
+        sha2::Sha256::digest(t.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let one = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"state\"\n[cluster]\nmode = \"sim\"\n[cluster.sim]\nuid_range = \"off\"\n[[principal]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\n",
+        hex("alice-token-0123456789")
+    );
+    let dir_kubeconfig = PathBuf::from("unused");
+    let d = common::daemon::DaemonProc::start_config(&one, dir_kubeconfig, "info");
+    let (st, _) = d.request(
+        "GET",
+        "/v1/workspaces",
+        Some("alice-token-0123456789"),
+        None,
+    );
+    assert_eq!(st, 200);
+    let two = format!(
+        "{one}[[principal]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\n",
+        hex("bob-token-0123456789")
+    );
+    std::fs::write(&d.config, two).unwrap();
+    common::unsafe_kill(d.child.id(), 1);
+    wait_for(
+        "the refused reload in the log",
+        Duration::from_secs(30),
+        || {
+            let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+            log.contains("SIGHUP: keeping the current principals: 2 principals in sim mode without pod users")
+            .then_some(())
+        },
+    );
+    let (st, _) = d.request("GET", "/v1/workspaces", Some("bob-token-0123456789"), None);
+    assert_eq!(st, 401);
+    let (st, _) = d.request(
+        "GET",
+        "/v1/workspaces",
+        Some("alice-token-0123456789"),
+        None,
+    );
+    assert_eq!(st, 200);
+}
