@@ -91,7 +91,20 @@ impl IdPool {
 /// could enter its own folder (nor run anything from it). The error names
 /// the folder at fault.
 pub fn prepare_root(root: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     std::fs::create_dir_all(root)?;
+    // Ours, and a folder (not a link someone planted to aim our chowns).
+    let meta = std::fs::symlink_metadata(root)?;
+    let me = rustix::process::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != me {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the pods' folder {} is not a folder of this process's user (uid {me})",
+                root.display()
+            ),
+        ));
+    }
     std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711))?;
     if let Some((dir, mode)) = unreachable_above(root)? {
         return Err(io::Error::new(
@@ -246,6 +259,27 @@ mod tests {
         assert!(parse_range("10-5").is_err());
         assert!(parse_range("10").is_err());
         assert!(parse_range("1-2147483648").is_err());
+    }
+
+    #[test]
+    fn the_root_must_be_our_own_folder() {
+        let base = std::env::temp_dir().join(format!("kubegate-podroot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&base, &link).unwrap();
+        let e = prepare_root(&link).unwrap_err();
+        assert!(
+            e.to_string().contains("not a folder of this process"),
+            "{e}"
+        );
+        let ok = base.join("pods");
+        // (Ok, or refused because a folder above the system's temporary
+        // folder is out of others' reach: the mode is set either way.)
+        let _ = prepare_root(&ok);
+        let mode = std::fs::metadata(&ok).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o711);
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
