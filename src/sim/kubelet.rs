@@ -776,15 +776,18 @@ impl PodWorker {
     }
 
     fn start_pod(&mut self) {
-        if let Err(e) = std::fs::create_dir_all(&self.pod_dir) {
+        // 0700: the sim's alone until its volumes are written and it is
+        // given to the pod (setup_volumes).
+        let made = {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&self.pod_dir)
+        };
+        if let Err(e) = made {
             self.fail_all(&format!("creating the pod folder: {e}"));
             return;
-        }
-        if let Some(o) = super::podspec::pod_owner(&self.pod, self.pod_id) {
-            if let Err(e) = super::pod_users::own_pod_dir(&self.pod_dir, &o) {
-                self.fail_all(&format!("giving the pod folder to its user: {e}"));
-                return;
-            }
         }
         if !self.setup_volumes() {
             return;
@@ -810,7 +813,11 @@ impl PodWorker {
     }
 
     /// Creates the pod's volume folders; on failure reports
-    /// CreateContainerConfigError and schedules a retry.
+    /// CreateContainerConfigError and schedules a retry. With pod users,
+    /// the volumes and then the pod folder are given to the pod only once
+    /// all are written: until then the folder is the sim's alone, so no
+    /// process of that uid (another pod naming it) can plant a link where
+    /// the sim is about to chown or chmod.
     fn setup_volumes(&mut self) -> bool {
         let lookup = self.lookup_fn();
         let owned =
@@ -824,6 +831,7 @@ impl PodWorker {
                         &podspec::volume_dirs(&self.pod, &self.pod_dir),
                         &o,
                     )
+                    .and_then(|()| super::pod_users::own_pod_dir(&self.pod_dir, &o))
                     .map_err(|e| podspec::PlanError::Io(e.to_string())),
                     None => Ok(()),
                 }

@@ -172,7 +172,8 @@ fn chmod(path: &Path, mode: u32) -> io::Result<()> {
         .map_err(|e| io::Error::new(e.kind(), format!("chmod {}: {e}", path.display())))
 }
 
-/// Gives the (existing) pod folder to the pod: owner, group N, 0770.
+/// Gives the (existing) pod folder to the pod: owner, group N, 0770. Call
+/// it last, once everything the sim writes inside is written and owned.
 pub fn own_pod_dir(pod_dir: &Path, o: &PodOwner) -> io::Result<()> {
     chmod(pod_dir, 0o770)?;
     chown(pod_dir, Some(o.uid), Some(o.gid))
@@ -191,7 +192,7 @@ pub fn own_volumes(
     o: &PodOwner,
 ) -> io::Result<()> {
     let root = pod_dir.join("volumes");
-    if root.is_dir() {
+    if std::fs::symlink_metadata(&root).is_ok_and(|m| m.is_dir()) {
         chmod(&root, 0o770)?;
         chown(&root, Some(o.uid), Some(o.gid))?;
     }
@@ -201,7 +202,7 @@ pub fn own_volumes(
             continue;
         }
         let Some(dir) = dirs.get(name) else { continue };
-        if !dir.is_dir() {
+        if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
             continue;
         }
         if v.get("configMap").is_some() || v.get("secret").is_some() {
