@@ -313,6 +313,24 @@ pub struct SimSection {
     /// JSON line per API request, docs/sim.md); off by default. Tests read
     /// it to see what the daemon sent the cluster.
     pub request_log: Option<PathBuf>,
+    /// Host ids for pods, `FIRST-LAST`, or `off` (docs/sim.md, "Pod
+    /// users"); unset: 200000-265535. Used when the daemon can switch users.
+    pub uid_range: Option<String>,
+    /// Where the sim's pods' folders live; unset: beside the state
+    /// directory, `<state_dir>-pods` (pods must reach their folders, and
+    /// the state directory is the daemon's alone).
+    pub pods_dir: Option<PathBuf>,
+}
+
+impl SimSection {
+    /// The configured id range; `None` for `off`. Validated at load.
+    pub fn uid_range(&self) -> Option<(u32, u32)> {
+        match self.uid_range.as_deref() {
+            None => Some(crate::sim::pod_users::DEFAULT_UID_RANGE),
+            Some("off") => None,
+            Some(r) => crate::sim::pod_users::parse_range(r).ok(),
+        }
+    }
 }
 
 /// `[exec]`: the limits of exec.md, the workspace-uid label, the audit log.
@@ -599,6 +617,19 @@ impl Config {
                     format!("{ns:?}: {m}"),
                 )
             })?;
+        }
+        if let Some(r) = c.sim.uid_range.as_deref() {
+            if r != "off" {
+                if let Err(m) = crate::sim::pod_users::parse_range(r) {
+                    return err("cluster.sim.uid_range", format!("{m}, or \"off\""));
+                }
+            }
+        }
+        if let Some(p) = &mut c.sim.pods_dir {
+            if p.as_os_str().is_empty() {
+                return err("cluster.sim.pods_dir", "must not be empty".into());
+            }
+            resolve(p);
         }
         for (i, g) in c.sim.fail_images.iter().enumerate() {
             if g.trim().is_empty() {
@@ -1289,10 +1320,24 @@ mod tests {
             .cluster
             .sim
             .request_log
+            .as_ref()
             .is_some_and(|p| p.is_absolute() && p.ends_with("req.jsonl")));
         assert_eq!(
             key_of("[cluster]\nmode = \"sim\"\n[cluster.sim]\nrequest_log = \"\"\n"),
             "cluster.sim.request_log"
+        );
+        assert_eq!(
+            c.cluster.sim.uid_range(),
+            Some(crate::sim::pod_users::DEFAULT_UID_RANGE)
+        );
+        let c = parse("[cluster]\nmode = \"sim\"\n[cluster.sim]\nuid_range = \"1000-1999\"\npods_dir = \"/srv/pods\"\n").unwrap();
+        assert_eq!(c.cluster.sim.uid_range(), Some((1000, 1999)));
+        assert_eq!(c.cluster.sim.pods_dir, Some(PathBuf::from("/srv/pods")));
+        let c = parse("[cluster]\nmode = \"sim\"\n[cluster.sim]\nuid_range = \"off\"\n").unwrap();
+        assert_eq!(c.cluster.sim.uid_range(), None);
+        assert_eq!(
+            key_of("[cluster]\nmode = \"sim\"\n[cluster.sim]\nuid_range = \"9-1\"\n"),
+            "cluster.sim.uid_range"
         );
         assert_eq!(
             key_of("[cluster]\nmode = \"sim\"\n[cluster.sim]\nnamespaces = [\"ok\", \"Not_OK\"]\n"),

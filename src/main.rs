@@ -21,6 +21,7 @@ commands:
                              (default: TLS and a random token, in the kubeconfig only)
                              [--client-ca] [--state-dir DIR] [--namespace NAME]...
                              [--fail-image GLOB]... [--allow-remote] [--request-log FILE]
+                             [--uid-range FIRST-LAST|off] [--pods-dir DIR]
   exec          run a command in a workspace Deployment through the daemon
                 kubegate exec [-i] [-t] [-c CONTAINER] --workspace PROJECT/UID DEPLOYMENT -- CMD [ARGS...]
   workspaces    list the workspaces and Deployments the token may exec into
@@ -236,6 +237,16 @@ fn parse_sim_args(args: &[String]) -> Result<(SimOptions, bool), String> {
                     o.fail_images.push(v);
                 } else if let Some(v) = flag_value(args, &mut i, "--request-log")? {
                     o.request_log = Some(PathBuf::from(v));
+                } else if let Some(v) = flag_value(args, &mut i, "--uid-range")? {
+                    o.uid_range = match v.as_str() {
+                        "off" => None,
+                        r => Some(
+                            kubegate::sim::pod_users::parse_range(r)
+                                .map_err(|e| format!("--uid-range: {e}"))?,
+                        ),
+                    };
+                } else if let Some(v) = flag_value(args, &mut i, "--pods-dir")? {
+                    o.pods_dir = Some(PathBuf::from(v));
                 } else {
                     return Err(format!("unknown option {a:?}"));
                 }

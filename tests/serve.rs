@@ -349,23 +349,74 @@ fn serve_runs_the_demo_on_the_embedded_sim() {
     let c = &dep["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(c["name"], "main");
     assert_eq!(dep["spec"]["replicas"], 1);
+    // The pods' folders live beside the state directory (docs/sim.md, "Pod
+    // users"): the state directory is the daemon's alone.
+    let pods = dir.join("state-pods");
     assert!(
-        !processes_under(&state).is_empty(),
-        "the demo pod runs under the state dir"
+        !processes_under(&pods).is_empty(),
+        "the demo pod runs in the pods' folder"
     );
 
     // SIGTERM: exit 0, nothing left running, nothing more on stdout.
     assert_eq!(d.stop(), Some(0));
     wait_for(
-        "no process left under the state dir",
+        "no process left in the pods' folder",
         Duration::from_secs(15),
-        || processes_under(&state).is_empty().then_some(()),
+        || processes_under(&pods).is_empty().then_some(()),
     );
     let rest = d
         .rest
         .recv_timeout(Duration::from_secs(10))
         .unwrap_or_default();
     assert_eq!(rest, "", "stdout after the listening line");
+}
+
+/// Sim mode whose pods cannot run as their own users (here: `uid_range =
+/// "off"`, which stands for "cannot switch users" even as root) serves one
+/// principal at most, on loopback: anything else is a start error, exit 2
+/// like a configuration error, before anything is started.
+#[test]
+fn serve_refuses_an_unconfined_sim_for_many_principals_or_a_remote_door() {
+    let dir = temp_dir("unconfined");
+    let principal = |name: &str, token: &str| {
+        use sha2::Digest;
+        let digest: String = sha2::Sha256::digest(token.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("[[principal]]\nname = \"{name}\"\ntoken_sha256 = \"{digest}\"\n")
+    };
+    let base = "[cluster]\nmode = \"sim\"\n[cluster.sim]\nuid_range = \"off\"\n";
+    for (file, listen, principals, expect) in [
+        (
+            "two.toml",
+            "127.0.0.1:0",
+            principal("alice", "token-a-0123456789") + &principal("bob", "token-b-0123456789"),
+            "2 principals are configured",
+        ),
+        (
+            "remote.toml",
+            "0.0.0.0:0",
+            principal("alice", "token-a-0123456789"),
+            "is not a loopback address",
+        ),
+    ] {
+        let state = dir.join(format!("state-{file}"));
+        let text = format!(
+            "[server]\nlisten = \"{listen}\"\nstate_dir = \"{}\"\n{base}{principals}",
+            state.display()
+        );
+        std::fs::write(dir.join(file), text).unwrap();
+        let mut c = Command::new(KUBEGATE);
+        c.arg("serve").arg("--config").arg(dir.join(file));
+        let out = run(c, Duration::from_secs(30));
+        assert_eq!(out.code, Some(2), "{file}: {}", out.stderr);
+        assert!(out.stderr.contains("refusing sim mode"), "{}", out.stderr);
+        assert!(out.stderr.contains(expect), "{}", out.stderr);
+        assert!(out.stdout.is_empty());
+        // Refused before the sim started: no kubeconfig, no pods' folder.
+        assert!(!state.join("sim.kubeconfig").exists());
+    }
 }
 
 #[test]

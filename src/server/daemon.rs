@@ -57,6 +57,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub enum StartError {
     Config(ConfigError),
+    /// The configuration asks for something this host cannot give safely
+    /// (exit code 2, as a configuration error: restarting will not help).
+    Refused(String),
     Failed(String),
 }
 
@@ -64,7 +67,7 @@ impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StartError::Config(e) => e.fmt(f),
-            StartError::Failed(m) => f.write_str(m),
+            StartError::Refused(m) | StartError::Failed(m) => f.write_str(m),
         }
     }
 }
@@ -72,7 +75,7 @@ impl std::fmt::Display for StartError {
 impl StartError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            StartError::Config(_) => 2,
+            StartError::Config(_) | StartError::Refused(_) => 2,
             StartError::Failed(_) => 1,
         }
     }
@@ -91,6 +94,9 @@ pub struct Daemon {
     gateway: Arc<Gateway>,
     principals: Arc<RwLock<Arc<Principals>>>,
     engine: Arc<crate::session::engine::Engine>,
+    /// Sim mode whose pods cannot run as their own users: one principal at
+    /// most, also after a reload.
+    sim_unconfined: bool,
 }
 
 impl Daemon {
@@ -102,8 +108,19 @@ impl Daemon {
         open_state_dir(state_dir)?;
         log::info!("state directory {}", state_dir.display());
 
+        let mut sim_unconfined = false;
         let (sim, conn) = match cfg.cluster.mode {
             ClusterMode::Sim => {
+                let unconfined = sim_unconfined_reason(cfg);
+                if let Some(why) = &unconfined {
+                    if let Some(m) = sim_refusal(why, cfg.principals.len(), &cfg.server.listen) {
+                        return Err(StartError::Refused(m));
+                    }
+                    log::warn!(
+                        "sim mode without pod users ({why}): the sim's pods run as this daemon's user and can read its state (sessions, the sim's admin kubeconfig, the audit log); allowed because there is one principal at most and the front door is on loopback (docs/sim.md, \"Pod users\")"
+                    );
+                }
+                sim_unconfined = unconfined.is_some();
                 let (sim, conn) = start_sim(cfg)?;
                 (Some(sim), conn)
             }
@@ -298,6 +315,7 @@ impl Daemon {
             gateway,
             principals,
             engine,
+            sim_unconfined,
         })
     }
 
@@ -308,8 +326,17 @@ impl Daemon {
 
     /// SIGHUP: the principals of a re-read configuration replace the
     /// current ones (sessions and execs already admitted go on).
-    pub fn reload_principals(&self, cfg: &Config) {
+    /// Refused (the current ones stay) when the sim's pods cannot run as
+    /// their own users and the new file has more than one principal.
+    pub fn reload_principals(&self, cfg: &Config) -> Result<(), String> {
+        if self.sim_unconfined && cfg.principals.len() > 1 {
+            return Err(format!(
+                "{} principals in sim mode without pod users: one at most (docs/sim.md, \"Pod users\")",
+                cfg.principals.len()
+            ));
+        }
         *self.principals.write() = Arc::new(Principals::new(&cfg.principals));
+        Ok(())
     }
 
     /// SIGHUP: the audit log is opened again at its path, so a file
@@ -411,8 +438,10 @@ pub fn serve_main(config_path: &Path) -> i32 {
             match Config::load(config_path) {
                 Ok(c) => {
                     warn_demo_token(&c);
-                    daemon.reload_principals(&c);
-                    log::info!("SIGHUP: {} principals reloaded", c.principals.len());
+                    match daemon.reload_principals(&c) {
+                        Ok(()) => log::info!("SIGHUP: {} principals reloaded", c.principals.len()),
+                        Err(e) => log::error!("SIGHUP: keeping the current principals: {e}"),
+                    }
                 }
                 Err(e) => log::error!("SIGHUP: keeping the current principals: {e}"),
             }
@@ -548,12 +577,66 @@ fn random_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Why the embedded sim's pods would NOT run as their own host users
+/// (`None`: they will): `cluster.sim.uid_range = "off"`, or this process
+/// lacks the capabilities (docs/sim.md, "Pod users").
+fn sim_unconfined_reason(cfg: &Config) -> Option<String> {
+    if cfg.cluster.sim.uid_range().is_none() {
+        return Some("cluster.sim.uid_range is \"off\"".into());
+    }
+    let missing = crate::sim::runtime::missing_capabilities();
+    if missing.is_empty() {
+        None
+    } else {
+        Some(format!("this process lacks {}", missing.join(", ")))
+    }
+}
+
+/// The decision for sim mode whose pods cannot run as their own users
+/// (`why`): every pod then runs as the daemon's user and can read its
+/// state (every session record and workspace, the sim's admin kubeconfig,
+/// the audit log), so such a daemon may serve one principal at most, and
+/// only on loopback. `Some(message)`: refuse to start.
+pub fn sim_refusal(why: &str, principals: usize, listen: &str) -> Option<String> {
+    let loopback = listen
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_loopback());
+    let problem = if principals > 1 {
+        format!("{principals} principals are configured")
+    } else if !loopback {
+        format!("server.listen = {listen:?} is not a loopback address")
+    } else {
+        return None;
+    };
+    Some(format!(
+        "refusing sim mode: its pods cannot run as their own users ({why}), so each would run as this daemon's user and could read every principal's sessions and workspaces, the sim's admin kubeconfig and the audit log; {problem}. Run the daemon as root (or with CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_FOWNER, CAP_DAC_OVERRIDE and CAP_KILL) with cluster.sim.uid_range set, or keep one principal and a loopback server.listen (docs/sim.md, \"Pod users\")"
+    ))
+}
+
+/// Where the embedded sim's pods' folders go by default: beside the state
+/// directory (`/var/lib/kubegate` -> `/var/lib/kubegate-pods`), since pods
+/// must reach their folders and the state directory is the daemon's alone.
+pub fn default_pods_dir(state_dir: &Path) -> PathBuf {
+    match (state_dir.parent(), state_dir.file_name()) {
+        (Some(parent), Some(name)) => {
+            let mut n = name.to_os_string();
+            n.push("-pods");
+            parent.join(n)
+        }
+        _ => state_dir.join("sim").join("pods"),
+    }
+}
+
 /// Starts the embedded sim on loopback with TLS and a random token; its
-/// kubeconfig goes to `<state_dir>/sim.kubeconfig`, its pods' folders to
-/// `<state_dir>/sim`.
+/// kubeconfig goes to `<state_dir>/sim.kubeconfig`, its own state to
+/// `<state_dir>/sim`, its pods' folders to `cluster.sim.pods_dir`
+/// ([`default_pods_dir`]).
 fn start_sim(cfg: &Config) -> Result<(Sim, Connection), StartError> {
     let state_dir = &cfg.server.state_dir;
     let opts = SimOptions {
+        pods_dir: cfg.cluster.sim.pods_dir.clone(),
+        default_pods_dir: Some(default_pods_dir(state_dir)),
+        uid_range: cfg.cluster.sim.uid_range(),
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         kubeconfig_out: Some(state_dir.join(SIM_KUBECONFIG)),
         tls: true,
@@ -603,10 +686,17 @@ pub fn demo_deployment(managed_by: &str, workspace_uid_label: &str) -> Value {
             "template": {
                 "metadata": {"labels": {"app": DEMO_DEPLOYMENT}},
                 "spec": {
+                    // Non-root, with no uid named: the sim gives the pod
+                    // its own host uid (docs/sim.md, "Pod users").
+                    "securityContext": {"runAsNonRoot": true},
                     "containers": [{
                         "name": "main",
                         "image": "busybox",
                         "command": ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"],
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
                     }],
                 },
             },
@@ -1454,6 +1544,46 @@ impl Handler for FrontDoor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unconfined_sim_serves_one_local_principal_at_most() {
+        let why = "cluster.sim.uid_range is \"off\"";
+        assert_eq!(sim_refusal(why, 0, "127.0.0.1:7443"), None);
+        assert_eq!(sim_refusal(why, 1, "127.0.0.1:0"), None);
+        assert_eq!(sim_refusal(why, 1, "[::1]:7443"), None);
+        let m = sim_refusal(why, 2, "127.0.0.1:7443").expect("refused");
+        assert!(
+            m.contains("2 principals are configured") && m.contains(why),
+            "{m}"
+        );
+        for listen in ["0.0.0.0:7443", "10.0.0.5:7443", "[::]:7443", "nonsense"] {
+            let m = sim_refusal(why, 1, listen).expect("refused");
+            assert!(m.contains("is not a loopback address"), "{listen}: {m}");
+        }
+    }
+
+    #[test]
+    fn pods_live_beside_the_state_directory() {
+        assert_eq!(
+            default_pods_dir(Path::new("/var/lib/kubegate")),
+            PathBuf::from("/var/lib/kubegate-pods")
+        );
+        assert_eq!(
+            default_pods_dir(Path::new("/etc/kubegate/state")),
+            PathBuf::from("/etc/kubegate/state-pods")
+        );
+    }
+
+    #[test]
+    fn the_demo_runs_as_non_root_without_naming_a_uid() {
+        let d = demo_deployment("kubegate", "kubegate.dev/workspace-uid");
+        let spec = &d["spec"]["template"]["spec"];
+        assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+        assert!(spec["securityContext"].get("runAsUser").is_none());
+        let c = &spec["containers"][0]["securityContext"];
+        assert_eq!(c["allowPrivilegeEscalation"], false);
+        assert!(c.get("runAsUser").is_none());
+    }
 
     #[test]
     fn demo_deployment_is_labelled_for_the_demo_workspace() {

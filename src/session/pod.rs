@@ -12,7 +12,8 @@
 //!   in the annotation of the same key;
 //! - `restartPolicy: Never`, `activeDeadlineSeconds` = what remains of the
 //!   session's life, no service account token, no service links (their env
-//!   would leak other Services into the apps), a non-root uid ([`RUN_AS`]),
+//!   would leak other Services into the apps), a non-root uid ([`RUN_AS`];
+//!   in sim mode none is named, the sim gives each pod its own),
 //!   seccomp RuntimeDefault, no privilege escalation, all capabilities
 //!   dropped, read-only root file systems;
 //! - volumes: `workspace` (emptyDir at [`WORKSPACE_ROOT`] in every
@@ -53,9 +54,11 @@
 //! (`status.podIP`: a loopback 127.0.x.y per pod, so agent, debug and app
 //! ports do not collide between pods), emptyDir volumes with `subPath`,
 //! mount paths rewritten in argv, env values and `workingDir`, `tty`/`stdin`,
-//! init containers and `activeDeadlineSeconds`. It ignores images (no
-//! ENTRYPOINT: our pods always give a command), security contexts and
-//! resources (admission only defaults them). What it needs from the host:
+//! init containers and `activeDeadlineSeconds`, and (run as root) the
+//! security contexts' users: each pod its own host uid (docs/sim.md, "Pod
+//! users"). It ignores images (no ENTRYPOINT: our pods always give a
+//! command), the rest of the security contexts and resources (admission
+//! only defaults them). What it needs from the host:
 //! `sh` and `sleep` (the wait loop), and the default app command's program.
 
 use super::spec::{AppSpec, Io, Port, Protocol, SessionSpec, AGENT_PORT, INSPECT_BASE_PORT};
@@ -111,6 +114,11 @@ pub struct PodSettings {
     /// Wrap `runner: true` apps in `kubegate app-runner` (with its init
     /// container): `[sessions] app_runner`, on by default.
     pub app_runner: bool,
+    /// The uid and gid the pod names ([`RUN_AS`]); `None` in sim mode,
+    /// where the sim gives each pod its own host uid (a fixed one would be
+    /// shared by every principal's pods on that host: docs/sim.md, "Pod
+    /// users"). Either way `runAsNonRoot: true`.
+    pub run_as: Option<i64>,
 }
 
 impl PodSettings {
@@ -129,6 +137,7 @@ impl PodSettings {
             max_memory: c.max_memory.clone(),
             max_ephemeral_storage: c.max_ephemeral_storage.clone(),
             app_runner: cfg.sessions.app_runner,
+            run_as: (c.mode != crate::config::ClusterMode::Sim).then_some(RUN_AS),
         }
     }
 }
@@ -247,15 +256,31 @@ fn resources(settings: &PodSettings, r: &Requested) -> Value {
     json!({"requests": q, "limits": q})
 }
 
-fn container_security() -> Value {
-    json!({
+fn container_security(settings: &PodSettings) -> Value {
+    let mut sc = json!({
         "allowPrivilegeEscalation": false,
         "capabilities": {"drop": ["ALL"]},
         "readOnlyRootFilesystem": true,
         "runAsNonRoot": true,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-    })
+    });
+    if let Some(id) = settings.run_as {
+        sc["runAsUser"] = json!(id);
+        sc["runAsGroup"] = json!(id);
+    }
+    sc
+}
+
+fn pod_security(settings: &PodSettings) -> Value {
+    let mut sc = json!({
+        "runAsNonRoot": true,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    });
+    if let Some(id) = settings.run_as {
+        sc["runAsUser"] = json!(id);
+        sc["runAsGroup"] = json!(id);
+        sc["fsGroup"] = json!(id);
+    }
+    sc
 }
 
 fn pod_ip_env() -> Value {
@@ -330,7 +355,7 @@ fn app_container(
         "stdin": true,
         "tty": app.io == Io::Tty,
         "volumeMounts": mounts,
-        "securityContext": container_security(),
+        "securityContext": container_security(settings),
         "resources": resources(settings, input.requested),
     });
     if !app.ports.is_empty() {
@@ -371,7 +396,7 @@ pub fn build_pod_json(settings: &PodSettings, input: &PodInput<'_>) -> Value {
             {"name": "workspace", "mountPath": WORKSPACE_ROOT},
             {"name": "scratch", "mountPath": "/tmp", "subPath": WORKSPACE_CONTAINER},
         ],
-        "securityContext": container_security(),
+        "securityContext": container_security(settings),
         "resources": resources(settings, &Requested::default()),
     });
     let mut containers = vec![workspace];
@@ -388,13 +413,7 @@ pub fn build_pod_json(settings: &PodSettings, input: &PodInput<'_>) -> Value {
         "automountServiceAccountToken": false,
         "enableServiceLinks": false,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECS,
-        "securityContext": {
-            "runAsNonRoot": true,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security(settings),
         "containers": containers,
     });
     if runner {
@@ -404,7 +423,7 @@ pub fn build_pod_json(settings: &PodSettings, input: &PodInput<'_>) -> Value {
             "image": settings.workspace_image,
             "command": ["kubegate", "install-self", BIN_DIR],
             "volumeMounts": [{"name": "kubegate-bin", "mountPath": BIN_DIR}],
-            "securityContext": container_security(),
+            "securityContext": container_security(settings),
             "resources": resources(settings, &Requested::default()),
         }]);
     }

@@ -136,7 +136,12 @@ fn pod_level_fields() {
     assert_eq!(sp["activeDeadlineSeconds"], 21000);
     assert_eq!(sp["automountServiceAccountToken"], false);
     assert_eq!(sp["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(sp["securityContext"]["runAsUser"], RUN_AS);
+    // Sim mode: no fixed uid, the sim gives each pod its own.
+    assert!(sp["securityContext"].get("runAsUser").is_none(), "{sp}");
+    assert!(sp["containers"][0]["securityContext"]
+        .get("runAsUser")
+        .is_none());
+    assert_eq!(sp["containers"][0]["securityContext"]["runAsNonRoot"], true);
     assert_eq!(
         sp["securityContext"]["seccompProfile"]["type"],
         "RuntimeDefault"
@@ -151,7 +156,7 @@ fn pod_level_fields() {
     assert_eq!(vols, ["workspace", "scratch", "kubegate-bin"]);
     let init = &sp["initContainers"][0];
     assert_eq!(init["name"], INSTALL_CONTAINER);
-    assert_eq!(init["securityContext"], container_security());
+    assert_eq!(init["securityContext"], container_security(&settings()));
     assert_eq!(init["resources"]["requests"], init["resources"]["limits"]);
     let names: Vec<&str> = sp["containers"]
         .as_array()
@@ -428,6 +433,8 @@ fn the_sim_plans_these_containers() {
         pod_dir: PathBuf::from("/pods/p"),
         self_exe: PathBuf::from("/opt/kubegate"),
         lookup: &lookup,
+        pod_id: None,
+        sim_uid: 1000,
     };
     let ws = plan_container(&v, &v["spec"]["containers"][0], &ctx).unwrap();
     assert_eq!(
@@ -742,4 +749,23 @@ fn failure_details() {
     );
     assert_eq!(d(json!({"phase": "Succeeded"})), "Succeeded");
     assert_eq!(failure_detail(&Pod::default()), "Unknown");
+}
+
+#[test]
+fn outside_sim_mode_pods_name_the_fixed_non_root_uid() {
+    let cfg = crate::config::Config::parse("[cluster]\nmode = \"in-cluster\"\n", Path::new("/x"))
+        .unwrap();
+    let s = PodSettings::from_config(&cfg);
+    assert_eq!(s.run_as, Some(RUN_AS));
+    let p = pod_security(&s);
+    assert_eq!(
+        (&p["runAsUser"], &p["runAsGroup"], &p["fsGroup"]),
+        (&json!(RUN_AS), &json!(RUN_AS), &json!(RUN_AS))
+    );
+    assert_eq!(p["runAsNonRoot"], true);
+    let c = container_security(&s);
+    assert_eq!(
+        (&c["runAsUser"], &c["runAsNonRoot"]),
+        (&json!(RUN_AS), &json!(true))
+    );
 }

@@ -27,6 +27,15 @@ pub struct SimOptions {
     pub allow_remote: bool,
     /// `--request-log FILE`: one JSON line per API request (docs/sim.md).
     pub request_log: Option<PathBuf>,
+    /// Where pods' folders live (`--pods-dir`): refused at start when pod
+    /// users cannot reach it. `None`: `default_pods_dir`.
+    pub pods_dir: Option<PathBuf>,
+    /// The default (`None`: `<state_dir>/pods`); when pod users cannot
+    /// reach it, a fresh folder under the system's temporary folder.
+    pub default_pods_dir: Option<PathBuf>,
+    /// Host ids for pods when the sim can switch users (docs/sim.md, "Pod
+    /// users"); `None` (`--uid-range off`): never switch.
+    pub uid_range: Option<(u32, u32)>,
 }
 
 impl Default for SimOptions {
@@ -42,6 +51,9 @@ impl Default for SimOptions {
             fail_images: Vec::new(),
             allow_remote: false,
             request_log: None,
+            pods_dir: None,
+            default_pods_dir: None,
+            uid_range: Some(super::pod_users::DEFAULT_UID_RANGE),
         }
     }
 }
@@ -139,6 +151,9 @@ impl Sim {
             faults: faults.clone(),
             state_dir: state_dir.clone(),
             fail_images: opts.fail_images.clone(),
+            pods_dir: opts.pods_dir.clone(),
+            default_pods_dir: opts.default_pods_dir.clone(),
+            uid_range: opts.uid_range,
         })
         .map_err(|e| SimError::Failed(format!("starting the kubelet: {e}")))?;
         let controllers = Controllers::start(store.clone())

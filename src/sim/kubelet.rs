@@ -49,6 +49,16 @@ pub struct KubeletConfig {
     pub faults: Arc<Faults>,
     pub state_dir: PathBuf,
     pub fail_images: Vec<String>,
+    /// Where pods' folders live, as configured: refused at start when pod
+    /// users cannot reach it.
+    pub pods_dir: Option<PathBuf>,
+    /// Where they live when none is configured (`None`: `<state_dir>/pods`);
+    /// when pod users cannot reach it, a fresh folder under the system's
+    /// temporary folder for this run instead (`pod_users::temp_root`).
+    pub default_pods_dir: Option<PathBuf>,
+    /// Host ids for pods (docs/sim.md, "Pod users"); `None`: run every
+    /// process as the sim's own user.
+    pub uid_range: Option<(u32, u32)>,
 }
 
 /// A running container, as exec/attach/log see it.
@@ -63,6 +73,8 @@ pub struct ContainerHandle {
     pub pod: Value,
     pub pod_dir: PathBuf,
     pub pod_ip: String,
+    /// The pod's host id (`podspec::process_user`), when users are switched.
+    pub pod_id: Option<u32>,
 }
 
 enum PodMsg {
@@ -86,9 +98,15 @@ struct PodShared {
 pub struct Kubelet {
     pub(crate) store: Arc<Store>,
     pub(crate) runtime: Arc<Runtime>,
-    state_dir: PathBuf,
+    pods_dir: PathBuf,
+    /// The pods' folder made for this run (removed at shutdown).
+    temp_pods_dir: Option<PathBuf>,
     fail_images: Vec<String>,
     pub(crate) self_exe: PathBuf,
+    /// The host id pool when pods run as their own users.
+    users: Option<Mutex<super::pod_users::IdPool>>,
+    /// The sim's effective uid (what pods run as without `users`).
+    pub(crate) sim_uid: u32,
     pods: Mutex<HashMap<String, PodEntry>>,
     /// Pod IPs of simulated pods (they have no thread to own them).
     simulated_ips: Mutex<HashMap<String, String>>,
@@ -142,12 +160,67 @@ impl Kubelet {
     pub fn start(cfg: KubeletConfig) -> std::io::Result<Arc<Kubelet>> {
         let runtime = Runtime::new(cfg.state_dir.join("runtime"))?;
         let self_exe = std::env::current_exe()?;
+        let mut pods_dir = cfg.pods_dir.clone().unwrap_or_else(|| {
+            cfg.default_pods_dir
+                .clone()
+                .unwrap_or_else(|| cfg.state_dir.join("pods"))
+        });
+        let mut temp_pods_dir = None;
+        let users = match cfg.uid_range {
+            Some(range) => {
+                let missing = super::runtime::missing_capabilities();
+                if missing.is_empty() {
+                    let unreachable = super::pod_users::unreachable_above(&pods_dir)?;
+                    if let (None, Some((dir, mode))) = (&cfg.pods_dir, unreachable) {
+                        let temp = super::pod_users::temp_root()?;
+                        log::info!(
+                            "sim: the default pods' folder {} is out of reach of pod users ({} is mode {mode:04o}): using {} for this run",
+                            pods_dir.display(),
+                            dir.display(),
+                            temp.display()
+                        );
+                        pods_dir = temp.clone();
+                        temp_pods_dir = Some(temp);
+                    }
+                    super::pod_users::prepare_root(&pods_dir)?;
+                    log::info!(
+                        "sim: pods run as their own host users (ids {}-{}), folders in {}",
+                        range.0,
+                        range.1,
+                        pods_dir.display()
+                    );
+                    Some(Mutex::new(super::pod_users::IdPool::new(range)))
+                } else {
+                    log::warn!(
+                        "sim: cannot switch users (missing {}): every pod runs as this process's user and can read, change and signal everything it can, other pods included (docs/sim.md, \"Pod users\")",
+                        missing.join(", ")
+                    );
+                    None
+                }
+            }
+            None => {
+                log::warn!(
+                    "sim: pod users are off: every pod runs as this process's user and can read, change and signal everything it can, other pods included (docs/sim.md, \"Pod users\")"
+                );
+                None
+            }
+        };
+        // Pods that run as this process's user need no folder outside its
+        // private state: unless one is configured, they stay in it, where
+        // the shipped unit (no capabilities, ProtectSystem=strict: only its
+        // StateDirectory is writable) lets them be made at all.
+        if users.is_none() && cfg.pods_dir.is_none() {
+            pods_dir = cfg.state_dir.join("pods");
+        }
         let k = Arc::new(Kubelet {
             store: cfg.store,
             runtime,
-            state_dir: cfg.state_dir,
+            pods_dir,
+            temp_pods_dir,
             fail_images: cfg.fail_images,
             self_exe,
+            users,
+            sim_uid: rustix::process::geteuid().as_raw(),
             pods: Mutex::new(HashMap::new()),
             simulated_ips: Mutex::new(HashMap::new()),
             ips: Mutex::new({
@@ -186,6 +259,9 @@ impl Kubelet {
         self.runtime.kill_all(Duration::from_secs(5));
         if let Some(h) = self.watcher.lock().take() {
             let _ = h.join();
+        }
+        if let Some(d) = &self.temp_pods_dir {
+            let _ = std::fs::remove_dir_all(d);
         }
     }
 
@@ -530,6 +606,8 @@ struct PodWorker {
     /// Volumes could not be set up (a missing ConfigMap, say): retry then,
     /// as a kubelet does, so creating the ConfigMap later lets the pod start.
     volumes_retry_at: Option<Instant>,
+    /// The pod's host id from the kubelet's pool (pod users on).
+    pod_id: Option<u32>,
 }
 
 impl PodWorker {
@@ -545,8 +623,7 @@ impl PodWorker {
         let name = meta["name"].as_str().unwrap_or("").to_string();
         let uid = meta["uid"].as_str().unwrap_or("").to_string();
         let pod_dir = k
-            .state_dir
-            .join("pods")
+            .pods_dir
             .join(format!("{ns}_{name}_{}", truncate(&uid, 8)));
         let mk = |c: &Value| CState {
             name: c["name"].as_str().unwrap_or("").to_string(),
@@ -592,6 +669,7 @@ impl PodWorker {
             deleted: false,
             image_error: false,
             volumes_retry_at: None,
+            pod_id: None,
         }
     }
 
@@ -670,6 +748,19 @@ impl PodWorker {
             }
         };
         self.pod_ip = Some(ip);
+        if let Some(pool) = &self.k.users {
+            let mut pool = pool.lock();
+            match pool.alloc() {
+                Some(id) => self.pod_id = Some(id),
+                None => {
+                    let (a, b) = pool.range();
+                    drop(pool);
+                    self.message = Some(format!("no free pod uid in {a}-{b}"));
+                    self.release_ip();
+                    return false;
+                }
+            }
+        }
         let r = self
             .k
             .store
@@ -697,10 +788,22 @@ impl PodWorker {
         if let Some(ip) = self.pod_ip.take() {
             self.k.ips.lock().free(&ip);
         }
+        if let (Some(id), Some(pool)) = (self.pod_id.take(), &self.k.users) {
+            pool.lock().free(id);
+        }
     }
 
     fn start_pod(&mut self) {
-        if let Err(e) = std::fs::create_dir_all(&self.pod_dir) {
+        // 0700: the sim's alone until its volumes are written and it is
+        // given to the pod (setup_volumes).
+        let made = {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&self.pod_dir)
+        };
+        if let Err(e) = made {
             self.fail_all(&format!("creating the pod folder: {e}"));
             return;
         }
@@ -728,10 +831,30 @@ impl PodWorker {
     }
 
     /// Creates the pod's volume folders; on failure reports
-    /// CreateContainerConfigError and schedules a retry.
+    /// CreateContainerConfigError and schedules a retry. With pod users,
+    /// the volumes and then the pod folder are given to the pod only once
+    /// all are written: until then the folder is the sim's alone, so no
+    /// process of that uid (another pod naming it) can plant a link where
+    /// the sim is about to chown or chmod.
     fn setup_volumes(&mut self) -> bool {
         let lookup = self.lookup_fn();
-        match podspec::materialize_volumes(&self.pod, &self.pod_dir, &*lookup) {
+        let owned =
+            podspec::materialize_volumes(&self.pod, &self.pod_dir, &*lookup).and_then(|()| {
+                match podspec::pod_owner(&self.pod, self.pod_id) {
+                    Some(o) => super::pod_users::own_volumes(
+                        &self.pod_dir,
+                        self.pod["spec"]["volumes"]
+                            .as_array()
+                            .map_or(&[][..], |v| v),
+                        &podspec::volume_dirs(&self.pod, &self.pod_dir),
+                        &o,
+                    )
+                    .and_then(|()| super::pod_users::own_pod_dir(&self.pod_dir, &o))
+                    .map_err(|e| podspec::PlanError::Io(e.to_string())),
+                    None => Ok(()),
+                }
+            });
+        match owned {
             Ok(()) => {
                 self.volumes_retry_at = None;
                 true
@@ -796,6 +919,8 @@ impl PodWorker {
             pod_dir: self.pod_dir.clone(),
             self_exe: self.k.self_exe.clone(),
             lookup: &*lookup,
+            pod_id: self.pod_id,
+            sim_uid: self.k.sim_uid,
         };
         let plan = podspec::plan_container(&self.pod, &spec, &ctx);
         let c = if init {
@@ -874,6 +999,7 @@ impl PodWorker {
                     pod: self.pod.clone(),
                     pod_dir: self.pod_dir.clone(),
                     pod_ip: self.pod_ip.clone().unwrap_or_default(),
+                    pod_id: self.pod_id,
                 },
             );
         }

@@ -13,6 +13,7 @@ pub mod kubeconfig;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod patch;
+pub mod pod_users;
 pub mod podio;
 pub mod podspec;
 pub mod proxy;

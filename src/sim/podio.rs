@@ -149,6 +149,8 @@ impl Kubelet {
             pod_dir: h.pod_dir.clone(),
             self_exe: self.self_exe.clone(),
             lookup: &*lookup,
+            pod_id: h.pod_id,
+            sim_uid: self.sim_uid,
         };
         let mut plan = podspec::plan_container(&h.pod, &spec, &ctx).map_err(|e| e.to_string())?;
         plan.tty = tty;

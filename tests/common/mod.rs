@@ -22,7 +22,7 @@ pub const KUBEGATE: &str = env!("CARGO_BIN_EXE_kubegate");
 /// A fresh, unique folder under the target dir (removed by `Drop` of the owner).
 pub fn temp_dir(tag: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let base = test_base();
     let d = base.join(format!(
         "{tag}-{}-{}",
         std::process::id(),
@@ -31,6 +31,38 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("create temp dir");
     d
+}
+
+/// Where test folders go: the target dir, unless the sims the tests start
+/// run pods as their own users (as root) and those users cannot reach it
+/// (a clone under /root, 0700): then a folder of this test process under
+/// the system's temporary folder, so pods' folders stay inside the test's
+/// own folder and the "no process left under it" checks keep their bite.
+fn test_base() -> PathBuf {
+    static BASE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let out_of_reach = kubegate::sim::runtime::can_switch_users()
+            && kubegate::sim::pod_users::unreachable_above(&target.join("x"))
+                .ok()
+                .flatten()
+                .is_some();
+        if !out_of_reach {
+            return target;
+        }
+        use std::os::unix::fs::DirBuilderExt;
+        let p = std::env::temp_dir().join(format!(
+            "kubegate-tests-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&p)
+            .expect("create the tests' folder");
+        p
+    })
+    .clone()
 }
 
 /// The first line a child prints on its piped stdout (the rest is drained,

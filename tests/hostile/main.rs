@@ -11,6 +11,7 @@
 mod common;
 
 mod bare_lf;
+mod pod_users;
 mod port_proxy;
 mod recordings;
 mod sim_auth;

@@ -168,16 +168,38 @@ fn a_loose_state_dir_is_made_private_and_stays_so_while_a_session_runs() {
     for r in &records {
         assert_eq!(mode(r), 0o600, "{}", r.display());
     }
+    // The pod's files: with pod users (the sim runs as root) the pods'
+    // folders live beside the state directory and each pod's folder is its
+    // own user's alone; without, they stay in the state (sim/pods) and are
+    // private like the rest of it.
+    let beside = base.join("state-pods");
     let readme = crate::common::wait_for(
         "the workspace file in the pod's folder",
         Duration::from_secs(30),
-        || find_file(&state.join("sim"), "readme.txt"),
+        || find_file(&beside, "readme.txt").or_else(|| find_file(&state.join("sim"), "readme.txt")),
     );
-    assert_eq!(mode(&readme), 0o600, "{}", readme.display());
+    let pods = if readme.starts_with(&beside) {
+        let pod_dir = readme
+            .strip_prefix(&beside)
+            .ok()
+            .and_then(|r| r.components().next())
+            .map(|c| beside.join(c))
+            .expect("the pod's own folder");
+        assert_eq!(
+            mode(&pod_dir) & 0o007,
+            0,
+            "{} is open to others",
+            pod_dir.display()
+        );
+        beside.clone()
+    } else {
+        assert_eq!(mode(&readme), 0o600, "{}", readme.display());
+        state.join("sim").join("pods")
+    };
     // Below the pods' root a pod's own files keep the modes the pod gave
     // them (the kubegate binary its init container copies is 0755, as in a
-    // real pod), behind folders nobody else can enter.
-    let pods = state.join("sim").join("pods");
+    // real pod), behind folders nobody else can enter; everything else in
+    // the state directory is private.
     let loose: Vec<(PathBuf, u32)> = loose_entries(&state)
         .into_iter()
         .filter(|(p, _)| !p.starts_with(&pods) || p.is_dir())

@@ -36,11 +36,13 @@ mod process;
 mod pty;
 mod shim;
 mod spawn;
+mod users;
 
 pub use logring::{LogLine, LogQuery, LOG_RING_BYTES};
 pub use output::{OutputChunk, Stream};
 pub use process::{ExitInfo, Process};
 pub use shim::shim_main;
+pub use users::{can_switch_users, missing_capabilities, User};
 
 use parking_lot::Mutex;
 use std::io;
@@ -79,6 +81,12 @@ pub struct ProcessSpec {
     /// false: an exec (output goes only to [`Process::take_output`], with
     /// backpressure).
     pub log: bool,
+    /// The host credentials the command runs with; `None`: the sim's own.
+    /// The shim itself keeps the sim's credentials (so the command cannot
+    /// signal or trace it, and its parent-death signal stays armed): the
+    /// command's process switches, in the shim's fork, right before its
+    /// `execv` (see `shim.rs`). A pty slave is given to this user first.
+    pub user: Option<User>,
 }
 
 /// One sim's set of processes. Several may exist in one OS process (tests);
@@ -87,6 +95,11 @@ pub struct Runtime {
     root: PathBuf,
     shim_program: PathBuf,
     shim_args: Vec<String>,
+    /// This binary, when the shim is this binary too: a command that IS this
+    /// binary (`kubegate …` in a pod) is then run as `/proc/self/exe` from
+    /// the shim, which needs no path to the file (a pod user may not be
+    /// able to search the folders above it).
+    self_exe: Option<PathBuf>,
     global: Arc<global::Global>,
     procs: Mutex<Vec<Weak<process::ProcShared>>>,
 }
@@ -115,8 +128,14 @@ impl Runtime {
     ) -> io::Result<Arc<Runtime>> {
         std::fs::create_dir_all(&root)?;
         let global = global::Global::get()?;
+        let self_exe = if program == Path::new("/proc/self/exe") {
+            std::env::current_exe().ok()
+        } else {
+            None
+        };
         Ok(Arc::new(Runtime {
             root,
+            self_exe,
             shim_program: program,
             shim_args: leading_args,
             global,
@@ -133,7 +152,13 @@ impl Runtime {
     /// not executable, `cwd` is missing, or the system is out of
     /// processes/fds/ptys (the error says which).
     pub fn start(&self, spec: ProcessSpec) -> io::Result<Arc<Process>> {
-        let proc = process::start(&self.global, &self.shim_program, &self.shim_args, spec)?;
+        let proc = process::start(
+            &self.global,
+            &self.shim_program,
+            &self.shim_args,
+            self.self_exe.as_deref(),
+            spec,
+        )?;
         let mut procs = self.procs.lock();
         procs.retain(|w| w.upgrade().is_some_and(|p| !p.is_reaped()));
         procs.push(Arc::downgrade(proc.shared()));

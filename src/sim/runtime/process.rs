@@ -475,6 +475,7 @@ pub(super) fn start(
     global: &Arc<Global>,
     shim_program: &Path,
     shim_args: &[String],
+    self_exe: Option<&Path>,
     spec: ProcessSpec,
 ) -> io::Result<Arc<Process>> {
     use rustix::pipe::{pipe_with, PipeFlags};
@@ -495,9 +496,18 @@ pub(super) fn start(
     argv.extend(shim_args.iter().cloned());
     argv.push("--ppid".into());
     argv.push(global.self_pid.to_string());
+    if let Some(user) = &spec.user {
+        argv.extend(user.shim_args());
+    }
     if let Some(exe) = &exe {
         argv.push("--exe".into());
-        argv.push(exe.to_string_lossy().into_owned());
+        if self_exe == Some(exe.as_path()) {
+            // The shim is this binary: its own /proc/self/exe reaches it
+            // without searching the folders above it.
+            argv.push("/proc/self/exe".into());
+        } else {
+            argv.push(exe.to_string_lossy().into_owned());
+        }
     }
     argv.push("--".into());
     argv.extend(spec.argv.iter().cloned());
@@ -509,6 +519,11 @@ pub(super) fn start(
     let mut master = None;
     let stdio = if spec.tty {
         let p = pty::open_pty()?;
+        if let Some(user) = &spec.user {
+            // The terminal belongs to the user it serves (as login does):
+            // the command may reopen it (/dev/tty), nobody else may.
+            pty::give_to(&p.slave, user.uid, user.gid)?;
+        }
         let m = Arc::new(p.master);
         output::set_nonblocking(&m)?;
         readers.push((m.clone(), Stream::Tty));

@@ -48,3 +48,13 @@ pub(super) fn set_size(master: &OwnedFd, cols: u16, rows: u16) -> io::Result<()>
     )?;
     Ok(())
 }
+
+/// Gives the slave to `uid`:`gid`, mode 0620 (owner read/write, group
+/// write), what a login session's terminal gets.
+pub(super) fn give_to(slave: &OwnedFd, uid: u32, gid: u32) -> io::Result<()> {
+    use rustix::fs::{Gid, Uid};
+    // Ids come from `podspec` (0 to 2^31 - 1), never -1.
+    rustix::fs::fchown(slave, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))?;
+    rustix::fs::fchmod(slave, Mode::from_raw_mode(0o620))?;
+    Ok(())
+}

@@ -1,5 +1,6 @@
-//! The shim: `kubegate __shim --ppid N [--exe PATH] -- ARGV…`, the process
-//! between the sim and every container or exec command.
+//! The shim: `kubegate __shim --ppid N [--uid U --gid G --groups G,…]
+//! [--exe PATH] -- ARGV…`, the process between the sim and every container
+//! or exec command.
 //!
 //! Why it exists: PR_SET_PDEATHSIG only reaches the direct child, so a
 //! command's own children (`sh -c 'sleep 100 & wait'`) would outlive a
@@ -12,7 +13,9 @@
 //!   to the whole group for graceful stops), and checks `getppid()` against
 //!   the expected sim pid to close the race with a sim that died before the
 //!   prctl;
-//! - runs ARGV as its child in its own process group (made by the spawner:
+//! - runs ARGV as its child (as uid U, gid G and groups G,… when given,
+//!   switched in the child right before its exec; the shim keeps the sim's
+//!   credentials, see `start_command`) in its own process group (made by the spawner:
 //!   `setsid` + controlling tty, or `setpgid`), with the fds it inherited and
 //!   the environment it was given;
 //! - when the command exits: SIGKILLs whatever descendants are left (a
@@ -35,15 +38,41 @@ use std::time::{Duration, Instant};
 struct Args {
     ppid: i32,
     exe: Option<String>,
+    user: Option<super::User>,
     argv: Vec<String>,
+}
+
+fn id_arg(flag: &str, v: &str) -> Result<u32, String> {
+    v.parse::<u32>()
+        .ok()
+        .filter(|&n| n < u32::MAX)
+        .ok_or(format!("bad {flag} {v:?}"))
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
     let mut ppid = None;
     let mut exe = None;
+    let (mut uid, mut gid, mut groups) = (None, None, None);
     let mut it = args.iter();
     loop {
         match it.next().map(String::as_str) {
+            Some(f @ ("--uid" | "--gid")) => {
+                let v = id_arg(f, it.next().ok_or(format!("{f} needs a value"))?)?;
+                if f == "--uid" {
+                    uid = Some(v);
+                } else {
+                    gid = Some(v);
+                }
+            }
+            Some("--groups") => {
+                let v = it.next().ok_or("--groups needs a value")?;
+                let list: Vec<u32> = v
+                    .split(',')
+                    .filter(|g| !g.is_empty())
+                    .map(|g| id_arg("--groups", g))
+                    .collect::<Result<_, _>>()?;
+                groups = Some(list);
+            }
             Some("--ppid") => {
                 let v = it.next().ok_or("--ppid needs a value")?;
                 ppid = Some(v.parse::<i32>().map_err(|_| format!("bad --ppid {v:?}"))?);
@@ -58,9 +87,19 @@ fn parse(args: &[String]) -> Result<Args, String> {
     if argv.is_empty() != exe.is_none() {
         return Err("--exe and a command go together".into());
     }
+    let user = match (uid, gid) {
+        (Some(uid), Some(gid)) => Some(super::User {
+            uid,
+            gid,
+            groups: groups.unwrap_or_default(),
+        }),
+        (None, None) if groups.is_none() => None,
+        _ => return Err("--uid and --gid go together (with --groups)".into()),
+    };
     Ok(Args {
         ppid: ppid.ok_or("missing --ppid")?,
         exe,
+        user,
         argv,
     })
 }
@@ -102,7 +141,7 @@ pub fn shim_main(args: &[String]) -> i32 {
         return 1;
     }
     let child = match &args.exe {
-        Some(exe) => match start_command(exe, &args.argv) {
+        Some(exe) => match start_command(exe, &args.argv, args.user.as_ref()) {
             Ok(pid) => Some(pid),
             Err(e) => {
                 let _ = writeln!(std::io::stderr(), "kubegate __shim: {e}");
@@ -145,8 +184,20 @@ fn parent_gone(ppid: i32) -> bool {
     rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(ppid)
 }
 
-/// Forks and execs the command in our group, with default signal handling.
-fn start_command(exe: &str, argv: &[String]) -> Result<i32, String> {
+/// Forks and execs the command in our group, with default signal handling,
+/// as `user` when given.
+///
+/// The credentials change in the forked child, right before `execv`: the
+/// shim is single-threaded and this is a real fork (not the spawner's
+/// `CLONE_VM` child, which shares the sim's memory and must not call libc's
+/// set*id wrappers, which signal every thread of the process). Order:
+/// supplementary groups, then gid, then uid (after the uid change the others
+/// are no longer permitted). The kernel clears the parent-death signal on a
+/// credential change, so it is armed AFTER the switch (SIGKILL: the shim is
+/// gone, so must the command be), then `getppid` closes the race with a shim
+/// that died before the prctl. The shim itself keeps the sim's credentials:
+/// its own parent-death signal stays armed and the pod cannot signal it.
+fn start_command(exe: &str, argv: &[String], user: Option<&super::User>) -> Result<i32, String> {
     let c_exe = CString::new(exe).map_err(|_| "NUL in command path".to_string())?;
     let c_args: Vec<CString> = argv
         .iter()
@@ -155,8 +206,11 @@ fn start_command(exe: &str, argv: &[String]) -> Result<i32, String> {
         .map_err(|_| "NUL in an argument".to_string())?;
     let mut ptrs: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
+    let groups: Vec<libc::gid_t> = user.map(|u| u.groups.clone()).unwrap_or_default();
+    let shim_pid = rustix::process::getpid().as_raw_nonzero().get();
     // SAFETY: the shim is single-threaded, so the child may do anything; it
-    // only resets signals and execs data prepared before the fork.
+    // only resets signals, switches credentials and execs data prepared
+    // before the fork.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(format!("fork: {}", std::io::Error::last_os_error()));
@@ -172,6 +226,34 @@ fn start_command(exe: &str, argv: &[String]) -> Result<i32, String> {
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            // A container runtime's umask (runc's), not the sim's own
+            // (the daemon runs with 077).
+            libc::umask(0o022);
+            if let Some(u) = user {
+                let step = if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
+                    Some("setgroups")
+                } else if libc::setresgid(u.gid, u.gid, u.gid) != 0 {
+                    Some("setresgid")
+                } else if libc::setresuid(u.uid, u.uid, u.uid) != 0 {
+                    Some("setresuid")
+                } else if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    Some("prctl(PR_SET_PDEATHSIG)")
+                } else {
+                    None
+                };
+                if let Some(step) = step {
+                    let err = std::io::Error::last_os_error();
+                    let msg = format!(
+                        "kubegate __shim: {step} for uid {} gid {}: {err}\n",
+                        u.uid, u.gid
+                    );
+                    libc::write(2, msg.as_ptr().cast(), msg.len());
+                    libc::_exit(126);
+                }
+                if libc::getppid() != shim_pid {
+                    libc::_exit(1);
+                }
+            }
             libc::execv(c_exe.as_ptr(), ptrs.as_ptr());
             let err = std::io::Error::last_os_error();
             let code = if err.raw_os_error() == Some(libc::ENOENT) {
@@ -341,6 +423,30 @@ mod tests {
         assert!(parse(&idle).unwrap().argv.is_empty());
         assert!(parse(&a[..2]).is_err());
         assert!(parse(&["--ppid".to_string(), "x".into(), "--".into()]).is_err());
+        let as_user: Vec<String> = [
+            "--ppid", "7", "--uid", "200001", "--gid", "5", "--groups", "5,200001", "--",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            parse(&as_user).unwrap().user,
+            Some(crate::sim::runtime::User {
+                uid: 200001,
+                gid: 5,
+                groups: vec![5, 200001]
+            })
+        );
+        let half: Vec<String> = ["--ppid", "7", "--uid", "1", "--"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(parse(&half).is_err());
+        let minus: Vec<String> = ["--ppid", "7", "--uid", "4294967295", "--gid", "1", "--"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(parse(&minus).is_err());
     }
 
     #[test]
