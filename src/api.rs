@@ -63,10 +63,14 @@ pub enum Code {
     PortUnreachable,
     /// The session's workspace agent did not answer usably.
     WorkspaceUnavailable,
+    /// A per-principal connection limit (io sockets, event streams,
+    /// port-proxy streams) or the per-peer limit on connections that have
+    /// not authenticated is reached.
+    TooManyConnections,
 }
 
 impl Code {
-    pub const ALL: [Code; 31] = [
+    pub const ALL: [Code; 32] = [
         Code::Unauthorized,
         Code::NotFound,
         Code::MethodNotAllowed,
@@ -98,6 +102,7 @@ impl Code {
         Code::Forbidden,
         Code::PortUnreachable,
         Code::WorkspaceUnavailable,
+        Code::TooManyConnections,
     ];
 
     /// The wire spelling (`EXEC_INVALID`).
@@ -134,6 +139,7 @@ impl Code {
             Code::Forbidden => "FORBIDDEN",
             Code::PortUnreachable => "PORT_UNREACHABLE",
             Code::WorkspaceUnavailable => "WORKSPACE_UNAVAILABLE",
+            Code::TooManyConnections => "TOO_MANY_CONNECTIONS",
         }
     }
 
@@ -164,7 +170,7 @@ impl Code {
             | Code::NotRunning
             | Code::NotSuspended => 409,
             Code::ExecOutputLimit => 422,
-            Code::ExecTooMany | Code::ReloadRateLimited => 429,
+            Code::ExecTooMany | Code::ReloadRateLimited | Code::TooManyConnections => 429,
             Code::ExecAborted => 499,
             Code::ExecFailed | Code::PortUnreachable | Code::WorkspaceUnavailable => 502,
             Code::Overloaded | Code::NotReady => 503,
@@ -266,6 +272,14 @@ impl ApiError {
                 format!("request body larger than {limit} bytes"),
             ),
             HttpError::Overloaded => ApiError::new(Code::Overloaded, "too many connections"),
+            HttpError::Busy => ApiError::new(
+                Code::Overloaded,
+                "the daemon holds as many request bodies as it allows; retry later",
+            ),
+            HttpError::TooManyConnections => ApiError::new(
+                Code::TooManyConnections,
+                "too many connections from this address have not authenticated",
+            ),
             HttpError::Internal => ApiError::new(Code::Internal, "internal error"),
         }
     }

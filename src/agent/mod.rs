@@ -344,6 +344,22 @@ impl Agent {
 }
 
 impl Handler for Agent {
+    /// The token is checked from the head: a stranger's body (up to the
+    /// agent's body cap) is never read.
+    fn admit(&self, head: &Request) -> crate::http::Admission {
+        if (head.method == "GET" && head.path == "/healthz") || self.authenticate(head).is_ok() {
+            return crate::http::Admission::Admit(crate::http::Admit::default());
+        }
+        let e = ApiError::new(
+            Code::Unauthorized,
+            "a valid bearer token is required (Authorization: Bearer TOKEN, \
+             or X-Kubegate-Agent-Token: TOKEN)",
+        );
+        crate::http::Admission::Refuse(
+            api_error(&e).with_header(PROTOCOL_HEADER, &AGENT_PROTOCOL.to_string()),
+        )
+    }
+
     fn handle(&self, req: Request) -> Reply {
         let resp = match (req.method.as_str(), req.path.as_str()) {
             ("GET", "/healthz") => json_ok(json!({"status": "ok"})),

@@ -1,13 +1,18 @@
 //! The listener: binds, accepts, and gives each connection its own named
-//! thread, up to `max_connections`.
+//! thread, up to `max_connections`, and up to `max_connections_per_peer`
+//! per peer address for connections that have not authenticated yet.
 //!
-//! Owns the listening socket, the stop eventfd, and the connection count.
-//! Never reads requests itself. It waits in poll(2) on the listener and the
-//! stop eventfd, so `shutdown` wakes it at once and an idle server burns no
-//! CPU. Connections over the limit go to ONE overflow thread (through a
-//! small bounded channel; when that is full they are simply closed), which
-//! answers 503 with `Connection: close`: the number of threads stays bounded
-//! however hard the server is hit.
+//! Owns the listening socket, the stop eventfd, the connection count and
+//! the per-peer counts. Never reads requests itself. It waits in poll(2) on
+//! the listener and the stop eventfd, so `shutdown` wakes it at once and an
+//! idle server burns no CPU. Connections over a limit go to a few overflow
+//! threads (through a small bounded channel; when that is full they are
+//! simply closed), which read one head with a short deadline: a health
+//! route is answered there (`Handler::overflow`), a connection over its
+//! peer's limit whose head authenticates (`Admit::known`) gets a
+//! connection thread after all when a slot is free, anything else gets 503
+//! (every slot taken) or 429 (the peer's limit), with `Connection: close`.
+//! The number of threads stays bounded however hard the server is hit.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,8 +26,10 @@ use parking_lot::Mutex;
 use rustix::event::{PollFd, PollFlags};
 
 use super::conn::{self, Shared};
+use super::parse::parse_head;
 use super::stream::{poll, Socket, Waker};
-use super::types::{Handler, HttpError, Response};
+use super::types::{Admission, Handler, HttpError, Response};
+use std::io::Read;
 
 /// Server limits and settings. Every default is chosen for the simulated
 /// cluster and the daemon's front door on a small machine.
@@ -30,6 +37,16 @@ use super::types::{Handler, HttpError, Response};
 pub struct ServerConfig {
     /// Concurrent connections (each one thread); more get 503. Default 1024.
     pub max_connections: usize,
+    /// Connections from one peer address that have not yet made a request
+    /// admitted as `known` (authenticated); more get 429. Default: no limit.
+    pub max_connections_per_peer: usize,
+    /// Time a new connection gets for its TLS handshake and the start of
+    /// its first head, and the base of every head's deadline. Default 5 s.
+    pub head_grace: Duration,
+    /// A head must keep arriving at this rate past `head_grace` (each byte
+    /// earns 1/rate s), up to `request_read_timeout`: the slowloris guard.
+    /// Default 1024 bytes/s.
+    pub min_head_bytes_per_sec: usize,
     /// Largest request head (request line + headers). Default 64 KiB.
     pub max_header_bytes: usize,
     /// Largest request body, either framing. Default 8 MiB.
@@ -57,6 +74,9 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             max_connections: 1024,
+            max_connections_per_peer: usize::MAX,
+            head_grace: Duration::from_secs(5),
+            min_head_bytes_per_sec: 1024,
             max_header_bytes: 64 * 1024,
             max_body_bytes: 8 << 20,
             keep_alive_idle: Duration::from_secs(90),
@@ -73,6 +93,9 @@ impl std::fmt::Debug for ServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerConfig")
             .field("max_connections", &self.max_connections)
+            .field("max_connections_per_peer", &self.max_connections_per_peer)
+            .field("head_grace", &self.head_grace)
+            .field("min_head_bytes_per_sec", &self.min_head_bytes_per_sec)
             .field("max_header_bytes", &self.max_header_bytes)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("keep_alive_idle", &self.keep_alive_idle)
@@ -85,10 +108,23 @@ impl std::fmt::Debug for ServerConfig {
     }
 }
 
-/// Connections waiting for their 503 (beyond this they are just closed).
-const OVERFLOW_QUEUE: usize = 64;
-/// How long the overflow thread spends on one rejected connection.
+/// Connections waiting for the overflow path (beyond this they are just
+/// closed).
+const OVERFLOW_QUEUE: usize = 256;
+/// Threads reading heads on the overflow path.
+const OVERFLOW_THREADS: usize = 4;
+/// How long the overflow path spends on one connection (TLS handshake and
+/// head included).
 const OVERFLOW_BUDGET: Duration = Duration::from_secs(1);
+
+/// Why a connection is on the overflow path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Over {
+    /// Every connection slot is taken.
+    Slots,
+    /// Its peer address is over `max_connections_per_peer`.
+    Peer,
+}
 
 /// A running HTTP server. Dropping it shuts it down.
 pub struct Server {
@@ -116,17 +152,23 @@ impl Server {
             active: AtomicUsize::new(0),
             outage_until: parking_lot::Mutex::new(None),
             poke: Waker::new()?,
+            peers: Mutex::new(std::collections::HashMap::new()),
+            body_bytes: AtomicUsize::new(0),
+            refused: std::sync::atomic::AtomicU64::new(0),
         });
-        let (over_tx, over_rx) = crossbeam_channel::bounded::<TcpStream>(OVERFLOW_QUEUE);
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name(format!("{name}-overflow"))
-            .stack_size(s.cfg.thread_stack_bytes.max(128 * 1024))
-            .spawn(move || {
-                for tcp in over_rx {
-                    reject(&s, tcp);
-                }
-            })?;
+        let (over_tx, over_rx) = crossbeam_channel::bounded::<Overflowed>(OVERFLOW_QUEUE);
+        for _ in 0..OVERFLOW_THREADS {
+            let s = shared.clone();
+            let rx = over_rx.clone();
+            std::thread::Builder::new()
+                .name(format!("{name}-overflow"))
+                .stack_size(s.cfg.thread_stack_bytes.max(128 * 1024))
+                .spawn(move || {
+                    for o in rx {
+                        overflow(&s, o);
+                    }
+                })?;
+        }
         let s = shared.clone();
         let handle = std::thread::Builder::new()
             .name(format!("{name}-listen"))
@@ -146,6 +188,35 @@ impl Server {
     /// connection thread).
     pub fn connections(&self) -> usize {
         self.shared.active.load(Ordering::Acquire)
+    }
+
+    /// Body bytes held in memory right now by requests being read or
+    /// handled.
+    pub fn body_bytes_buffered(&self) -> usize {
+        self.shared.body_bytes.load(Ordering::Acquire)
+    }
+
+    /// Requests refused from their head by `Handler::admit` so far.
+    pub fn refused_at_head(&self) -> u64 {
+        self.shared.refused.load(Ordering::Relaxed)
+    }
+
+    /// The most not-yet-authenticated connections any one peer address
+    /// holds right now.
+    pub fn max_connections_of_a_peer(&self) -> usize {
+        self.shared
+            .peers
+            .lock()
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A handle reading these figures that outlives no server (for
+    /// scrape-time metrics probes).
+    pub fn stats(&self) -> Stats {
+        Stats(Arc::downgrade(&self.shared))
     }
 
     /// Plays dead for `d` (fault injection): the listening port is closed,
@@ -177,6 +248,43 @@ impl Drop for Server {
     }
 }
 
+/// The server's figures, read at scrape time (zero once it is gone).
+#[derive(Clone)]
+pub struct Stats(std::sync::Weak<Shared>);
+
+impl Stats {
+    pub fn body_bytes_buffered(&self) -> usize {
+        self.0
+            .upgrade()
+            .map_or(0, |s| s.body_bytes.load(Ordering::Acquire))
+    }
+
+    pub fn refused_at_head(&self) -> u64 {
+        self.0
+            .upgrade()
+            .map_or(0, |s| s.refused.load(Ordering::Relaxed))
+    }
+
+    pub fn max_connections_of_a_peer(&self) -> usize {
+        self.0
+            .upgrade()
+            .map_or(0, |s| s.peers.lock().values().copied().max().unwrap_or(0))
+    }
+
+    pub fn connections(&self) -> usize {
+        self.0
+            .upgrade()
+            .map_or(0, |s| s.active.load(Ordering::Acquire))
+    }
+}
+
+/// A connection on its way to the overflow path.
+struct Overflowed {
+    tcp: TcpStream,
+    peer: SocketAddr,
+    why: Over,
+}
+
 /// Gives back a connection slot when the connection thread ends (or when
 /// it could not be spawned).
 struct Slot(Arc<Shared>);
@@ -191,7 +299,7 @@ fn listen(
     shared: &Arc<Shared>,
     listener: TcpListener,
     addr: SocketAddr,
-    overflow: crossbeam_channel::Sender<TcpStream>,
+    overflow: crossbeam_channel::Sender<Overflowed>,
 ) {
     let cfg = &shared.cfg;
     let mut listener = listener;
@@ -242,19 +350,49 @@ fn listen(
             if tcp.set_nonblocking(false).is_err() {
                 continue;
             }
+            let accepted = Instant::now();
             if shared.active.fetch_add(1, Ordering::AcqRel) >= cfg.max_connections {
                 shared.active.fetch_sub(1, Ordering::AcqRel);
-                if overflow.try_send(tcp).is_err() {
+                let o = Overflowed {
+                    tcp,
+                    peer,
+                    why: Over::Slots,
+                };
+                if overflow.try_send(o).is_err() {
                     log::warn!("overloaded: dropping connection from {peer}");
                 }
                 continue;
             }
             let slot = Slot(shared.clone());
+            let peer_slot = if cfg.max_connections_per_peer == usize::MAX {
+                None
+            } else {
+                let mut peers = shared.peers.lock();
+                let n = peers.entry(peer.ip()).or_insert(0);
+                if *n >= cfg.max_connections_per_peer {
+                    drop(peers);
+                    drop(slot);
+                    let o = Overflowed {
+                        tcp,
+                        peer,
+                        why: Over::Peer,
+                    };
+                    if overflow.try_send(o).is_err() {
+                        log::warn!("too many connections: dropping connection from {peer}");
+                    }
+                    continue;
+                }
+                *n += 1;
+                Some(conn::PeerSlot {
+                    shared: shared.clone(),
+                    ip: peer.ip(),
+                })
+            };
             let spawned = std::thread::Builder::new()
                 .name(format!("{}-conn", cfg.name))
                 .stack_size(cfg.thread_stack_bytes)
                 .spawn(move || {
-                    conn::serve(&slot.0, tcp, peer);
+                    conn::serve(&slot.0, tcp, peer, peer_slot, accepted);
                     drop(slot);
                 });
             if let Err(e) = spawned {
@@ -306,9 +444,14 @@ fn play_dead(shared: &Shared, listener: TcpListener, addr: SocketAddr) -> Option
     None
 }
 
-/// Answers 503 on an over-limit connection, then closes it.
-fn reject(shared: &Shared, tcp: TcpStream) {
+/// The overflow path: reads one head within [`OVERFLOW_BUDGET`]; serves
+/// it on a connection thread when its peer was over its limit but the head
+/// authenticates and a slot is free; otherwise answers it (a health route
+/// through `Handler::overflow`, else 503/429) and closes.
+fn overflow(shared: &Arc<Shared>, o: Overflowed) {
+    let Overflowed { tcp, peer, why } = o;
     let start = Instant::now();
+    let deadline = start + OVERFLOW_BUDGET;
     let _ = tcp.set_nodelay(true);
     let _ = tcp.set_write_timeout(Some(OVERFLOW_BUDGET));
     let mut sock = match &shared.cfg.tls {
@@ -318,30 +461,79 @@ fn reject(shared: &Shared, tcp: TcpStream) {
             None => return,
         },
     };
-    let err = HttpError::Overloaded;
-    let handler = shared.handler.clone();
-    let mut resp = catch_unwind(AssertUnwindSafe(|| handler.error_response(&err)))
-        .unwrap_or_else(|_| Response::text(503, "overloaded"));
-    resp.status = err.status();
-    let body = match resp.body {
-        super::types::Body::Bytes(b) => b,
-        _ => Vec::new(),
+    let err = match why {
+        Over::Slots => HttpError::Overloaded,
+        Over::Peer => HttpError::TooManyConnections,
     };
-    let mut head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nDate: {}\r\nContent-Length: {}\r\nConnection: close\r\nRetry-After: 1\r\n",
-        conn::http_date(std::time::SystemTime::now()),
-        body.len()
-    );
-    for (k, v) in &resp.headers {
-        if k.eq_ignore_ascii_case("content-type") && !v.bytes().any(|b| b == b'\r' || b == b'\n') {
-            head.push_str(&format!("Content-Type: {v}\r\n"));
+    let mut buf = Vec::new();
+    let head = loop {
+        match parse_head(&buf, shared.cfg.max_header_bytes) {
+            Ok(Some(h)) => break Some(h),
+            Ok(None) => {}
+            Err(_) => break None,
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || buf.len() >= shared.cfg.max_header_bytes {
+            break None;
+        }
+        if sock.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        let mut chunk = [0u8; 4096];
+        match sock.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break None,
+        }
+    };
+    let handler = shared.handler.clone();
+    let mut resp = None;
+    let mut minor = 1;
+    let mut is_head = false;
+    if let Some(head) = head {
+        minor = head.minor;
+        let req = conn::head_request(head, peer, &sock);
+        is_head = req.method == "HEAD";
+        if let Ok(Some(r)) = catch_unwind(AssertUnwindSafe(|| handler.overflow(&req, &err))) {
+            resp = Some(r);
+        } else if why == Over::Peer && !shared.is_stopping() {
+            let known = matches!(
+                catch_unwind(AssertUnwindSafe(|| handler.admit(&req))),
+                Ok(Admission::Admit(ref a)) if a.known
+            );
+            if known && shared.active.fetch_add(1, Ordering::AcqRel) < shared.cfg.max_connections {
+                // Authenticated: it counts against its principal's limits
+                // now, not its address's. The connection thread reads the
+                // head again from `buf`.
+                let slot = Slot(shared.clone());
+                let spawned = std::thread::Builder::new()
+                    .name(format!("{}-conn", shared.cfg.name))
+                    .stack_size(shared.cfg.thread_stack_bytes)
+                    .spawn(move || {
+                        conn::serve_socket(&slot.0, sock, peer, buf, None, start);
+                        drop(slot);
+                    });
+                if let Err(e) = spawned {
+                    log::warn!("cannot spawn a connection thread: {e}");
+                }
+                return;
+            } else if known {
+                shared.active.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     }
-    head.push_str("\r\n");
-    let mut all = head.into_bytes();
-    all.extend_from_slice(&body);
-    use std::io::Write;
-    if sock.write_all(&all).and_then(|()| sock.flush()).is_ok() {
+    let mut resp = resp.unwrap_or_else(|| {
+        let mut r = catch_unwind(AssertUnwindSafe(|| handler.error_response(&err)))
+            .unwrap_or_else(|_| Response::text(err.status(), "too many connections"));
+        r.status = err.status();
+        conn::with_retry_after(&mut r, &err);
+        r
+    });
+    if resp.status == 0 {
+        resp.status = err.status();
+    }
+    if conn::write_response(&mut sock, resp, minor, is_head, false, shared).is_ok() {
         let left = OVERFLOW_BUDGET.saturating_sub(start.elapsed());
         sock.linger_close(left.min(Duration::from_millis(300)));
     }

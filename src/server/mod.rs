@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod daemon;
+pub mod limits;
 pub mod memory;
 
 pub use daemon::{serve_main, Daemon, StartError};
