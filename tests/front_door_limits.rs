@@ -433,9 +433,27 @@ fn health_is_answered_when_every_slot_is_taken() {
     );
     let (st, _) = d.request("GET", "/readyz", None, None);
     assert_eq!(st, 200);
-    let held: Vec<TcpStream> = (0..4).map(|_| connect(&d)).collect();
-    // Every slot is taken once the four are accepted: an authenticated
-    // request gets 503, health is still answered.
+    // Half-open connections hold no slot (the listener reads their heads):
+    // a request is served beside them.
+    let half_open: Vec<TcpStream> = (0..8).map(|_| connect(&d)).collect();
+    let (st, _) = d.request("GET", "/v1/workspaces", Some(&d.token), None);
+    assert_eq!(st, 200, "half-open connections took slots");
+    // Four admitted requests whose bodies are still coming take the four
+    // slots.
+    let held: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            send_head(
+                &d,
+                &format!(
+                    "POST /v1/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Length: 1000\r\n\r\n",
+                    d.token
+                ),
+                b"{",
+            )
+        })
+        .collect();
+    // Every slot is taken: an authenticated request gets 503, health is
+    // still answered.
     wait_for("every slot taken", Duration::from_secs(10), || {
         let (st, _) = d.request("GET", "/v1/workspaces", Some(&d.token), None);
         (st == 503).then_some(())
@@ -446,7 +464,7 @@ fn health_is_answered_when_every_slot_is_taken() {
     assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
     let (st, body) = d.request("GET", "/readyz", None, None);
     assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
-    drop(held);
+    drop((held, half_open));
     wait_for("a free slot", Duration::from_secs(10), || {
         let (st, _) = d.request("GET", "/v1/workspaces", Some(&d.token), None);
         (st == 200).then_some(())

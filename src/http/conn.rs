@@ -28,8 +28,8 @@ use super::parse::{parse_head, BodyKind, ChunkedDecoder, Head};
 use super::server::ServerConfig;
 use super::stream::{peer_gone, wait_readable, PollStream, Readiness, Socket, TlsStream, Waker};
 use super::types::{
-    Admission, Body, BodyCharge, ChunkSink, Context, Handler, HttpError, Reply, Request, Response,
-    Upgrade,
+    Admission, Admit, Body, BodyCharge, ChunkSink, Context, Handler, HttpError, Reply, Request,
+    Response, Upgrade,
 };
 use super::ws::WsConn;
 
@@ -167,7 +167,7 @@ pub(crate) fn serve(
             None => return,
         },
     };
-    serve_socket(shared, sock, peer, Vec::new(), slot, accepted);
+    serve_socket(shared, sock, peer, Vec::new(), slot, accepted, None);
 }
 
 /// Serves requests on a socket whose TLS handshake is done, starting with
@@ -179,6 +179,7 @@ pub(crate) fn serve_socket(
     buf: Vec<u8>,
     slot: Option<PeerSlot>,
     accepted: Instant,
+    first_admit: Option<Admit>,
 ) {
     let _ = sock.set_write_timeout(Some(shared.cfg.write_timeout));
     let client_cert_der = match &sock {
@@ -195,6 +196,7 @@ pub(crate) fn serve_socket(
         peer_slot: slot,
         hold: None,
         accepted,
+        first_admit,
     };
     conn.run();
 }
@@ -253,6 +255,9 @@ struct Conn<'a> {
     hold: Option<Box<dyn std::any::Any + Send>>,
     /// When the connection was accepted: the first head's clock.
     accepted: Instant,
+    /// The first request's admission, made by the listener (which read
+    /// its head).
+    first_admit: Option<Admit>,
 }
 
 impl<'a> Conn<'a> {
@@ -386,7 +391,11 @@ impl<'a> Conn<'a> {
         // anew whether this one gets one.
         self.hold = None;
         let handler = shared.handler.clone();
-        let admission = match catch_unwind(AssertUnwindSafe(|| handler.admit(&req))) {
+        let first = self.first_admit.take();
+        let admission = match catch_unwind(AssertUnwindSafe(|| match first {
+            Some(a) => Admission::Admit(a),
+            None => handler.admit(&req),
+        })) {
             Ok(a) => a,
             Err(_) => {
                 log::error!("admission panicked serving {}", self.peer);

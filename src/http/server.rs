@@ -28,8 +28,9 @@ use rustix::event::{PollFd, PollFlags};
 use super::conn::{self, Shared};
 use super::parse::parse_head;
 use super::stream::{poll, Socket, Waker};
-use super::types::{Admission, Handler, HttpError, Response};
+use super::types::{Admission, Admit, Handler, HttpError, Response};
 use std::io::Read;
+use std::os::fd::AsFd;
 
 /// Server limits and settings. Every default is chosen for the simulated
 /// cluster and the daemon's front door on a small machine.
@@ -66,6 +67,10 @@ pub struct ServerConfig {
     /// Stack of each connection thread. Default 256 KiB: the sim holds
     /// 2,000+ idle watch connections, one thread each.
     pub thread_stack_bytes: usize,
+    /// Plain connections whose first head is still arriving (they hold
+    /// an fd and a small buffer each, no thread); more are closed at once.
+    /// Default 4096.
+    pub max_pending_heads: usize,
     /// Prefix of thread names (`{name}-listen`, `{name}-conn`, ...).
     pub name: &'static str,
 }
@@ -84,6 +89,7 @@ impl Default for ServerConfig {
             write_timeout: Duration::from_secs(60),
             tls: None,
             thread_stack_bytes: 256 * 1024,
+            max_pending_heads: 4096,
             name: "http",
         }
     }
@@ -103,6 +109,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("write_timeout", &self.write_timeout)
             .field("tls", &self.tls.is_some())
             .field("thread_stack_bytes", &self.thread_stack_bytes)
+            .field("max_pending_heads", &self.max_pending_heads)
             .field("name", &self.name)
             .finish()
     }
@@ -283,6 +290,9 @@ struct Overflowed {
     tcp: TcpStream,
     peer: SocketAddr,
     why: Over,
+    /// What was read of the connection already (its head, for a plain
+    /// connection whose head the listener read).
+    buf: Vec<u8>,
 }
 
 /// Gives back a connection slot when the connection thread ends (or when
@@ -295,111 +305,488 @@ impl Drop for Slot {
     }
 }
 
+/// epoll keys of the listener's own descriptors; pending heads use keys
+/// from [`FIRST_HEAD_KEY`].
+const KEY_LISTENER: u64 = 0;
+const KEY_STOP: u64 = 1;
+const KEY_POKE: u64 = 2;
+const FIRST_HEAD_KEY: u64 = 16;
+/// Bytes read from a pending head's socket per read.
+const HEAD_READ: usize = 4096;
+/// How long an answered connection is drained before it is closed.
+const DRAIN: Duration = Duration::from_millis(500);
+
+/// A plain-TCP connection whose first head is still arriving: it holds
+/// an fd and the bytes read so far, no thread and no slot.
+struct Pending {
+    tcp: TcpStream,
+    buf: Vec<u8>,
+    peer: SocketAddr,
+    accepted: Instant,
+    /// Its place in the peer's count; `None` when over the peer's limit
+    /// (or no limit is set: see `over_peer`).
+    peer_slot: Option<conn::PeerSlot>,
+    over_peer: bool,
+    /// Answered and closing: what the client still sends is read and
+    /// discarded until then (the linger, without a thread).
+    drain_until: Option<Instant>,
+}
+
+impl Pending {
+    fn deadline(&self, cfg: &ServerConfig) -> Instant {
+        self.drain_until
+            .unwrap_or_else(|| conn::head_deadline(self.accepted, self.buf.len(), cfg))
+    }
+}
+
+/// The listener's loop: accepts, reads first heads of plain connections
+/// (epoll, each with its deadline and minimum rate), and gives a
+/// connection thread only to a complete head; TLS connections get their
+/// thread at once (the handshake runs there, within `head_grace`).
 fn listen(
     shared: &Arc<Shared>,
     listener: TcpListener,
     addr: SocketAddr,
     overflow: crossbeam_channel::Sender<Overflowed>,
 ) {
-    let cfg = &shared.cfg;
+    use rustix::buffer::spare_capacity;
+    use rustix::event::epoll;
+    let ep = match epoll::create(epoll::CreateFlags::CLOEXEC) {
+        Ok(ep) => ep,
+        Err(e) => {
+            log::error!("listener: epoll_create: {e}");
+            return;
+        }
+    };
+    let add = |fd: std::os::fd::BorrowedFd<'_>, key: u64| {
+        epoll::add(
+            &ep,
+            fd,
+            epoll::EventData::new_u64(key),
+            epoll::EventFlags::IN,
+        )
+    };
     let mut listener = listener;
+    if add(listener.as_fd(), KEY_LISTENER)
+        .and_then(|()| add(shared.stop.fd(), KEY_STOP))
+        .and_then(|()| add(shared.poke.fd(), KEY_POKE))
+        .is_err()
+    {
+        log::error!("listener: epoll_ctl failed");
+        return;
+    }
+    let mut heads: std::collections::HashMap<u64, Pending> = std::collections::HashMap::new();
+    let mut next_key = FIRST_HEAD_KEY;
+    let mut events: Vec<epoll::Event> = Vec::with_capacity(256);
     loop {
-        let mut fds = [
-            PollFd::new(&listener, PollFlags::IN),
-            PollFd::from_borrowed_fd(shared.stop.fd(), PollFlags::IN),
-            PollFd::from_borrowed_fd(shared.poke.fd(), PollFlags::IN),
-        ];
-        if let Err(e) = poll(&mut fds, None) {
-            log::error!("listener poll failed: {e}");
-            return;
-        }
-        if shared.is_stopping() || !fds[1].revents().is_empty() {
-            return;
-        }
-        if !fds[2].revents().is_empty() {
-            shared.poke.reset();
-            if shared.in_outage() {
-                match play_dead(shared, listener, addr) {
-                    Some(l) => listener = l,
-                    None => return,
-                }
-                continue;
+        let now = Instant::now();
+        let timeout = heads
+            .values()
+            .map(|p| p.deadline(&shared.cfg))
+            .min()
+            .map(|d| d.saturating_duration_since(now) + Duration::from_millis(1));
+        let ts = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
+        events.clear();
+        match epoll::wait(&ep, spare_capacity(&mut events), ts.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                log::error!("listener: epoll_wait: {e}");
+                return;
             }
         }
-        loop {
-            let (tcp, peer) = match listener.accept() {
-                Ok(x) => x,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-                    ) =>
-                {
-                    continue
+        if shared.is_stopping() {
+            return;
+        }
+        let mut readable = Vec::new();
+        let mut accept = false;
+        for ev in &events {
+            match ev.data.u64() {
+                KEY_LISTENER => accept = true,
+                KEY_STOP => return,
+                KEY_POKE => {
+                    shared.poke.reset();
+                    if shared.in_outage() {
+                        let _ = epoll::delete(&ep, listener.as_fd());
+                        // Pending heads are dropped with the port.
+                        for (_, p) in heads.drain() {
+                            let _ = epoll::delete(&ep, p.tcp.as_fd());
+                        }
+                        match play_dead(shared, listener, addr) {
+                            Some(l) => listener = l,
+                            None => return,
+                        }
+                        if add(listener.as_fd(), KEY_LISTENER).is_err() {
+                            log::error!("listener: epoll_ctl failed");
+                            return;
+                        }
+                    }
                 }
-                Err(e) => {
-                    // Out of fds or memory: back off briefly instead of
-                    // spinning on a listener that stays readable.
-                    log::warn!("accept failed: {e}");
-                    let mut stop = [PollFd::from_borrowed_fd(shared.stop.fd(), PollFlags::IN)];
-                    let _ = poll(&mut stop, Some(Duration::from_millis(50)));
-                    break;
-                }
+                key => readable.push(key),
+            }
+        }
+        if accept {
+            let pending = heads.len();
+            accept_all(
+                shared,
+                &listener,
+                &overflow,
+                |p| {
+                    let key = next_key;
+                    next_key += 1;
+                    if add(p.tcp.as_fd(), key).is_ok() {
+                        heads.insert(key, p);
+                    }
+                },
+                pending,
+            );
+        }
+        for key in readable {
+            let Some(p) = heads.get_mut(&key) else {
+                continue;
             };
-            if tcp.set_nonblocking(false).is_err() {
-                continue;
-            }
-            let accepted = Instant::now();
-            if shared.active.fetch_add(1, Ordering::AcqRel) >= cfg.max_connections {
-                shared.active.fetch_sub(1, Ordering::AcqRel);
-                let o = Overflowed {
-                    tcp,
-                    peer,
-                    why: Over::Slots,
-                };
-                if overflow.try_send(o).is_err() {
-                    log::warn!("overloaded: dropping connection from {peer}");
+            match read_head(shared, p) {
+                HeadState::More => {}
+                HeadState::Gone => {
+                    if let Some(p) = heads.remove(&key) {
+                        let _ = epoll::delete(&ep, p.tcp.as_fd());
+                    }
                 }
-                continue;
+                HeadState::Complete => {
+                    if let Some(p) = heads.remove(&key) {
+                        let _ = epoll::delete(&ep, p.tcp.as_fd());
+                        if let Some(mut p) = head_ready(shared, p) {
+                            // Answered: linger here, reading and
+                            // discarding, until the client stops or the
+                            // time is up.
+                            p.drain_until = Some(Instant::now() + DRAIN);
+                            p.buf = Vec::new();
+                            if p.tcp.set_nonblocking(true).is_ok()
+                                && add(p.tcp.as_fd(), key).is_ok()
+                            {
+                                heads.insert(key, p);
+                            }
+                        }
+                    }
+                }
             }
-            let slot = Slot(shared.clone());
-            let peer_slot = if cfg.max_connections_per_peer == usize::MAX {
+        }
+        // Heads past their deadline (too slow, or never sent) are closed.
+        let now = Instant::now();
+        let late: Vec<u64> = heads
+            .iter()
+            .filter(|(_, p)| p.deadline(&shared.cfg) <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in late {
+            if let Some(p) = heads.remove(&key) {
+                let _ = epoll::delete(&ep, p.tcp.as_fd());
+            }
+        }
+    }
+}
+
+/// Accepts every waiting connection: plain ones become pending heads
+/// (`pend`), TLS ones get a connection thread or the overflow path.
+fn accept_all(
+    shared: &Arc<Shared>,
+    listener: &TcpListener,
+    overflow: &crossbeam_channel::Sender<Overflowed>,
+    mut pend: impl FnMut(Pending),
+    mut pending: usize,
+) {
+    let cfg = &shared.cfg;
+    loop {
+        let (tcp, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                continue
+            }
+            Err(e) => {
+                // Out of fds or memory: back off briefly instead of
+                // spinning on a listener that stays readable.
+                log::warn!("accept failed: {e}");
+                let mut stop = [PollFd::from_borrowed_fd(shared.stop.fd(), PollFlags::IN)];
+                let _ = poll(&mut stop, Some(Duration::from_millis(50)));
+                return;
+            }
+        };
+        let accepted = Instant::now();
+        let peer_slot = if cfg.max_connections_per_peer == usize::MAX {
+            None
+        } else {
+            let mut peers = shared.peers.lock();
+            let n = peers.entry(peer.ip()).or_insert(0);
+            if *n >= cfg.max_connections_per_peer {
                 None
             } else {
-                let mut peers = shared.peers.lock();
-                let n = peers.entry(peer.ip()).or_insert(0);
-                if *n >= cfg.max_connections_per_peer {
-                    drop(peers);
-                    drop(slot);
-                    let o = Overflowed {
-                        tcp,
-                        peer,
-                        why: Over::Peer,
-                    };
-                    if overflow.try_send(o).is_err() {
-                        log::warn!("too many connections: dropping connection from {peer}");
-                    }
-                    continue;
-                }
                 *n += 1;
                 Some(conn::PeerSlot {
                     shared: shared.clone(),
                     ip: peer.ip(),
                 })
-            };
-            let spawned = std::thread::Builder::new()
-                .name(format!("{}-conn", cfg.name))
-                .stack_size(cfg.thread_stack_bytes)
-                .spawn(move || {
-                    conn::serve(&slot.0, tcp, peer, peer_slot, accepted);
-                    drop(slot);
-                });
-            if let Err(e) = spawned {
-                log::warn!("cannot spawn a connection thread: {e}");
+            }
+        };
+        let over_peer = cfg.max_connections_per_peer != usize::MAX && peer_slot.is_none();
+        if cfg.tls.is_none() {
+            if pending >= cfg.max_pending_heads {
+                log::warn!("too many connections without a head: dropping {peer}");
+                continue;
+            }
+            if tcp.set_nonblocking(true).is_err() {
+                continue;
+            }
+            pending += 1;
+            pend(Pending {
+                tcp,
+                buf: Vec::new(),
+                peer,
+                accepted,
+                peer_slot,
+                over_peer,
+                drain_until: None,
+            });
+            continue;
+        }
+        if tcp.set_nonblocking(false).is_err() {
+            continue;
+        }
+        let why = if over_peer {
+            Some(Over::Peer)
+        } else if !take_slot(shared) {
+            Some(Over::Slots)
+        } else {
+            None
+        };
+        match why {
+            Some(why) => {
+                let o = Overflowed {
+                    tcp,
+                    peer,
+                    why,
+                    buf: Vec::new(),
+                };
+                if overflow.try_send(o).is_err() {
+                    log::warn!("overloaded: dropping connection from {peer}");
+                }
+            }
+            None => spawn_conn(
+                shared,
+                Socket::Plain(tcp),
+                peer,
+                Vec::new(),
+                peer_slot,
+                accepted,
+                None,
+            ),
+        }
+    }
+}
+
+/// Takes a connection slot if one is free.
+fn take_slot(shared: &Shared) -> bool {
+    if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.cfg.max_connections {
+        shared.active.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    }
+    true
+}
+
+/// A connection thread for a connection holding a slot (taken by the
+/// caller); `handshake`: run the TLS handshake first.
+fn spawn_conn(
+    shared: &Arc<Shared>,
+    sock: Socket,
+    peer: SocketAddr,
+    buf: Vec<u8>,
+    peer_slot: Option<conn::PeerSlot>,
+    accepted: Instant,
+    first: Option<Admit>,
+) {
+    // A plain socket with nothing read yet is a TLS connection to be
+    // handshaken (plain connections come with their head).
+    let handshake = buf.is_empty() && shared.cfg.tls.is_some();
+    let slot = Slot(shared.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("{}-conn", shared.cfg.name))
+        .stack_size(shared.cfg.thread_stack_bytes)
+        .spawn(move || {
+            match sock {
+                Socket::Plain(tcp) if handshake => {
+                    conn::serve(&slot.0, tcp, peer, peer_slot, accepted)
+                }
+                sock => conn::serve_socket(&slot.0, sock, peer, buf, peer_slot, accepted, first),
+            }
+            drop(slot);
+        });
+    if let Err(e) = spawned {
+        log::warn!("cannot spawn a connection thread: {e}");
+    }
+}
+
+enum HeadState {
+    More,
+    Complete,
+    Gone,
+}
+
+/// Reads what a pending head's socket has (non-blocking), stopping at the
+/// end of the head (a body's bytes beyond this read stay in the socket).
+/// A draining connection's bytes are discarded.
+fn read_head(shared: &Shared, p: &mut Pending) -> HeadState {
+    let max = shared.cfg.max_header_bytes;
+    let mut chunk = [0u8; HEAD_READ];
+    if p.drain_until.is_some() {
+        loop {
+            match (&p.tcp).read(&mut chunk) {
+                Ok(0) => return HeadState::Gone,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return HeadState::More,
+                Err(_) => return HeadState::Gone,
             }
         }
     }
+    loop {
+        let from = p.buf.len().saturating_sub(3);
+        match (&p.tcp).read(&mut chunk) {
+            Ok(0) => return HeadState::Gone,
+            Ok(n) => p.buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return HeadState::Gone,
+        }
+        let tail = &p.buf[from..];
+        let ended =
+            tail.windows(4).any(|w| w == b"\r\n\r\n") || tail.windows(2).any(|w| w == b"\n\n");
+        if p.buf.len() > max || ended {
+            break;
+        }
+    }
+    match parse_head(&p.buf, max) {
+        Ok(None) if p.buf.len() <= max => HeadState::More,
+        // Complete, malformed or too large: the connection thread parses
+        // it again and answers.
+        _ => HeadState::Complete,
+    }
+}
+
+/// A complete first head, admitted here: a connection thread when the
+/// handler admits it and a slot is free (a peer over its limit only when
+/// the head authenticates); otherwise its refusal, a health answer or
+/// 503/429, without a thread. `Some`: answered, the connection is to be
+/// drained and closed.
+fn head_ready(shared: &Arc<Shared>, p: Pending) -> Option<Pending> {
+    let Pending {
+        tcp,
+        buf,
+        peer,
+        accepted,
+        peer_slot,
+        over_peer,
+        drain_until: _,
+    } = p;
+    tcp.set_nonblocking(false).ok()?;
+    let _ = tcp.set_nodelay(true);
+    let head = match parse_head(&buf, shared.cfg.max_header_bytes) {
+        Ok(Some(h)) => h,
+        // Malformed or too large: a connection thread answers it.
+        _ => {
+            if take_slot(shared) {
+                spawn_conn(
+                    shared,
+                    Socket::Plain(tcp),
+                    peer,
+                    buf,
+                    peer_slot,
+                    accepted,
+                    None,
+                );
+            }
+            return None;
+        }
+    };
+    let minor = head.minor;
+    let sock = Socket::Plain(tcp);
+    let req = conn::head_request(head, peer, &sock);
+    let is_head = req.method == "HEAD";
+    let handler = shared.handler.clone();
+    let admission = match catch_unwind(AssertUnwindSafe(|| handler.admit(&req))) {
+        Ok(a) => a,
+        Err(_) => {
+            log::error!("admission panicked serving {peer}");
+            Admission::Refuse(Response::text(500, "internal error"))
+        }
+    };
+    let why = match admission {
+        Admission::Refuse(resp) if !over_peer => {
+            shared.refused.fetch_add(1, Ordering::Relaxed);
+            return answer_now(shared, sock, resp, minor, is_head, peer_slot, accepted);
+        }
+        Admission::Admit(a) if (!over_peer || a.known) && !shared.is_stopping() => {
+            if take_slot(shared) {
+                // Authenticated from over its address's limit: it counts
+                // against its principal's limits now.
+                let peer_slot = if over_peer { None } else { peer_slot };
+                spawn_conn(shared, sock, peer, buf, peer_slot, accepted, Some(a));
+                return None;
+            }
+            Over::Slots
+        }
+        _ if over_peer => Over::Peer,
+        _ => Over::Slots,
+    };
+    let err = match why {
+        Over::Slots => HttpError::Overloaded,
+        Over::Peer => HttpError::TooManyConnections,
+    };
+    let resp = match catch_unwind(AssertUnwindSafe(|| handler.overflow(&req, &err))) {
+        Ok(Some(r)) => r,
+        _ => {
+            let mut r = catch_unwind(AssertUnwindSafe(|| handler.error_response(&err)))
+                .unwrap_or_else(|_| Response::text(err.status(), "too many connections"));
+            r.status = err.status();
+            conn::with_retry_after(&mut r, &err);
+            r
+        }
+    };
+    answer_now(shared, sock, resp, minor, is_head, peer_slot, accepted)
+}
+
+/// Writes a small answer on a fresh socket (its send buffer is empty, so
+/// this does not wait; a client that reads nothing is given up after a
+/// few milliseconds) with `Connection: close`, and ends the write side;
+/// the connection comes back to be drained.
+fn answer_now(
+    shared: &Shared,
+    mut sock: Socket,
+    resp: Response,
+    minor: u8,
+    is_head: bool,
+    peer_slot: Option<conn::PeerSlot>,
+    accepted: Instant,
+) -> Option<Pending> {
+    let _ = sock.set_write_timeout(Some(Duration::from_millis(20)));
+    conn::write_response(&mut sock, resp, minor, is_head, false, shared).ok()?;
+    let Socket::Plain(tcp) = sock else {
+        return None;
+    };
+    tcp.shutdown(std::net::Shutdown::Write).ok()?;
+    let peer = tcp.peer_addr().ok()?;
+    Some(Pending {
+        tcp,
+        buf: Vec::new(),
+        peer,
+        accepted,
+        peer_slot,
+        over_peer: false,
+        drain_until: None,
+    })
 }
 
 /// Closes the port until the outage ends, then binds the same address
@@ -449,7 +836,12 @@ fn play_dead(shared: &Shared, listener: TcpListener, addr: SocketAddr) -> Option
 /// authenticates and a slot is free; otherwise answers it (a health route
 /// through `Handler::overflow`, else 503/429) and closes.
 fn overflow(shared: &Arc<Shared>, o: Overflowed) {
-    let Overflowed { tcp, peer, why } = o;
+    let Overflowed {
+        tcp,
+        peer,
+        why,
+        buf,
+    } = o;
     let start = Instant::now();
     let deadline = start + OVERFLOW_BUDGET;
     let _ = tcp.set_nodelay(true);
@@ -465,7 +857,7 @@ fn overflow(shared: &Arc<Shared>, o: Overflowed) {
         Over::Slots => HttpError::Overloaded,
         Over::Peer => HttpError::TooManyConnections,
     };
-    let mut buf = Vec::new();
+    let mut buf = buf;
     let head = loop {
         match parse_head(&buf, shared.cfg.max_header_bytes) {
             Ok(Some(h)) => break Some(h),
@@ -511,7 +903,7 @@ fn overflow(shared: &Arc<Shared>, o: Overflowed) {
                     .name(format!("{}-conn", shared.cfg.name))
                     .stack_size(shared.cfg.thread_stack_bytes)
                     .spawn(move || {
-                        conn::serve_socket(&slot.0, sock, peer, buf, None, start);
+                        conn::serve_socket(&slot.0, sock, peer, buf, None, start, None);
                         drop(slot);
                     });
                 if let Err(e) = spawned {
