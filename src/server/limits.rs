@@ -346,6 +346,69 @@ impl FrontDoorLimits {
 mod tests {
     use super::*;
 
+    fn config(extra_server: &str) -> crate::config::Config {
+        let text = format!("[server]\n{extra_server}\n[cluster]\nmode = \"sim\"\n");
+        crate::config::Config::parse(&text, std::path::Path::new("/etc/kubegate"))
+            .unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    #[test]
+    fn defaults_follow_the_per_principal_limits() {
+        let l = FrontDoorLimits::from_config(&config(""));
+        // 64 MiB of bundle, base64 in JSON, plus 1 MiB.
+        assert_eq!(l.start_body, (64usize << 20) * 4 / 3 + (1 << 20));
+        assert_eq!(l.body, 1 << 20);
+        assert_eq!(l.budget_share, l.start_body);
+        assert_eq!(l.budget_total, 3 * l.start_body);
+        // sessions.max_sessions_per_principal defaults to 8.
+        assert_eq!(
+            l.caps,
+            CapLimits {
+                io: 64,
+                events: 16,
+                ports: 32,
+                keep_alive: 64
+            }
+        );
+        assert_eq!(l.per_peer, 64);
+    }
+
+    #[test]
+    fn configured_values_win_over_derived_ones() {
+        let l = FrontDoorLimits::from_config(&config(
+            "body_budget_bytes = 1000\nbody_budget_per_principal_bytes = 10\n\
+             max_io_sockets_per_principal = 3\nmax_event_streams_per_principal = 2\n\
+             max_port_streams_per_principal = 1\nmax_connections_per_principal = 5\n\
+             max_connections_per_peer = 7",
+        ));
+        assert_eq!((l.budget_total, l.budget_share), (1000, 10));
+        assert_eq!(
+            l.caps,
+            CapLimits {
+                io: 3,
+                events: 2,
+                ports: 1,
+                keep_alive: 5
+            }
+        );
+        assert_eq!(l.per_peer, 7);
+    }
+
+    #[test]
+    fn the_connection_keys_must_be_positive() {
+        for key in [
+            "max_connections_per_peer",
+            "max_connections_per_principal",
+            "head_grace_secs",
+            "min_head_bytes_per_sec",
+        ] {
+            let text = format!("[server]\n{key} = 0\n[cluster]\nmode = \"sim\"\n");
+            let e = crate::config::Config::parse(&text, std::path::Path::new("/etc/kubegate"))
+                .expect_err(key);
+            assert_eq!(e.0, format!("server.{key}"), "{e:?}");
+        }
+    }
+
     #[test]
     fn the_budget_bounds_everyone_and_each_principal() {
         let b = Budget::new(100, 60);
