@@ -313,8 +313,14 @@ const KEY_POKE: u64 = 2;
 const FIRST_HEAD_KEY: u64 = 16;
 /// Bytes read from a pending head's socket per read.
 const HEAD_READ: usize = 4096;
-/// How long an answered connection is drained before it is closed.
-const DRAIN: Duration = Duration::from_millis(500);
+/// How long an answered connection is drained before it is closed, and
+/// how much of what it still sends is read (and discarded) at most.
+const DRAIN: Duration = Duration::from_millis(5000);
+const DRAIN_BYTES: usize = 1 << 20;
+/// How long a drained connection is then held without reading before it
+/// is closed (an fd and what the kernel already queued; bounded by
+/// `max_pending_heads` with the heads).
+const QUIET: Duration = Duration::from_secs(10);
 
 /// A plain-TCP connection whose first head is still arriving: it holds
 /// an fd and the bytes read so far, no thread and no slot.
@@ -330,6 +336,8 @@ struct Pending {
     /// Answered and closing: what the client still sends is read and
     /// discarded until then (the linger, without a thread).
     drain_until: Option<Instant>,
+    /// Bytes discarded while draining.
+    drained: usize,
 }
 
 impl Pending {
@@ -446,6 +454,12 @@ fn listen(
             };
             match read_head(shared, p) {
                 HeadState::More => {}
+                HeadState::Quiet => {
+                    let _ = epoll::delete(&ep, p.tcp.as_fd());
+                    // A client blocked writing into a full window reads
+                    // the answer once its own write gives up.
+                    p.drain_until = Some(Instant::now() + QUIET);
+                }
                 HeadState::Gone => {
                     if let Some(p) = heads.remove(&key) {
                         let _ = epoll::delete(&ep, p.tcp.as_fd());
@@ -550,6 +564,7 @@ fn accept_all(
                 peer_slot,
                 over_peer,
                 drain_until: None,
+                drained: 0,
             });
             continue;
         }
@@ -633,6 +648,11 @@ enum HeadState {
     More,
     Complete,
     Gone,
+    /// Drained as much as it may be: no more reads (the socket is taken
+    /// off the epoll), closed at its deadline. Closing now, with bytes
+    /// unread, would reset the connection and could destroy the answer
+    /// before the client reads it.
+    Quiet,
 }
 
 /// Reads what a pending head's socket has (non-blocking), stopping at the
@@ -645,7 +665,14 @@ fn read_head(shared: &Shared, p: &mut Pending) -> HeadState {
         loop {
             match (&p.tcp).read(&mut chunk) {
                 Ok(0) => return HeadState::Gone,
-                Ok(_) => {}
+                Ok(n) => {
+                    // What is drained is counted, never kept: past the
+                    // budget the connection is simply closed.
+                    p.drained += n;
+                    if p.drained > DRAIN_BYTES {
+                        return HeadState::Quiet;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return HeadState::More,
                 Err(_) => return HeadState::Gone,
@@ -690,6 +717,7 @@ fn head_ready(shared: &Arc<Shared>, p: Pending) -> Option<Pending> {
         peer_slot,
         over_peer,
         drain_until: _,
+        drained: _,
     } = p;
     tcp.set_nonblocking(false).ok()?;
     let _ = tcp.set_nodelay(true);
@@ -786,6 +814,7 @@ fn answer_now(
         peer_slot,
         over_peer: false,
         drain_until: None,
+        drained: 0,
     })
 }
 
