@@ -242,6 +242,11 @@ fn strangers_are_answered_from_the_head_and_the_budget_has_shares() {
     let (st, _, body) = read_answer(&mut s);
     assert_eq!((st, code_of(&body).as_str()), (400, "BAD_REQUEST"));
     drop(s);
+    wait_for(
+        "other's first reservation given back",
+        Duration::from_secs(10),
+        || (metric(&d, "kubegate_body_budget_bytes") == 50_000).then_some(()),
+    );
     // With other holding 40,000 too, viewer's 20,000 is over the total.
     let held_other = send_head(&d, &exec_head("other-token", 40_000), b"");
     wait_for("other's reservation", Duration::from_secs(10), || {
@@ -373,7 +378,12 @@ fn a_principal_over_its_event_stream_cap_gets_429_while_another_is_served() {
 fn half_open_connections_hit_the_per_peer_cap_but_authenticated_requests_pass() {
     let _w = common::bench::watchdog("per_peer_cap", 120);
     let d = DaemonProc::start_with(
-        |c| server_keys(c, "max_connections_per_peer = 4\nhead_grace_secs = 60"),
+        |c| {
+            server_keys(
+                c,
+                "max_connections_per_peer = 4\nhead_grace_secs = 60\nmax_connections_per_principal = 2",
+            )
+        },
         "info",
     );
     // Four connections that never send a head hold this address's places.
@@ -408,8 +418,38 @@ fn half_open_connections_hit_the_per_peer_cap_but_authenticated_requests_pass() 
         .as_bytes(),
     )
     .unwrap();
-    let (st, _, _) = read_answer(&mut s);
+    let (st, head, _) = read_answer(&mut s);
     assert_eq!(st, 200);
+    assert!(header_of(&head, "connection").is_none(), "{head}");
+    // The principal's keep-alive places (2 here): a second kept-alive
+    // connection is kept, a third is answered and closed.
+    let keep = |s: &mut TcpStream| {
+        s.write_all(
+            format!(
+                "GET /v1/workspaces HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+                d.token
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        read_answer(s)
+    };
+    let mut s2 = connect(&d);
+    let (st, head, _) = keep(&mut s2);
+    assert_eq!(st, 200);
+    assert!(header_of(&head, "connection").is_none(), "{head}");
+    let mut s3 = connect(&d);
+    let (st, head, _) = keep(&mut s3);
+    assert_eq!(st, 200);
+    assert_eq!(header_of(&head, "connection"), Some("close"), "{head}");
+    assert_eq!(
+        metric(
+            &d,
+            "kubegate_principal_connections{principal=\"demo\",kind=\"keepalive\"}"
+        ),
+        2
+    );
+    drop((s2, s3));
     // Health is answered all along.
     let (st, _) = d.request("GET", "/healthz", None, None);
     assert_eq!(st, 200);
@@ -439,22 +479,33 @@ fn health_is_answered_when_every_slot_is_taken() {
     let (st, _) = d.request("GET", "/v1/workspaces", Some(&d.token), None);
     assert_eq!(st, 200, "half-open connections took slots");
     // Four admitted requests whose bodies are still coming take the four
-    // slots.
-    let held: Vec<TcpStream> = (0..4)
-        .map(|_| {
-            send_head(
-                &d,
-                &format!(
-                    "POST /v1/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Length: 1000\r\n\r\n",
-                    d.token
-                ),
-                b"{",
-            )
-        })
-        .collect();
+    // slots (one that came while a slot was still being given back was
+    // answered 503 instead: it is made again).
+    let hold = || {
+        send_head(
+            &d,
+            &format!(
+                "POST /v1/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Length: 1000\r\n\r\n",
+                d.token
+            ),
+            b"{",
+        )
+    };
+    let answered = |s: &TcpStream| {
+        s.set_nonblocking(true).expect("nonblocking");
+        let r = (&*s).read(&mut [0u8; 1]);
+        s.set_nonblocking(false).expect("blocking");
+        !matches!(r, Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    };
+    let mut held: Vec<TcpStream> = (0..4).map(|_| hold()).collect();
     // Every slot is taken: an authenticated request gets 503, health is
     // still answered.
     wait_for("every slot taken", Duration::from_secs(10), || {
+        for h in held.iter_mut() {
+            if answered(h) {
+                *h = hold();
+            }
+        }
         let (st, _) = d.request("GET", "/v1/workspaces", Some(&d.token), None);
         (st == 503).then_some(())
     });

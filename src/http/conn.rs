@@ -195,6 +195,7 @@ pub(crate) fn serve_socket(
         served: 0,
         peer_slot: slot,
         hold: None,
+        keep_hold: false,
         accepted,
         first_admit,
     };
@@ -251,8 +252,9 @@ struct Conn<'a> {
     client_cert_der: Option<Vec<u8>>,
     served: u64,
     peer_slot: Option<PeerSlot>,
-    /// The last admission's `hold`, kept while the connection is open.
+    /// The last admission's `hold` (see `Admit::hold`).
     hold: Option<Box<dyn std::any::Any + Send>>,
+    keep_hold: bool,
     /// When the connection was accepted: the first head's clock.
     accepted: Instant,
     /// The first request's admission, made by the listener (which read
@@ -274,7 +276,12 @@ impl<'a> Conn<'a> {
                 Next::Request(ready) => {
                     self.served += 1;
                     match self.dispatch(*ready) {
-                        Some(conn) => self = conn,
+                        Some(conn) => {
+                            self = conn;
+                            if !self.keep_hold {
+                                self.hold = None;
+                            }
+                        }
                         None => return,
                     }
                 }
@@ -424,6 +431,7 @@ impl<'a> Conn<'a> {
             self.peer_slot = None;
         }
         self.hold = admit.hold;
+        self.keep_hold = admit.keep_hold;
         let keep_alive = keep_alive && !admit.close_after;
         req.admitted = admit.context;
         let charge = admit.charge;
@@ -510,7 +518,7 @@ impl<'a> Conn<'a> {
             minor,
             keep_alive,
             _gauge: gauge,
-            _charge,
+            _charge: charge,
         } = ready;
         let is_head = req.method == "HEAD";
         let ws_key = if minor == 1 && req.is_websocket_upgrade() {
@@ -527,8 +535,11 @@ impl<'a> Conn<'a> {
                 return None;
             }
         };
-        // The handler is done with the body (it was moved into it).
+        // The handler is done with the body (it was moved into it): its
+        // bytes and its reservation are given back before the answer goes
+        // out (a handler that keeps the reservation holds its own clone).
         drop(gauge);
+        drop(charge);
         match reply {
             Reply::Response(resp) => {
                 let keep = keep_alive && !self.shared.is_stopping();

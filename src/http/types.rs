@@ -85,10 +85,13 @@ pub struct Admit {
     /// The caller is known (authenticated): the connection stops counting
     /// against its peer address's `max_connections_per_peer`.
     pub known: bool,
-    /// Held by the connection from this request until the next request's
-    /// head is admitted or the connection closes (a per-caller slot for
-    /// idle keep-alive connections).
+    /// Held by the connection while this request is served (its stream
+    /// or WebSocket included), and with `keep_hold` also afterwards, until
+    /// the next request's head is admitted or the connection closes (a
+    /// per-caller slot for idle keep-alive connections).
     pub hold: Option<Box<dyn Any + Send>>,
+    /// Keep `hold` while the connection waits for its next request.
+    pub keep_hold: bool,
     /// Answer with `Connection: close` (e.g. no idle slot is left).
     pub close_after: bool,
 }

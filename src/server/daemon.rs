@@ -1560,6 +1560,9 @@ impl FrontDoor {
         let mut admit = Admit::with_limit(limit);
         admit.known = true;
         let hold = self.caps.acquire(&who.name, kind);
+        // A keep-alive place is held while the connection waits for its
+        // next request; a stream's place only while the stream lasts.
+        admit.keep_hold = kind == Kind::KeepAlive;
         match hold {
             Some(g) => admit.hold = Some(Box::new(g) as Box<dyn std::any::Any + Send>),
             // No keep-alive slot left: served, then closed.
