@@ -832,6 +832,46 @@ fn tls_round_trip_with_and_without_client_certificate() {
 }
 
 #[test]
+fn tls_handshakes_that_never_finish_hold_no_slot() {
+    let _w = watchdog(60);
+    let pki = pki();
+    let tls_cfg = tls::server_config_from_pem(
+        pki.server_chain_pem.as_bytes(),
+        pki.server_key_pem.as_bytes(),
+        None,
+    )
+    .unwrap();
+    let cfg = ServerConfig {
+        tls: Some(tls_cfg),
+        max_connections: 1,
+        head_grace: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let server = serve(cfg, echo);
+    let addr = server.local_addr();
+    // Connections that never start their handshake, and one that sends
+    // half a ClientHello.
+    let mut silent: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    silent[0]
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .unwrap();
+    // The one slot is still there for a real client.
+    let mut c = Client::new(tls_connect(addr, tls_client(&pki, false)));
+    c.send(b"GET /t HTTP/1.1\r\n\r\n");
+    assert_eq!(c.response().text(), "GET /t |");
+    assert_eq!(server.connections(), 1);
+    // The handshake is inside the head's deadline: past it they are closed.
+    for s in silent.iter_mut() {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = [0u8; 1];
+        assert!(
+            !matches!(s.read(&mut b), Ok(n) if n > 0),
+            "closed without a handshake"
+        );
+    }
+}
+
+#[test]
 fn tls_config_rejects_bad_pem() {
     assert!(tls::server_config_from_pem(b"nope", b"nope", None).is_err());
     let pki = pki();

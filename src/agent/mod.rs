@@ -7,7 +7,8 @@
 //! - `fs.rs`: the folder itself: tree with hashes, atomic writes, deletes,
 //!   reads, snapshot, limits; every path walked without following links.
 //! - here: the routes on an `http::Server` (threads `agent-listen`,
-//!   `agent-overflow`, `agent-conn`), the bearer token, the command line.
+//!   `agent-conn`), the bearer token (checked from the head), the command
+//!   line.
 //!
 //! - `wire.rs`: the JSON bodies, shared with the daemon's client
 //!   (`session::agent_client`).

@@ -14,7 +14,7 @@
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -26,7 +26,7 @@ use tungstenite::WebSocket;
 
 use super::parse::{parse_head, BodyKind, ChunkedDecoder, Head};
 use super::server::ServerConfig;
-use super::stream::{peer_gone, wait_readable, PollStream, Readiness, Socket, TlsStream, Waker};
+use super::stream::{peer_gone, wait_readable, PollStream, Readiness, Socket, Waker};
 use super::types::{
     Admission, Admit, Body, BodyCharge, ChunkSink, Context, Handler, HttpError, Reply, Request,
     Response, Upgrade,
@@ -151,25 +151,6 @@ pub(crate) fn head_deadline(started: Instant, received: usize, cfg: &ServerConfi
     started + (cfg.head_grace + earned).min(cfg.request_read_timeout)
 }
 
-/// Sets up TLS when configured and serves requests until the connection ends.
-pub(crate) fn serve(
-    shared: &Shared,
-    tcp: TcpStream,
-    peer: SocketAddr,
-    slot: Option<PeerSlot>,
-    accepted: Instant,
-) {
-    let _ = tcp.set_nodelay(true);
-    let sock = match &shared.cfg.tls {
-        None => Socket::Plain(tcp),
-        Some(cfg) => match tls_accept(cfg, tcp, shared.cfg.head_grace) {
-            Some(t) => Socket::Tls(Box::new(t)),
-            None => return,
-        },
-    };
-    serve_socket(shared, sock, peer, Vec::new(), slot, accepted, None);
-}
-
 /// Serves requests on a socket whose TLS handshake is done, starting with
 /// the bytes already read into `buf`.
 pub(crate) fn serve_socket(
@@ -200,28 +181,6 @@ pub(crate) fn serve_socket(
         first_admit,
     };
     conn.run();
-}
-
-pub(crate) fn tls_accept(
-    cfg: &Arc<rustls::ServerConfig>,
-    tcp: TcpStream,
-    timeout: Duration,
-) -> Option<TlsStream> {
-    let conn = match rustls::ServerConnection::new(cfg.clone()) {
-        Ok(c) => c,
-        Err(e) => {
-            log::warn!("TLS setup failed: {e}");
-            return None;
-        }
-    };
-    let mut t = TlsStream::new(conn, tcp);
-    match t.handshake(Instant::now() + timeout) {
-        Ok(()) => Some(t),
-        Err(e) => {
-            log::debug!("TLS handshake failed: {e}");
-            None
-        }
-    }
 }
 
 /// One connection's place in its peer address's count (see

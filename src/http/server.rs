@@ -1,18 +1,21 @@
-//! The listener: binds, accepts, and gives each connection its own named
-//! thread, up to `max_connections`, and up to `max_connections_per_peer`
-//! per peer address for connections that have not authenticated yet.
+//! The listener: binds, accepts, reads every connection's first head
+//! itself, and gives a connection its own named thread only once that head
+//! is admitted, up to `max_connections`.
 //!
-//! Owns the listening socket, the stop eventfd, the connection count and
-//! the per-peer counts. Never reads requests itself. It waits in poll(2) on
-//! the listener and the stop eventfd, so `shutdown` wakes it at once and an
-//! idle server burns no CPU. Connections over a limit go to a few overflow
-//! threads (through a small bounded channel; when that is full they are
-//! simply closed), which read one head with a short deadline: a health
-//! route is answered there (`Handler::overflow`), a connection over its
-//! peer's limit whose head authenticates (`Admit::known`) gets a
-//! connection thread after all when a slot is free, anything else gets 503
-//! (every slot taken) or 429 (the peer's limit), with `Connection: close`.
-//! The number of threads stays bounded however hard the server is hit.
+//! Owns the listening socket, the stop eventfd, the connection count, the
+//! per-peer counts and the pending heads. It waits in epoll on the
+//! listener, the stop eventfd and every pending head, so `shutdown` wakes
+//! it at once and an idle server burns no CPU. A pending head holds an fd,
+//! its TLS session (the handshake is driven here, non-blocking) and the
+//! bytes read so far: no thread, no slot; it has a deadline (`head_grace`
+//! plus what it earns at `min_head_bytes_per_sec`). A complete head is
+//! admitted here (`Handler::admit`): refused, it is answered and drained
+//! here; admitted, it gets a connection thread with its admission when a
+//! slot is free. When none is, a health route is still answered
+//! (`Handler::overflow`), anything else 503. Over `max_connections_per_peer`
+//! (connections of one address that have not authenticated), only a head
+//! the admission knows (`Admit::known`) is served; others get 429. The
+//! number of threads stays bounded however hard the server is hit.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -115,15 +118,6 @@ impl std::fmt::Debug for ServerConfig {
     }
 }
 
-/// Connections waiting for the overflow path (beyond this they are just
-/// closed).
-const OVERFLOW_QUEUE: usize = 256;
-/// Threads reading heads on the overflow path.
-const OVERFLOW_THREADS: usize = 4;
-/// How long the overflow path spends on one connection (TLS handshake and
-/// head included).
-const OVERFLOW_BUDGET: Duration = Duration::from_secs(1);
-
 /// Why a connection is on the overflow path.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Over {
@@ -163,23 +157,10 @@ impl Server {
             body_bytes: AtomicUsize::new(0),
             refused: std::sync::atomic::AtomicU64::new(0),
         });
-        let (over_tx, over_rx) = crossbeam_channel::bounded::<Overflowed>(OVERFLOW_QUEUE);
-        for _ in 0..OVERFLOW_THREADS {
-            let s = shared.clone();
-            let rx = over_rx.clone();
-            std::thread::Builder::new()
-                .name(format!("{name}-overflow"))
-                .stack_size(s.cfg.thread_stack_bytes.max(128 * 1024))
-                .spawn(move || {
-                    for o in rx {
-                        overflow(&s, o);
-                    }
-                })?;
-        }
         let s = shared.clone();
         let handle = std::thread::Builder::new()
             .name(format!("{name}-listen"))
-            .spawn(move || listen(&s, listener, addr, over_tx))?;
+            .spawn(move || listen(&s, listener, addr))?;
         Ok(Server {
             addr,
             shared,
@@ -285,16 +266,6 @@ impl Stats {
     }
 }
 
-/// A connection on its way to the overflow path.
-struct Overflowed {
-    tcp: TcpStream,
-    peer: SocketAddr,
-    why: Over,
-    /// What was read of the connection already (its head, for a plain
-    /// connection whose head the listener read).
-    buf: Vec<u8>,
-}
-
 /// Gives back a connection slot when the connection thread ends (or when
 /// it could not be spawned).
 struct Slot(Arc<Shared>);
@@ -326,6 +297,8 @@ const QUIET: Duration = Duration::from_secs(10);
 /// an fd and the bytes read so far, no thread and no slot.
 struct Pending {
     tcp: TcpStream,
+    /// The TLS session, its handshake driven here without blocking.
+    tls: Option<Box<rustls::ServerConnection>>,
     buf: Vec<u8>,
     peer: SocketAddr,
     accepted: Instant,
@@ -351,12 +324,7 @@ impl Pending {
 /// (epoll, each with its deadline and minimum rate), and gives a
 /// connection thread only to a complete head; TLS connections get their
 /// thread at once (the handshake runs there, within `head_grace`).
-fn listen(
-    shared: &Arc<Shared>,
-    listener: TcpListener,
-    addr: SocketAddr,
-    overflow: crossbeam_channel::Sender<Overflowed>,
-) {
+fn listen(shared: &Arc<Shared>, listener: TcpListener, addr: SocketAddr) {
     use rustix::buffer::spare_capacity;
     use rustix::event::epoll;
     let ep = match epoll::create(epoll::CreateFlags::CLOEXEC) {
@@ -437,7 +405,6 @@ fn listen(
             accept_all(
                 shared,
                 &listener,
-                &overflow,
                 |p| {
                     let key = next_key;
                     next_key += 1;
@@ -504,7 +471,6 @@ fn listen(
 fn accept_all(
     shared: &Arc<Shared>,
     listener: &TcpListener,
-    overflow: &crossbeam_channel::Sender<Overflowed>,
     mut pend: impl FnMut(Pending),
     mut pending: usize,
 ) {
@@ -547,59 +513,35 @@ fn accept_all(
             }
         };
         let over_peer = cfg.max_connections_per_peer != usize::MAX && peer_slot.is_none();
-        if cfg.tls.is_none() {
-            if pending >= cfg.max_pending_heads {
-                log::warn!("too many connections without a head: dropping {peer}");
-                continue;
-            }
-            if tcp.set_nonblocking(true).is_err() {
-                continue;
-            }
-            pending += 1;
-            pend(Pending {
-                tcp,
-                buf: Vec::new(),
-                peer,
-                accepted,
-                peer_slot,
-                over_peer,
-                drain_until: None,
-                drained: 0,
-            });
+        if pending >= cfg.max_pending_heads {
+            log::warn!("too many connections without a head: dropping {peer}");
             continue;
         }
-        if tcp.set_nonblocking(false).is_err() {
-            continue;
-        }
-        let why = if over_peer {
-            Some(Over::Peer)
-        } else if !take_slot(shared) {
-            Some(Over::Slots)
-        } else {
-            None
-        };
-        match why {
-            Some(why) => {
-                let o = Overflowed {
-                    tcp,
-                    peer,
-                    why,
-                    buf: Vec::new(),
-                };
-                if overflow.try_send(o).is_err() {
-                    log::warn!("overloaded: dropping connection from {peer}");
+        let tls = match &cfg.tls {
+            None => None,
+            Some(c) => match rustls::ServerConnection::new(c.clone()) {
+                Ok(t) => Some(Box::new(t)),
+                Err(e) => {
+                    log::warn!("TLS setup failed: {e}");
+                    continue;
                 }
-            }
-            None => spawn_conn(
-                shared,
-                Socket::Plain(tcp),
-                peer,
-                Vec::new(),
-                peer_slot,
-                accepted,
-                None,
-            ),
+            },
+        };
+        if tcp.set_nonblocking(true).is_err() {
+            continue;
         }
+        pending += 1;
+        pend(Pending {
+            tcp,
+            tls,
+            buf: Vec::new(),
+            peer,
+            accepted,
+            peer_slot,
+            over_peer,
+            drain_until: None,
+            drained: 0,
+        });
     }
 }
 
@@ -623,20 +565,12 @@ fn spawn_conn(
     accepted: Instant,
     first: Option<Admit>,
 ) {
-    // A plain socket with nothing read yet is a TLS connection to be
-    // handshaken (plain connections come with their head).
-    let handshake = buf.is_empty() && shared.cfg.tls.is_some();
     let slot = Slot(shared.clone());
     let spawned = std::thread::Builder::new()
         .name(format!("{}-conn", shared.cfg.name))
         .stack_size(shared.cfg.thread_stack_bytes)
         .spawn(move || {
-            match sock {
-                Socket::Plain(tcp) if handshake => {
-                    conn::serve(&slot.0, tcp, peer, peer_slot, accepted)
-                }
-                sock => conn::serve_socket(&slot.0, sock, peer, buf, peer_slot, accepted, first),
-            }
+            conn::serve_socket(&slot.0, sock, peer, buf, peer_slot, accepted, first);
             drop(slot);
         });
     if let Err(e) = spawned {
@@ -681,7 +615,11 @@ fn read_head(shared: &Shared, p: &mut Pending) -> HeadState {
     }
     loop {
         let from = p.buf.len().saturating_sub(3);
-        match (&p.tcp).read(&mut chunk) {
+        let got = match p.tls.as_deref_mut() {
+            None => (&p.tcp).read(&mut chunk),
+            Some(t) => tls_read(t, &p.tcp, &mut chunk),
+        };
+        match got {
             Ok(0) => return HeadState::Gone,
             Ok(n) => p.buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -703,6 +641,41 @@ fn read_head(shared: &Shared, p: &mut Pending) -> HeadState {
     }
 }
 
+/// One non-blocking step of a TLS connection: what the socket has goes to
+/// rustls, what rustls has to say (handshake records) goes out, and the
+/// plaintext it decrypted comes back (`WouldBlock`: none yet). Handshake
+/// records are small and the socket fresh: a write that would block ends
+/// the connection rather than wait.
+fn tls_read(
+    t: &mut rustls::ServerConnection,
+    tcp: &TcpStream,
+    out: &mut [u8],
+) -> io::Result<usize> {
+    loop {
+        match t.reader().read(out) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        let mut tcp_r = tcp;
+        let n = t.read_tls(&mut tcp_r)?;
+        let state = t.process_new_packets();
+        while t.wants_write() {
+            let mut tcp_w = tcp;
+            if t.write_tls(&mut tcp_w)? == 0 {
+                break;
+            }
+        }
+        if let Err(e) = state {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        if n == 0 {
+            // The peer closed; plaintext already decrypted was read above.
+            return Ok(0);
+        }
+    }
+}
+
 /// A complete first head, admitted here: a connection thread when the
 /// handler admits it and a slot is free (a peer over its limit only when
 /// the head authenticates); otherwise its refusal, a health answer or
@@ -711,6 +684,7 @@ fn read_head(shared: &Shared, p: &mut Pending) -> HeadState {
 fn head_ready(shared: &Arc<Shared>, p: Pending) -> Option<Pending> {
     let Pending {
         tcp,
+        tls,
         buf,
         peer,
         accepted,
@@ -721,26 +695,21 @@ fn head_ready(shared: &Arc<Shared>, p: Pending) -> Option<Pending> {
     } = p;
     tcp.set_nonblocking(false).ok()?;
     let _ = tcp.set_nodelay(true);
+    let sock = match tls {
+        None => Socket::Plain(tcp),
+        Some(t) => Socket::Tls(Box::new(super::stream::TlsStream::new(*t, tcp))),
+    };
     let head = match parse_head(&buf, shared.cfg.max_header_bytes) {
         Ok(Some(h)) => h,
         // Malformed or too large: a connection thread answers it.
         _ => {
             if take_slot(shared) {
-                spawn_conn(
-                    shared,
-                    Socket::Plain(tcp),
-                    peer,
-                    buf,
-                    peer_slot,
-                    accepted,
-                    None,
-                );
+                spawn_conn(shared, sock, peer, buf, peer_slot, accepted, None);
             }
             return None;
         }
     };
     let minor = head.minor;
-    let sock = Socket::Plain(tcp);
     let req = conn::head_request(head, peer, &sock);
     let is_head = req.method == "HEAD";
     let handler = shared.handler.clone();
@@ -801,13 +770,21 @@ fn answer_now(
 ) -> Option<Pending> {
     let _ = sock.set_write_timeout(Some(Duration::from_millis(20)));
     conn::write_response(&mut sock, resp, minor, is_head, false, shared).ok()?;
-    let Socket::Plain(tcp) = sock else {
-        return None;
+    let tcp = match sock {
+        Socket::Plain(tcp) => tcp,
+        Socket::Tls(mut t) => {
+            // close_notify, then the socket is drained as a plain one.
+            t.send_close_notify();
+            let tcp = t.tcp().try_clone().ok()?;
+            drop(t);
+            tcp
+        }
     };
     tcp.shutdown(std::net::Shutdown::Write).ok()?;
     let peer = tcp.peer_addr().ok()?;
     Some(Pending {
         tcp,
+        tls: None,
         buf: Vec::new(),
         peer,
         accepted,
@@ -858,104 +835,4 @@ fn play_dead(shared: &Shared, listener: TcpListener, addr: SocketAddr) -> Option
         }
     }
     None
-}
-
-/// The overflow path: reads one head within [`OVERFLOW_BUDGET`]; serves
-/// it on a connection thread when its peer was over its limit but the head
-/// authenticates and a slot is free; otherwise answers it (a health route
-/// through `Handler::overflow`, else 503/429) and closes.
-fn overflow(shared: &Arc<Shared>, o: Overflowed) {
-    let Overflowed {
-        tcp,
-        peer,
-        why,
-        buf,
-    } = o;
-    let start = Instant::now();
-    let deadline = start + OVERFLOW_BUDGET;
-    let _ = tcp.set_nodelay(true);
-    let _ = tcp.set_write_timeout(Some(OVERFLOW_BUDGET));
-    let mut sock = match &shared.cfg.tls {
-        None => Socket::Plain(tcp),
-        Some(cfg) => match conn::tls_accept(cfg, tcp, OVERFLOW_BUDGET) {
-            Some(t) => Socket::Tls(Box::new(t)),
-            None => return,
-        },
-    };
-    let err = match why {
-        Over::Slots => HttpError::Overloaded,
-        Over::Peer => HttpError::TooManyConnections,
-    };
-    let mut buf = buf;
-    let head = loop {
-        match parse_head(&buf, shared.cfg.max_header_bytes) {
-            Ok(Some(h)) => break Some(h),
-            Ok(None) => {}
-            Err(_) => break None,
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || buf.len() >= shared.cfg.max_header_bytes {
-            break None;
-        }
-        if sock.set_read_timeout(Some(left)).is_err() {
-            return;
-        }
-        let mut chunk = [0u8; 4096];
-        match sock.read(&mut chunk) {
-            Ok(0) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break None,
-        }
-    };
-    let handler = shared.handler.clone();
-    let mut resp = None;
-    let mut minor = 1;
-    let mut is_head = false;
-    if let Some(head) = head {
-        minor = head.minor;
-        let req = conn::head_request(head, peer, &sock);
-        is_head = req.method == "HEAD";
-        if let Ok(Some(r)) = catch_unwind(AssertUnwindSafe(|| handler.overflow(&req, &err))) {
-            resp = Some(r);
-        } else if why == Over::Peer && !shared.is_stopping() {
-            let known = matches!(
-                catch_unwind(AssertUnwindSafe(|| handler.admit(&req))),
-                Ok(Admission::Admit(ref a)) if a.known
-            );
-            if known && shared.active.fetch_add(1, Ordering::AcqRel) < shared.cfg.max_connections {
-                // Authenticated: it counts against its principal's limits
-                // now, not its address's. The connection thread reads the
-                // head again from `buf`.
-                let slot = Slot(shared.clone());
-                let spawned = std::thread::Builder::new()
-                    .name(format!("{}-conn", shared.cfg.name))
-                    .stack_size(shared.cfg.thread_stack_bytes)
-                    .spawn(move || {
-                        conn::serve_socket(&slot.0, sock, peer, buf, None, start, None);
-                        drop(slot);
-                    });
-                if let Err(e) = spawned {
-                    log::warn!("cannot spawn a connection thread: {e}");
-                }
-                return;
-            } else if known {
-                shared.active.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-    }
-    let mut resp = resp.unwrap_or_else(|| {
-        let mut r = catch_unwind(AssertUnwindSafe(|| handler.error_response(&err)))
-            .unwrap_or_else(|_| Response::text(err.status(), "too many connections"));
-        r.status = err.status();
-        conn::with_retry_after(&mut r, &err);
-        r
-    });
-    if resp.status == 0 {
-        resp.status = err.status();
-    }
-    if conn::write_response(&mut sock, resp, minor, is_head, false, shared).is_ok() {
-        let left = OVERFLOW_BUDGET.saturating_sub(start.elapsed());
-        sock.linger_close(left.min(Duration::from_millis(300)));
-    }
 }
