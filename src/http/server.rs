@@ -141,7 +141,7 @@ impl Server {
         cfg: ServerConfig,
         handler: Arc<dyn Handler>,
     ) -> io::Result<Server> {
-        let listener = TcpListener::bind(addr)?;
+        let listener = bind_listener(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let name = cfg.name;
@@ -286,12 +286,12 @@ const FIRST_HEAD_KEY: u64 = 16;
 const HEAD_READ: usize = 4096;
 /// How long an answered connection is drained before it is closed, and
 /// how much of what it still sends is read (and discarded) at most.
-const DRAIN: Duration = Duration::from_millis(5000);
+const DRAIN: Duration = Duration::from_millis(2000);
 const DRAIN_BYTES: usize = 1 << 20;
 /// How long a drained connection is then held without reading before it
 /// is closed (an fd and what the kernel already queued; bounded by
 /// `max_pending_heads` with the heads).
-const QUIET: Duration = Duration::from_secs(10);
+const QUIET: Duration = Duration::from_secs(5);
 
 /// A plain-TCP connection whose first head is still arriving: it holds
 /// an fd and the bytes read so far, no thread and no slot.
@@ -795,6 +795,27 @@ fn answer_now(
     })
 }
 
+/// Connections the kernel queues for `accept` (std's default is 128: a
+/// burst of a thousand connections would overflow it, and a connection
+/// whose handshake the kernel dropped sends its request into nothing).
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// A listening socket like `TcpListener::bind` (SO_REUSEADDR), with a
+/// deeper accept queue.
+fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    sockopt::set_socket_reuseaddr(&fd, true)?;
+    rustix::net::bind(&fd, &addr)?;
+    rustix::net::listen(&fd, LISTEN_BACKLOG)?;
+    Ok(TcpListener::from(fd))
+}
+
 /// Closes the port until the outage ends, then binds the same address
 /// again (retrying briefly if it is still in use). None: stop, or the
 /// address could not be bound again.
@@ -819,7 +840,7 @@ fn play_dead(shared: &Shared, listener: TcpListener, addr: SocketAddr) -> Option
     }
     *shared.outage_until.lock() = None;
     for _ in 0..50 {
-        match TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|_| l)) {
+        match bind_listener(addr).and_then(|l| l.set_nonblocking(true).map(|_| l)) {
             Ok(l) => {
                 log::warn!("accepting connections on {addr} again");
                 return Some(l);
