@@ -890,6 +890,28 @@ mod tests {
     }
 
     #[test]
+    fn a_head_earns_time_at_the_minimum_rate_up_to_the_read_timeout() {
+        let cfg = ServerConfig {
+            head_grace: Duration::from_secs(5),
+            min_head_bytes_per_sec: 1000,
+            request_read_timeout: Duration::from_secs(30),
+            ..ServerConfig::default()
+        };
+        let t = Instant::now();
+        assert_eq!(head_deadline(t, 0, &cfg), t + Duration::from_secs(5));
+        assert_eq!(head_deadline(t, 500, &cfg), t + Duration::from_millis(5500));
+        assert_eq!(head_deadline(t, 10_000, &cfg), t + Duration::from_secs(15));
+        // Never past the read timeout, however much came.
+        assert_eq!(head_deadline(t, 1 << 30, &cfg), t + Duration::from_secs(30));
+        // A zero rate is taken as 1 byte/s, not a division by zero.
+        let slow = ServerConfig {
+            min_head_bytes_per_sec: 0,
+            ..cfg
+        };
+        assert_eq!(head_deadline(t, 2, &slow), t + Duration::from_secs(7));
+    }
+
+    #[test]
     fn header_validation() {
         assert!(header_ok("X-A", "b c"));
         assert!(!header_ok("X-A", "b\r\nEvil: 1"));
