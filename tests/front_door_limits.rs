@@ -339,7 +339,12 @@ fn start_session(d: &DaemonProc, token: &str) -> String {
 fn a_principal_over_its_event_stream_cap_gets_429_while_another_is_served() {
     let _w = common::bench::watchdog("event_stream_cap", 120);
     let d = DaemonProc::start_with(
-        |c| server_keys(principals(c), "max_event_streams_per_principal = 2"),
+        |c| {
+            server_keys(
+                principals(c),
+                "max_event_streams_per_principal = 2\nmax_io_sockets_per_principal = 1",
+            )
+        },
         "info",
     );
     let mine = start_session(&d, &d.token);
@@ -372,6 +377,40 @@ fn a_principal_over_its_event_stream_cap_gets_429_while_another_is_served() {
         (st == 200).then_some(s)
     });
     assert!(metric(&d, "kubegate_refusals_total{reason=\"events\"}") >= 1);
+
+    // The io socket cap (1 here): a second socket is refused from its head
+    // with 429, another principal's is accepted.
+    let auth = format!("Bearer {}", d.token);
+    let io = format!("/v1/sessions/{mine}/io?app=web");
+    let (_first, _) = d
+        .ws(
+            &io,
+            &[("Authorization", auth.as_str())],
+            &["kubegate.io.v1"],
+        )
+        .expect("the first io socket");
+    match d.ws(
+        &io,
+        &[("Authorization", auth.as_str())],
+        &["kubegate.io.v1"],
+    ) {
+        Err((st, body)) => assert_eq!((st, code_of(&body).as_str()), (429, "TOO_MANY_CONNECTIONS")),
+        Ok(_) => panic!("a second io socket over the cap was accepted"),
+    }
+    let (_theirs, _) = d
+        .ws(
+            &format!("/v1/sessions/{theirs}/io?app=web"),
+            &[("Authorization", "Bearer other-token")],
+            &["kubegate.io.v1"],
+        )
+        .expect("another principal's io socket");
+    assert_eq!(
+        metric(
+            &d,
+            "kubegate_principal_connections{principal=\"demo\",kind=\"io\"}"
+        ),
+        1
+    );
 }
 
 #[test]
