@@ -111,6 +111,13 @@ cat >"$dir/kubegate.toml" <<EOF
 listen = "127.0.0.1:0"
 state_dir = "$dir/state"
 max_connections = 4096
+# One principal stands for a whole team here: its keep-alive connections
+# and the connections it opens at once are a team's (docs/api.md
+# "Admission and limits"); the io and event-stream caps follow
+# sessions.max_sessions_per_principal below.
+max_connections_per_peer = 4096
+max_connections_per_principal = 4096
+max_port_streams_per_principal = $((sessions * 4 + 64))
 
 [cluster]
 mode = "kubeconfig"

@@ -67,10 +67,14 @@ pub enum Code {
     /// or a control character, or a port not written canonically
     /// (`session::proxy_path`).
     InvalidProxyPath,
+    /// A per-principal connection limit (io sockets, event streams,
+    /// port-proxy streams) or the per-peer limit on connections that have
+    /// not authenticated is reached.
+    TooManyConnections,
 }
 
 impl Code {
-    pub const ALL: [Code; 32] = [
+    pub const ALL: [Code; 33] = [
         Code::Unauthorized,
         Code::NotFound,
         Code::MethodNotAllowed,
@@ -103,6 +107,7 @@ impl Code {
         Code::PortUnreachable,
         Code::WorkspaceUnavailable,
         Code::InvalidProxyPath,
+        Code::TooManyConnections,
     ];
 
     /// The wire spelling (`EXEC_INVALID`).
@@ -140,6 +145,7 @@ impl Code {
             Code::PortUnreachable => "PORT_UNREACHABLE",
             Code::WorkspaceUnavailable => "WORKSPACE_UNAVAILABLE",
             Code::InvalidProxyPath => "INVALID_PROXY_PATH",
+            Code::TooManyConnections => "TOO_MANY_CONNECTIONS",
         }
     }
 
@@ -171,7 +177,7 @@ impl Code {
             | Code::NotRunning
             | Code::NotSuspended => 409,
             Code::ExecOutputLimit => 422,
-            Code::ExecTooMany | Code::ReloadRateLimited => 429,
+            Code::ExecTooMany | Code::ReloadRateLimited | Code::TooManyConnections => 429,
             Code::ExecAborted => 499,
             Code::ExecFailed | Code::PortUnreachable | Code::WorkspaceUnavailable => 502,
             Code::Overloaded | Code::NotReady => 503,
@@ -273,6 +279,14 @@ impl ApiError {
                 format!("request body larger than {limit} bytes"),
             ),
             HttpError::Overloaded => ApiError::new(Code::Overloaded, "too many connections"),
+            HttpError::Busy => ApiError::new(
+                Code::Overloaded,
+                "the daemon holds as many request bodies as it allows; retry later",
+            ),
+            HttpError::TooManyConnections => ApiError::new(
+                Code::TooManyConnections,
+                "too many connections from this address have not authenticated",
+            ),
             HttpError::Internal => ApiError::new(Code::Internal, "internal error"),
         }
     }

@@ -127,6 +127,25 @@ pub struct ServerSection {
     pub max_header_bytes: u64,
     /// Largest request body.
     pub max_body_bytes: u64,
+    /// Connections from one address that have not authenticated yet.
+    pub max_connections_per_peer: u64,
+    /// Keep-alive connections one principal holds open.
+    pub max_connections_per_principal: u64,
+    /// Session io WebSockets one principal holds (0: derived).
+    pub max_io_sockets_per_principal: u64,
+    /// Session event streams one principal holds (0: derived).
+    pub max_event_streams_per_principal: u64,
+    /// Port-proxy requests in flight for one principal (WebSockets and
+    /// streamed answers included; 0: derived).
+    pub max_port_streams_per_principal: u64,
+    /// Body bytes the daemon holds at once (0: derived).
+    pub body_budget_bytes: u64,
+    /// The most of `body_budget_bytes` one principal holds (0: derived).
+    pub body_budget_per_principal_bytes: u64,
+    /// TLS handshake and first head bytes of a new connection.
+    pub head_grace_secs: u64,
+    /// The rate a head must keep up past `head_grace_secs`.
+    pub min_head_bytes_per_sec: u64,
 }
 
 impl Default for ServerSection {
@@ -142,6 +161,15 @@ impl Default for ServerSection {
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             max_header_bytes: 64 * 1024,
             max_body_bytes: 1 << 20,
+            max_connections_per_peer: 64,
+            max_connections_per_principal: 64,
+            max_io_sockets_per_principal: 0,
+            max_event_streams_per_principal: 0,
+            max_port_streams_per_principal: 0,
+            body_budget_bytes: 0,
+            body_budget_per_principal_bytes: 0,
+            head_grace_secs: 5,
+            min_head_bytes_per_sec: 1024,
         }
     }
 }
@@ -576,6 +604,16 @@ impl Config {
             ("server.shutdown_grace_secs", s.shutdown_grace_secs),
             ("server.max_header_bytes", s.max_header_bytes),
             ("server.max_body_bytes", s.max_body_bytes),
+            (
+                "server.max_connections_per_peer",
+                s.max_connections_per_peer,
+            ),
+            (
+                "server.max_connections_per_principal",
+                s.max_connections_per_principal,
+            ),
+            ("server.head_grace_secs", s.head_grace_secs),
+            ("server.min_head_bytes_per_sec", s.min_head_bytes_per_sec),
         ] {
             positive(key, v)?;
         }

@@ -71,6 +71,31 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "Kubernetes API requests and exec/attach upgrades repeated under the retry policy (429/503 with Retry-After, GETs after 5xx or transport errors, connections refused).",
     ),
     (
+        "kubegate_body_bytes_buffered",
+        "gauge",
+        "Request body bytes the front door holds in memory now (being read or handled).",
+    ),
+    (
+        "kubegate_body_budget_bytes",
+        "gauge",
+        "Bytes reserved in the body budget now: bodies in flight and bundles of sessions not yet seeded.",
+    ),
+    (
+        "kubegate_peer_connections_max",
+        "gauge",
+        "The most not-yet-authenticated connections one peer address holds now.",
+    ),
+    (
+        "kubegate_principal_connections",
+        "gauge",
+        "Long-lived connections by principal and kind (io, events, ports, keepalive).",
+    ),
+    (
+        "kubegate_refusals_total",
+        "counter",
+        "Requests refused by the front door's admission, by reason.",
+    ),
+    (
         "kubegate_threads",
         "gauge",
         "Threads of the daemon process.",
@@ -107,6 +132,16 @@ impl Metrics {
     /// braces (`kind="oneshot",result="exit"`), empty for none.
     pub fn add(&self, name: &'static str, labels: impl Into<String>, by: i64) {
         *self.values.lock().entry((name, labels.into())).or_insert(0) += by;
+    }
+
+    /// Sets the gauge `name{labels}` (a zero removes the series).
+    pub fn set(&self, name: &'static str, labels: impl Into<String>, v: i64) {
+        let mut values = self.values.lock();
+        if v == 0 {
+            values.remove(&(name, labels.into()));
+        } else {
+            values.insert((name, labels.into()), v);
+        }
     }
 
     pub fn inc(&self, name: &'static str, labels: impl Into<String>) {

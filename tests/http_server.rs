@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use kubegate::http::ws::{self, WsEnd, WsOptions};
 use kubegate::http::{
-    tls, ChunkSink, Handler, HttpError, Reply, Request, Response, Server, ServerConfig, Upgrade,
+    tls, Admission, Admit, BodyCharge, ChunkSink, Context, Handler, HttpError, Reply, Request,
+    Response, Server, ServerConfig, Upgrade,
 };
 use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::frame::coding::CloseCode;
@@ -423,6 +424,261 @@ fn connection_limit_answers_503() {
     assert_eq!(c.response().status, 200);
 }
 
+type AdmitFn = dyn Fn(&Request) -> Admission + Send + Sync;
+
+/// A handler with an admission.
+struct Admitting {
+    admit: Box<AdmitFn>,
+    handle: Box<HandleFn>,
+}
+
+impl Handler for Admitting {
+    fn admit(&self, head: &Request) -> Admission {
+        (self.admit)(head)
+    }
+    fn handle(&self, req: Request) -> Reply {
+        (self.handle)(req)
+    }
+    fn overflow(&self, head: &Request, _err: &HttpError) -> Option<Response> {
+        (head.path == "/healthz").then(|| Response::text(200, "ok"))
+    }
+    fn error_response(&self, err: &HttpError) -> Response {
+        Response::json(
+            err.status(),
+            format!("{{\"handler_error\":{}}}", err.status()).into_bytes(),
+        )
+    }
+}
+
+fn serve_admitting(
+    cfg: ServerConfig,
+    admit: impl Fn(&Request) -> Admission + Send + Sync + 'static,
+    f: impl Fn(Request) -> Reply + Send + Sync + 'static,
+) -> Server {
+    Server::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        cfg,
+        Arc::new(Admitting {
+            admit: Box::new(admit),
+            handle: Box::new(f),
+        }),
+    )
+    .unwrap()
+}
+
+/// Admits requests carrying `x-who`, with it as the context; refuses the
+/// rest with 401.
+fn who_admission(head: &Request) -> Admission {
+    match head.header("x-who") {
+        Some(w) => Admission::Admit(Admit {
+            max_body_bytes: Some(1 << 20),
+            context: Context(Some(Arc::new(w.to_string()))),
+            known: true,
+            ..Admit::default()
+        }),
+        None => Admission::Refuse(Response::text(401, "who are you")),
+    }
+}
+
+#[test]
+fn a_refused_head_is_answered_without_its_body_or_100_continue() {
+    let _w = watchdog(30);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let h = handled.clone();
+    let server = serve_admitting(ServerConfig::default(), who_admission, move |req| {
+        h.fetch_add(1, Ordering::SeqCst);
+        echo(req)
+    });
+    // 90 MiB announced, with Expect: the first answer is the refusal.
+    let mut c = connect(server.local_addr());
+    c.send(b"POST /up HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 94371840\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 401, "no 100 Continue before the refusal");
+    assert_eq!(r.text(), "who are you");
+    assert_eq!(r.header("connection"), Some("close"));
+    // Without Expect and with some of the body sent: the same, and what
+    // was sent is never kept.
+    let mut c = connect(server.local_addr());
+    c.send(b"POST /up HTTP/1.1\r\nContent-Length: 94371840\r\n\r\n");
+    c.send(&[b'x'; 64 * 1024]);
+    assert_eq!(c.response().status, 401);
+    assert!(c.closed());
+    assert_eq!(server.body_bytes_buffered(), 0);
+    assert_eq!(server.refused_at_head(), 2);
+    // A refused first request closes its connection (the listener
+    // answered it); later on a kept-alive connection, a refused request
+    // without a body leaves it open.
+    let mut c = connect(server.local_addr());
+    c.send(b"GET /a HTTP/1.1\r\n\r\n");
+    assert_eq!(c.response().status, 401);
+    assert!(c.closed());
+    let mut c = connect(server.local_addr());
+    c.send(b"GET /a HTTP/1.1\r\nx-who: alice\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    c.send(b"GET /a HTTP/1.1\r\n\r\n");
+    assert_eq!(c.response().status, 401);
+    c.send(b"GET /a HTTP/1.1\r\nx-who: alice\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    assert_eq!(handled.load(Ordering::SeqCst), 2);
+    // An admitted head with Expect still gets its 100 Continue.
+    let mut c = connect(server.local_addr());
+    c.send(
+        b"POST /p HTTP/1.1\r\nx-who: alice\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+    );
+    assert_eq!(c.head().status, 100);
+    c.send(b"hello");
+    assert_eq!(c.response().text(), "POST /p |hello");
+}
+
+#[test]
+fn the_admission_context_and_body_limit_reach_the_handler() {
+    let _w = watchdog(30);
+    let server = serve_admitting(
+        ServerConfig::default(),
+        |head| {
+            let mut a = match who_admission(head) {
+                Admission::Admit(a) => a,
+                r => return r,
+            };
+            a.max_body_bytes = Some(5);
+            Admission::Admit(a)
+        },
+        |req| {
+            let who = req
+                .admitted
+                .get::<String>()
+                .expect("the admission's context");
+            Response::text(
+                200,
+                &format!("{who}:{}", String::from_utf8_lossy(&req.body)),
+            )
+            .into()
+        },
+    );
+    let mut c = connect(server.local_addr());
+    c.send(b"POST /p HTTP/1.1\r\nx-who: alice\r\nContent-Length: 5\r\n\r\nhello");
+    assert_eq!(c.response().text(), "alice:hello");
+    c.send(b"POST /p HTTP/1.1\r\nx-who: alice\r\nContent-Length: 6\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 413, "the admission's limit, not the server's");
+}
+
+/// Refuses to hold more than its limit.
+struct Limited(usize, AtomicUsize);
+
+impl BodyCharge for Limited {
+    fn grow(&self, total: usize) -> bool {
+        self.1.fetch_max(total, Ordering::SeqCst);
+        total <= self.0
+    }
+}
+
+#[test]
+fn a_body_charge_refuses_a_chunked_body_as_it_grows() {
+    let _w = watchdog(30);
+    let charge = Arc::new(Limited(10, AtomicUsize::new(0)));
+    let ch = charge.clone();
+    let server = serve_admitting(
+        ServerConfig::default(),
+        move |_| {
+            Admission::Admit(Admit {
+                charge: Some(ch.clone() as Arc<dyn BodyCharge>),
+                ..Admit::default()
+            })
+        },
+        echo,
+    );
+    let mut c = connect(server.local_addr());
+    c.send(b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n8\r\naaaaaaaa\r\n");
+    c.send(b"8\r\nbbbbbbbb\r\n8\r\ncccccccc\r\n0\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // Charged as the decoded body grows (one read at a time), refused at
+    // its first growth past 10.
+    let seen = charge.1.load(Ordering::SeqCst);
+    assert!(seen > 10 && seen <= 24, "{seen}");
+    // A Content-Length body is charged whole before it is read.
+    let mut c = connect(server.local_addr());
+    c.send(b"POST /p HTTP/1.1\r\nContent-Length: 11\r\n\r\n");
+    assert_eq!(c.response().status, 503);
+    let mut c = connect(server.local_addr());
+    c.send(b"POST /p HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789");
+    assert_eq!(c.response().text(), "POST /p |0123456789");
+}
+
+#[test]
+fn half_open_connections_hold_no_slot_and_slow_heads_are_closed() {
+    let _w = watchdog(30);
+    let cfg = ServerConfig {
+        max_connections: 2,
+        head_grace: Duration::from_millis(300),
+        min_head_bytes_per_sec: 1,
+        ..Default::default()
+    };
+    let server = serve(cfg, echo);
+    let addr = server.local_addr();
+    // Many connections that send nothing, or half a head.
+    let mut idle: Vec<Client<TcpStream>> = (0..20).map(|_| connect(addr)).collect();
+    idle[0].send(b"GET /slow HTTP/1.1\r\n");
+    for _ in 0..3 {
+        let mut c = connect(addr);
+        c.send(b"GET /a HTTP/1.1\r\nConnection: close\r\n\r\n");
+        assert_eq!(c.response().text(), "GET /a |");
+        assert!(c.closed());
+        // None of the idle ones holds a slot: every slot comes back.
+        wait_for("every slot free", Duration::from_secs(10), || {
+            server.connections() == 0
+        });
+    }
+    // Past their deadline they are closed (half a head earns 19 bytes / 1
+    // byte/s here: the one that sent it is closed later, within 30 s).
+    for c in idle.iter_mut().skip(1) {
+        assert!(c.closed(), "a silent connection is closed after head_grace");
+    }
+}
+
+#[test]
+fn over_the_per_peer_limit_only_known_heads_and_health_are_served() {
+    let _w = watchdog(30);
+    let cfg = ServerConfig {
+        max_connections_per_peer: 2,
+        ..Default::default()
+    };
+    let server = serve_admitting(cfg, who_admission, echo);
+    let addr = server.local_addr();
+    let held: Vec<Client<TcpStream>> = (0..2).map(|_| connect(addr)).collect();
+    wait_for("two counted", Duration::from_secs(10), || {
+        server.max_connections_of_a_peer() == 2
+    });
+    let mut c = connect(addr);
+    c.send(b"GET /a HTTP/1.1\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let mut c = connect(addr);
+    c.send(b"GET /healthz HTTP/1.1\r\n\r\n");
+    assert_eq!(c.response().text(), "ok");
+    // A known caller is served, and keeps its connection.
+    let mut c = connect(addr);
+    c.send(b"GET /a HTTP/1.1\r\nx-who: alice\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    c.send(b"GET /b HTTP/1.1\r\nx-who: alice\r\n\r\n");
+    assert_eq!(c.response().text(), "GET /b |");
+    assert_eq!(server.max_connections_of_a_peer(), 2);
+    drop(held);
+    wait_for("places given back", Duration::from_secs(10), || {
+        server.max_connections_of_a_peer() == 0
+    });
+    let mut c = connect(addr);
+    c.send(b"GET /a HTTP/1.1\r\n\r\n");
+    assert_eq!(
+        c.response().status,
+        401,
+        "within the limit: the admission's answer"
+    );
+}
+
 #[test]
 fn shutdown_stops_the_listener_and_closes_idle_connections() {
     let _w = watchdog(30);
@@ -573,6 +829,46 @@ fn tls_round_trip_with_and_without_client_certificate() {
     let mut c = Client::new(tls_connect(addr, tls_client(&pki, false)));
     c.send(b"GET / HTTP/1.1\r\n\r\n");
     assert_eq!(c.response().status, 200);
+}
+
+#[test]
+fn tls_handshakes_that_never_finish_hold_no_slot() {
+    let _w = watchdog(60);
+    let pki = pki();
+    let tls_cfg = tls::server_config_from_pem(
+        pki.server_chain_pem.as_bytes(),
+        pki.server_key_pem.as_bytes(),
+        None,
+    )
+    .unwrap();
+    let cfg = ServerConfig {
+        tls: Some(tls_cfg),
+        max_connections: 1,
+        head_grace: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let server = serve(cfg, echo);
+    let addr = server.local_addr();
+    // Connections that never start their handshake, and one that sends
+    // half a ClientHello.
+    let mut silent: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    silent[0]
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .unwrap();
+    // The one slot is still there for a real client.
+    let mut c = Client::new(tls_connect(addr, tls_client(&pki, false)));
+    c.send(b"GET /t HTTP/1.1\r\n\r\n");
+    assert_eq!(c.response().text(), "GET /t |");
+    assert_eq!(server.connections(), 1);
+    // The handshake is inside the head's deadline: past it they are closed.
+    for s in silent.iter_mut() {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = [0u8; 1];
+        assert!(
+            !matches!(s.read(&mut b), Ok(n) if n > 0),
+            "closed without a handshake"
+        );
+    }
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! - `fs.rs`: the folder itself: tree with hashes, atomic writes, deletes,
 //!   reads, snapshot, limits; every path walked without following links.
 //! - here: the routes on an `http::Server` (threads `agent-listen`,
-//!   `agent-overflow`, `agent-conn`), the bearer token, the command line.
+//!   `agent-conn`), the bearer token (checked from the head), the command
+//!   line.
 //!
 //! - `wire.rs`: the JSON bodies, shared with the daemon's client
 //!   (`session::agent_client`).
@@ -344,6 +345,22 @@ impl Agent {
 }
 
 impl Handler for Agent {
+    /// The token is checked from the head: a stranger's body (up to the
+    /// agent's body cap) is never read.
+    fn admit(&self, head: &Request) -> crate::http::Admission {
+        if (head.method == "GET" && head.path == "/healthz") || self.authenticate(head).is_ok() {
+            return crate::http::Admission::Admit(crate::http::Admit::default());
+        }
+        let e = ApiError::new(
+            Code::Unauthorized,
+            "a valid bearer token is required (Authorization: Bearer TOKEN, \
+             or X-Kubegate-Agent-Token: TOKEN)",
+        );
+        crate::http::Admission::Refuse(
+            api_error(&e).with_header(PROTOCOL_HEADER, &AGENT_PROTOCOL.to_string()),
+        )
+    }
+
     fn handle(&self, req: Request) -> Reply {
         let resp = match (req.method.as_str(), req.path.as_str()) {
             ("GET", "/healthz") => json_ok(json!({"status": "ok"})),

@@ -14,7 +14,7 @@
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -26,8 +26,11 @@ use tungstenite::WebSocket;
 
 use super::parse::{parse_head, BodyKind, ChunkedDecoder, Head};
 use super::server::ServerConfig;
-use super::stream::{peer_gone, wait_readable, PollStream, Readiness, Socket, TlsStream, Waker};
-use super::types::{Body, ChunkSink, Handler, HttpError, Reply, Request, Response, Upgrade};
+use super::stream::{peer_gone, wait_readable, PollStream, Readiness, Socket, Waker};
+use super::types::{
+    Admission, Admit, Body, BodyCharge, ChunkSink, Context, Handler, HttpError, Reply, Request,
+    Response, Upgrade,
+};
 use super::ws::WsConn;
 
 /// How long an error answer waits for the client to stop sending before the
@@ -54,6 +57,12 @@ pub(crate) struct Shared {
     pub outage_until: parking_lot::Mutex<Option<Instant>>,
     /// Wakes the listener to notice a new outage.
     pub poke: Waker,
+    /// Connections per peer address that have not authenticated yet.
+    pub peers: parking_lot::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    /// Body bytes read into memory by requests not yet answered.
+    pub body_bytes: AtomicUsize,
+    /// Requests refused at admission, from their head.
+    pub refused: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -82,22 +91,77 @@ enum ReadEnd {
     Failed,
 }
 
-enum Next {
-    Request(Box<Head>, Vec<u8>),
+/// A request ready for the handler, with what its admission asked for.
+struct Ready<'a> {
+    req: Request,
+    minor: u8,
+    keep_alive: bool,
+    /// The body's bytes, counted in [`Shared::body_bytes`] until dispatched.
+    _gauge: BodyGauge<'a>,
+    /// The admission's reservation, held until the handler returns.
+    _charge: Option<Arc<dyn BodyCharge>>,
+}
+
+enum Next<'a> {
+    Request(Box<Ready<'a>>),
+    /// Answered at admission; the connection stays open.
+    Answered,
+    /// Answered at admission; drain what the client still sends (a body
+    /// nobody reads), discarding it, then close.
+    Linger,
     Error(HttpError, u8),
     Close,
 }
 
-/// Sets up TLS when configured and serves requests until the connection ends.
-pub(crate) fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr) {
-    let _ = tcp.set_nodelay(true);
-    let sock = match &shared.cfg.tls {
-        None => Socket::Plain(tcp),
-        Some(cfg) => match tls_accept(cfg, tcp, shared.cfg.request_read_timeout) {
-            Some(t) => Socket::Tls(Box::new(t)),
-            None => return,
-        },
-    };
+/// Counts body bytes read into memory in [`Shared::body_bytes`] while a
+/// request holds them.
+pub(crate) struct BodyGauge<'a> {
+    shared: &'a Shared,
+    n: usize,
+}
+
+impl BodyGauge<'_> {
+    fn set(&mut self, n: usize) {
+        if n >= self.n {
+            self.shared
+                .body_bytes
+                .fetch_add(n - self.n, Ordering::AcqRel);
+        } else {
+            self.shared
+                .body_bytes
+                .fetch_sub(self.n - n, Ordering::AcqRel);
+        }
+        self.n = n;
+    }
+}
+
+impl Drop for BodyGauge<'_> {
+    fn drop(&mut self) {
+        self.shared.body_bytes.fetch_sub(self.n, Ordering::AcqRel);
+    }
+}
+
+/// How long a head may take once its connection is accepted: `grace`, plus
+/// one second per `min_rate` bytes received, never past `max` (a client
+/// that keeps sending at the minimum rate gets the whole `max`; one that
+/// drips a byte now and then is closed after `grace`).
+pub(crate) fn head_deadline(started: Instant, received: usize, cfg: &ServerConfig) -> Instant {
+    let rate = cfg.min_head_bytes_per_sec.max(1) as u64;
+    let earned = Duration::from_millis((received as u64).saturating_mul(1000) / rate);
+    started + (cfg.head_grace + earned).min(cfg.request_read_timeout)
+}
+
+/// Serves requests on a socket whose TLS handshake is done, starting with
+/// the bytes already read into `buf`.
+pub(crate) fn serve_socket(
+    shared: &Shared,
+    sock: Socket,
+    peer: SocketAddr,
+    buf: Vec<u8>,
+    slot: Option<PeerSlot>,
+    accepted: Instant,
+    first_admit: Option<Admit>,
+) {
     let _ = sock.set_write_timeout(Some(shared.cfg.write_timeout));
     let client_cert_der = match &sock {
         Socket::Tls(t) => t.peer_leaf_cert(),
@@ -106,32 +170,35 @@ pub(crate) fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr) {
     let conn = Conn {
         shared,
         sock,
-        buf: Vec::new(),
+        buf,
         peer,
         client_cert_der,
         served: 0,
+        peer_slot: slot,
+        hold: None,
+        keep_hold: false,
+        accepted,
+        first_admit,
     };
     conn.run();
 }
 
-pub(crate) fn tls_accept(
-    cfg: &Arc<rustls::ServerConfig>,
-    tcp: TcpStream,
-    timeout: Duration,
-) -> Option<TlsStream> {
-    let conn = match rustls::ServerConnection::new(cfg.clone()) {
-        Ok(c) => c,
-        Err(e) => {
-            log::warn!("TLS setup failed: {e}");
-            return None;
-        }
-    };
-    let mut t = TlsStream::new(conn, tcp);
-    match t.handshake(Instant::now() + timeout) {
-        Ok(()) => Some(t),
-        Err(e) => {
-            log::debug!("TLS handshake failed: {e}");
-            None
+/// One connection's place in its peer address's count (see
+/// `ServerConfig::max_connections_per_peer`); dropped once the connection
+/// authenticates or ends.
+pub(crate) struct PeerSlot {
+    pub shared: Arc<Shared>,
+    pub ip: std::net::IpAddr,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut peers = self.shared.peers.lock();
+        if let Some(n) = peers.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                peers.remove(&self.ip);
+            }
         }
     }
 }
@@ -143,18 +210,37 @@ struct Conn<'a> {
     peer: SocketAddr,
     client_cert_der: Option<Vec<u8>>,
     served: u64,
+    peer_slot: Option<PeerSlot>,
+    /// The last admission's `hold` (see `Admit::hold`).
+    hold: Option<Box<dyn std::any::Any + Send>>,
+    keep_hold: bool,
+    /// When the connection was accepted: the first head's clock.
+    accepted: Instant,
+    /// The first request's admission, made by the listener (which read
+    /// its head).
+    first_admit: Option<Admit>,
 }
 
-impl Conn<'_> {
+impl<'a> Conn<'a> {
     fn run(mut self) {
         loop {
             match self.next_request() {
                 Next::Close => return self.close(),
+                Next::Answered => {}
+                Next::Linger => {
+                    drop(self.buf);
+                    return self.sock.linger_close(LINGER);
+                }
                 Next::Error(err, minor) => return self.fail(err, minor),
-                Next::Request(head, body) => {
+                Next::Request(ready) => {
                     self.served += 1;
-                    match self.dispatch(*head, body) {
-                        Some(conn) => self = conn,
+                    match self.dispatch(*ready) {
+                        Some(conn) => {
+                            self = conn;
+                            if !self.keep_hold {
+                                self.hold = None;
+                            }
+                        }
                         None => return,
                     }
                 }
@@ -194,72 +280,151 @@ impl Conn<'_> {
         }
     }
 
-    fn next_request(&mut self) -> Next {
-        let cfg = &self.shared.cfg;
+    fn next_request(&mut self) -> Next<'a> {
+        let shared = self.shared;
+        let cfg = &shared.cfg;
         if self.buf.capacity() > KEEP_BUF {
             self.buf.shrink_to(KEEP_BUF);
         }
+        let mut started = Instant::now();
         if self.buf.is_empty() && !self.sock.has_buffered_input() {
             let wait = if self.served == 0 {
-                cfg.request_read_timeout
+                head_deadline(self.accepted, 0, cfg).saturating_duration_since(started)
             } else {
                 cfg.keep_alive_idle
             };
-            match wait_readable(self.sock.as_fd(), &self.shared.stop, wait) {
+            match wait_readable(self.sock.as_fd(), &shared.stop, wait) {
                 Ok(Readiness::Readable) => {}
                 _ => return Next::Close,
             }
-            if self.shared.in_outage() {
+            if shared.in_outage() {
                 return Next::Close;
             }
-        } else if self.shared.is_stopping() || self.shared.in_outage() {
+            if self.served > 0 {
+                started = Instant::now();
+            }
+        } else if shared.is_stopping() || shared.in_outage() {
             return Next::Close;
         }
-        let deadline = Instant::now() + cfg.request_read_timeout;
+        if self.served == 0 {
+            started = self.accepted;
+        }
         let max_header = cfg.max_header_bytes;
-        let max_body = cfg.max_body_bytes;
         let head = loop {
             match parse_head(&self.buf, max_header, cfg.strict_crlf) {
                 Ok(Some(h)) => break h,
                 Ok(None) => {}
                 Err(e) => return Next::Error(e, 1),
             }
-            if self.fill(deadline).is_err() {
+            // The head must keep coming at the minimum rate.
+            if self
+                .fill(head_deadline(started, self.buf.len(), cfg))
+                .is_err()
+            {
                 // EOF between requests is the normal end; a timeout or EOF
                 // mid-head has nobody left to answer.
                 return Next::Close;
             }
         };
+        let deadline = Instant::now() + cfg.request_read_timeout;
         self.buf.drain(..head.len);
-        // The handler may lower the limit for this route before any of the
-        // body is read.
-        let max_body = self
-            .shared
-            .handler
-            .max_body_bytes(&head.method, &head.path)
-            .map_or(max_body, |m| m.min(max_body));
-        let body = match head.body {
+        let Head {
+            method,
+            target,
+            path,
+            query,
+            headers,
+            minor,
+            body: body_kind,
+            keep_alive,
+            expect_continue,
+            ..
+        } = head;
+        let mut req = Request {
+            method,
+            target,
+            path,
+            query,
+            headers,
+            body: Vec::new(),
+            peer: self.peer,
+            tls: self.sock.is_tls(),
+            client_cert_der: self.client_cert_der.clone(),
+            probe: super::types::PeerProbe::default(),
+            admitted: Context::default(),
+        };
+        // The previous request's hold ends with it: the admission decides
+        // anew whether this one gets one.
+        self.hold = None;
+        let handler = shared.handler.clone();
+        let first = self.first_admit.take();
+        let admission = match catch_unwind(AssertUnwindSafe(|| match first {
+            Some(a) => Admission::Admit(a),
+            None => handler.admit(&req),
+        })) {
+            Ok(a) => a,
+            Err(_) => {
+                log::error!("admission panicked serving {}", self.peer);
+                return Next::Error(HttpError::Internal, minor);
+            }
+        };
+        let admit = match admission {
+            Admission::Admit(a) => a,
+            Admission::Refuse(resp) => {
+                shared.refused.fetch_add(1, Ordering::Relaxed);
+                // A body nobody will read: close after the answer (the
+                // linger drains what the client still sends, discarding
+                // it). Without a body, keep-alive holds.
+                let has_body = !matches!(body_kind, BodyKind::None);
+                let keep = keep_alive && !has_body && !shared.is_stopping();
+                let is_head = req.method == "HEAD";
+                return match write_response(&mut self.sock, resp, minor, is_head, keep, shared) {
+                    Ok(true) => Next::Answered,
+                    Ok(false) if has_body => Next::Linger,
+                    Ok(false) => Next::Close,
+                    Err(_) => Next::Close,
+                };
+            }
+        };
+        if admit.known {
+            self.peer_slot = None;
+        }
+        self.hold = admit.hold;
+        self.keep_hold = admit.keep_hold;
+        let keep_alive = keep_alive && !admit.close_after;
+        req.admitted = admit.context;
+        let charge = admit.charge;
+        let max_body = admit
+            .max_body_bytes
+            .map_or(cfg.max_body_bytes, |m| m.min(cfg.max_body_bytes));
+        let mut gauge = BodyGauge { shared, n: 0 };
+        let body = match body_kind {
             BodyKind::None => Vec::new(),
             BodyKind::Length(n) => {
                 if n > max_body as u64 {
-                    return Next::Error(HttpError::BodyTooLarge { limit: max_body }, head.minor);
+                    return Next::Error(HttpError::BodyTooLarge { limit: max_body }, minor);
                 }
                 let n = n as usize;
-                if head.expect_continue && self.buf.len() < n && !self.send_continue() {
+                if charge.as_ref().is_some_and(|c| !c.grow(n)) {
+                    return Next::Error(HttpError::Busy, minor);
+                }
+                if expect_continue && self.buf.len() < n && !self.send_continue() {
                     return Next::Close;
                 }
                 while self.buf.len() < n {
+                    gauge.set(self.buf.len());
                     if self.fill(deadline).is_err() {
                         return Next::Close;
                     }
                 }
                 let rest = self.buf.split_off(n);
+                gauge.set(n);
                 std::mem::replace(&mut self.buf, rest)
             }
             BodyKind::Chunked => {
                 let mut dec = ChunkedDecoder::new(max_body, max_header);
                 let mut body = Vec::new();
-                if head.expect_continue && self.buf.is_empty() && !self.send_continue() {
+                if expect_continue && self.buf.is_empty() && !self.send_continue() {
                     return Next::Close;
                 }
                 loop {
@@ -267,8 +432,12 @@ impl Conn<'_> {
                         Ok(used) => {
                             self.buf.drain(..used);
                         }
-                        Err(e) => return Next::Error(e, head.minor),
+                        Err(e) => return Next::Error(e, minor),
                     }
+                    if charge.as_ref().is_some_and(|c| !c.grow(body.len())) {
+                        return Next::Error(HttpError::Busy, minor);
+                    }
+                    gauge.set(body.len());
                     if dec.is_done() {
                         break body;
                     }
@@ -283,7 +452,15 @@ impl Conn<'_> {
             // keep a read buffer for them too.
             self.buf = Vec::new();
         }
-        Next::Request(Box::new(head), body)
+        req.body = body;
+        req.probe = super::types::PeerProbe::new(self.sock.as_fd(), shared.stop.fd());
+        Next::Request(Box::new(Ready {
+            req,
+            minor,
+            keep_alive,
+            _gauge: gauge,
+            _charge: charge,
+        }))
     }
 
     fn send_continue(&mut self) -> bool {
@@ -294,22 +471,15 @@ impl Conn<'_> {
     }
 
     /// Runs the handler; gives the connection back when it stays open.
-    fn dispatch(mut self, head: Head, body: Vec<u8>) -> Option<Self> {
-        let minor = head.minor;
-        let is_head = head.method == "HEAD";
-        let keep_alive = head.keep_alive;
-        let req = Request {
-            method: head.method,
-            target: head.target,
-            path: head.path,
-            query: head.query,
-            headers: head.headers,
-            body,
-            peer: self.peer,
-            tls: self.sock.is_tls(),
-            client_cert_der: self.client_cert_der.clone(),
-            probe: super::types::PeerProbe::new(self.sock.as_fd(), self.shared.stop.fd()),
-        };
+    fn dispatch(mut self, ready: Ready<'a>) -> Option<Self> {
+        let Ready {
+            req,
+            minor,
+            keep_alive,
+            _gauge: gauge,
+            _charge: charge,
+        } = ready;
+        let is_head = req.method == "HEAD";
         let ws_key = if minor == 1 && req.is_websocket_upgrade() {
             req.header("sec-websocket-key").map(str::to_string)
         } else {
@@ -324,6 +494,11 @@ impl Conn<'_> {
                 return None;
             }
         };
+        // The handler is done with the body (it was moved into it): its
+        // bytes and its reservation are given back before the answer goes
+        // out (a handler that keeps the reservation holds its own clone).
+        drop(gauge);
+        drop(charge);
         match reply {
             Reply::Response(resp) => {
                 let keep = keep_alive && !self.shared.is_stopping();
@@ -356,6 +531,7 @@ impl Conn<'_> {
         let mut resp = resp;
         // The handler chose the body; the status is the server's.
         resp.status = err.status();
+        with_retry_after(&mut resp, &err);
         if write_response(&mut self.sock, resp, minor, false, false, self.shared).is_ok() {
             self.sock.linger_close(LINGER);
         }
@@ -372,6 +548,8 @@ impl Conn<'_> {
             buf,
             peer,
             client_cert_der,
+            // Held while the socket is open (a per-caller slot).
+            hold: _hold,
             ..
         } = self;
         let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
@@ -425,8 +603,46 @@ fn header_ok(name: &str, value: &str) -> bool {
         && !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
 }
 
+/// Adds `Retry-After: 1` to a refusal that a retry may get past, unless the
+/// handler said when.
+pub(crate) fn with_retry_after(resp: &mut Response, err: &HttpError) {
+    let busy = matches!(
+        err,
+        HttpError::Busy | HttpError::Overloaded | HttpError::TooManyConnections
+    );
+    if busy
+        && !resp
+            .headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
+    {
+        resp.headers.push(("Retry-After".into(), "1".into()));
+    }
+}
+
+/// The request a parsed head describes, without its body (what
+/// [`Handler::admit`] sees).
+pub(crate) fn head_request(head: Head, peer: SocketAddr, sock: &Socket) -> Request {
+    Request {
+        method: head.method,
+        target: head.target,
+        path: head.path,
+        query: head.query,
+        headers: head.headers,
+        body: Vec::new(),
+        peer,
+        tls: sock.is_tls(),
+        client_cert_der: match sock {
+            Socket::Tls(t) => t.peer_leaf_cert(),
+            Socket::Plain(_) => None,
+        },
+        probe: super::types::PeerProbe::default(),
+        admitted: Context::default(),
+    }
+}
+
 /// Writes `resp`; returns whether the connection may carry another request.
-fn write_response(
+pub(crate) fn write_response(
     sock: &mut Socket,
     resp: Response,
     minor: u8,
@@ -671,6 +887,28 @@ mod tests {
         assert_eq!(http_date(UNIX_EPOCH), "Thu, 01 Jan 1970 00:00:00 GMT");
         let t = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(http_date(t), "Tue, 29 Feb 2000 00:00:00 GMT");
+    }
+
+    #[test]
+    fn a_head_earns_time_at_the_minimum_rate_up_to_the_read_timeout() {
+        let cfg = ServerConfig {
+            head_grace: Duration::from_secs(5),
+            min_head_bytes_per_sec: 1000,
+            request_read_timeout: Duration::from_secs(30),
+            ..ServerConfig::default()
+        };
+        let t = Instant::now();
+        assert_eq!(head_deadline(t, 0, &cfg), t + Duration::from_secs(5));
+        assert_eq!(head_deadline(t, 500, &cfg), t + Duration::from_millis(5500));
+        assert_eq!(head_deadline(t, 10_000, &cfg), t + Duration::from_secs(15));
+        // Never past the read timeout, however much came.
+        assert_eq!(head_deadline(t, 1 << 30, &cfg), t + Duration::from_secs(30));
+        // A zero rate is taken as 1 byte/s, not a division by zero.
+        let slow = ServerConfig {
+            min_head_bytes_per_sec: 0,
+            ..cfg
+        };
+        assert_eq!(head_deadline(t, 2, &slow), t + Duration::from_secs(7));
     }
 
     #[test]

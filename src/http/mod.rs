@@ -18,6 +18,6 @@ pub mod tls;
 pub mod types;
 pub mod ws;
 
-pub use server::{Server, ServerConfig};
+pub use server::{Server, ServerConfig, Stats};
 pub use stream::{PollStream, Socket, TlsStream};
 pub use types::*;

@@ -1,8 +1,10 @@
 //! The request/response types every [`Handler`] sees. Fixed early so the sim
 //! and the daemon can be written against them while the server grows.
 
+use std::any::Any;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// One parsed HTTP/1.1 request with its whole body (bodies are capped by the
 /// server's `max_body_bytes`; a larger one never reaches the handler).
@@ -27,6 +29,80 @@ pub struct Request {
     /// Tells a long-running handler that its client went away or the
     /// server is stopping (to abort work nobody waits for).
     pub probe: PeerProbe,
+    /// What [`Handler::admit`] learned from the head (the caller's
+    /// identity), handed back with the request.
+    pub admitted: Context,
+}
+
+/// The opaque value a handler's admission attached to a request.
+#[derive(Clone, Default)]
+pub struct Context(pub Option<Arc<dyn Any + Send + Sync>>);
+
+impl Context {
+    /// The attached value, when there is one of type `T`.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.0.clone().and_then(|a| a.downcast::<T>().ok())
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Context(Some)"
+        } else {
+            "Context(None)"
+        })
+    }
+}
+
+/// A body reservation: the server reports how far a request's body has
+/// grown while it reads it (a Content-Length body is reported once, whole,
+/// before any of it is read; a chunked one as it comes). `false` refuses
+/// the rest: the server answers [`HttpError::Busy`] and closes.
+pub trait BodyCharge: Send + Sync {
+    fn grow(&self, total: usize) -> bool;
+}
+
+/// What [`Handler::admit`] decided from a request's head, before any body
+/// byte is read or `100 Continue` sent.
+pub enum Admission {
+    /// Answer this instead (the body is never read; the connection closes
+    /// when the request has one: what was sent is drained and discarded).
+    Refuse(Response),
+    Admit(Admit),
+}
+
+/// An admitted request: its body limit and what the handler wants back.
+#[derive(Default)]
+pub struct Admit {
+    /// Body limit (`None`: the server's `max_body_bytes`; a larger value
+    /// is lowered to it). Larger bodies get 413 without being read.
+    pub max_body_bytes: Option<usize>,
+    /// Handed back in [`Request::admitted`].
+    pub context: Context,
+    /// Told of the body's size as it is read (a budget).
+    pub charge: Option<Arc<dyn BodyCharge>>,
+    /// The caller is known (authenticated): the connection stops counting
+    /// against its peer address's `max_connections_per_peer`.
+    pub known: bool,
+    /// Held by the connection while this request is served (its stream
+    /// or WebSocket included), and with `keep_hold` also afterwards, until
+    /// the next request's head is admitted or the connection closes (a
+    /// per-caller slot for idle keep-alive connections).
+    pub hold: Option<Box<dyn Any + Send>>,
+    /// Keep `hold` while the connection waits for its next request.
+    pub keep_hold: bool,
+    /// Answer with `Connection: close` (e.g. no idle slot is left).
+    pub close_after: bool,
+}
+
+impl Admit {
+    pub fn with_limit(max_body_bytes: usize) -> Admit {
+        Admit {
+            max_body_bytes: Some(max_body_bytes),
+            ..Admit::default()
+        }
+    }
 }
 
 /// A non-blocking "is anyone still waiting?" check for a handler that works
@@ -261,6 +337,11 @@ pub enum HttpError {
     BodyTooLarge { limit: usize },
     /// 503: every connection slot is taken.
     Overloaded,
+    /// 503: a body reservation was refused while the body was read.
+    Busy,
+    /// 429: this peer address has too many connections that have not
+    /// authenticated (`max_connections_per_peer`).
+    TooManyConnections,
     /// 500: the handler panicked.
     Internal,
 }
@@ -271,7 +352,8 @@ impl HttpError {
             HttpError::BadRequest(_) => 400,
             HttpError::HeadersTooLarge => 431,
             HttpError::BodyTooLarge { .. } => 413,
-            HttpError::Overloaded => 503,
+            HttpError::Overloaded | HttpError::Busy => 503,
+            HttpError::TooManyConnections => 429,
             HttpError::Internal => 500,
         }
     }
@@ -280,10 +362,20 @@ impl HttpError {
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request) -> Reply;
 
-    /// A lower body limit for this request than the server's
-    /// `max_body_bytes`, decided from its head before the body is read
-    /// (`None`: the server's). Larger bodies get 413 without being read.
-    fn max_body_bytes(&self, _method: &str, _path: &str) -> Option<usize> {
+    /// Decides from a request's head, before any body byte is read or
+    /// `100 Continue` sent: refuse it with an answer, or admit it with a
+    /// body limit and a context handed back in [`Request::admitted`].
+    /// `head` is the request without its body (`body` is empty). Default:
+    /// admit everything with the server's limit.
+    fn admit(&self, _head: &Request) -> Admission {
+        Admission::Admit(Admit::default())
+    }
+
+    /// The answer to a request read on the overflow path (every slot is
+    /// taken, or its peer is over `max_connections_per_peer`) that no
+    /// slot will serve: `None` answers `err`'s response. Health routes
+    /// answer here so they stay reachable; this must not block.
+    fn overflow(&self, _head: &Request, _err: &HttpError) -> Option<Response> {
         None
     }
 

@@ -308,8 +308,8 @@ impl Handler for Inspect {
         .into()
     }
 
-    fn max_body_bytes(&self, _method: &str, _path: &str) -> Option<usize> {
-        Some(0)
+    fn admit(&self, _head: &Request) -> crate::http::Admission {
+        crate::http::Admission::Admit(crate::http::Admit::with_limit(0))
     }
 }
 

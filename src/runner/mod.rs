@@ -19,8 +19,8 @@
 //! Threads: main (the supervisor), `runner-watch`, `runner-signals`
 //! (signal-hook's iterator; reaps on SIGCHLD), `runner-stdout` and
 //! `runner-stderr` per run without a terminal (pass the program's output
-//! through and publish its lines), and the inspect server's `runner-listen`,
-//! `runner-overflow` and `runner-conn` (one per subscriber).
+//! through and publish its lines), and the inspect server's `runner-listen`
+//! and `runner-conn` (one per subscriber).
 
 mod args;
 pub mod debounce;

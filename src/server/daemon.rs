@@ -30,7 +30,10 @@ use crate::exec::frames::SUBPROTOCOL;
 use crate::exec::gateway::{Gateway, InteractiveRequest, OneShotRequest, Settings};
 use crate::exec::resolve::Ownership;
 use crate::exec::validate::{invalid, ExecSpec, Limits};
-use crate::http::{Handler, HttpError, Reply, Request, Response, Server, ServerConfig, Upgrade};
+use crate::http::{
+    Admission, Admit, Context, Handler, HttpError, Reply, Request, Response, Server, ServerConfig,
+    Upgrade,
+};
 use crate::kube::client::http::Request as KubeRequest;
 use crate::kube::client::{
     Api, Client, ClientOptions, Deployment, KubeError, Namespace, RetryPolicy,
@@ -40,6 +43,7 @@ use crate::kube::connection::Connection;
 use crate::kube::remote::TermSize;
 use crate::metrics::Metrics;
 use crate::server::auth::{request_token, Identity, Principals};
+use crate::server::limits::{Budget, BudgetFull, Caps, FrontDoorLimits, Kind, Permit};
 use crate::sim::cluster::{Sim, SimOptions};
 use parking_lot::RwLock;
 
@@ -52,6 +56,8 @@ pub const DEMO_DEPLOYMENT: &str = "hello";
 pub const SIM_KUBECONFIG: &str = "sim.kubeconfig";
 /// Deadline of one `/readyz` probe of the cluster.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a `/readyz` result answers for on the overflow path.
+const READY_CACHE: Duration = Duration::from_secs(60);
 
 /// Why start-up failed: configuration (exit 2) or anything else (exit 1).
 #[derive(Debug)]
@@ -182,19 +188,19 @@ impl Daemon {
             _ => None,
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
+        let limits = FrontDoorLimits::from_config(cfg);
         let server_cfg = ServerConfig {
             max_connections: usize::try_from(cfg.server.max_connections).unwrap_or(usize::MAX),
+            max_connections_per_peer: limits.per_peer,
+            head_grace: Duration::from_secs(cfg.server.head_grace_secs),
+            min_head_bytes_per_sec: usize::try_from(cfg.server.min_head_bytes_per_sec)
+                .unwrap_or(usize::MAX),
             keep_alive_idle: Duration::from_secs(cfg.server.keep_alive_idle_secs),
             request_read_timeout: Duration::from_secs(cfg.server.request_read_timeout_secs),
             max_header_bytes: usize::try_from(cfg.server.max_header_bytes).unwrap_or(usize::MAX),
             // A session's bundle travels base64 in JSON: room for it here;
-            // every other route checks `server.max_body_bytes` itself.
-            max_body_bytes: usize::try_from(
-                cfg.server
-                    .max_body_bytes
-                    .max(cfg.sessions.max_bundle_bytes.saturating_mul(4) / 3 + (1 << 20)),
-            )
-            .unwrap_or(usize::MAX),
+            // the admission gives every other route `server.max_body_bytes`.
+            max_body_bytes: limits.start_body,
             tls,
             name: "door",
             ..ServerConfig::default()
@@ -274,7 +280,31 @@ impl Daemon {
                 keep_finished: Duration::from_secs(3600),
             },
         );
-        let max_body = usize::try_from(cfg.server.max_body_bytes).unwrap_or(usize::MAX);
+        let max_body = limits.body;
+        let budget = Budget::new(limits.budget_total, limits.budget_share);
+        {
+            let b = budget.clone();
+            metrics.probe("kubegate_body_budget_bytes", move || {
+                i64::try_from(b.used()).unwrap_or(i64::MAX)
+            });
+        }
+        let caps = {
+            let m = metrics.clone();
+            Caps::new(
+                limits.caps,
+                Some(Box::new(move |who: &str, kind: Kind, n: usize| {
+                    m.set(
+                        "kubegate_principal_connections",
+                        format!(
+                            "principal=\"{}\",kind=\"{}\"",
+                            crate::metrics::label(who),
+                            kind.as_str()
+                        ),
+                        i64::try_from(n).unwrap_or(i64::MAX),
+                    )
+                })),
+            )
+        };
         let handler = Arc::new(FrontDoor {
             probe,
             client,
@@ -285,8 +315,13 @@ impl Daemon {
             engine: engine.clone(),
             bundle_limits: crate::session::spec::BundleLimits::from(ss),
             max_body,
+            start_body: limits.start_body,
+            budget,
+            caps,
+            ready_cache: parking_lot::Mutex::new(None),
             test_hooks: test_hooks(),
         });
+        let metrics = handler.metrics.clone();
         // Sessions recorded before the restart come back before the
         // listener takes requests (a reconnecting viewer finds them).
         let restored = engine
@@ -304,6 +339,16 @@ impl Daemon {
         let listen = cfg.server.listen_addr();
         let server = Server::bind(listen, server_cfg, handler)
             .map_err(|e| failed(format!("binding the front door to {listen}: {e}")))?;
+        {
+            let st = server.stats();
+            metrics.probe("kubegate_body_bytes_buffered", move || {
+                i64::try_from(st.body_bytes_buffered()).unwrap_or(i64::MAX)
+            });
+            let st = server.stats();
+            metrics.probe("kubegate_peer_connections_max", move || {
+                i64::try_from(st.max_connections_of_a_peer()).unwrap_or(i64::MAX)
+            });
+        }
         engine.forget_persisted_rings();
         engine.start_reaper(Duration::from_secs(ss.orphan_grace_secs));
         let url = format!("{scheme}://{}", server.local_addr());
@@ -753,6 +798,14 @@ struct FrontDoor {
     /// Body limit of every route but `POST /v1/sessions` (whose bundle has
     /// its own limits; the server's own limit is raised to fit it).
     max_body: usize,
+    /// Body limit of `POST /v1/sessions`.
+    start_body: usize,
+    /// Body bytes in flight and bundles not yet seeded.
+    budget: Arc<Budget>,
+    /// Per-principal counts of long-lived connections.
+    caps: Arc<Caps>,
+    /// The last `/readyz` answer and when (the overflow path answers it).
+    ready_cache: parking_lot::Mutex<Option<(std::time::Instant, bool)>>,
     /// `POST /v1/sessions/{id}/debug/panic` exists ([`test_hooks`]).
     #[cfg_attr(not(debug_assertions), allow(dead_code))]
     test_hooks: bool,
@@ -792,6 +845,12 @@ const ROUTES: &[(&str, &str)] = &[
 
 impl FrontDoor {
     fn readiness(&self) -> Response {
+        let r = self.readiness_probe();
+        *self.ready_cache.lock() = Some((std::time::Instant::now(), r.status == 200));
+        r
+    }
+
+    fn readiness_probe(&self) -> Response {
         if let Err(e) = cluster_version(&self.probe) {
             log::warn!("readyz: cluster: {e}");
             return error_response(503, "NOT_READY", "the cluster does not answer");
@@ -803,7 +862,28 @@ impl FrontDoor {
         Response::json(200, br#"{"status":"ready"}"#.to_vec())
     }
 
+    /// `/readyz` on the overflow path: the last probe's result while it is
+    /// recent (the probe itself may take `PROBE_TIMEOUT`).
+    fn cached_readiness(&self) -> Response {
+        match *self.ready_cache.lock() {
+            Some((at, true)) if at.elapsed() < READY_CACHE => {
+                Response::json(200, br#"{"status":"ready"}"#.to_vec())
+            }
+            Some((at, false)) if at.elapsed() < READY_CACHE => {
+                error_response(503, "NOT_READY", "the cluster does not answer")
+            }
+            _ => error_response(
+                503,
+                "NOT_READY",
+                "every connection slot is taken and no recent readiness result is known",
+            ),
+        }
+    }
+
     fn authenticate(&self, req: &Request) -> Result<Arc<Identity>, ApiError> {
+        if let Some(a) = req.admitted.get::<Admitted>() {
+            return Ok(a.who.clone());
+        }
         let principals = self.principals.read().clone();
         request_token(req)
             .and_then(|t| principals.authenticate(&t))
@@ -1277,7 +1357,14 @@ impl FrontDoor {
         let body: crate::session::spec::StartRequest = serde_json::from_slice(&req.body)
             .map_err(|e| ApiError::new(Code::BadRequest, format!("request body: {e}")))?;
         let (spec, bundle) = crate::session::spec::validate_start(body, self.bundle_limits)?;
-        let h = self.engine.start(&who.name, spec, bundle)?;
+        // The body's reservation stays with the decoded bundle until the
+        // workspace is seeded (or the start fails).
+        let permit = req
+            .admitted
+            .get::<Admitted>()
+            .and_then(|a| a.permit.clone())
+            .map(|p| Box::new(p) as Box<dyn std::any::Any + Send>);
+        let h = self.engine.start(&who.name, spec, bundle, permit)?;
         let v = h.view();
         let id = h.id.clone();
         let body = json!({
@@ -1503,10 +1590,191 @@ fn sse_stream(h: &Arc<crate::session::engine::Handle>, req: &Request) -> Respons
     .with_header("Cache-Control", "no-cache")
 }
 
+/// What the front door's admission learned from a request's head, handed
+/// back with the request (`Request::admitted`).
+struct Admitted {
+    who: Arc<Identity>,
+    /// The body's reservation in the budget (requests with a body).
+    permit: Option<Arc<Permit>>,
+}
+
+/// The body a head announces: its Content-Length, `None` for chunked, 0
+/// for none.
+fn announced_body(head: &Request) -> Option<u64> {
+    if head.header("transfer-encoding").is_some() {
+        return None;
+    }
+    Some(
+        head.header("content-length")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0),
+    )
+}
+
+impl FrontDoor {
+    fn refuse(&self, reason: &str, e: &ApiError) -> Admission {
+        self.metrics
+            .inc("kubegate_refusals_total", format!("reason=\"{reason}\""));
+        self.metrics
+            .inc("kubegate_api_errors_total", format!("code=\"{}\"", e.code));
+        let r = api_error(e);
+        self.metrics.inc(
+            "kubegate_http_requests_total",
+            format!("status=\"{}\"", r.status),
+        );
+        Admission::Refuse(r)
+    }
+
+    fn too_many(&self, kind: Kind) -> Admission {
+        let what = match kind {
+            Kind::Io => "session io sockets",
+            Kind::Events => "session event streams",
+            Kind::Ports => "port-proxy requests in flight",
+            Kind::KeepAlive => "keep-alive connections",
+        };
+        let e = ApiError::new(
+            Code::TooManyConnections,
+            format!(
+                "you hold {} {what}, the most allowed per principal; close one and retry",
+                self.caps.limit(kind)
+            ),
+        );
+        match self.refuse(kind.as_str(), &e) {
+            Admission::Refuse(r) => Admission::Refuse(r.with_header("Retry-After", "1")),
+            a => a,
+        }
+    }
+
+    /// Everything the head decides (docs/api.md "Admission"): who is
+    /// asking, whether they may, whether the session is theirs, the body
+    /// limit, the body's place in the budget, and the connection's place
+    /// among the principal's long-lived ones.
+    fn admission(&self, head: &Request) -> Admission {
+        let path = head.path.as_str();
+        if matches!(path, "/healthz" | "/readyz") && head.method == "GET" {
+            return Admission::Admit(Admit::with_limit(0));
+        }
+        let principals = self.principals.read().clone();
+        let Some(who) = request_token(head).and_then(|t| principals.authenticate(&t)) else {
+            return self.refuse(
+                "unauthenticated",
+                &ApiError::new(
+                    Code::Unauthorized,
+                    "a valid bearer token is required (Authorization: Bearer TOKEN)",
+                ),
+            );
+        };
+        let mut limit = self.max_body;
+        let mut kind = Kind::KeepAlive;
+        if path == "/v1/sessions" || path.starts_with("/v1/sessions/") {
+            let parts: Vec<&str> = path["/v1/sessions".len()..]
+                .split('/')
+                .filter(|p| !p.is_empty())
+                .collect();
+            match parts.as_slice() {
+                [] if head.method == "POST" => {
+                    if !who.may_start_sessions {
+                        return self.refuse(
+                            "forbidden",
+                            &ApiError::new(
+                                Code::Forbidden,
+                                "this token may not start sessions (may_start_sessions)",
+                            ),
+                        );
+                    }
+                    limit = self.start_body;
+                }
+                [] => {}
+                [id, tail @ ..] => {
+                    let mine = crate::session::is_session_id(id)
+                        && self.engine.get(&who.name, id).is_some();
+                    // An unknown io socket is told so once upgraded (its
+                    // own close code): the handler answers it.
+                    let io_upgrade = tail == ["io"] && head.is_websocket_upgrade();
+                    if !mine && !io_upgrade {
+                        return self.refuse(
+                            "not_found",
+                            &ApiError::new(Code::NotFound, "no such session"),
+                        );
+                    }
+                    if mine {
+                        kind = match tail {
+                            ["io"] => Kind::Io,
+                            ["events"] => Kind::Events,
+                            ["ports", ..] => Kind::Ports,
+                            _ => Kind::KeepAlive,
+                        };
+                    }
+                }
+            }
+        }
+        let mut admit = Admit::with_limit(limit);
+        admit.known = true;
+        let hold = self.caps.acquire(&who.name, kind);
+        // A keep-alive place is held while the connection waits for its
+        // next request; a stream's place only while the stream lasts.
+        admit.keep_hold = kind == Kind::KeepAlive;
+        match hold {
+            Some(g) => admit.hold = Some(Box::new(g) as Box<dyn std::any::Any + Send>),
+            // No keep-alive slot left: served, then closed.
+            None if kind == Kind::KeepAlive => {
+                self.metrics
+                    .inc("kubegate_refusals_total", "reason=\"keepalive\"");
+                admit.close_after = true;
+            }
+            None => return self.too_many(kind),
+        }
+        let mut permit = None;
+        match announced_body(head) {
+            Some(0) => {}
+            // The server answers 413 without reading it.
+            Some(n) if n > limit as u64 => {}
+            announced => {
+                let n = announced.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+                match self.budget.reserve(&who.name, n) {
+                    Ok(p) => permit = Some(Arc::new(p)),
+                    Err(full) => {
+                        let (reason, msg) = match full {
+                            BudgetFull::Share => (
+                                "budget_share",
+                                "your requests hold your share of the daemon's body budget \
+                                 (server.body_budget_per_principal_bytes); retry when they are done",
+                            ),
+                            BudgetFull::Total => (
+                                "budget",
+                                "the daemon holds as many request bodies as it allows \
+                                 (server.body_budget_bytes); retry later",
+                            ),
+                        };
+                        return match self.refuse(reason, &ApiError::new(Code::Overloaded, msg)) {
+                            Admission::Refuse(r) => {
+                                Admission::Refuse(r.with_header("Retry-After", "1"))
+                            }
+                            a => a,
+                        };
+                    }
+                }
+            }
+        }
+        admit.charge = permit
+            .clone()
+            .map(|p| p as Arc<dyn crate::http::BodyCharge>);
+        admit.context = Context(Some(Arc::new(Admitted { who, permit })));
+        Admission::Admit(admit)
+    }
+}
+
 impl Handler for FrontDoor {
-    fn max_body_bytes(&self, method: &str, path: &str) -> Option<usize> {
-        // Only a session start carries a bundle.
-        (!(method == "POST" && path == "/v1/sessions")).then_some(self.max_body)
+    fn admit(&self, head: &Request) -> Admission {
+        self.admission(head)
+    }
+
+    fn overflow(&self, head: &Request, _err: &HttpError) -> Option<Response> {
+        match (head.method.as_str(), head.path.as_str()) {
+            ("GET", "/healthz") => Some(Response::json(200, br#"{"status":"ok"}"#.to_vec())),
+            ("GET", "/readyz") => Some(self.cached_readiness()),
+            _ => None,
+        }
     }
 
     fn handle(&self, req: Request) -> Reply {

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod daemon;
+pub mod limits;
 pub mod memory;
 pub mod state_dir;
 

@@ -391,11 +391,15 @@ impl Engine {
     }
 
     /// Starts a validated session; answers before the pod exists.
+    /// `permit` (the front door's body-budget reservation) is held with
+    /// the bundle and dropped with it: once the workspace is seeded, or
+    /// when the session ends first.
     pub fn start(
         self: &Arc<Self>,
         principal: &str,
         spec: SessionSpec,
         bundle: Bundle,
+        permit: Option<Box<dyn std::any::Any + Send>>,
     ) -> Result<Arc<Handle>, ApiError> {
         let mut sessions = self.sessions.write();
         let live = |h: &&Arc<Handle>| !h.is_finished();
@@ -436,7 +440,7 @@ impl Engine {
             },
             now_ms(),
         );
-        let handle = self.spawn_owner(session, first, Some(bundle), HashMap::new())?;
+        let handle = self.spawn_owner(session, first, Some((bundle, permit)), HashMap::new())?;
         sessions.insert(id, handle.clone());
         Ok(handle)
     }
@@ -448,9 +452,13 @@ impl Engine {
         self: &Arc<Self>,
         session: Session,
         first: Vec<Command>,
-        bundle: Option<Bundle>,
+        bundle: Option<(Bundle, Option<Box<dyn std::any::Any + Send>>)>,
         ios: HashMap<String, Arc<AppIo>>,
     ) -> Result<Arc<Handle>, ApiError> {
+        let (bundle, bundle_permit) = match bundle {
+            Some((b, p)) => (Some(b), p),
+            None => (None, None),
+        };
         let id = session.id().to_string();
         let (tx, rx) = bounded(256);
         let handle = Arc::new(Handle {
@@ -472,6 +480,7 @@ impl Engine {
             handle: handle.clone(),
             inbox_tx: tx,
             bundle,
+            bundle_permit,
             watches: watches.clone(),
             overflow: Arc::new(Mutex::new(Vec::new())),
             checkpointed: Arc::new(Mutex::new(None)),
@@ -962,6 +971,8 @@ struct Owner {
     handle: Arc<Handle>,
     inbox_tx: Sender<Msg>,
     bundle: Option<Bundle>,
+    /// The body-budget reservation the bundle came with (dropped with it).
+    bundle_permit: Option<Box<dyn std::any::Any + Send>>,
     /// Pods whose updates the hub routes here (shared with the owner
     /// thread's panic handler, which drops the routes).
     watches: Arc<Mutex<std::collections::HashSet<String>>>,
@@ -1184,7 +1195,10 @@ impl Owner {
                         Err(message) => Input::SeedFailed { pod, message },
                     });
                 }
-                Command::DropBundle => self.bundle = None,
+                Command::DropBundle => {
+                    self.bundle = None;
+                    self.bundle_permit = None;
+                }
                 Command::Checkpoint { pod, ip } => {
                     let t = self.target(s, &pod, ip);
                     let agent = self.engine.agent.clone();

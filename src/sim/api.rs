@@ -897,6 +897,22 @@ fn no_kubelet() -> Reply {
 }
 
 impl Handler for ApiServer {
+    /// Authentication from the head: a stranger's body is never read.
+    fn admit(&self, head: &Request) -> crate::http::Admission {
+        if self.auth.admits(head) {
+            return crate::http::Admission::Admit(crate::http::Admit {
+                known: true,
+                ..crate::http::Admit::default()
+            });
+        }
+        let reply: Reply = status_response(&Status::unauthorized()).into();
+        self.log_request(head, &reply);
+        match reply {
+            Reply::Response(r) => crate::http::Admission::Refuse(r),
+            Reply::Upgrade(_) => crate::http::Admission::Admit(crate::http::Admit::default()),
+        }
+    }
+
     fn handle(&self, req: Request) -> Reply {
         let reply = if !self.auth.admits(&req) {
             status_response(&Status::unauthorized()).into()
@@ -916,7 +932,9 @@ impl Handler for ApiServer {
             )),
             HttpError::HeadersTooLarge => Status::bad_request("request headers too large"),
             HttpError::BadRequest(m) => Status::bad_request(m),
-            HttpError::Overloaded => Status::too_many_requests(1),
+            HttpError::Overloaded | HttpError::Busy | HttpError::TooManyConnections => {
+                Status::too_many_requests(1)
+            }
             HttpError::Internal => Status::internal_error("internal error"),
         };
         let mut r = status_response(&s);

@@ -11,6 +11,7 @@
 mod common;
 
 mod bare_lf;
+mod front_door;
 mod pod_users;
 mod port_proxy;
 mod recordings;
