@@ -249,7 +249,8 @@ pub(crate) fn percent_decode(s: &str, plus_is_space: bool) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn hex_val(b: u8) -> Option<u8> {
+/// The value of one hexadecimal digit (either case).
+pub(crate) fn hex_val(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),

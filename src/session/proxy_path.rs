@@ -212,8 +212,8 @@ fn decode(seg: &str) -> Result<Vec<(u8, bool)>, ProxyPathError> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            let hi = b.get(i + 1).and_then(|c| hex(*c));
-            let lo = b.get(i + 2).and_then(|c| hex(*c));
+            let hi = b.get(i + 1).and_then(|c| crate::http::parse::hex_val(*c));
+            let lo = b.get(i + 2).and_then(|c| crate::http::parse::hex_val(*c));
             match (hi, lo) {
                 (Some(h), Some(l)) => out.push((h << 4 | l, true)),
                 _ => return Err(ProxyPathError::BadEscape),
@@ -225,15 +225,6 @@ fn decode(seg: &str) -> Result<Vec<(u8, bool)>, ProxyPathError> {
         }
     }
     Ok(out)
-}
-
-fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
 }
 
 fn push_escape(out: &mut String, b: u8) {
