@@ -15,7 +15,7 @@
 //! [`PollStream::has_buffered_input`] says when to read before waiting.
 //!
 //! Client side (exec/attach) the socket is a [`ClientSocket`]: a [`Socket`],
-//! or with the `native-tls` cargo feature a [`NativeTlsStream`] (OpenSSL).
+//! or with the `native-tls` cargo feature a `NativeTlsStream` (OpenSSL).
 //! A separate enum rather than a `Socket` variant, because the server
 //! matches `Socket` exhaustively and never sees native-tls.
 

@@ -6,7 +6,7 @@
 //! server certificate. Always the `ring` provider, explicitly: two providers
 //! in one process make `ClientConfig::builder()` panic (crates.md).
 //!
-//! With the `native-tls` cargo feature, [`native_connector`] builds the
+//! With the `native-tls` cargo feature, `native_connector` builds the
 //! native-tls (OpenSSL) equivalent from the same material, and every client
 //! connection uses it instead (docs/tls.md).
 

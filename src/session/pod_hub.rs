@@ -16,7 +16,7 @@
 //! reported the pod before the session's create call returned), `Gone` when
 //! the hub saw it deleted (a tombstone, kept for [`TOMBSTONE_TTL`]), and
 //! every later change. Pod names are fresh at every (re)create, so a name
-//! never means two pods. The hub's [`Watcher`] resumes from its last
+//! never means two pods. The hub's [`Watcher`](crate::kube::client::watch::Watcher) resumes from its last
 //! resourceVersion and relists after 410 (a `Resynced` list: every cached
 //! pod missing from it was deleted meanwhile); a watch that ends (a
 //! non-retryable answer) is re-armed after [`REARM_AFTER`].

@@ -15,7 +15,7 @@
 //! no semver promise: this file is what to fix on a ureq upgrade.
 //!
 //! With the `native-tls` cargo feature, [`TlsParts`] holds a native-tls
-//! connector instead and [`KubeNativeTlsConnector`] takes the rustls
+//! connector instead and `KubeNativeTlsConnector` takes the rustls
 //! connector's place (same chain, same rules).
 
 use crate::kube::connection::{Connection, TlsMaterial};
