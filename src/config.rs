@@ -16,16 +16,18 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use crate::kube::labels::DEFAULT_WORKSPACE_UID_LABEL;
+use crate::kube::labels::MANAGED_BY_LABEL;
+use crate::kube::names::{
+    check_dns_label, check_dns_subdomain, check_label_key, check_label_value,
+};
+
 /// Default front-door address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7443";
 /// Default state directory (the example config points at `./state`).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/kubegate";
 /// Default managed-by label value (exec.md).
 pub const DEFAULT_MANAGED_BY: &str = "kubegate";
-/// The managed-by label key (exec.md; not configurable).
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Default workspace-uid label key (exec.md).
-pub const DEFAULT_WORKSPACE_UID_LABEL: &str = "kubegate.dev/workspace-uid";
 /// Default namespace of session pods.
 pub const DEFAULT_SESSION_NAMESPACE: &str = "default";
 /// Default image of the workspace container (and of the init container that
@@ -647,7 +649,7 @@ impl Config {
         if c.context.as_deref().is_some_and(|x| x.trim().is_empty()) {
             return err("cluster.context", "must not be empty".into());
         }
-        check_label_value(&c.managed_by).or_else(|m| err("cluster.managed_by", m))?;
+        check_label_value(&c.managed_by).or_else(|m| err("cluster.managed_by", m.into()))?;
         for (i, ns) in c.sim.namespaces.iter().enumerate() {
             check_dns_label(ns).or_else(|m| {
                 err(
@@ -815,7 +817,8 @@ impl Config {
                 ),
             );
         }
-        check_label_key(&x.workspace_uid_label).or_else(|m| err("exec.workspace_uid_label", m))?;
+        check_label_key(&x.workspace_uid_label)
+            .or_else(|m| err("exec.workspace_uid_label", m.into()))?;
         if x.workspace_uid_label == MANAGED_BY_LABEL {
             return err(
                 "exec.workspace_uid_label",
@@ -958,72 +961,6 @@ fn positive(key: &str, v: u64) -> Result<(), (String, String)> {
         return Err((key.into(), "must be a positive integer".into()));
     }
     Ok(())
-}
-
-/// A DNS label (RFC 1123): lowercase `[a-z0-9-]`, alphanumeric at both
-/// ends, at most 63 characters.
-pub fn check_dns_label(s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if s.len() > 63 {
-        return Err("longer than 63 characters".into());
-    }
-    let b = s.as_bytes();
-    let ok = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    if !b.iter().all(|&c| ok(c) || c == b'-') || !ok(b[0]) || !ok(b[b.len() - 1]) {
-        return Err("must be a DNS label (lowercase letters, digits and '-', starting and ending with a letter or digit)".into());
-    }
-    Ok(())
-}
-
-/// A DNS subdomain: dot-separated DNS labels, at most 253 characters.
-pub fn check_dns_subdomain(s: &str) -> Result<(), String> {
-    if s.len() > 253 {
-        return Err("longer than 253 characters".into());
-    }
-    s.split('.').try_for_each(check_dns_label)
-}
-
-/// A label value: empty, or at most 63 of `[A-Za-z0-9._-]` with
-/// alphanumeric ends. (Empty is refused here: a label must say something.)
-pub fn check_label_value(s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("must not be empty".into());
-    }
-    check_label_name(s)
-}
-
-fn check_label_name(s: &str) -> Result<(), String> {
-    if s.len() > 63 {
-        return Err(format!("{s:?} is longer than 63 characters"));
-    }
-    let b = s.as_bytes();
-    let alnum = |c: u8| c.is_ascii_alphanumeric();
-    if b.is_empty()
-        || !b
-            .iter()
-            .all(|&c| alnum(c) || matches!(c, b'-' | b'_' | b'.'))
-        || !alnum(b[0])
-        || !alnum(b[b.len() - 1])
-    {
-        return Err(format!(
-            "{s:?} is not a valid label value (letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
-        ));
-    }
-    Ok(())
-}
-
-/// A label key: optional DNS-subdomain prefix and `/`, then a name.
-pub fn check_label_key(s: &str) -> Result<(), String> {
-    let (prefix, name) = match s.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    if let Some(p) = prefix {
-        check_dns_subdomain(p).map_err(|m| format!("{s:?}: prefix {p:?}: {m}"))?;
-    }
-    check_label_name(name).map_err(|m| format!("{s:?}: {m}"))
 }
 
 /// The dotted key path at byte `offset` of a TOML document, from the last
@@ -1561,19 +1498,6 @@ mod tests {
         }
         let e = parse(&format!("{}{other}{}", minimal(), demo_principal(""))).unwrap_err();
         assert_eq!(e.0, "principal[1].token_sha256");
-    }
-
-    #[test]
-    fn label_helpers() {
-        assert!(check_dns_label("a").is_ok());
-        assert!(check_dns_label(&"a".repeat(63)).is_ok());
-        assert!(check_dns_label(&"a".repeat(64)).is_err());
-        assert!(check_dns_label("a-").is_err());
-        assert!(check_dns_subdomain("a.b-c.d").is_ok());
-        assert!(check_dns_subdomain("a..b").is_err());
-        assert!(check_label_key("kubegate.dev/workspace-uid").is_ok());
-        assert!(check_label_key("plain").is_ok());
-        assert!(check_label_key("/x").is_err());
     }
 
     #[test]

@@ -7,8 +7,8 @@
 use super::validate::ExecSpec;
 use super::Target;
 use crate::api::{ApiError, Code};
-use crate::config::MANAGED_BY_LABEL;
 use crate::kube::client::{Api, Client, Deployment, KubeError, ListParams, Pod, ReplicaSet};
+use crate::kube::labels::MANAGED_BY_LABEL;
 use std::collections::{BTreeMap, HashMap};
 
 /// What the workspace check needs to know about the labels.

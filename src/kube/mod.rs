@@ -22,6 +22,9 @@
 //! - `protobuf`: decoding of kubectl's protobuf request bodies into the JSON
 //!   the same request would have carried.
 //! - `time`: RFC 3339 timestamps.
+//! - `names`: Kubernetes' name rules (DNS labels and subdomains, label
+//!   keys and values).
+//! - `labels`: the label keys kubegate puts on cluster objects.
 //! - `quantity`: resource quantities (`500m`, `1Gi`) parsed exactly, compared
 //!   and clamped to a ceiling.
 //! - `config`: kubeconfig and in-cluster loading into a `Connection`, and
@@ -33,7 +36,9 @@ pub mod client;
 pub mod config;
 pub mod connection;
 pub mod jsonstream;
+pub mod labels;
 pub mod meta;
+pub mod names;
 pub mod protobuf;
 pub mod quantity;
 pub mod remote;

@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::api::{ApiError, Code};
-use crate::config::{ClusterMode, Config, ConfigError, MANAGED_BY_LABEL};
+use crate::config::{ClusterMode, Config, ConfigError};
 use crate::exec::frames::SUBPROTOCOL;
 use crate::exec::gateway::{Gateway, InteractiveRequest, OneShotRequest, Settings};
 use crate::exec::resolve::Ownership;
@@ -40,6 +40,7 @@ use crate::kube::client::{
 };
 use crate::kube::config::{Env, LoadOptions};
 use crate::kube::connection::Connection;
+use crate::kube::labels::MANAGED_BY_LABEL;
 use crate::kube::remote::TermSize;
 use crate::metrics::Metrics;
 use crate::server::auth::{request_token, Identity, Principals};

@@ -310,7 +310,7 @@ pub struct Restored {
 fn watch_selector(managed_by: &str) -> String {
     format!(
         "{}={managed_by},{}={}",
-        crate::config::MANAGED_BY_LABEL,
+        crate::kube::labels::MANAGED_BY_LABEL,
         super::pod::MODE_LABEL,
         super::pod::MODE_WATCH
     )

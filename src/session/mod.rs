@@ -74,7 +74,7 @@ mod tests {
         for _ in 0..200 {
             let id = new_session_id(&mut rng);
             assert!(is_session_id(&id), "{id}");
-            assert!(crate::config::check_dns_label(&id).is_ok());
+            assert!(crate::kube::names::check_dns_label(&id).is_ok());
         }
         assert!(!is_session_id("0abcdefghijk"));
         assert!(!is_session_id("abc"));

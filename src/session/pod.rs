@@ -62,21 +62,17 @@
 //! `sh` and `sleep` (the wait loop), and the default app command's program.
 
 use super::spec::{AppSpec, Io, Port, Protocol, SessionSpec, AGENT_PORT, INSPECT_BASE_PORT};
-use crate::config::{check_label_value, Config, MANAGED_BY_LABEL};
+use crate::config::Config;
 use crate::kube::client::resources::ContainerStateTerminated;
 use crate::kube::client::{Ingress, Pod, Secret, Service};
+use crate::kube::labels::MANAGED_BY_LABEL;
+use crate::kube::names::check_label_value;
 use crate::kube::quantity;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-/// Label: the session a pod, Service or Ingress belongs to.
-pub const SESSION_ID_LABEL: &str = "kubegate.dev/session-id";
-/// Label `kubegate.dev/mode: watch`: a session pod (never an exec target).
-pub const MODE_LABEL: &str = "kubegate.dev/mode";
-pub const MODE_WATCH: &str = "watch";
-/// Label (sanitised) and annotation (verbatim): the owning principal.
-pub const PRINCIPAL_LABEL: &str = "kubegate.dev/principal";
+pub use crate::kube::labels::{MODE_LABEL, MODE_WATCH, PRINCIPAL_LABEL, SESSION_ID_LABEL};
 /// Where the workspace volume is mounted in every container.
 pub const WORKSPACE_ROOT: &str = "/workspace";
 /// Where the binary volume is mounted (app runner).

@@ -90,7 +90,7 @@ fn names() {
     assert_eq!(pod_name("s", 35, 36), "kubegate-watch-s-z10");
     assert_eq!(service_name("abc"), "kubegate-run-abc");
     let longest = pod_name("abcdefghijkl", u64::MAX, u64::MAX);
-    assert!(crate::config::check_dns_subdomain(&longest).is_ok());
+    assert!(crate::kube::names::check_dns_subdomain(&longest).is_ok());
 }
 
 #[test]

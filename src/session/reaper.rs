@@ -16,8 +16,8 @@
 
 use super::machine::Millis;
 use super::pod::{MODE_LABEL, MODE_WATCH, SESSION_ID_LABEL};
-use crate::config::MANAGED_BY_LABEL;
 use crate::kube::client::Pod;
+use crate::kube::labels::MANAGED_BY_LABEL;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 

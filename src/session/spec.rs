@@ -26,7 +26,8 @@
 //!   and checks entry paths only (the files are already in the workspace).
 
 use crate::api::{ApiError, Code};
-use crate::config::{check_dns_label, SessionsSection};
+use crate::config::SessionsSection;
+use crate::kube::names::check_dns_label;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -523,7 +524,7 @@ fn validate_bundle(b: BundleRequest, limits: BundleLimits) -> Result<Bundle, Api
 /// An app name: a DNS label of at most [`MAX_APP_NAME`] characters, not
 /// [`RESERVED_APP_NAME`].
 pub fn check_app_name(name: &str) -> Result<(), (Code, String)> {
-    check_dns_label(name).map_err(|m| (Code::InvalidAppName, m))?;
+    check_dns_label(name).map_err(|m| (Code::InvalidAppName, m.into()))?;
     if name.len() > MAX_APP_NAME {
         return Err((
             Code::InvalidAppName,
