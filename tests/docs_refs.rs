@@ -15,7 +15,7 @@
 //! - no reference leaves the repository: the `shared` folder beside it (the
 //!   original specification and seeds), a `spec/…` page, or a page name
 //!   that is not a repository path (the specification's page names, and
-//!   `sessions.md`, `sim.md`, `api.md`… written without their `docs/`).
+//!   the pages of `docs/` written without their folder).
 //!
 //! In Rust files, only comments are held to the first two rules: string
 //! literals in code are data (the workspace paths that tests write);
@@ -51,8 +51,16 @@ fn shared_forms() -> [String; 3] {
 
 /// The page names of the original specification (outside the repository).
 const SPEC_PAGES: [&str; 10] = [
-    "contract", "crates", "kubernetes", "quality", "front-door", "design", "exec", "sessions",
-    "sim", "README",
+    "contract",
+    "crates",
+    "kubernetes",
+    "quality",
+    "front-door",
+    "design",
+    "exec",
+    "sessions",
+    "sim",
+    "README",
 ];
 
 /// Whether a reference leaves the repository whatever the folders hold.
@@ -121,8 +129,10 @@ fn refs_in_line(line: &str, markdown: bool) -> Vec<Ref> {
             }
         }
         // Absolute paths (`/workspace/x`, `/etc/kubegate`) are not the
-        // repository's.
-        if pattern || path.starts_with('/') {
+        // repository's; a markdown link's text is not a reference (its
+        // target is).
+        let label = markdown && line[b1..].starts_with("](");
+        if pattern || label || path.starts_with('/') {
             continue;
         }
         let is_md = path.ends_with(".md") && path.len() > 3 && !path.ends_with("/.md");
@@ -177,7 +187,11 @@ fn anchors(text: &str) -> BTreeSet<String> {
         }
         let s = slug(h);
         let n = seen.entry(s.clone()).or_insert(0);
-        out.insert(if *n == 0 { s.clone() } else { format!("{s}-{n}") });
+        out.insert(if *n == 0 {
+            s.clone()
+        } else {
+            format!("{s}-{n}")
+        });
         *n += 1;
     }
     out
@@ -217,10 +231,7 @@ fn problem(
             .entry(full.clone())
             .or_insert_with(|| anchors(&std::fs::read_to_string(&full).unwrap_or_default()));
         if !set.contains(a) {
-            return Some(format!(
-                "#{a} is not a heading of {}",
-                target.display()
-            ));
+            return Some(format!("#{a} is not a heading of {}", target.display()));
         }
     }
     None
@@ -260,7 +271,12 @@ fn repo_files(root: &Path) -> Vec<String> {
             for top in ["src", "tests", "docs", "scripts", ".ci", "examples", "fuzz"] {
                 walk(root, &root.join(top), &mut v);
             }
-            for f in ["README.md", "Cargo.toml", "config.example.toml", "clippy.toml"] {
+            for f in [
+                "README.md",
+                "Cargo.toml",
+                "config.example.toml",
+                "clippy.toml",
+            ] {
                 v.push(f.to_string());
             }
             v
@@ -366,6 +382,7 @@ fn every_reference_names_a_path_of_the_repository() {
 // does not name outside pages itself.
 const C: &str = "contract";
 const K: &str = "kubernetes";
+const S: &str = "sim";
 
 fn up_spec(page: &str) -> String {
     format!("{}/{}", shared_forms()[0], format_args!("spec/{page}.md"))
@@ -388,13 +405,16 @@ fn the_matcher_finds_page_and_path_references() {
         [format!("{C}.md")]
     );
     assert_eq!(
-        paths(&format!("wire facts ({K}.md §4), and docs/api.md#exec."), false),
+        paths(
+            &format!("wire facts ({K}.md §4), and docs/api.md#exec."),
+            false
+        ),
         [format!("{K}.md"), "docs/api.md#exec".to_string()]
     );
     let spec = up_spec("sim");
     assert_eq!(
         paths(&format!("Spec: {spec}. Uses only `kube`"), false),
-        [spec.clone()]
+        [spec]
     );
     assert_eq!(
         paths("see [the API](api.md#exec) and [x](../README.md)", true),
@@ -404,8 +424,16 @@ fn the_matcher_finds_page_and_path_references() {
         paths("code: `src/session/machine.rs`, `tests/restart.rs`", false),
         ["src/session/machine.rs", "tests/restart.rs"]
     );
-    let links = refs_in_line("[a](sim.md) and sim.md", true);
-    assert!(links[0].link && !links[1].link, "{links:?}");
+    let links = refs_in_line(
+        &format!("[a]({S}.md) and {S}.md; [{S}.md]({S}.md#faults)"),
+        true,
+    );
+    assert!(
+        links[0].link && !links[1].link && links[2].link,
+        "{links:?}"
+    );
+    assert_eq!(links.len(), 3, "{links:?}");
+    assert_eq!(links[2].anchor.as_deref(), Some("faults"));
 }
 
 #[test]
@@ -432,10 +460,22 @@ fn rust_code_is_data_and_comments_are_references() {
             .map(|r| r.path)
             .collect::<Vec<_>>()
     };
-    assert_eq!(refs(r#"    assert_eq!(ok("src/main.js"), "src/main.js");"#), Vec::<String>::new());
-    assert_eq!(refs(r#"let u = "http://h/x"; // see docs/api.md"#), ["docs/api.md"]);
-    assert_eq!(refs(&format!(r#"let m = "read {C}.md";"#)), [format!("{C}.md")]);
-    assert_eq!(refs(&format!("/// Spec: {}", up_spec("sim"))), [up_spec("sim")]);
+    assert_eq!(
+        refs(r#"    assert_eq!(ok("src/main.js"), "src/main.js");"#),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        refs(r#"let u = "http://h/x"; // see docs/api.md"#),
+        ["docs/api.md"]
+    );
+    assert_eq!(
+        refs(&format!(r#"let m = "read {C}.md";"#)),
+        [format!("{C}.md")]
+    );
+    assert_eq!(
+        refs(&format!("/// Spec: {}", up_spec("sim"))),
+        [up_spec("sim")]
+    );
 }
 
 #[test]
@@ -449,15 +489,21 @@ fn problems_are_told_apart() {
             .collect::<Vec<_>>()
     };
     let bare = why("src/main.rs", &format!("({C}.md)"), &mut cache);
-    assert!(bare[0].as_deref().unwrap().contains("not a repository path"));
+    assert!(bare[0]
+        .as_deref()
+        .unwrap()
+        .contains("not a repository path"));
     let spec = why("src/main.rs", &up_spec(K), &mut cache);
     assert!(spec[0].as_deref().unwrap().contains("outside"));
     let spec = why("src/main.rs", &format!("spec/{K}.md"), &mut cache);
     assert!(spec[0].as_deref().unwrap().contains("outside"));
     assert_eq!(why("docs/README.md", "[x](api.md)", &mut cache), [None]);
     assert!(why("README.md", "[x](api.md)", &mut cache)[0].is_some());
-    assert!(why("README.md", "see sessions.md", &mut cache)[0].is_some());
-    assert_eq!(why("src/lib.rs", "docs/ARCHITECTURE.md", &mut cache), [None]);
+    assert!(why("README.md", &format!("see {S}.md"), &mut cache)[0].is_some());
+    assert_eq!(
+        why("src/lib.rs", "docs/ARCHITECTURE.md", &mut cache),
+        [None]
+    );
     let missing = ["docs/", "nope.md"].concat();
     assert!(why("src/lib.rs", &missing, &mut cache)[0].is_some());
     let bad_anchor = ["docs/api.md", "#no-such-heading"].concat();
@@ -466,7 +512,11 @@ fn problems_are_told_apart() {
         .unwrap()
         .contains("not a heading"));
     assert_eq!(
-        why("src/lib.rs", "docs/api.md#error-codes-and-statuses", &mut cache),
+        why(
+            "src/lib.rs",
+            "docs/api.md#error-codes-and-statuses",
+            &mut cache
+        ),
         [None]
     );
 }
@@ -478,7 +528,10 @@ fn slugs_follow_github() {
         slug(" Re-adoption after a restart (`machine_adopt.rs`, `recover.rs`)"),
         "re-adoption-after-a-restart-machine_adoptrs-recoverrs"
     );
-    assert_eq!(slug(" 4. Exec and attach over WebSocket"), "4-exec-and-attach-over-websocket");
+    assert_eq!(
+        slug(" 4. Exec and attach over WebSocket"),
+        "4-exec-and-attach-over-websocket"
+    );
     let a = anchors("# A\n## B\n```\n# not\n```\n## B\n");
     assert_eq!(
         a.into_iter().collect::<Vec<_>>(),
