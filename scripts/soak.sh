@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak test (docs/RELIABILITY.md, quality.md "scripts/soak.sh"):
+# The soak test (docs/RELIABILITY.md, "The bars" and the rest of the page):
 #
 #   scripts/soak.sh DURATION [--sessions N] [--execs M] [--seed S]
 #
