@@ -2,41 +2,40 @@
 //! every failure is `EXEC_INVALID` with a message a person can act on.
 
 use crate::api::{ApiError, Code};
-use crate::config::ExecSection;
 
-/// The limits of exec.md, validated as positive at config load.
+/// The limits of exec.md. The daemon builds them from `[exec]`
+/// (`server::settings::exec_limits`, whose keys are validated positive at
+/// config load); [`Limits::default`] holds the same defaults as
+/// `config.example.toml` (a server test checks they agree).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
+    /// Arguments in a command (64).
     pub max_command_args: usize,
+    /// Bytes in one argument (8 KiB).
     pub max_arg_bytes: usize,
+    /// Bytes in the whole command (32 KiB).
     pub max_command_bytes: usize,
+    /// Output cap per stream when the request names none (1 MiB).
     pub default_output_bytes: usize,
+    /// Largest output cap a request may ask for (1 MiB).
     pub max_output_bytes: usize,
+    /// Largest stdin frame of an interactive exec (64 KiB).
     pub max_stdin_frame_bytes: usize,
+    /// Interactive output channel capacity, in frames (128).
     pub output_channel_frames: usize,
-}
-
-fn size(v: u64) -> usize {
-    usize::try_from(v).unwrap_or(usize::MAX)
-}
-
-impl Limits {
-    pub fn from_config(x: &ExecSection) -> Limits {
-        Limits {
-            max_command_args: size(x.max_command_args),
-            max_arg_bytes: size(x.max_arg_bytes),
-            max_command_bytes: size(x.max_command_bytes),
-            default_output_bytes: size(x.default_output_bytes),
-            max_output_bytes: size(x.max_output_bytes),
-            max_stdin_frame_bytes: size(x.max_stdin_frame_bytes),
-            output_channel_frames: size(x.output_channel_frames),
-        }
-    }
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits::from_config(&ExecSection::default())
+        Limits {
+            max_command_args: 64,
+            max_arg_bytes: 8 * 1024,
+            max_command_bytes: 32 * 1024,
+            default_output_bytes: 1 << 20,
+            max_output_bytes: 1 << 20,
+            max_stdin_frame_bytes: 64 * 1024,
+            output_channel_frames: 128,
+        }
     }
 }
 
