@@ -3,38 +3,54 @@
 
 use crate::api::{ApiError, Code};
 
+/// Default [`Limits::max_command_args`].
+pub const DEFAULT_MAX_COMMAND_ARGS: usize = 64;
+/// Default [`Limits::max_arg_bytes`].
+pub const DEFAULT_MAX_ARG_BYTES: usize = 8 * 1024;
+/// Default [`Limits::max_command_bytes`].
+pub const DEFAULT_MAX_COMMAND_BYTES: usize = 32 * 1024;
+/// Default [`Limits::default_output_bytes`] and [`Limits::max_output_bytes`]
+/// (1 MiB per stream).
+pub const DEFAULT_OUTPUT_BYTES: usize = 1 << 20;
+/// Default [`Limits::max_stdin_frame_bytes`].
+pub const DEFAULT_MAX_STDIN_FRAME_BYTES: usize = 64 * 1024;
+/// Default [`Limits::output_channel_frames`]: the bound of the queue from
+/// exec-out to the client's socket (a slow client makes exec-out wait:
+/// backpressure, docs/ARCHITECTURE.md).
+pub const DEFAULT_OUTPUT_CHANNEL_FRAMES: usize = 128;
+
 /// The limits of exec.md. The daemon builds them from `[exec]`
 /// (`server::settings::exec_limits`, whose keys are validated positive at
 /// config load); [`Limits::default`] holds the same defaults as
 /// `config.example.toml` (a server test checks they agree).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// Arguments in a command (64).
+    /// Arguments in a command.
     pub max_command_args: usize,
-    /// Bytes in one argument (8 KiB).
+    /// Bytes in one argument.
     pub max_arg_bytes: usize,
-    /// Bytes in the whole command (32 KiB).
+    /// Bytes in the whole command.
     pub max_command_bytes: usize,
-    /// Output cap per stream when the request names none (1 MiB).
+    /// Output cap per stream when the request names none.
     pub default_output_bytes: usize,
-    /// Largest output cap a request may ask for (1 MiB).
+    /// Largest output cap a request may ask for.
     pub max_output_bytes: usize,
-    /// Largest stdin frame of an interactive exec (64 KiB).
+    /// Largest stdin frame of an interactive exec.
     pub max_stdin_frame_bytes: usize,
-    /// Interactive output channel capacity, in frames (128).
+    /// Interactive output channel capacity, in frames.
     pub output_channel_frames: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_command_args: 64,
-            max_arg_bytes: 8 * 1024,
-            max_command_bytes: 32 * 1024,
-            default_output_bytes: 1 << 20,
-            max_output_bytes: 1 << 20,
-            max_stdin_frame_bytes: 64 * 1024,
-            output_channel_frames: 128,
+            max_command_args: DEFAULT_MAX_COMMAND_ARGS,
+            max_arg_bytes: DEFAULT_MAX_ARG_BYTES,
+            max_command_bytes: DEFAULT_MAX_COMMAND_BYTES,
+            default_output_bytes: DEFAULT_OUTPUT_BYTES,
+            max_output_bytes: DEFAULT_OUTPUT_BYTES,
+            max_stdin_frame_bytes: DEFAULT_MAX_STDIN_FRAME_BYTES,
+            output_channel_frames: DEFAULT_OUTPUT_CHANNEL_FRAMES,
         }
     }
 }
