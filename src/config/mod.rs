@@ -4,11 +4,17 @@
 //! file's folder (contract.md).
 //!
 //! Loading is two steps: serde with `deny_unknown_fields` (so a misspelt key
-//! is an error, never ignored), then [`Config::validate`]-style checks that
-//! serde cannot express. Every error names the key at fault
-//! ([`ConfigError::key`]), e.g. `server.listen` or `principal[0].workspaces[1]`,
-//! and never echoes a secret. `config.example.toml` documents every key with
-//! its default.
+//! is an error, never ignored), then the checks serde cannot express
+//! (`validate.rs`, one function per section). Every error names the key at
+//! fault ([`KeyError::key`]; a TOML syntax error's key is found by
+//! `key_at.rs`), e.g. `server.listen` or `principal[0].workspaces[1]`, and
+//! never echoes a secret; [`Config::load`] adds the file ([`ConfigError`]).
+//! `config.example.toml` documents every key with its default.
+//!
+//! This module holds the types and their defaults; the principal's
+//! [`Workspace`] type is the API's ([`crate::api::identity`]). The parts
+//! the daemon drives take their own settings, built from these by the
+//! server (`server::settings`, `session::pod::PodSettings`).
 
 mod key_at;
 mod validate;

@@ -3,7 +3,9 @@
 //! early exit, so timing tells nothing about which digest came close), taken
 //! from `Authorization: Bearer T` or, on a WebSocket, from the subprotocol
 //! entry `base64url.bearer.authorization.kubegate.dev.<b64url T>`. A token
-//! never reaches a log line or an error message.
+//! never reaches a log line or an error message. The digests and their
+//! comparison are [`crate::token`]'s; the caller it finds is an
+//! [`Identity`] (the API's type).
 
 use crate::api::Identity;
 use crate::config::Principal;

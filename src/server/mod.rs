@@ -6,7 +6,7 @@
 //!   directory, cluster, sessions restored, listener, ready) and shutdown;
 //! - [`systemd`]: the readiness line and `NOTIFY_SOCKET` messages;
 //! - [`demo`]: sim mode: the embedded sim and the demo workspace;
-//! - [`routes`]: the front door's handler, its one routing table and the
+//! - `routes`: the front door's handler, its one routing table and the
 //!   routes by resource (health, metrics, exec, workspaces, sessions,
 //!   events, ports), with the admission of request heads;
 //! - [`auth`]: bearer tokens to principals; [`limits`]: the front door's
