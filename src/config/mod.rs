@@ -56,6 +56,14 @@ pub const DEMO_TOKEN_SHA256: &str =
 /// the container's env (the entry's absolute path).
 pub const DEFAULT_APP_COMMAND: [&str; 2] = ["sh", "$(KUBEGATE_ENTRY)"];
 
+/// Smallest `exec.audit_max_bytes`: the audit log's own minimum
+/// (`exec::audit::MIN_MAX_BYTES`; `server::settings` tests they agree).
+pub const MIN_AUDIT_MAX_BYTES: u64 = 4096;
+/// Smallest `exec.recording_max_bytes`: a recording's header and closing
+/// events (`exec::record::MIN_MAX_BYTES`; `server::settings` tests they
+/// agree).
+pub const MIN_RECORDING_MAX_BYTES: u64 = 4096;
+
 /// A configuration problem: the file, the key at fault and what is wrong.
 /// Displayed as `FILE: KEY: what is wrong` (contract.md).
 #[derive(Debug, Clone, PartialEq, Eq)]

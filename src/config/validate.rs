@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::{
     ClusterMode, ClusterSection, Config, ExecSection, KeyError, Principal, ServerSection,
-    SessionsSection, DEMO_TOKEN_SHA256,
+    SessionsSection, DEMO_TOKEN_SHA256, MIN_AUDIT_MAX_BYTES, MIN_RECORDING_MAX_BYTES,
 };
 use crate::api::Workspace;
 use crate::kube::labels::MANAGED_BY_LABEL;
@@ -340,12 +340,12 @@ fn check_exec(x: &mut ExecSection, base: &Path) -> Result<(), KeyError> {
         (
             "exec.audit_max_bytes",
             x.audit_max_bytes,
-            crate::exec::audit::MIN_MAX_BYTES,
+            MIN_AUDIT_MAX_BYTES,
         ),
         (
             "exec.recording_max_bytes",
             x.recording_max_bytes,
-            crate::exec::record::MIN_MAX_BYTES,
+            MIN_RECORDING_MAX_BYTES,
         ),
     ] {
         if v < min {

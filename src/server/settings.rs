@@ -1,7 +1,8 @@
 //! The settings of the parts the daemon drives, built from its
 //! configuration here, so those parts never read the config file's types:
 //! the exec gateway's [`Settings`] and [`Limits`] from `[exec]` and
-//! `[cluster]` (`exec` depends on no `config`).
+//! `[cluster]` (`exec` depends on no `config`, and `config` on no `exec`:
+//! the tests here check that the two agree where both hold a number).
 
 use std::time::Duration;
 
@@ -60,6 +61,18 @@ mod tests {
     #[test]
     fn the_exec_limits_keep_the_configs_defaults() {
         assert_eq!(exec_limits(&ExecSection::default()), Limits::default());
+    }
+
+    #[test]
+    fn the_configs_minimums_are_execs() {
+        assert_eq!(
+            crate::config::MIN_AUDIT_MAX_BYTES,
+            crate::exec::audit::MIN_MAX_BYTES
+        );
+        assert_eq!(
+            crate::config::MIN_RECORDING_MAX_BYTES,
+            crate::exec::record::MIN_MAX_BYTES
+        );
     }
 
     #[test]
