@@ -207,24 +207,7 @@ mod tests {
         let a = Audit::open(&path, u64::MAX).unwrap();
         let argv = vec!["echo".to_string(), "hi".to_string()];
         for code in [0, 3] {
-            a.record(&Record {
-                time: "2026-11-30T00:00:00Z".into(),
-                principal: "demo",
-                workspace: "demo/demo-uid".into(),
-                kind: "oneshot",
-                target: None,
-                argv: &argv,
-                tty: false,
-                exit_code: Some(code),
-                error: None,
-                bytes_in: 0,
-                bytes_out: 3,
-                duration_ms: 5,
-                recording: None,
-                recording_truncated: None,
-                recording_skipped: None,
-            })
-            .unwrap();
+            a.record(&oneshot(&argv, code, None)).unwrap();
         }
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<serde_json::Value> = text
@@ -250,25 +233,34 @@ mod tests {
         dir
     }
 
-    fn line(a: &Audit, n: usize) -> io::Result<()> {
-        let argv = vec!["echo".to_string(), format!("line-{n}")];
-        a.record(&Record {
+    /// A one-shot exec's line for `demo` that exited with `code`.
+    fn oneshot(argv: &[String], code: i32, skipped: Option<String>) -> Record<'_> {
+        Record {
             time: "2026-11-30T00:00:00Z".into(),
             principal: "demo",
             workspace: "demo/demo-uid".into(),
             kind: "oneshot",
             target: None,
-            argv: &argv,
+            argv,
             tty: false,
-            exit_code: Some(0),
+            exit_code: Some(code),
             error: None,
             bytes_in: 0,
             bytes_out: 3,
             duration_ms: 5,
             recording: None,
             recording_truncated: None,
-            recording_skipped: Some("free space 1 GiB below the floor 2 GiB".into()),
-        })
+            recording_skipped: skipped,
+        }
+    }
+
+    fn line(a: &Audit, n: usize) -> io::Result<()> {
+        let argv = vec!["echo".to_string(), format!("line-{n}")];
+        a.record(&oneshot(
+            &argv,
+            0,
+            Some("free space 1 GiB below the floor 2 GiB".into()),
+        ))
     }
 
     /// A fresh folder `tag` with an audit log capped at `cap` holding line 1.
