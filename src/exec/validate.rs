@@ -2,6 +2,7 @@
 //! every failure is `EXEC_INVALID` with a message a person can act on.
 
 use crate::api::{ApiError, Code};
+use crate::kube::names::{check_dns_label, check_dns_subdomain};
 
 /// Default [`Limits::max_command_args`].
 pub const DEFAULT_MAX_COMMAND_ARGS: usize = 64;
@@ -69,18 +70,15 @@ pub fn invalid(m: impl Into<String>) -> ApiError {
     ApiError::new(Code::ExecInvalid, m)
 }
 
+/// Kubernetes' rule for a DNS label ([`check_dns_label`]); exec's messages
+/// are its own (exec.md).
 fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
+    check_dns_label(s).is_ok()
 }
 
+/// Kubernetes' rule for a DNS subdomain ([`check_dns_subdomain`]).
 fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && !s.is_empty() && s.split('.').all(is_dns_label)
+    check_dns_subdomain(s).is_ok()
 }
 
 impl ExecSpec {
