@@ -42,8 +42,8 @@ use crate::sim::cluster::Sim;
 
 /// Deadline of one `/readyz` probe of the cluster.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a finished session stays visible (listed, its view and
-/// events readable) before the engine forgets it.
+/// How long a finished session stays visible before the engine forgets it
+/// ([`EngineSettings::keep_finished`]).
 const KEEP_FINISHED: Duration = Duration::from_secs(3600);
 
 /// Why start-up failed: configuration (exit 2) or anything else (exit 1).
