@@ -10,6 +10,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod files;
 pub mod http;
 pub mod kube;
 pub mod metrics;
@@ -18,6 +19,7 @@ pub mod server;
 pub mod session;
 pub mod sim;
 pub mod timer;
+pub mod token;
 
 #[doc(hidden)]
 pub mod fuzzing;

@@ -620,7 +620,7 @@ fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
     let log = dir.join("requests.jsonl");
     let log_arg = log.display().to_string();
     let sim = SimProc::start(&["--request-log", &log_arg, "--namespace", WORKSPACE_NS]);
-    sim.apply(&kubegate::server::daemon::demo_deployment(
+    sim.apply(&kubegate::server::demo::demo_deployment(
         "kubegate",
         "kubegate.dev/workspace-uid",
     ));

@@ -284,7 +284,7 @@ fn a_restart_re_adopts_every_session_without_losing_output_and_reaps_only_orphan
     let _dog = watchdog("the restart test", 240);
     let began = Instant::now();
     let sim = SimProc::start(&["--namespace", "demo"]);
-    sim.apply(&kubegate::server::daemon::demo_deployment(
+    sim.apply(&kubegate::server::demo::demo_deployment(
         "kubegate",
         "kubegate.dev/workspace-uid",
     ));

@@ -29,7 +29,7 @@ use common::pod_fixture::{fixture, Fixture};
 use common::wait_for;
 use kubegate::agent::wire::{Encoding, WriteItem};
 use kubegate::agent::AGENT_PROTOCOL;
-use kubegate::config::PodAccess as Mode;
+use kubegate::config::PodAccessMode as Mode;
 use kubegate::session::access::{self, AccessError, PodAccess, PodRequest};
 use kubegate::session::agent_client::{AgentClient, AgentError};
 use kubegate::session::sse::{SseEvent, SseParser};

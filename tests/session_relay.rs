@@ -28,7 +28,7 @@ mod common;
 use common::pod_fixture::{fixture, Fixture};
 use common::wait_for;
 use crossbeam_channel::{unbounded, Receiver};
-use kubegate::config::PodAccess as Mode;
+use kubegate::config::PodAccessMode as Mode;
 use kubegate::session::access::{self, PodAccess};
 use kubegate::session::machine::Reach;
 use kubegate::session::relay::{self, ProbeTimings};

@@ -207,24 +207,7 @@ mod tests {
         let a = Audit::open(&path, u64::MAX).unwrap();
         let argv = vec!["echo".to_string(), "hi".to_string()];
         for code in [0, 3] {
-            a.record(&Record {
-                time: "2026-11-30T00:00:00Z".into(),
-                principal: "demo",
-                workspace: "demo/demo-uid".into(),
-                kind: "oneshot",
-                target: None,
-                argv: &argv,
-                tty: false,
-                exit_code: Some(code),
-                error: None,
-                bytes_in: 0,
-                bytes_out: 3,
-                duration_ms: 5,
-                recording: None,
-                recording_truncated: None,
-                recording_skipped: None,
-            })
-            .unwrap();
+            a.record(&oneshot(&argv, code, None)).unwrap();
         }
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<serde_json::Value> = text
@@ -250,25 +233,43 @@ mod tests {
         dir
     }
 
-    fn line(a: &Audit, n: usize) -> io::Result<()> {
-        let argv = vec!["echo".to_string(), format!("line-{n}")];
-        a.record(&Record {
+    /// A one-shot exec's line for `demo` that exited with `code`.
+    fn oneshot(argv: &[String], code: i32, skipped: Option<String>) -> Record<'_> {
+        Record {
             time: "2026-11-30T00:00:00Z".into(),
             principal: "demo",
             workspace: "demo/demo-uid".into(),
             kind: "oneshot",
             target: None,
-            argv: &argv,
+            argv,
             tty: false,
-            exit_code: Some(0),
+            exit_code: Some(code),
             error: None,
             bytes_in: 0,
             bytes_out: 3,
             duration_ms: 5,
             recording: None,
             recording_truncated: None,
-            recording_skipped: Some("free space 1 GiB below the floor 2 GiB".into()),
-        })
+            recording_skipped: skipped,
+        }
+    }
+
+    fn line(a: &Audit, n: usize) -> io::Result<()> {
+        let argv = vec!["echo".to_string(), format!("line-{n}")];
+        a.record(&oneshot(
+            &argv,
+            0,
+            Some("free space 1 GiB below the floor 2 GiB".into()),
+        ))
+    }
+
+    /// A fresh folder `tag` with an audit log capped at `cap` holding line 1.
+    fn audit_with_one_line(tag: &str, cap: u64) -> (PathBuf, PathBuf, Audit) {
+        let dir = temp(tag);
+        let path = dir.join("audit.jsonl");
+        let a = Audit::open(&path, cap).unwrap();
+        line(&a, 1).unwrap();
+        (dir, path, a)
     }
 
     /// The `n` of every line, in order (each line must be JSON).
@@ -285,10 +286,7 @@ mod tests {
 
     #[test]
     fn reopen_moves_writing_to_a_fresh_file_at_the_path() {
-        let dir = temp("audit-reopen");
-        let path = dir.join("audit.jsonl");
-        let a = Audit::open(&path, u64::MAX).unwrap();
-        line(&a, 1).unwrap();
+        let (dir, path, a) = audit_with_one_line("audit-reopen", u64::MAX);
         let rotated = dir.join("audit.jsonl.1");
         std::fs::rename(&path, &rotated).unwrap();
         line(&a, 2).unwrap();
@@ -353,10 +351,7 @@ mod tests {
 
     #[test]
     fn a_file_logrotate_already_renamed_is_never_rotated_over_its_copy() {
-        let dir = temp("audit-moved");
-        let path = dir.join("audit.jsonl");
-        let a = Audit::open(&path, 1000).unwrap();
-        line(&a, 1).unwrap();
+        let (dir, path, a) = audit_with_one_line("audit-moved", 1000);
         line(&a, 2).unwrap();
         // logrotate renamed the file and created a new one; no SIGHUP yet.
         let theirs = dir.join("audit.jsonl.1");
@@ -379,10 +374,7 @@ mod tests {
 
     #[test]
     fn lines_that_cannot_be_written_are_counted_and_writing_resumes() {
-        let dir = temp("audit-drop");
-        let path = dir.join("audit.jsonl");
-        let a = Audit::open(&path, 600).unwrap();
-        line(&a, 1).unwrap();
+        let (dir, path, a) = audit_with_one_line("audit-drop", 600);
         std::fs::remove_dir_all(&dir).unwrap();
         // The open file still takes lines until the cap; then neither the
         // rename nor a new file can happen.

@@ -3,11 +3,19 @@
 //!
 //! - `frames`: the interactive wire format (sans-IO, shared with the CLI);
 //! - `validate`: request rules and limits (sans-IO);
-//! - `resolve`: Deployment -> ReplicaSet -> Pod (rules sans-IO, then the API calls).
+//! - `resolve`: Deployment -> ReplicaSet -> Pod (rules sans-IO, then the API calls);
+//! - `gateway`: admission, the one-shot exec, the audit line and metrics;
+//! - `interactive`: an admitted interactive exec's threads and limits;
+//! - `slots`: the concurrency limits; `audit`: the JSON-lines audit log;
+//!   `record`: asciinema recordings.
+//!
+//! `exec` reads no configuration file types: the daemon builds its
+//! [`gateway::Settings`] (`server::settings`).
 
 pub mod audit;
 pub mod frames;
 pub mod gateway;
+pub mod interactive;
 pub mod record;
 pub mod resolve;
 pub mod slots;

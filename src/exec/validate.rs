@@ -2,41 +2,57 @@
 //! every failure is `EXEC_INVALID` with a message a person can act on.
 
 use crate::api::{ApiError, Code};
-use crate::config::ExecSection;
+use crate::kube::names::{check_dns_label, check_dns_subdomain};
 
-/// The limits of exec.md, validated as positive at config load.
+/// Default [`Limits::max_command_args`].
+pub const DEFAULT_MAX_COMMAND_ARGS: usize = 64;
+/// Default [`Limits::max_arg_bytes`].
+pub const DEFAULT_MAX_ARG_BYTES: usize = 8 * 1024;
+/// Default [`Limits::max_command_bytes`].
+pub const DEFAULT_MAX_COMMAND_BYTES: usize = 32 * 1024;
+/// Default [`Limits::default_output_bytes`] and [`Limits::max_output_bytes`]
+/// (1 MiB per stream).
+pub const DEFAULT_OUTPUT_BYTES: usize = 1 << 20;
+/// Default [`Limits::max_stdin_frame_bytes`].
+pub const DEFAULT_MAX_STDIN_FRAME_BYTES: usize = 64 * 1024;
+/// Default [`Limits::output_channel_frames`]: the bound of the queue from
+/// exec-out to the client's socket (a slow client makes exec-out wait:
+/// backpressure, docs/ARCHITECTURE.md).
+pub const DEFAULT_OUTPUT_CHANNEL_FRAMES: usize = 128;
+
+/// The limits of exec.md. The daemon builds them from `[exec]`
+/// (`server::settings::exec_limits`, whose keys are validated positive at
+/// config load); [`Limits::default`] holds the same defaults as
+/// `config.example.toml` (a server test checks they agree).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
+    /// Arguments in a command.
     pub max_command_args: usize,
+    /// Bytes in one argument.
     pub max_arg_bytes: usize,
+    /// Bytes in the whole command.
     pub max_command_bytes: usize,
+    /// Output cap per stream when the request names none.
     pub default_output_bytes: usize,
+    /// Largest output cap a request may ask for.
     pub max_output_bytes: usize,
+    /// Largest stdin frame of an interactive exec.
     pub max_stdin_frame_bytes: usize,
+    /// Interactive output channel capacity, in frames.
     pub output_channel_frames: usize,
-}
-
-fn size(v: u64) -> usize {
-    usize::try_from(v).unwrap_or(usize::MAX)
-}
-
-impl Limits {
-    pub fn from_config(x: &ExecSection) -> Limits {
-        Limits {
-            max_command_args: size(x.max_command_args),
-            max_arg_bytes: size(x.max_arg_bytes),
-            max_command_bytes: size(x.max_command_bytes),
-            default_output_bytes: size(x.default_output_bytes),
-            max_output_bytes: size(x.max_output_bytes),
-            max_stdin_frame_bytes: size(x.max_stdin_frame_bytes),
-            output_channel_frames: size(x.output_channel_frames),
-        }
-    }
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits::from_config(&ExecSection::default())
+        Limits {
+            max_command_args: DEFAULT_MAX_COMMAND_ARGS,
+            max_arg_bytes: DEFAULT_MAX_ARG_BYTES,
+            max_command_bytes: DEFAULT_MAX_COMMAND_BYTES,
+            default_output_bytes: DEFAULT_OUTPUT_BYTES,
+            max_output_bytes: DEFAULT_OUTPUT_BYTES,
+            max_stdin_frame_bytes: DEFAULT_MAX_STDIN_FRAME_BYTES,
+            output_channel_frames: DEFAULT_OUTPUT_CHANNEL_FRAMES,
+        }
     }
 }
 
@@ -54,18 +70,15 @@ pub fn invalid(m: impl Into<String>) -> ApiError {
     ApiError::new(Code::ExecInvalid, m)
 }
 
+/// Kubernetes' rule for a DNS label ([`check_dns_label`]); exec's messages
+/// are its own (exec.md).
 fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
+    check_dns_label(s).is_ok()
 }
 
+/// Kubernetes' rule for a DNS subdomain ([`check_dns_subdomain`]).
 fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && !s.is_empty() && s.split('.').all(is_dns_label)
+    check_dns_subdomain(s).is_ok()
 }
 
 impl ExecSpec {

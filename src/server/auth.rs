@@ -3,36 +3,21 @@
 //! early exit, so timing tells nothing about which digest came close), taken
 //! from `Authorization: Bearer T` or, on a WebSocket, from the subprotocol
 //! entry `base64url.bearer.authorization.kubegate.dev.<b64url T>`. A token
-//! never reaches a log line or an error message.
+//! never reaches a log line or an error message. The digests and their
+//! comparison are [`crate::token`]'s; the caller it finds is an
+//! [`Identity`] (the API's type).
 
-use crate::config::{Principal, Workspace};
+use crate::api::Identity;
+use crate::config::Principal;
 use crate::exec::frames::token_from_protocol;
 use crate::http::Request;
-use sha2::{Digest, Sha256};
+use crate::token::{decode_digest, digest, same_digest, TokenDigest};
 use std::sync::Arc;
-use subtle::ConstantTimeEq;
-
-/// An authenticated caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    pub name: String,
-    pub workspaces: Vec<Workspace>,
-    pub may_start_sessions: bool,
-}
-
-impl Identity {
-    /// Whether this principal may act on `project/uid`.
-    pub fn holds(&self, project: &str, uid: &str) -> bool {
-        self.workspaces
-            .iter()
-            .any(|w| w.project == project && w.uid == uid)
-    }
-}
 
 /// The principals of the configuration, by token digest.
 #[derive(Debug, Default)]
 pub struct Principals {
-    entries: Vec<([u8; 32], Arc<Identity>)>,
+    entries: Vec<(TokenDigest, Arc<Identity>)>,
 }
 
 impl Principals {
@@ -42,7 +27,7 @@ impl Principals {
         let entries = config
             .iter()
             .filter_map(|p| {
-                let d = decode_hex32(&p.token_sha256)?;
+                let d = decode_digest(&p.token_sha256)?;
                 Some((
                     d,
                     Arc::new(Identity {
@@ -66,29 +51,15 @@ impl Principals {
 
     /// The principal whose digest matches `token`'s, comparing against all.
     pub fn authenticate(&self, token: &str) -> Option<Arc<Identity>> {
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let digest = digest(token);
         let mut found = None;
         for (d, who) in &self.entries {
-            if bool::from(d.ct_eq(&digest)) {
+            if same_digest(d, &digest) {
                 found = Some(who.clone());
             }
         }
         found
     }
-}
-
-fn decode_hex32(s: &str) -> Option<[u8; 32]> {
-    let b = s.as_bytes();
-    if b.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, pair) in b.chunks(2).enumerate() {
-        let hi = (pair[0] as char).to_digit(16)?;
-        let lo = (pair[1] as char).to_digit(16)?;
-        out[i] = u8::try_from(hi * 16 + lo).ok()?;
-    }
-    Some(out)
 }
 
 /// The token a request carries: the `Authorization: Bearer` header, else
@@ -110,11 +81,12 @@ pub fn request_token(req: &Request) -> Option<String> {
 mod tests {
     use super::*;
 
+    use crate::api::Workspace;
+
     fn principal(name: &str, token: &str, ws: &[&str]) -> Principal {
-        let d = Sha256::digest(token.as_bytes());
         Principal {
             name: name.into(),
-            token_sha256: d.iter().map(|b| format!("{b:02x}")).collect(),
+            token_sha256: crate::token::digest_hex(token),
             workspaces: ws.iter().map(|w| Workspace::parse(w).unwrap()).collect(),
             may_start_sessions: false,
         }
@@ -147,13 +119,5 @@ mod tests {
             may_start_sessions: true,
         }]);
         assert!(ps.authenticate("kubegate-demo-token").is_some());
-    }
-
-    #[test]
-    fn hex_digests_decode_strictly() {
-        assert!(decode_hex32(&"ab".repeat(32)).is_some());
-        assert!(decode_hex32(&"AB".repeat(32)).is_some());
-        assert!(decode_hex32(&"ab".repeat(31)).is_none());
-        assert!(decode_hex32(&"zz".repeat(32)).is_none());
     }
 }

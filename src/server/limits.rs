@@ -405,7 +405,7 @@ mod tests {
             let text = format!("[server]\n{key} = 0\n[cluster]\nmode = \"sim\"\n");
             let e = crate::config::Config::parse(&text, std::path::Path::new("/etc/kubegate"))
                 .expect_err(key);
-            assert_eq!(e.0, format!("server.{key}"), "{e:?}");
+            assert_eq!(e.key, format!("server.{key}"), "{e:?}");
         }
     }
 

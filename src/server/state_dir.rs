@@ -48,12 +48,150 @@ pub struct FixReport {
     pub too_deep: usize,
 }
 
+/// Why the state directory cannot be used; displayed as a whole sentence
+/// naming the directory (the daemon's start-up error, exit code 1).
+#[derive(Debug)]
+pub enum StateDirError {
+    /// Missing, and creating it failed.
+    Create { dir: PathBuf, error: io::Error },
+    /// `lstat` failed.
+    Stat { dir: PathBuf, error: io::Error },
+    /// A trusted link whose target cannot be resolved or read.
+    Target {
+        dir: PathBuf,
+        target: Option<PathBuf>,
+        error: io::Error,
+    },
+    /// Not a directory of the daemon's uid (`link`: the link's target is
+    /// the one at fault).
+    NotOwn { link: bool, problem: DirProblem },
+    /// A link owned by another uid than root or the daemon's.
+    LinkOwner { dir: PathBuf, owner: u32 },
+    /// The folder holding the link cannot be read.
+    LinkFolder {
+        dir: PathBuf,
+        folder: PathBuf,
+        error: io::Error,
+    },
+    /// The folder holding the link is not only root's or the daemon's.
+    LinkFolderOpen { dir: PathBuf, folder: PathBuf },
+    /// [`fix_state_modes`] failed.
+    FixModes { dir: PathBuf, error: io::Error },
+}
+
+impl std::fmt::Display for StateDirError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateDirError::Create { dir, error } => {
+                write!(f, "creating state directory {}: {error}", dir.display())
+            }
+            StateDirError::Stat { dir, error } => {
+                write!(f, "state directory {}: {error}", dir.display())
+            }
+            StateDirError::Target {
+                dir,
+                target: None,
+                error,
+            } => write!(
+                f,
+                "state directory {} is a symbolic link that does not resolve: {error}",
+                dir.display()
+            ),
+            StateDirError::Target {
+                dir,
+                target: Some(t),
+                error,
+            } => write!(
+                f,
+                "state directory {} -> {}: {error}",
+                dir.display(),
+                t.display()
+            ),
+            StateDirError::NotOwn { link: false, problem } => {
+                write!(f, "state directory {problem}")
+            }
+            StateDirError::NotOwn { link: true, problem } => write!(
+                f,
+                "state directory {} is a link to {problem}",
+                problem.link.display()
+            ),
+            StateDirError::LinkOwner { dir, owner } => write!(
+                f,
+                "state directory {} is a symbolic link owned by uid {owner}: refused (whoever owns it chooses where the daemon's state goes); point server.state_dir at the real directory",
+                dir.display()
+            ),
+            StateDirError::LinkFolder { dir, folder, error } => write!(
+                f,
+                "state directory {}: its folder {}: {error}",
+                dir.display(),
+                folder.display()
+            ),
+            StateDirError::LinkFolderOpen { dir, folder } => write!(
+                f,
+                "state directory {} is a symbolic link in {}, a folder other users can change: refused; point server.state_dir at the real directory",
+                dir.display(),
+                folder.display()
+            ),
+            StateDirError::FixModes { dir, error } => write!(
+                f,
+                "fixing the modes of state directory {}: {error}",
+                dir.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StateDirError {}
+
+/// Why a path is not a directory of the daemon's uid; displayed starting
+/// with the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirProblem {
+    /// The state directory as configured (the link, when it is one).
+    pub link: PathBuf,
+    /// The path at fault.
+    pub path: PathBuf,
+    pub kind: DirProblemKind,
+}
+
+/// What is wrong with [`DirProblem::path`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirProblemKind {
+    /// A symbolic link (a link's target may not be one).
+    Link,
+    NotADirectory,
+    /// Owned by another uid than the daemon's.
+    Owner {
+        owner: u32,
+        uid: u32,
+    },
+}
+
+impl std::fmt::Display for DirProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = self.path.display();
+        match self.kind {
+            DirProblemKind::Link => write!(f, "{shown}, itself a symbolic link: refused"),
+            DirProblemKind::NotADirectory => write!(f, "{shown} is not a directory"),
+            DirProblemKind::Owner { owner, uid } => write!(
+                f,
+                "{shown} belongs to uid {owner}, not to uid {uid} the daemon runs as: refused (its files would be readable or writable by that user); chown it to uid {uid} or point server.state_dir elsewhere"
+            ),
+        }
+    }
+}
+
 /// Opens the state directory as the module comment says; returns the
 /// directory the daemon writes in (the link's target when `dir` is a
-/// trusted link) and what the mode fix did. Errors are whole sentences
-/// naming `dir`.
-pub fn open_state_dir(dir: &Path, exclude: &[&Path]) -> Result<(PathBuf, FixReport), String> {
-    let shown = dir.display();
+/// trusted link) and what the mode fix did.
+pub fn open_state_dir(
+    dir: &Path,
+    exclude: &[&Path],
+) -> Result<(PathBuf, FixReport), StateDirError> {
+    let stat_err = |error| StateDirError::Stat {
+        dir: dir.to_path_buf(),
+        error,
+    };
     let meta = match std::fs::symlink_metadata(dir) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -61,24 +199,37 @@ pub fn open_state_dir(dir: &Path, exclude: &[&Path]) -> Result<(PathBuf, FixRepo
                 .recursive(true)
                 .mode(0o700)
                 .create(dir)
-                .map_err(|e| format!("creating state directory {shown}: {e}"))?;
-            std::fs::symlink_metadata(dir).map_err(|e| format!("state directory {shown}: {e}"))?
+                .map_err(|error| StateDirError::Create {
+                    dir: dir.to_path_buf(),
+                    error,
+                })?;
+            std::fs::symlink_metadata(dir).map_err(stat_err)?
         }
-        Err(e) => return Err(format!("state directory {shown}: {e}")),
+        Err(e) => return Err(stat_err(e)),
     };
     let uid = rustix::process::geteuid().as_raw();
     let real = if meta.file_type().is_symlink() {
         check_trusted_link(dir, &meta, uid)?;
-        let target = std::fs::canonicalize(dir).map_err(|e| {
-            format!("state directory {shown} is a symbolic link that does not resolve: {e}")
+        let target = std::fs::canonicalize(dir).map_err(|error| StateDirError::Target {
+            dir: dir.to_path_buf(),
+            target: None,
+            error,
         })?;
-        let m = std::fs::symlink_metadata(&target)
-            .map_err(|e| format!("state directory {shown} -> {}: {e}", target.display()))?;
-        check_own_dir(&target, &m, uid)
-            .map_err(|m| format!("state directory {shown} is a link to {m}"))?;
+        let m = std::fs::symlink_metadata(&target).map_err(|error| StateDirError::Target {
+            dir: dir.to_path_buf(),
+            target: Some(target.clone()),
+            error,
+        })?;
+        check_own_dir(dir, &target, &m, uid).map_err(|problem| StateDirError::NotOwn {
+            link: true,
+            problem,
+        })?;
         target
     } else {
-        check_own_dir(dir, &meta, uid).map_err(|m| format!("state directory {m}"))?;
+        check_own_dir(dir, dir, &meta, uid).map_err(|problem| StateDirError::NotOwn {
+            link: false,
+            problem,
+        })?;
         dir.to_path_buf()
     };
     // Exclusions are named under `dir`; the walk sees them relative.
@@ -93,55 +244,68 @@ pub fn open_state_dir(dir: &Path, exclude: &[&Path]) -> Result<(PathBuf, FixRepo
         })
         .collect();
     let rel: Vec<&Path> = relative.iter().map(PathBuf::as_path).collect();
-    let report = fix_state_modes(&real, &rel)
-        .map_err(|e| format!("fixing the modes of state directory {shown}: {e}"))?;
+    let report = fix_state_modes(&real, &rel).map_err(|error| StateDirError::FixModes {
+        dir: dir.to_path_buf(),
+        error,
+    })?;
     Ok((real, report))
 }
 
-/// `path` (after `lstat`) is a directory owned by `uid`; else why not,
-/// starting with the path.
-fn check_own_dir(path: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<(), String> {
-    let shown = path.display();
+/// `path` (after `lstat`) is a directory owned by `uid`; else why not
+/// (`link`: the state directory as configured).
+fn check_own_dir(
+    link: &Path,
+    path: &Path,
+    meta: &std::fs::Metadata,
+    uid: u32,
+) -> Result<(), DirProblem> {
+    let problem = |kind| DirProblem {
+        link: link.to_path_buf(),
+        path: path.to_path_buf(),
+        kind,
+    };
     if meta.file_type().is_symlink() {
-        return Err(format!("{shown}, itself a symbolic link: refused"));
+        return Err(problem(DirProblemKind::Link));
     }
     if !meta.is_dir() {
-        return Err(format!("{shown} is not a directory"));
+        return Err(problem(DirProblemKind::NotADirectory));
     }
     if meta.uid() != uid {
-        return Err(format!(
-            "{shown} belongs to uid {}, not to uid {uid} the daemon runs as: refused (its files would be readable or writable by that user); chown it to uid {uid} or point server.state_dir elsewhere",
-            meta.uid()
-        ));
+        return Err(problem(DirProblemKind::Owner {
+            owner: meta.uid(),
+            uid,
+        }));
     }
     Ok(())
 }
 
 /// A link only root or the daemon's uid could have made or could change.
-fn check_trusted_link(link: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<(), String> {
-    let shown = link.display();
+fn check_trusted_link(
+    link: &Path,
+    meta: &std::fs::Metadata,
+    uid: u32,
+) -> Result<(), StateDirError> {
     let trusted = |owner: u32| owner == 0 || owner == uid;
     if !trusted(meta.uid()) {
-        return Err(format!(
-            "state directory {shown} is a symbolic link owned by uid {}: refused (whoever owns it chooses where the daemon's state goes); point server.state_dir at the real directory",
-            meta.uid()
-        ));
+        return Err(StateDirError::LinkOwner {
+            dir: link.to_path_buf(),
+            owner: meta.uid(),
+        });
     }
     let parent = match link.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let pm = std::fs::metadata(&parent).map_err(|e| {
-        format!(
-            "state directory {shown}: its folder {}: {e}",
-            parent.display()
-        )
+    let pm = std::fs::metadata(&parent).map_err(|error| StateDirError::LinkFolder {
+        dir: link.to_path_buf(),
+        folder: parent.clone(),
+        error,
     })?;
     if !trusted(pm.uid()) || pm.mode() & 0o022 != 0 {
-        return Err(format!(
-            "state directory {shown} is a symbolic link in {}, a folder other users can change: refused; point server.state_dir at the real directory",
-            parent.display()
-        ));
+        return Err(StateDirError::LinkFolderOpen {
+            dir: link.to_path_buf(),
+            folder: parent,
+        });
     }
     Ok(())
 }
@@ -385,7 +549,7 @@ mod tests {
 
         let file = base.join("file");
         std::fs::write(&file, "").unwrap();
-        let e = open_state_dir(&file, &[]).unwrap_err();
+        let e = open_state_dir(&file, &[]).unwrap_err().to_string();
         assert!(e.contains("is not a directory"), "{e}");
 
         // A link in a folder only we can change: followed, its target fixed.
@@ -403,7 +567,7 @@ mod tests {
         chmod(&open, 0o1777);
         let bad = open.join("link");
         std::os::unix::fs::symlink(&dir, &bad).unwrap();
-        let e = open_state_dir(&bad, &[]).unwrap_err();
+        let e = open_state_dir(&bad, &[]).unwrap_err().to_string();
         assert!(
             e.contains("symbolic link") && e.contains("other users can change"),
             "{e}"

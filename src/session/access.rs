@@ -27,7 +27,7 @@
 //! Threads: none. Every call runs on its caller's thread; a stream is read
 //! by one thread and can be cut from another with its [`StreamCanceller`].
 
-use crate::config::PodAccess as PodAccessMode;
+use crate::config::PodAccessMode;
 use crate::http::parse::ChunkedDecoder;
 use crate::http::stream::{ClientSocket, PollStream};
 use crate::http::HttpError;

@@ -1,8 +1,13 @@
-//! The daemon's outside error vocabulary, in ONE place (contract.md, "HTTP
+//! The daemon's outside vocabulary, in ONE place (contract.md, "HTTP
 //! API"): every error code, the HTTP status it maps to, and the JSON shape
-//! `{"error": {"code", "message", "details"?}}`. The front door, the exec
-//! gateway and the command-line client all use these; nothing else spells a
-//! code or picks an error status.
+//! `{"error": {"code", "message", "details"?}}`; and who is asking
+//! ([`identity`]: the principal and its workspaces). The front door, the
+//! exec gateway and the command-line client all use these; nothing else
+//! spells a code or picks an error status.
+
+pub mod identity;
+
+pub use identity::{Identity, Workspace};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
