@@ -622,47 +622,133 @@ pub struct NewSession {
     pub timings: Timings,
 }
 
-/// One watch session.
+/// One watch session: its state, grouped by concern. Every change goes
+/// through [`Session::handle`], [`Session::user`] or [`Session::restore`];
+/// nothing else writes it.
 #[derive(Debug, Clone)]
 pub struct Session {
-    id: String,
-    principal: String,
-    spec: SessionSpec,
-    apps: Vec<App>,
-    workspace_token: String,
+    who: Identity,
+    /// The pod builders' settings, shared by every session of the daemon.
     settings: Arc<PodSettings>,
     timings: Timings,
+    apps: Apps,
     status: Status,
-    pod: Option<PodRef>,
+    /// When the status or the record last changed (the view's
+    /// `updatedAt`; a suspended session without `suspended_at` expires
+    /// from it).
+    updated_at: Millis,
+    pod: PodState,
+    life: Life,
+    checkpoints: Checkpoints,
+    viewers: Viewers,
+    /// When each reload of the last minute was asked (at most
+    /// [`Timings::reloads_per_minute`] of them).
+    reloads: VecDeque<Millis>,
+    routes: Routes,
+    /// Per app: what its `run` events have said so far and how the app
+    /// runner's generations map onto the session's ([`RunTrack`]). Kept
+    /// across pods and in the record.
+    runs: BTreeMap<String, RunTrack>,
+}
+
+/// Who the session is: set at creation, never changed.
+#[derive(Debug, Clone)]
+struct Identity {
+    id: String,
+    principal: String,
+    /// The workspace agent's bearer token (in the record, never in a
+    /// command: the engine adds it where it is needed).
+    workspace_token: String,
+    created_at: Millis,
+}
+
+/// What the session runs. Rule: `spec.apps` is always the specs of
+/// `list`, in order (every change of the set or of an app's ports goes
+/// through [`Apps::sync_spec`]).
+#[derive(Debug, Clone)]
+struct Apps {
+    spec: SessionSpec,
+    list: Vec<App>,
+}
+
+impl Apps {
+    /// `spec.apps` follows `list` again after a change.
+    fn sync_spec(&mut self) {
+        self.spec.apps = self.list.iter().map(|a| a.spec.clone()).collect();
+    }
+
+    fn names(&self) -> BTreeSet<String> {
+        self.list.iter().map(|a| a.spec.name.clone()).collect()
+    }
+}
+
+/// The current pod and where its bring-up stands. Rules: `current` is
+/// `None` exactly in [`Phase::Down`] and [`Phase::Draining`] (whose old pod
+/// is not the session's any more); `seq` only grows (pod names are new at
+/// every bring-up); `ended` and `reattach` are about the current pod and
+/// cleared with it.
+#[derive(Debug, Clone)]
+struct PodState {
+    current: Option<PodRef>,
     phase: Phase,
+    /// What the current pod is (or will be) seeded from.
     seed: SeedSource,
-    pod_seq: u64,
+    /// Pods created so far (part of the pod name).
+    seq: u64,
+    /// A stop (the user's, or the end of life) is tearing the pod down: its
+    /// end is not a failure.
     user_stopped: bool,
     /// Apps whose container end was reported for the current pod.
     ended: BTreeSet<String>,
     /// Apps whose attach was lost while running (the stream cut: an API
     /// server restart, a network blip), to attach again.
     reattach: BTreeMap<String, Reattach>,
-    created_at: Millis,
-    updated_at: Millis,
-    /// Life used by earlier pods (suspended time does not count).
-    life_used_ms: u64,
+}
+
+/// The session's maximum life is pod time: suspended time does not count.
+/// Rule: `since` is set while a pod holds the session's life (from its
+/// bring-up to its teardown), and `used_ms` holds what earlier pods used.
+#[derive(Debug, Clone)]
+struct Life {
+    /// Life used by earlier pods.
+    used_ms: u64,
     /// When the current pod's share of the life began.
-    life_since: Option<Millis>,
+    since: Option<Millis>,
+    /// When the session was suspended (its TTL counts from it).
     suspended_at: Option<Millis>,
-    last_checkpoint_at: Option<Millis>,
-    has_checkpoint: bool,
-    checkpoint_in_flight: bool,
-    after_checkpoint: Option<AfterCheckpoint>,
-    subscribers: usize,
+}
+
+/// The workspace's checkpoints. Rules: one in flight at most; `after` is
+/// set only while one is in flight (what runs when it is done: a suspend or
+/// an apps change), and user operations are refused meanwhile.
+#[derive(Debug, Clone)]
+struct Checkpoints {
+    /// The last one done (or failed: a failure waits a full interval too).
+    last_at: Option<Millis>,
+    /// One exists in the state directory (a resume or recreate needs it).
+    exists: bool,
+    in_flight: bool,
+    after: Option<AfterCheckpoint>,
+}
+
+/// Who watches. Rule: `idle_since` is set exactly while nobody does (the
+/// idle suspension counts from it).
+#[derive(Debug, Clone)]
+struct Viewers {
+    /// SSE and IO subscribers now attached.
+    count: usize,
     idle_since: Option<Millis>,
-    reloads: VecDeque<Millis>,
+}
+
+/// The published ports: the Service and Ingress upserts in flight and the
+/// probes running. Rules: publish ids only grow; a port change waits in
+/// `changes` under its publish id until that publish answers; `probes` holds
+/// the (app, tcp port) pairs probed on the current pod, cleared with it.
+#[derive(Debug, Clone)]
+struct Routes {
     next_publish: u64,
-    port_changes: BTreeMap<u64, PortChange>,
+    changes: BTreeMap<u64, PortChange>,
     probes: BTreeSet<(String, u16)>,
-    /// Per app: what its `run` events have said so far and how the app
-    /// runner's generations map onto the session's ([`RunTrack`]).
-    runs: BTreeMap<String, RunTrack>,
 }
 
 /// An app's `run` events and its runner's generations.
@@ -781,7 +867,7 @@ impl Session {
     /// create), no pod, generation 0 for every app. `start` brings it up;
     /// `restore` (machine_adopt.rs) overwrites what the record knows.
     pub(super) fn fresh(new: NewSession, now: Millis) -> Session {
-        let apps = new
+        let list = new
             .spec
             .apps
             .iter()
@@ -791,38 +877,52 @@ impl Session {
             })
             .collect();
         Session {
-            id: new.id,
-            principal: new.principal,
-            spec: new.spec,
-            apps,
-            workspace_token: new.workspace_token,
+            who: Identity {
+                id: new.id,
+                principal: new.principal,
+                workspace_token: new.workspace_token,
+                created_at: now,
+            },
             settings: new.settings,
             timings: new.timings,
+            apps: Apps {
+                spec: new.spec,
+                list,
+            },
             status: Status::Starting {
                 stage: Stage::Create,
             },
-            pod: None,
-            phase: Phase::Down,
-            seed: SeedSource::Bundle,
-            pod_seq: 0,
-            user_stopped: false,
-            ended: BTreeSet::new(),
-            reattach: BTreeMap::new(),
-            created_at: now,
             updated_at: now,
-            life_used_ms: 0,
-            life_since: None,
-            suspended_at: None,
-            last_checkpoint_at: None,
-            has_checkpoint: false,
-            checkpoint_in_flight: false,
-            after_checkpoint: None,
-            subscribers: 0,
-            idle_since: Some(now),
+            pod: PodState {
+                current: None,
+                phase: Phase::Down,
+                seed: SeedSource::Bundle,
+                seq: 0,
+                user_stopped: false,
+                ended: BTreeSet::new(),
+                reattach: BTreeMap::new(),
+            },
+            life: Life {
+                used_ms: 0,
+                since: None,
+                suspended_at: None,
+            },
+            checkpoints: Checkpoints {
+                last_at: None,
+                exists: false,
+                in_flight: false,
+                after: None,
+            },
+            viewers: Viewers {
+                count: 0,
+                idle_since: Some(now),
+            },
             reloads: VecDeque::new(),
-            next_publish: 1,
-            port_changes: BTreeMap::new(),
-            probes: BTreeSet::new(),
+            routes: Routes {
+                next_publish: 1,
+                changes: BTreeMap::new(),
+                probes: BTreeSet::new(),
+            },
             runs: BTreeMap::new(),
         }
     }
@@ -842,11 +942,11 @@ impl Session {
     }
 
     pub fn id(&self) -> &str {
-        &self.id
+        &self.who.id
     }
 
     pub fn principal(&self) -> &str {
-        &self.principal
+        &self.who.principal
     }
 
     pub fn status(&self) -> &Status {
@@ -859,36 +959,36 @@ impl Session {
     /// suspension, max life and the suspended TTL, are minutes apart), so
     /// hundreds of idle sessions do not wake every second.
     pub fn tick_interval_ms(&self) -> Millis {
-        match self.phase {
-            Phase::Up if !self.reattach.is_empty() => REATTACH_FIRST_MS,
+        match self.pod.phase {
+            Phase::Up if !self.pod.reattach.is_empty() => REATTACH_FIRST_MS,
             Phase::Up | Phase::Down => 5_000,
             _ => 1_000,
         }
     }
 
     pub fn apps(&self) -> &[App] {
-        &self.apps
+        &self.apps.list
     }
 
     pub fn pod(&self) -> Option<&PodRef> {
-        self.pod.as_ref()
+        self.pod.current.as_ref()
     }
 
     pub fn workspace_token(&self) -> &str {
-        &self.workspace_token
+        &self.who.workspace_token
     }
 
     /// The current endpoints of every app.
     pub fn endpoints(&self) -> Vec<Endpoint> {
         all_endpoints(
             self.settings.ingress_base_domain.as_deref(),
-            &self.id,
+            &self.who.id,
             &self.app_ports(),
         )
     }
 
     fn app_ports(&self) -> Vec<(String, Vec<Port>)> {
-        self.apps
+        self.apps.list
             .iter()
             .map(|a| (a.spec.name.clone(), a.spec.ports.clone()))
             .collect()
@@ -897,16 +997,16 @@ impl Session {
     /// `GET /v1/sessions/{id}` (contract.md).
     pub fn view(&self) -> Value {
         let mut v = json!({
-            "sessionId": self.id,
+            "sessionId": self.who.id,
             "status": self.status.as_str(),
-            "apps": self.apps.iter().map(|a| json!({
+            "apps": self.apps.list.iter().map(|a| json!({
                 "name": a.spec.name,
                 "io": a.spec.io,
                 "generation": a.generation,
                 "ports": a.spec.ports.iter().map(|p| json!({"port": p.port, "protocol": p.protocol})).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "endpoints": self.endpoints(),
-            "createdAt": rfc3339(self.created_at),
+            "createdAt": rfc3339(self.who.created_at),
             "updatedAt": rfc3339(self.updated_at),
         });
         if let Some(e) = self.status.error() {
@@ -919,21 +1019,21 @@ impl Session {
     pub fn record(&self) -> Value {
         json!({
             "version": 1,
-            "sessionId": self.id,
-            "principal": self.principal,
+            "sessionId": self.who.id,
+            "principal": self.who.principal,
             "status": self.record_status(),
-            "spec": self.spec,
-            "apps": self.apps,
-            "pod": self.pod,
-            "podSeq": self.pod_seq,
-            "userStopped": self.user_stopped,
-            "hasCheckpoint": self.has_checkpoint,
-            "workspaceToken": self.workspace_token,
-            "createdAt": self.created_at,
+            "spec": self.apps.spec,
+            "apps": self.apps.list,
+            "pod": self.pod.current,
+            "podSeq": self.pod.seq,
+            "userStopped": self.pod.user_stopped,
+            "hasCheckpoint": self.checkpoints.exists,
+            "workspaceToken": self.who.workspace_token,
+            "createdAt": self.who.created_at,
             "updatedAt": self.updated_at,
-            "suspendedAt": self.suspended_at,
-            "lifeUsedMs": self.life_used_ms,
-            "lifeSince": self.life_since,
+            "suspendedAt": self.life.suspended_at,
+            "lifeUsedMs": self.life.used_ms,
+            "lifeSince": self.life.since,
             "runs": self.runs.iter().map(|(app, t)| {
                 (app.clone(), json!({"base": t.base, "reported": t.reported}))
             }).collect::<serde_json::Map<String, Value>>(),
@@ -951,17 +1051,17 @@ impl Session {
                     // A stop (or a failure) raced the create: the pod exists
                     // now and nobody owns it.
                     out.push(Command::DeletePod { name: pod });
-                } else if self.phase == Phase::Creating {
+                } else if self.pod.phase == Phase::Creating {
                     // First: the workspace container waits for its token
                     // (CreateContainerConfigError) until the Secret exists.
                     out.push(Command::CreateSecret {
                         pod: pod.clone(),
                         uid: uid.clone(),
                     });
-                    if let Some(p) = self.pod.as_mut() {
+                    if let Some(p) = self.pod.current.as_mut() {
                         p.uid = Some(uid);
                     }
-                    self.phase = Phase::Scheduling {
+                    self.pod.phase = Phase::Scheduling {
                         deadline: now + self.timings.start_deadline_ms,
                         last_progress: None,
                     };
@@ -971,7 +1071,7 @@ impl Session {
                 }
             }
             Input::PodCreateFailed { pod, message } => {
-                if self.is_current(&pod) && self.phase == Phase::Creating {
+                if self.is_current(&pod) && self.pod.phase == Phase::Creating {
                     self.fail(
                         now,
                         Stage::Create,
@@ -985,8 +1085,8 @@ impl Session {
                 // afterwards (a re-adoption's, or a late answer) the Secret
                 // was there when the agent started.
                 let before_agent =
-                    matches!(self.phase, Phase::Scheduling { .. } | Phase::Agent { .. });
-                if self.is_current(&pod) && before_agent && !self.user_stopped {
+                    matches!(self.pod.phase, Phase::Scheduling { .. } | Phase::Agent { .. });
+                if self.is_current(&pod) && before_agent && !self.pod.user_stopped {
                     self.fail(
                         now,
                         Stage::Create,
@@ -997,11 +1097,11 @@ impl Session {
             }
             Input::PodObserved { pod } => self.observe(*pod, now, &mut out),
             Input::PodGone { pod } => {
-                if matches!(&self.phase, Phase::Draining { old, .. } if *old == pod) {
+                if matches!(&self.pod.phase, Phase::Draining { old, .. } if *old == pod) {
                     self.drained(now, false, &mut out);
-                } else if self.is_current(&pod) && !self.user_stopped {
-                    let stage = self.phase.stage();
-                    let message = match self.phase {
+                } else if self.is_current(&pod) && !self.pod.user_stopped {
+                    let stage = self.pod.phase.stage();
+                    let message = match self.pod.phase {
                         Phase::Creating | Phase::Scheduling { .. } => {
                             "pod disappeared before reaching Running".to_string()
                         }
@@ -1011,20 +1111,20 @@ impl Session {
                 }
             }
             Input::AgentReady { pod } => {
-                if self.is_current(&pod) && matches!(self.phase, Phase::Agent { .. }) {
-                    self.phase = Phase::Seeding;
+                if self.is_current(&pod) && matches!(self.pod.phase, Phase::Agent { .. }) {
+                    self.pod.phase = Phase::Seeding;
                     self.set_stage(Stage::Seed);
                     self.progress(&mut out, "seed", "Seeding workspace");
                     let ip = self.pod_ip();
                     out.push(Command::Seed {
                         pod,
                         ip,
-                        source: self.seed,
+                        source: self.pod.seed,
                     });
                 }
             }
             Input::AgentFailed { pod, message } => {
-                if self.is_current(&pod) && matches!(self.phase, Phase::Agent { .. }) {
+                if self.is_current(&pod) && matches!(self.pod.phase, Phase::Agent { .. }) {
                     self.fail(
                         now,
                         Stage::Workspace,
@@ -1034,11 +1134,11 @@ impl Session {
                 }
             }
             Input::SeedDone { pod } => {
-                if self.is_current(&pod) && self.phase == Phase::Seeding {
-                    if self.seed == SeedSource::Bundle {
+                if self.is_current(&pod) && self.pod.phase == Phase::Seeding {
+                    if self.pod.seed == SeedSource::Bundle {
                         out.push(Command::DropBundle);
                     }
-                    for a in &self.apps {
+                    for a in &self.apps.list {
                         out.push(Command::Attach {
                             pod: pod.clone(),
                             app: a.spec.name.clone(),
@@ -1048,10 +1148,10 @@ impl Session {
                         });
                     }
                     let id = self.publish(&mut out);
-                    self.phase = Phase::Publishing {
+                    self.pod.phase = Phase::Publishing {
                         id,
                         published: false,
-                        attaching: self.apps.iter().map(|a| a.spec.name.clone()).collect(),
+                        attaching: self.apps.list.iter().map(|a| a.spec.name.clone()).collect(),
                         adopting: false,
                     };
                     self.set_stage(Stage::Publish);
@@ -1059,7 +1159,7 @@ impl Session {
                 }
             }
             Input::SeedFailed { pod, message } => {
-                if self.is_current(&pod) && self.phase == Phase::Seeding {
+                if self.is_current(&pod) && self.pod.phase == Phase::Seeding {
                     self.fail(
                         now,
                         Stage::Seed,
@@ -1070,17 +1170,17 @@ impl Session {
             }
             Input::AttachOk { pod, app } => {
                 if self.is_current(&pod) {
-                    self.reattach.remove(&app);
+                    self.pod.reattach.remove(&app);
                     self.attach_answered(&app, now, &mut out);
                 }
             }
-            Input::AttachFailed { pod, app, message } if self.phase == Phase::Up => {
+            Input::AttachFailed { pod, app, message } if self.pod.phase == Phase::Up => {
                 if self.is_current(&pod) {
                     self.attach_lost(&app, Some(message), now, &mut out);
                 }
             }
             Input::AttachEnded { pod, app } => {
-                if self.is_current(&pod) && self.phase == Phase::Up {
+                if self.is_current(&pod) && self.pod.phase == Phase::Up {
                     self.attach_lost(&app, None, now, &mut out);
                 }
             }
@@ -1101,7 +1201,7 @@ impl Session {
                 }
             }
             Input::PublishDone { id } => {
-                let bring_up = match &mut self.phase {
+                let bring_up = match &mut self.pod.phase {
                     Phase::Publishing {
                         id: current,
                         published,
@@ -1117,20 +1217,20 @@ impl Session {
                     if all_attached {
                         self.go_running(now, &mut out);
                     }
-                } else if let Some(c) = self.port_changes.remove(&id) {
+                } else if let Some(c) = self.routes.changes.remove(&id) {
                     self.port_change_published(c, &mut out);
                     self.touch(now, &mut out);
                 }
             }
             Input::PublishFailed { id, message } => {
-                if matches!(self.phase, Phase::Publishing { id: current, .. } if current == id) {
+                if matches!(self.pod.phase, Phase::Publishing { id: current, .. } if current == id) {
                     self.fail(
                         now,
                         Stage::Publish,
                         format!("publishing the session's endpoints failed: {message}"),
                         &mut out,
                     );
-                } else if let Some(c) = self.port_changes.remove(&id) {
+                } else if let Some(c) = self.routes.changes.remove(&id) {
                     self.port_change_failed(c, &message, &mut out);
                     self.touch(now, &mut out);
                 }
@@ -1146,7 +1246,7 @@ impl Session {
                         app: app.clone(),
                         frame,
                     }));
-                    if let (Some(ports), Phase::Up) = (ports, &self.phase) {
+                    if let (Some(ports), Phase::Up) = (ports, &self.pod.phase) {
                         self.ports_resolved(&app, ports, &mut out);
                     }
                     if let Some(run) = run {
@@ -1160,19 +1260,19 @@ impl Session {
                 port,
                 state,
             } => {
-                if self.is_current(&pod) && self.probes.contains(&(app.clone(), port)) {
+                if self.is_current(&pod) && self.routes.probes.contains(&(app.clone(), port)) {
                     out.push(Command::Emit(Event::Reachability { app, port, state }));
                 }
             }
             Input::CheckpointDone { pod } => {
-                if self.is_current(&pod) && self.checkpoint_in_flight {
-                    self.checkpoint_in_flight = false;
-                    self.last_checkpoint_at = Some(now);
-                    if !self.has_checkpoint {
-                        self.has_checkpoint = true;
+                if self.is_current(&pod) && self.checkpoints.in_flight {
+                    self.checkpoints.in_flight = false;
+                    self.checkpoints.last_at = Some(now);
+                    if !self.checkpoints.exists {
+                        self.checkpoints.exists = true;
                         out.push(Command::WriteRecord);
                     }
-                    match self.after_checkpoint.take() {
+                    match self.checkpoints.after.take() {
                         Some(AfterCheckpoint::Suspend { .. }) => self.suspend_now(now, &mut out),
                         Some(AfterCheckpoint::SetApps(apps)) => {
                             self.teardown(now, &mut out);
@@ -1191,15 +1291,15 @@ impl Session {
                 }
             }
             Input::CheckpointFailed { pod, message } => {
-                if self.is_current(&pod) && self.checkpoint_in_flight {
-                    self.checkpoint_in_flight = false;
+                if self.is_current(&pod) && self.checkpoints.in_flight {
+                    self.checkpoints.in_flight = false;
                     // Try again after a full interval, not at every tick.
-                    self.last_checkpoint_at = Some(now);
-                    match self.after_checkpoint.take() {
+                    self.checkpoints.last_at = Some(now);
+                    match self.checkpoints.after.take() {
                         Some(AfterCheckpoint::Suspend { .. }) => {
                             // Idle or asked: try again after another idle
                             // period (a subscriber may come back meanwhile).
-                            self.idle_since = (self.subscribers == 0).then_some(now);
+                            self.viewers.idle_since = (self.viewers.count == 0).then_some(now);
                             self.progress(
                                 &mut out,
                                 "suspend",
@@ -1232,13 +1332,13 @@ impl Session {
             }
             Input::Subscribers { count } => {
                 if count == 0 {
-                    if self.subscribers > 0 || self.idle_since.is_none() {
-                        self.idle_since = Some(now);
+                    if self.viewers.count > 0 || self.viewers.idle_since.is_none() {
+                        self.viewers.idle_since = Some(now);
                     }
                 } else {
-                    self.idle_since = None;
+                    self.viewers.idle_since = None;
                 }
-                self.subscribers = count;
+                self.viewers.count = count;
             }
             Input::Tick => self.tick(now, &mut out),
         }
@@ -1255,12 +1355,12 @@ impl Session {
                 if self.status.is_terminal() {
                     return Ok(out);
                 }
-                self.user_stopped = true;
+                self.pod.user_stopped = true;
                 let was_suspended = self.status == Status::Suspended;
                 self.teardown(now, &mut out);
-                if was_suspended || self.has_checkpoint {
+                if was_suspended || self.checkpoints.exists {
                     out.push(Command::DeleteCheckpoint);
-                    self.has_checkpoint = false;
+                    self.checkpoints.exists = false;
                 }
                 self.set_status(now, Status::Stopped, &mut out);
                 out.push(Command::Finished);
@@ -1275,12 +1375,12 @@ impl Session {
                         Code::NotSuspended,
                         format!(
                             "session {} is {}, not suspended",
-                            self.id,
+                            self.who.id,
                             self.status.as_str()
                         ),
                     ));
                 }
-                self.suspended_at = None;
+                self.life.suspended_at = None;
                 self.set_status(
                     now,
                     Status::Starting {
@@ -1297,7 +1397,7 @@ impl Session {
                     None => {
                         return Err(ApiError::new(
                             Code::NotFound,
-                            format!("session {} has no app {app:?}", self.id),
+                            format!("session {} has no app {app:?}", self.who.id),
                         ))
                     }
                 };
@@ -1332,7 +1432,7 @@ impl Session {
                 }
                 _ => {
                     self.require_running()?;
-                    self.after_checkpoint = Some(AfterCheckpoint::SetApps(apps));
+                    self.checkpoints.after = Some(AfterCheckpoint::SetApps(apps));
                     self.progress(
                         &mut out,
                         "apps",
@@ -1346,20 +1446,20 @@ impl Session {
     }
 
     fn require_running(&self) -> Result<(), ApiError> {
-        if self.status != Status::Running || self.phase != Phase::Up {
+        if self.status != Status::Running || self.pod.phase != Phase::Up {
             return Err(ApiError::new(
                 Code::NotRunning,
                 format!(
                     "session {} is {}, not running",
-                    self.id,
+                    self.who.id,
                     self.status.as_str()
                 ),
             ));
         }
-        if self.after_checkpoint.is_some() {
+        if self.checkpoints.after.is_some() {
             return Err(ApiError::new(
                 Code::NotRunning,
-                format!("session {} is being suspended or changed", self.id),
+                format!("session {} is being suspended or changed", self.who.id),
             ));
         }
         Ok(())
@@ -1368,25 +1468,25 @@ impl Session {
     // ---------------------------------------------------------- helpers
 
     fn is_current(&self, pod: &str) -> bool {
-        self.pod.as_ref().is_some_and(|p| p.name == pod)
+        self.pod.current.as_ref().is_some_and(|p| p.name == pod)
     }
 
     fn pod_name(&self) -> String {
-        self.pod
+        self.pod.current
             .as_ref()
             .map(|p| p.name.clone())
             .unwrap_or_default()
     }
 
     fn pod_ip(&self) -> String {
-        self.pod
+        self.pod.current
             .as_ref()
             .and_then(|p| p.ip.clone())
             .unwrap_or_default()
     }
 
     fn app(&self, name: &str) -> Option<&App> {
-        self.apps.iter().find(|a| a.spec.name == name)
+        self.apps.list.iter().find(|a| a.spec.name == name)
     }
 
     fn touch(&mut self, now: Millis, out: &mut Vec<Command>) {
@@ -1424,8 +1524,8 @@ impl Session {
     }
 
     fn replace_apps(&mut self, apps: Vec<AppSpec>) {
-        let old = std::mem::take(&mut self.apps);
-        self.apps = apps
+        let old = std::mem::take(&mut self.apps.list);
+        self.apps.list = apps
             .into_iter()
             .map(|spec| {
                 let generation = old
@@ -1435,12 +1535,12 @@ impl Session {
                 App { spec, generation }
             })
             .collect();
-        self.spec.apps = self.apps.iter().map(|a| a.spec.clone()).collect();
+        self.apps.sync_spec();
     }
 
     /// The life used so far: every pod's time, not the suspended time.
     fn life_used(&self, now: Millis) -> u64 {
-        self.life_used_ms + self.life_since.map_or(0, |t| now.saturating_sub(t))
+        self.life.used_ms + self.life.since.map_or(0, |t| now.saturating_sub(t))
     }
 
     /// Builds and creates a new pod (new name, remaining life).
@@ -1450,34 +1550,34 @@ impl Session {
             self.end_of_life(now, out);
             return;
         }
-        self.life_since = Some(now);
+        self.life.since = Some(now);
         let remaining_secs = (self.timings.max_life_ms - lived).div_ceil(1000);
-        self.pod_seq += 1;
-        let name = pod::pod_name(&self.id, now, self.pod_seq);
+        self.pod.seq += 1;
+        let name = pod::pod_name(&self.who.id, now, self.pod.seq);
         let spec = SessionSpec {
-            apps: self.apps.iter().map(|a| a.spec.clone()).collect(),
-            ..self.spec.clone()
+            apps: self.apps.list.iter().map(|a| a.spec.clone()).collect(),
+            ..self.apps.spec.clone()
         };
         let built = build_pod(
             &self.settings,
             &PodInput {
-                session_id: &self.id,
-                principal: &self.principal,
+                session_id: &self.who.id,
+                principal: &self.who.principal,
                 spec: &spec,
                 pod_name: &name,
                 remaining_life_secs: remaining_secs,
                 requested: &Requested::default(),
             },
         );
-        self.pod = Some(PodRef {
+        self.pod.current = Some(PodRef {
             name,
             uid: None,
             ip: None,
         });
-        self.phase = Phase::Creating;
-        self.seed = seed;
-        self.ended.clear();
-        self.user_stopped = false;
+        self.pod.phase = Phase::Creating;
+        self.pod.seed = seed;
+        self.pod.ended.clear();
+        self.pod.user_stopped = false;
         self.set_stage(Stage::Create);
         self.progress(out, "create", "Creating pod");
         out.push(Command::CreatePod {
@@ -1487,19 +1587,19 @@ impl Session {
 
     fn observe(&mut self, pod: Pod, now: Millis, out: &mut Vec<Command>) {
         let name = pod.metadata.name().to_string();
-        if !self.is_current(&name) || self.user_stopped {
+        if !self.is_current(&name) || self.pod.user_stopped {
             return;
         }
         // Containers that ended: once per app per pod. With restartPolicy
         // Never the pod stays Running when an app dies.
         for e in ended_apps(&pod) {
-            if self.phase == Phase::Creating || self.ended.contains(&e.app) {
+            if self.pod.phase == Phase::Creating || self.pod.ended.contains(&e.app) {
                 continue;
             }
             let Some(generation) = self.app(&e.app).map(|a| a.generation) else {
                 continue;
             };
-            self.ended.insert(e.app.clone());
+            self.pod.ended.insert(e.app.clone());
             // The app runner may have reported this run's end already.
             let track = self.runs.entry(e.app.clone()).or_default();
             if track.reported >= ended_pos(generation) {
@@ -1518,7 +1618,7 @@ impl Session {
         }
         let phase = pod.phase();
         if phase == "Failed" || phase == "Succeeded" {
-            if self.phase.stage() == Stage::Run {
+            if self.pod.phase.stage() == Stage::Run {
                 if deadline_exceeded(&pod) {
                     self.end_of_life(now, out);
                 } else {
@@ -1531,7 +1631,7 @@ impl Session {
                     );
                 }
             } else {
-                let stage = self.phase.stage();
+                let stage = self.pod.phase.stage();
                 let detail = failure_detail(&pod);
                 self.fail(
                     now,
@@ -1542,20 +1642,20 @@ impl Session {
             }
             return;
         }
-        if let Phase::Scheduling { last_progress, .. } = &mut self.phase {
+        if let Phase::Scheduling { last_progress, .. } = &mut self.pod.phase {
             let ip = pod.pod_ip().filter(|ip| !ip.is_empty());
             if let (Some(ip), "Running") = (ip, phase) {
-                if let Some(p) = self.pod.as_mut() {
+                if let Some(p) = self.pod.current.as_mut() {
                     p.ip = Some(ip.to_string());
                     if p.uid.is_none() {
                         p.uid = pod.metadata.uid.clone();
                     }
                 }
                 let deadline = now + self.timings.agent_deadline_ms;
-                self.phase = Phase::Agent { deadline };
+                self.pod.phase = Phase::Agent { deadline };
                 // The app containers have started (they wait for their entry).
                 // An app runner there counts its runs from 1 again.
-                for a in &mut self.apps {
+                for a in &mut self.apps.list {
                     self.runs.entry(a.spec.name.clone()).or_default().base = a.generation;
                     a.generation += 1;
                 }
@@ -1600,18 +1700,18 @@ impl Session {
             Io::Tty => OutStream::Tty,
             Io::Streams => OutStream::Stderr,
         };
-        if self.ended.contains(app) {
-            self.reattach.remove(app);
+        if self.pod.ended.contains(app) {
+            self.pod.reattach.remove(app);
             return;
         }
-        let r = self.reattach.entry(app.to_string()).or_insert(Reattach {
+        let r = self.pod.reattach.entry(app.to_string()).or_insert(Reattach {
             due: None,
             attempts: 0,
         });
         r.attempts += 1;
         let attempts = r.attempts;
         if attempts > REATTACH_ATTEMPTS {
-            self.reattach.remove(app);
+            self.pod.reattach.remove(app);
             let why = message.unwrap_or_else(|| "the stream ended".into());
             out.push(Command::Output {
                 app: app.to_string(),
@@ -1637,16 +1737,16 @@ impl Session {
 
     /// The re-attaches that are due (while running; dropped otherwise).
     fn reattach_due(&mut self, now: Millis, out: &mut Vec<Command>) {
-        if self.phase != Phase::Up {
-            self.reattach.clear();
+        if self.pod.phase != Phase::Up {
+            self.pod.reattach.clear();
             return;
         }
         let pod = self.pod_name();
-        let ended = &self.ended;
-        self.reattach.retain(|app, _| !ended.contains(app));
-        for (name, r) in self.reattach.iter_mut() {
+        let ended = &self.pod.ended;
+        self.pod.reattach.retain(|app, _| !ended.contains(app));
+        for (name, r) in self.pod.reattach.iter_mut() {
             if r.due.is_some_and(|d| now >= d) {
-                let Some(a) = self.apps.iter().find(|a| &a.spec.name == name) else {
+                let Some(a) = self.apps.list.iter().find(|a| &a.spec.name == name) else {
                     continue;
                 };
                 r.due = None;
@@ -1666,7 +1766,7 @@ impl Session {
             published,
             attaching,
             ..
-        } = &mut self.phase
+        } = &mut self.pod.phase
         {
             attaching.remove(app);
             if *published && attaching.is_empty() {
@@ -1676,15 +1776,15 @@ impl Session {
     }
 
     fn go_running(&mut self, now: Millis, out: &mut Vec<Command>) {
-        self.phase = Phase::Up;
-        self.reattach.clear();
-        self.last_checkpoint_at = Some(now);
-        if self.subscribers == 0 {
-            self.idle_since = Some(now);
+        self.pod.phase = Phase::Up;
+        self.pod.reattach.clear();
+        self.checkpoints.last_at = Some(now);
+        if self.viewers.count == 0 {
+            self.viewers.idle_since = Some(now);
         }
         let (pod, ip) = (self.pod_name(), self.pod_ip());
         self.set_status(now, Status::Running, out);
-        for (i, a) in self.apps.iter().enumerate() {
+        for (i, a) in self.apps.list.iter().enumerate() {
             out.push(Command::StartRelay {
                 pod: pod.clone(),
                 ip: ip.clone(),
@@ -1694,6 +1794,7 @@ impl Session {
         }
         let tcp: Vec<(String, u16)> = self
             .apps
+            .list
             .iter()
             .flat_map(|a| {
                 a.spec
@@ -1706,7 +1807,7 @@ impl Session {
         for (app, port) in tcp {
             self.start_probe(&app, port, out);
         }
-        for a in &self.apps {
+        for a in &self.apps.list {
             let track = self.runs.entry(a.spec.name.clone()).or_default();
             if track.reported >= started_pos(a.generation) {
                 continue;
@@ -1729,7 +1830,7 @@ impl Session {
     /// A `Runner.RunStarted`/`RunEnded` of the current pod: the app's
     /// `run` event, once per generation and phase, and its generation.
     fn runner_run(&mut self, app: &str, run: RunnerEvent, now: Millis, out: &mut Vec<Command>) {
-        let Some(idx) = self.apps.iter().position(|a| a.spec.name == app) else {
+        let Some(idx) = self.apps.list.iter().position(|a| a.spec.name == app) else {
             return;
         };
         let track = self.runs.entry(app.to_string()).or_default();
@@ -1758,7 +1859,7 @@ impl Session {
             return;
         }
         track.reported = pos;
-        let a = &mut self.apps[idx];
+        let a = &mut self.apps.list[idx];
         let new_generation = generation > a.generation;
         if new_generation {
             a.generation = generation;
@@ -1775,7 +1876,7 @@ impl Session {
     }
 
     fn start_probe(&mut self, app: &str, port: u16, out: &mut Vec<Command>) {
-        if self.probes.insert((app.to_string(), port)) {
+        if self.routes.probes.insert((app.to_string(), port)) {
             out.push(Command::StartProbe {
                 pod: self.pod_name(),
                 ip: self.pod_ip(),
@@ -1787,25 +1888,25 @@ impl Session {
 
     /// Publishes the current port set; returns the publish id.
     fn publish(&mut self, out: &mut Vec<Command>) -> u64 {
-        let id = self.next_publish;
-        self.next_publish += 1;
+        let id = self.routes.next_publish;
+        self.routes.next_publish += 1;
         let ports = self.app_ports();
-        let (pod, uid) = match &self.pod {
+        let (pod, uid) = match &self.pod.current {
             Some(p) => (p.name.clone(), p.uid.clone().unwrap_or_default()),
             None => Default::default(),
         };
         let service = build_service(
             &self.settings,
-            &self.id,
-            &self.principal,
+            &self.who.id,
+            &self.who.principal,
             &pod,
             &uid,
             &ports,
         );
         let ingress = build_ingress(
             &self.settings,
-            &self.id,
-            &self.principal,
+            &self.who.id,
+            &self.who.principal,
             &pod,
             &uid,
             &ports,
@@ -1821,10 +1922,10 @@ impl Session {
     /// `Kernel.PortsResolved` for `app`: diff, reject ports another app
     /// owns (or kubegate uses), replace the app's set, re-publish.
     fn ports_resolved(&mut self, app: &str, declared: Vec<Port>, out: &mut Vec<Command>) {
-        let Some(idx) = self.apps.iter().position(|a| a.spec.name == app) else {
+        let Some(idx) = self.apps.list.iter().position(|a| a.spec.name == app) else {
             return;
         };
-        let before = self.apps[idx].spec.ports.clone();
+        let before = self.apps.list[idx].spec.ports.clone();
         let added: Vec<Port> = declared
             .iter()
             .filter(|p| !before.contains(p))
@@ -1838,12 +1939,13 @@ impl Session {
         if added.is_empty() && removed.is_empty() {
             return;
         }
-        let napps = self.apps.len();
+        let napps = self.apps.list.len();
         let mut accepted = Vec::new();
         let mut rejected = Vec::new();
         for p in added {
             let owner = self
                 .apps
+                .list
                 .iter()
                 .find(|a| a.spec.name != app && a.spec.ports.contains(&p));
             let reason = if let Some(o) = owner {
@@ -1877,10 +1979,10 @@ impl Session {
             .copied()
             .collect();
         now_ports.extend(accepted.iter().copied());
-        self.apps[idx].spec.ports = now_ports;
-        self.spec.apps = self.apps.iter().map(|a| a.spec.clone()).collect();
+        self.apps.list[idx].spec.ports = now_ports;
+        self.apps.sync_spec();
         for p in &removed {
-            if p.protocol == Protocol::Tcp && self.probes.remove(&(app.to_string(), p.port)) {
+            if p.protocol == Protocol::Tcp && self.routes.probes.remove(&(app.to_string(), p.port)) {
                 out.push(Command::StopProbe {
                     pod: self.pod_name(),
                     app: app.to_string(),
@@ -1899,7 +2001,7 @@ impl Session {
             return;
         }
         let id = self.publish(out);
-        self.port_changes.insert(
+        self.routes.changes.insert(
             id,
             PortChange {
                 app: app.to_string(),
@@ -1914,11 +2016,11 @@ impl Session {
         let domain = self.settings.ingress_base_domain.clone();
         out.push(Command::Emit(Event::Endpoints {
             app: c.app.clone(),
-            added: pod::endpoints(domain.as_deref(), &self.id, &c.app, &c.accepted),
-            removed: pod::endpoints(domain.as_deref(), &self.id, &c.app, &c.removed),
+            added: pod::endpoints(domain.as_deref(), &self.who.id, &c.app, &c.accepted),
+            removed: pod::endpoints(domain.as_deref(), &self.who.id, &c.app, &c.removed),
             rejected: c.rejected,
         }));
-        if self.phase == Phase::Up && self.app(&c.app).is_some() {
+        if self.pod.phase == Phase::Up && self.app(&c.app).is_some() {
             for p in c.accepted.iter().filter(|p| p.protocol == Protocol::Tcp) {
                 self.start_probe(&c.app, p.port, out);
             }
@@ -1928,10 +2030,10 @@ impl Session {
     fn port_change_failed(&mut self, c: PortChange, message: &str, out: &mut Vec<Command>) {
         // The added ports are not routed: they leave the app's set again
         // and are reported rejected with the error.
-        if let Some(a) = self.apps.iter_mut().find(|a| a.spec.name == c.app) {
+        if let Some(a) = self.apps.list.iter_mut().find(|a| a.spec.name == c.app) {
             a.spec.ports.retain(|p| !c.accepted.contains(p));
         }
-        self.spec.apps = self.apps.iter().map(|a| a.spec.clone()).collect();
+        self.apps.sync_spec();
         let mut rejected = c.rejected;
         rejected.extend(c.accepted.iter().map(|p| Rejected {
             port: p.port,
@@ -1941,17 +2043,17 @@ impl Session {
         out.push(Command::Emit(Event::Endpoints {
             app: c.app.clone(),
             added: vec![],
-            removed: pod::endpoints(domain.as_deref(), &self.id, &c.app, &c.removed),
+            removed: pod::endpoints(domain.as_deref(), &self.who.id, &c.app, &c.removed),
             rejected,
         }));
     }
 
     fn checkpoint(&mut self, out: &mut Vec<Command>) {
-        if self.checkpoint_in_flight {
+        if self.checkpoints.in_flight {
             // The one in flight serves (it started moments ago).
             return;
         }
-        self.checkpoint_in_flight = true;
+        self.checkpoints.in_flight = true;
         out.push(Command::Checkpoint {
             pod: self.pod_name(),
             ip: self.pod_ip(),
@@ -1964,13 +2066,13 @@ impl Session {
             "suspend",
             &format!("{why}: checkpointing the workspace"),
         );
-        self.after_checkpoint = Some(AfterCheckpoint::Suspend { why });
+        self.checkpoints.after = Some(AfterCheckpoint::Suspend { why });
         self.checkpoint(out);
     }
 
     fn suspend_now(&mut self, now: Millis, out: &mut Vec<Command>) {
         self.teardown(now, out);
-        self.suspended_at = Some(now);
+        self.life.suspended_at = Some(now);
         self.set_status(now, Status::Suspended, out);
     }
 
@@ -1978,19 +2080,19 @@ impl Session {
     /// delete is not reported as a failure), relays, probes, attach
     /// streams, then the pod itself.
     fn teardown(&mut self, now: Millis, out: &mut Vec<Command>) {
-        self.life_used_ms = self.life_used(now);
-        self.life_since = None;
-        self.checkpoint_in_flight = false;
-        self.after_checkpoint = None;
-        self.port_changes.clear();
-        self.probes.clear();
-        self.ended.clear();
-        let phase = std::mem::replace(&mut self.phase, Phase::Down);
+        self.life.used_ms = self.life_used(now);
+        self.life.since = None;
+        self.checkpoints.in_flight = false;
+        self.checkpoints.after = None;
+        self.routes.changes.clear();
+        self.routes.probes.clear();
+        self.pod.ended.clear();
+        let phase = std::mem::replace(&mut self.pod.phase, Phase::Down);
         if let Phase::Draining { old, .. } = phase {
             out.push(Command::StopWatch { name: old });
             return;
         }
-        let Some(p) = self.pod.take() else {
+        let Some(p) = self.pod.current.take() else {
             return;
         };
         if phase != Phase::Creating {
@@ -2023,7 +2125,7 @@ impl Session {
 
     /// The session's maximum life is reached: it stops.
     fn end_of_life(&mut self, now: Millis, out: &mut Vec<Command>) {
-        self.user_stopped = true;
+        self.pod.user_stopped = true;
         self.teardown(now, out);
         self.progress(
             out,
@@ -2033,9 +2135,9 @@ impl Session {
                 self.timings.max_life_ms / 1000
             ),
         );
-        if self.has_checkpoint {
+        if self.checkpoints.exists {
             out.push(Command::DeleteCheckpoint);
-            self.has_checkpoint = false;
+            self.checkpoints.exists = false;
         }
         self.set_status(now, Status::Stopped, out);
         out.push(Command::Finished);
@@ -2045,14 +2147,14 @@ impl Session {
         if self.status.is_terminal() {
             return;
         }
-        if !self.reattach.is_empty() {
+        if !self.pod.reattach.is_empty() {
             self.reattach_due(now, out);
         }
-        if self.life_since.is_some() && self.life_used(now) >= self.timings.max_life_ms {
+        if self.life.since.is_some() && self.life_used(now) >= self.timings.max_life_ms {
             self.end_of_life(now, out);
             return;
         }
-        match &self.phase {
+        match &self.pod.phase {
             Phase::Scheduling {
                 deadline,
                 last_progress,
@@ -2076,14 +2178,15 @@ impl Session {
                 );
             }
             Phase::Up => {
-                let idle = self.idle_since.is_some_and(|t| {
-                    self.subscribers == 0 && now.saturating_sub(t) >= self.timings.idle_ms
+                let idle = self.viewers.idle_since.is_some_and(|t| {
+                    self.viewers.count == 0 && now.saturating_sub(t) >= self.timings.idle_ms
                 });
-                if idle && self.after_checkpoint.is_none() {
+                if idle && self.checkpoints.after.is_none() {
                     let secs = self.timings.idle_ms / 1000;
                     self.request_suspend(format!("no subscriber for {secs} s"), out);
                 } else if self
-                    .last_checkpoint_at
+                    .checkpoints
+                    .last_at
                     .is_none_or(|t| now.saturating_sub(t) >= self.timings.checkpoint_interval_ms)
                 {
                     self.checkpoint(out);
@@ -2093,11 +2196,11 @@ impl Session {
                 self.drained(now, true, out);
             }
             Phase::Down if self.status == Status::Suspended => {
-                let since = self.suspended_at.unwrap_or(self.updated_at);
+                let since = self.life.suspended_at.unwrap_or(self.updated_at);
                 if now.saturating_sub(since) >= self.timings.suspended_ttl_ms {
                     self.progress(out, "stop", "the suspended session expired");
                     out.push(Command::DeleteCheckpoint);
-                    self.has_checkpoint = false;
+                    self.checkpoints.exists = false;
                     self.set_status(now, Status::Stopped, out);
                     out.push(Command::Finished);
                 }
@@ -2111,14 +2214,11 @@ fn rfc3339(ms: Millis) -> String {
     crate::kube::time::rfc3339(UNIX_EPOCH + Duration::from_millis(ms))
 }
 
-#[path = "machine_adopt.rs"]
 mod adopt;
 pub use adopt::{Record, RunRecord, DRAIN_DEADLINE_MS};
 
 #[cfg(test)]
-#[path = "machine_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "machine_adopt_tests.rs"]
 mod adopt_tests;

@@ -137,15 +137,15 @@ impl Session {
             },
             now,
         );
-        s.apps = rec.apps.clone();
+        s.apps.list = rec.apps.clone();
         s.status = rec.status.clone();
-        s.seed = SeedSource::Checkpoint;
-        s.pod_seq = rec.pod_seq;
-        s.created_at = rec.created_at;
+        s.pod.seed = SeedSource::Checkpoint;
+        s.pod.seq = rec.pod_seq;
+        s.who.created_at = rec.created_at;
         s.updated_at = rec.updated_at;
-        s.life_used_ms = rec.life_used_ms;
-        s.suspended_at = rec.suspended_at;
-        s.has_checkpoint = rec.has_checkpoint;
+        s.life.used_ms = rec.life_used_ms;
+        s.life.suspended_at = rec.suspended_at;
+        s.checkpoints.exists = rec.has_checkpoint;
         s.runs = runs;
         let mut out = Vec::new();
         let current = match (&rec.status, &rec.pod) {
@@ -180,15 +180,15 @@ impl Session {
                 );
             }
             Status::Running => {
-                s.life_since = Some(rec.life_since.unwrap_or(rec.updated_at));
+                s.life.since = Some(rec.life_since.unwrap_or(rec.updated_at));
                 match mine {
-                    Some(p) if terminating(&p) && s.has_checkpoint => {
+                    Some(p) if terminating(&p) && s.checkpoints.exists => {
                         s.drain(now, p.metadata.name().to_string(), &mut out)
                     }
                     Some(p) if p.phase() == "Failed" || p.phase() == "Succeeded" => {
                         // What the watch would have reported.
-                        s.pod = rec.pod.clone();
-                        s.phase = Phase::Up;
+                        s.pod.current = rec.pod.clone();
+                        s.pod.phase = Phase::Up;
                         s.emit_status(&mut out);
                         s.observe(p, now, &mut out);
                     }
@@ -242,7 +242,7 @@ impl Session {
     /// being re-adopted or waits for its old pod, so a restart meanwhile
     /// re-adopts again.
     pub(super) fn record_status(&self) -> Status {
-        match self.phase {
+        match self.pod.phase {
             Phase::Publishing { adopting: true, .. } | Phase::Draining { .. } => Status::Running,
             _ => self.status.clone(),
         }
@@ -259,7 +259,7 @@ impl Session {
     /// Re-adopts the running pod `p` (see the module docs).
     fn adopt(&mut self, now: Millis, p: Pod, ip: String, out: &mut Vec<Command>) {
         let name = p.metadata.name().to_string();
-        self.pod = Some(PodRef {
+        self.pod.current = Some(PodRef {
             name: name.clone(),
             uid: p.metadata.uid.clone(),
             ip: Some(ip),
@@ -273,7 +273,7 @@ impl Session {
             "Re-adopting the session pod after a kubegate restart",
         );
         // Every app's start was announced before the restart.
-        for a in &self.apps {
+        for a in &self.apps.list {
             let t = self.runs.entry(a.spec.name.clone()).or_default();
             t.reported = t.reported.max(started_pos(a.generation));
         }
@@ -292,7 +292,7 @@ impl Session {
             });
         }
         out.push(Command::WatchPod { name: name.clone() });
-        for a in &self.apps {
+        for a in &self.apps.list {
             out.push(Command::Attach {
                 pod: name.clone(),
                 app: a.spec.name.clone(),
@@ -302,10 +302,10 @@ impl Session {
             });
         }
         let id = self.publish(out);
-        self.phase = Phase::Publishing {
+        self.pod.phase = Phase::Publishing {
             id,
             published: false,
-            attaching: self.apps.iter().map(|a| a.spec.name.clone()).collect(),
+            attaching: self.apps.list.iter().map(|a| a.spec.name.clone()).collect(),
             adopting: true,
         };
         out.push(Command::WriteRecord);
@@ -324,7 +324,7 @@ impl Session {
             "Waiting for the old session pod to terminate before recreating it",
         );
         out.push(Command::WatchPod { name: old.clone() });
-        self.phase = Phase::Draining {
+        self.pod.phase = Phase::Draining {
             old,
             deadline: now + DRAIN_DEADLINE_MS,
         };
@@ -332,7 +332,7 @@ impl Session {
 
     /// The terminating pod went (or the wait timed out): recreate.
     pub(super) fn drained(&mut self, now: Millis, timed_out: bool, out: &mut Vec<Command>) {
-        let Phase::Draining { old, .. } = std::mem::replace(&mut self.phase, Phase::Down) else {
+        let Phase::Draining { old, .. } = std::mem::replace(&mut self.pod.phase, Phase::Down) else {
             return;
         };
         out.push(Command::StopWatch { name: old });
@@ -350,9 +350,9 @@ impl Session {
     /// A new pod from the checkpoint, or a failure without one.
     fn recreate(&mut self, now: Millis, why: &str, out: &mut Vec<Command>) {
         // The old pod's time counts up to now.
-        self.life_used_ms = self.life_used(now);
-        self.life_since = None;
-        if !self.has_checkpoint {
+        self.life.used_ms = self.life_used(now);
+        self.life.since = None;
+        if !self.checkpoints.exists {
             self.fail(
                 now,
                 Stage::Run,
