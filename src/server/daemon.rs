@@ -269,7 +269,7 @@ impl Daemon {
             exec_conn.clone(),
             access.clone(),
             crate::session::engine::EngineSettings {
-                pod: Arc::new(crate::session::pod::PodSettings::from_config(cfg)),
+                pod: Arc::new(crate::session::pod::PodSettings::from(cfg)),
                 timings: crate::session::machine::Timings::from(ss),
                 state_dir: state_dir.clone(),
                 max_sessions: usize::try_from(ss.max_sessions).unwrap_or(usize::MAX),

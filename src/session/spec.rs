@@ -26,7 +26,6 @@
 //!   and checks entry paths only (the files are already in the workspace).
 
 use crate::api::{ApiError, Code};
-use crate::config::SessionsSection;
 use crate::kube::names::check_dns_label;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -240,20 +239,27 @@ pub struct Bundle {
     pub total_bytes: u64,
 }
 
-/// The bundle limits (`[sessions]`).
+/// The bundle limits (the engine builds them from the config's
+/// `[sessions]`; `kubegate dev` checks its bundle against the defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BundleLimits {
+    /// All files, decoded (`max_bundle_bytes`).
     pub max_bundle_bytes: u64,
+    /// One file, decoded (`max_file_bytes`).
     pub max_file_bytes: u64,
+    /// Files in a bundle (`max_files`).
     pub max_files: u64,
 }
 
-impl From<&SessionsSection> for BundleLimits {
-    fn from(s: &SessionsSection) -> Self {
+impl Default for BundleLimits {
+    /// The daemon's defaults: 64 MiB in all, 8 MiB per file, 10,000 files
+    /// (a test in `session::engine::settings` keeps them equal to the
+    /// config's).
+    fn default() -> Self {
         BundleLimits {
-            max_bundle_bytes: s.max_bundle_bytes,
-            max_file_bytes: s.max_file_bytes,
-            max_files: s.max_files,
+            max_bundle_bytes: 64 << 20,
+            max_file_bytes: 8 << 20,
+            max_files: 10_000,
         }
     }
 }

@@ -32,7 +32,7 @@
 //! session as a start.
 
 use super::*;
-use crate::kube::client::Pod;
+use crate::session::pod::failure_detail;
 
 /// How long a re-adoption waits for a terminating pod to go before it
 /// recreates the session anyway (pod names are new at every recreate, so
@@ -79,18 +79,46 @@ pub struct RunRecord {
     pub reported: u64,
 }
 
-impl Record {
-    /// Reads a record file's bytes; an error says what is wrong.
-    pub fn parse(b: &[u8]) -> Result<Record, String> {
-        let r: Record = serde_json::from_slice(b).map_err(|e| e.to_string())?;
-        if r.version != 1 {
-            return Err(format!("unknown record version {}", r.version));
+/// Why a record file cannot be read back ([`Record::parse`]); `Display`
+/// says it for the log.
+#[derive(Debug)]
+pub enum RecordError {
+    /// Not the JSON of a record.
+    Json(serde_json::Error),
+    /// A version this daemon does not know.
+    Version(u32),
+    /// A session id that [`crate::session::is_session_id`] refuses (the
+    /// record names files by it).
+    SessionId(String),
+    /// No apps: nothing to bring up.
+    NoApps,
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::Json(e) => write!(f, "{e}"),
+            RecordError::Version(v) => write!(f, "unknown record version {v}"),
+            RecordError::SessionId(id) => write!(f, "bad session id {id:?}"),
+            RecordError::NoApps => f.write_str("a record without apps"),
         }
-        if !super::super::is_session_id(&r.session_id) {
-            return Err(format!("bad session id {:?}", r.session_id));
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+impl Record {
+    /// Reads a record file's bytes.
+    pub fn parse(b: &[u8]) -> Result<Record, RecordError> {
+        let r: Record = serde_json::from_slice(b).map_err(RecordError::Json)?;
+        if r.version != 1 {
+            return Err(RecordError::Version(r.version));
+        }
+        if !crate::session::is_session_id(&r.session_id) {
+            return Err(RecordError::SessionId(r.session_id));
         }
         if r.apps.is_empty() {
-            return Err("a record without apps".into());
+            return Err(RecordError::NoApps);
         }
         Ok(r)
     }
@@ -138,6 +166,7 @@ impl Session {
             now,
         );
         s.apps.list = rec.apps.clone();
+        s.apps.sync_spec();
         s.status = rec.status.clone();
         s.pod.seed = SeedSource::Checkpoint;
         s.pod.seq = rec.pod_seq;
@@ -248,14 +277,6 @@ impl Session {
         }
     }
 
-    fn emit_status(&self, out: &mut Vec<Command>) {
-        let endpoints = (self.status == Status::Running).then(|| self.endpoints());
-        out.push(Command::Emit(Event::Status {
-            status: self.status.clone(),
-            endpoints,
-        }));
-    }
-
     /// Re-adopts the running pod `p` (see the module docs).
     fn adopt(&mut self, now: Millis, p: Pod, ip: String, out: &mut Vec<Command>) {
         let name = p.metadata.name().to_string();
@@ -292,22 +313,7 @@ impl Session {
             });
         }
         out.push(Command::WatchPod { name: name.clone() });
-        for a in &self.apps.list {
-            out.push(Command::Attach {
-                pod: name.clone(),
-                app: a.spec.name.clone(),
-                container: a.spec.container(),
-                tty: a.spec.io == Io::Tty,
-                recover: true,
-            });
-        }
-        let id = self.publish(out);
-        self.pod.phase = Phase::Publishing {
-            id,
-            published: false,
-            attaching: self.apps.list.iter().map(|a| a.spec.name.clone()).collect(),
-            adopting: true,
-        };
+        self.attach_and_publish(&name, true, out);
         out.push(Command::WriteRecord);
     }
 
@@ -332,7 +338,8 @@ impl Session {
 
     /// The terminating pod went (or the wait timed out): recreate.
     pub(super) fn drained(&mut self, now: Millis, timed_out: bool, out: &mut Vec<Command>) {
-        let Phase::Draining { old, .. } = std::mem::replace(&mut self.pod.phase, Phase::Down) else {
+        let Phase::Draining { old, .. } = std::mem::replace(&mut self.pod.phase, Phase::Down)
+        else {
             return;
         };
         out.push(Command::StopWatch { name: old });

@@ -1,6 +1,5 @@
 use super::*;
 use crate::session::spec::{AppSpec, Io, Port, Protocol, SessionSpec};
-use std::path::Path;
 
 pub(super) const T0: Millis = 1_700_000_000_000;
 
@@ -16,13 +15,15 @@ pub(super) fn timings() -> Timings {
     }
 }
 
+/// The pods sim mode builds (no uid named), apps under the app runner
+/// (the default).
 pub(super) fn settings(domain: Option<&str>) -> Arc<PodSettings> {
-    let cfg = crate::config::Config::parse("[cluster]\nmode = \"sim\"\n", Path::new("/x")).unwrap();
-    let mut s = PodSettings::from_config(&cfg);
-    s.ingress_base_domain = domain.map(str::to_string);
-    // Apps run under the app runner (the configuration's default).
-    s.app_runner = true;
-    Arc::new(s)
+    Arc::new(PodSettings {
+        ingress_base_domain: domain.map(str::to_string),
+        app_runner: true,
+        run_as: None,
+        ..PodSettings::default()
+    })
 }
 
 pub(super) fn app(name: &str, ports: Vec<Port>) -> AppSpec {
