@@ -66,6 +66,33 @@ pub(super) fn new_session(domain: Option<&str>) -> (Session, Vec<Command>) {
     )
 }
 
+/// The attaches among the commands: `(app, container, tty, recover)`.
+pub(super) fn attach_commands(cmds: &[Command]) -> Vec<(&str, &str, bool, bool)> {
+    cmds.iter()
+        .filter_map(|x| match x {
+            Command::Attach {
+                app,
+                container,
+                tty,
+                recover,
+                ..
+            } => Some((app.as_str(), container.as_str(), *tty, *recover)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The create of `pod` answered with `uid`.
+pub(super) fn created(s: &mut Session, pod: &str, uid: &str, at: Millis) -> Vec<Command> {
+    s.handle(
+        Input::PodCreated {
+            pod: pod.into(),
+            uid: uid.into(),
+        },
+        at,
+    )
+}
+
 pub(super) fn created_pod(cmds: &[Command]) -> Pod {
     cmds.iter()
         .find_map(|c| match c {
@@ -148,13 +175,7 @@ pub(super) fn attach_all(s: &mut Session, pod: &str, now: Millis) {
 pub(super) fn up(domain: Option<&str>) -> (Session, String, Vec<Command>) {
     let (mut s, c) = new_session(domain);
     let name = created_pod(&c).metadata.name().to_string();
-    s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u-1".into(),
-        },
-        T0 + 100,
-    );
+    created(&mut s, &name, "u-1", T0 + 100);
     s.handle(running(&name), T0 + 2_000);
     s.handle(Input::AgentReady { pod: name.clone() }, T0 + 3_000);
     let c = s.handle(Input::SeedDone { pod: name.clone() }, T0 + 4_000);
@@ -180,13 +201,7 @@ fn happy_start() {
     let deadline = pod.spec.as_ref().unwrap().extra["activeDeadlineSeconds"].clone();
     assert_eq!(deadline, 21600);
 
-    let c = s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u-1".into(),
-        },
-        T0 + 100,
-    );
+    let c = created(&mut s, &name, "u-1", T0 + 100);
     assert_eq!(
         c[..2],
         [
@@ -238,19 +253,18 @@ fn happy_start() {
             source: SeedSource::Bundle
         }));
 
+    let id = happy_start_publishes(&mut s, name.clone());
+    happy_start_goes_running_once_attached(&mut s, name, id);
+}
+
+/// [`happy_start`] from the seed: every app attached, the Service and
+/// the Ingress published.
+fn happy_start_publishes(s: &mut Session, name: String) -> u64 {
     let c = s.handle(Input::SeedDone { pod: name.clone() }, T0 + 4_000);
     assert!(has(&c, |x| *x == Command::DropBundle));
-    let attaches: Vec<_> = c
-        .iter()
-        .filter_map(|x| match x {
-            Command::Attach {
-                app,
-                container,
-                tty,
-                ..
-            } => Some((app.as_str(), container.as_str(), *tty)),
-            _ => None,
-        })
+    let attaches: Vec<_> = attach_commands(&c)
+        .into_iter()
+        .map(|(app, container, tty, _)| (app, container, tty))
         .collect();
     assert_eq!(
         attaches,
@@ -283,7 +297,11 @@ fn happy_start() {
             stage: Stage::Publish
         }
     );
+    id
+}
 
+/// [`happy_start`] from the publish: `running` once every attach answered.
+fn happy_start_goes_running_once_attached(s: &mut Session, name: String, id: u64) {
     // Published, but `running` waits for every app's attach to answer (a
     // failed one counts: it is reported on the app's own channel).
     let c = s.handle(Input::PublishDone { id }, T0 + 5_000);
@@ -389,15 +407,7 @@ fn happy_start() {
 #[test]
 fn every_start_failure_deletes_the_pod_with_its_stage() {
     type Step = fn(&mut Session, &str) -> Vec<Command>;
-    let created: Step = |s, n| {
-        s.handle(
-            Input::PodCreated {
-                pod: n.into(),
-                uid: "u".into(),
-            },
-            T0 + 10,
-        )
-    };
+    let created: Step = |s, n| created(s, n, "u", T0 + 10);
     let cases: Vec<(&str, Vec<Step>, Stage, &str)> = vec![
         (
             "create",
@@ -631,13 +641,7 @@ fn stop_during_start_and_after() {
     assert!(!has(&c, |x| matches!(x, Command::StopWatch { .. })));
     assert_eq!(statuses(&c), ["stopped"]);
     assert!(has(&c, |x| *x == Command::Finished));
-    let c = s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u".into(),
-        },
-        T0 + 20,
-    );
+    let c = created(&mut s, &name, "u", T0 + 20);
     assert_eq!(c, [Command::DeletePod { name: name.clone() }]);
     assert!(s
         .handle(Input::PodGone { pod: name.clone() }, T0 + 30)
@@ -649,13 +653,7 @@ fn stop_during_start_and_after() {
     // While scheduling: the watch ends first, then the delete.
     let (mut s, c) = new_session(None);
     let name = created_pod(&c).metadata.name().to_string();
-    s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u".into(),
-        },
-        T0 + 10,
-    );
+    created(&mut s, &name, "u", T0 + 10);
     let c = s.user(UserOp::Stop, T0 + 20).unwrap();
     assert_eq!(c[0], Command::StopWatch { name: name.clone() });
     assert_eq!(c[1], Command::DeletePod { name: name.clone() });
@@ -727,13 +725,7 @@ fn suspend_and_resume() {
         pod.spec.as_ref().unwrap().extra["activeDeadlineSeconds"],
         6 * 3600 - 7
     );
-    s.handle(
-        Input::PodCreated {
-            pod: name2.clone(),
-            uid: "u2".into(),
-        },
-        later + 1,
-    );
+    created(&mut s, &name2, "u2", later + 1);
     s.handle(running(&name2), later + 2);
     let c = s.handle(Input::AgentReady { pod: name2.clone() }, later + 3);
     assert!(has(&c, |x| matches!(
@@ -784,13 +776,7 @@ fn set_apps_recreates_the_pod_from_a_checkpoint() {
     assert_eq!(containers, ["workspace", "app-web", "app-api"]);
     assert_eq!(statuses(&c), ["starting"]);
     let name2 = pod.metadata.name().to_string();
-    s.handle(
-        Input::PodCreated {
-            pod: name2.clone(),
-            uid: "u2".into(),
-        },
-        T0 + 7_001,
-    );
+    created(&mut s, &name2, "u2", T0 + 7_001);
     s.handle(running(&name2), T0 + 7_002);
     let c = s.handle(Input::AgentReady { pod: name2.clone() }, T0 + 7_003);
     assert!(has(&c, |x| matches!(
@@ -1422,13 +1408,7 @@ fn runner_generations_continue_the_session_count_on_a_new_pod() {
     s.handle(Input::CheckpointDone { pod: name.clone() }, T0 + 7_100);
     let c = s.user(UserOp::Resume, T0 + 8_000).unwrap();
     let name2 = created_pod(&c).metadata.name().to_string();
-    s.handle(
-        Input::PodCreated {
-            pod: name2.clone(),
-            uid: "u2".into(),
-        },
-        T0 + 8_001,
-    );
+    created(&mut s, &name2, "u2", T0 + 8_001);
     s.handle(running(&name2), T0 + 8_002);
     s.handle(Input::AgentReady { pod: name2.clone() }, T0 + 8_003);
     let c = s.handle(Input::SeedDone { pod: name2.clone() }, T0 + 8_004);
@@ -1487,13 +1467,7 @@ fn runner_frames_count_only_for_apps_under_the_runner() {
         )
     };
     let name = created_pod(&c).metadata.name().to_string();
-    s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u".into(),
-        },
-        T0 + 1,
-    );
+    created(&mut s, &name, "u", T0 + 1);
     s.handle(running(&name), T0 + 2);
     s.handle(Input::AgentReady { pod: name.clone() }, T0 + 3);
     let c = s.handle(Input::SeedDone { pod: name.clone() }, T0 + 4);
@@ -1555,13 +1529,7 @@ fn runner_frames_are_parsed() {
 fn the_token_secret_follows_the_pod_and_its_failure_fails_the_start() {
     let (mut s, c) = new_session(None);
     let name = created_pod(&c).metadata.name().to_string();
-    let c = s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u-1".into(),
-        },
-        T0 + 100,
-    );
+    let c = created(&mut s, &name, "u-1", T0 + 100);
     assert_eq!(
         c[0],
         Command::CreateSecret {
