@@ -515,15 +515,23 @@ pub fn uses_token_secret(pod: &Pod) -> bool {
 /// Every declared port of the session, in app order: `(app, port)`.
 pub type AppPorts<'a> = &'a [(String, Vec<Port>)];
 
-fn owner(pod_name: &str, pod_uid: &str) -> Value {
-    json!([{
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "name": pod_name,
-        "uid": pod_uid,
-        "controller": true,
-        "blockOwnerDeletion": true,
-    }])
+/// The Service's and the Ingress's metadata: both named
+/// [`service_name`], labelled as the session, owned by the pod (its
+/// controller: they go with it).
+fn published_metadata(settings: &PodSettings, p: &Published<'_>) -> Value {
+    json!({
+        "name": service_name(p.session_id),
+        "namespace": settings.namespace,
+        "labels": session_labels(settings, p.session_id, p.principal),
+        "ownerReferences": [{
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": p.pod_name,
+            "uid": p.pod_uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }],
+    })
 }
 
 fn service_port_name(p: Port, all: &[Port]) -> String {
@@ -550,13 +558,7 @@ pub struct Published<'a> {
 /// The session's Service, owned by the pod; `None` without ports (a
 /// ClusterIP Service needs one).
 pub fn build_service(settings: &PodSettings, p: &Published<'_>) -> Option<Service> {
-    let Published {
-        session_id,
-        principal,
-        pod_name,
-        pod_uid,
-        ports,
-    } = *p;
+    let (session_id, ports) = (p.session_id, p.ports);
     let all: Vec<Port> = ports.iter().flat_map(|(_, p)| p.iter().copied()).collect();
     if all.is_empty() {
         return None;
@@ -575,12 +577,7 @@ pub fn build_service(settings: &PodSettings, p: &Published<'_>) -> Option<Servic
     let v = json!({
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": service_name(session_id),
-            "namespace": settings.namespace,
-            "labels": session_labels(settings, session_id, principal),
-            "ownerReferences": owner(pod_name, pod_uid),
-        },
+        "metadata": published_metadata(settings, p),
         "spec": {
             "type": "ClusterIP",
             "selector": {SESSION_ID_LABEL: session_id},
@@ -598,13 +595,7 @@ pub fn endpoint_host(port: u16, session_id: &str, base_domain: &str) -> String {
 /// The session's Ingress, owned by the pod: one rule per tcp port; `None`
 /// without a base domain or without tcp ports.
 pub fn build_ingress(settings: &PodSettings, p: &Published<'_>) -> Option<Ingress> {
-    let Published {
-        session_id,
-        principal,
-        pod_name,
-        pod_uid,
-        ports,
-    } = *p;
+    let (session_id, ports) = (p.session_id, p.ports);
     let domain = settings.ingress_base_domain.as_deref()?;
     let svc = service_name(session_id);
     let tcp: Vec<u16> = ports
@@ -644,12 +635,7 @@ pub fn build_ingress(settings: &PodSettings, p: &Published<'_>) -> Option<Ingres
     let v = json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
-        "metadata": {
-            "name": svc,
-            "namespace": settings.namespace,
-            "labels": session_labels(settings, session_id, principal),
-            "ownerReferences": owner(pod_name, pod_uid),
-        },
+        "metadata": published_metadata(settings, p),
         "spec": spec,
     });
     serde_json::from_value(v).ok()

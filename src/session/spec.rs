@@ -26,10 +26,11 @@
 //!   and checks entry paths only (the files are already in the workspace).
 
 use crate::api::{ApiError, Code};
-use crate::kube::names::check_dns_label;
+use crate::kube::names::{check_dns_label, NameError};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
 /// Most apps in one session (each is a container of one pod).
 pub const MAX_APPS: usize = 32;
@@ -360,7 +361,7 @@ pub fn validate_apps(apps: Vec<AppRequest>) -> Result<Vec<AppSpec>, ApiError> {
     for (i, a) in apps.into_iter().enumerate() {
         let at = |f: &str| format!("apps[{i}].{f}");
         check_app_name(&a.name)
-            .map_err(|(code, m)| bad(code, format!("{}: {:?}: {m}", at("name"), a.name)))?;
+            .map_err(|e| bad(e.code(), format!("{}: {:?}: {e}", at("name"), a.name)))?;
         if !names.insert(a.name.clone()) {
             return Err(bad(
                 Code::DuplicateAppName,
@@ -527,80 +528,187 @@ fn validate_bundle(b: BundleRequest, limits: BundleLimits) -> Result<Bundle, Api
     })
 }
 
+/// Why an app name is refused ([`check_app_name`]); `Display` is the
+/// message after the field, [`AppNameError::code`] the API code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppNameError {
+    /// Not a DNS label.
+    Label(NameError),
+    /// Longer than [`MAX_APP_NAME`].
+    TooLong,
+    /// [`RESERVED_APP_NAME`].
+    Reserved,
+}
+
+impl AppNameError {
+    /// `INVALID_APP_NAME`, or `RESERVED_APP_NAME`.
+    pub fn code(&self) -> Code {
+        match self {
+            AppNameError::Label(_) | AppNameError::TooLong => Code::InvalidAppName,
+            AppNameError::Reserved => Code::ReservedAppName,
+        }
+    }
+}
+
+impl fmt::Display for AppNameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AppNameError::Label(e) => write!(f, "{e}"),
+            AppNameError::TooLong => write!(
+                f,
+                "longer than {MAX_APP_NAME} characters (the container is named app-<name>)"
+            ),
+            AppNameError::Reserved => f.write_str("is reserved for the workspace container"),
+        }
+    }
+}
+
+impl std::error::Error for AppNameError {}
+
 /// An app name: a DNS label of at most [`MAX_APP_NAME`] characters, not
 /// [`RESERVED_APP_NAME`].
-pub fn check_app_name(name: &str) -> Result<(), (Code, String)> {
-    check_dns_label(name).map_err(|m| (Code::InvalidAppName, m.into()))?;
+pub fn check_app_name(name: &str) -> Result<(), AppNameError> {
+    check_dns_label(name).map_err(AppNameError::Label)?;
     if name.len() > MAX_APP_NAME {
-        return Err((
-            Code::InvalidAppName,
-            format!("longer than {MAX_APP_NAME} characters (the container is named app-<name>)"),
-        ));
+        return Err(AppNameError::TooLong);
     }
     if name == RESERVED_APP_NAME {
-        return Err((
-            Code::ReservedAppName,
-            "is reserved for the workspace container".into(),
-        ));
+        return Err(AppNameError::Reserved);
     }
     Ok(())
 }
+
+/// Why a workspace path is refused ([`check_path`]): the path (when it is
+/// worth showing) and the rule; `Display` is the message after the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkspacePathError {
+    Empty,
+    /// Longer than [`MAX_PATH_BYTES`].
+    TooLong,
+    Nul(String),
+    Absolute(String),
+    /// An empty component (`a//b`, a trailing `/`).
+    EmptyComponent(String),
+    /// A `.` component.
+    DotComponent(String),
+    /// A `..` component.
+    Leaves(String),
+    /// A component longer than 255 bytes.
+    LongComponent(String),
+}
+
+impl fmt::Display for WorkspacePathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkspacePathError::Empty => f.write_str("the path is empty"),
+            WorkspacePathError::TooLong => {
+                write!(f, "the path is longer than {MAX_PATH_BYTES} bytes")
+            }
+            WorkspacePathError::Nul(p) => write!(f, "{p:?} contains NUL"),
+            WorkspacePathError::Absolute(p) => {
+                write!(f, "{p:?} is absolute (paths are relative to the workspace)")
+            }
+            WorkspacePathError::EmptyComponent(p) => {
+                write!(f, "{p:?} is not normalised (an empty component)")
+            }
+            WorkspacePathError::DotComponent(p) => {
+                write!(f, "{p:?} is not normalised (a `.` component)")
+            }
+            WorkspacePathError::Leaves(p) => write!(f, "{p:?} leaves the workspace (`..`)"),
+            WorkspacePathError::LongComponent(p) => {
+                write!(f, "{p:?} has a component longer than 255 bytes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for WorkspacePathError {}
 
 /// A workspace path: not empty, at most [`MAX_PATH_BYTES`], no NUL, not
 /// absolute, normalised (no empty, `.` or `..` component, no trailing `/`),
 /// each component at most 255 bytes. So it always stays inside the
 /// workspace root (symlinks are the agent's concern).
-pub fn check_path(p: &str) -> Result<(), String> {
+pub fn check_path(p: &str) -> Result<(), WorkspacePathError> {
     if p.is_empty() {
-        return Err("the path is empty".into());
+        return Err(WorkspacePathError::Empty);
     }
     if p.len() > MAX_PATH_BYTES {
-        return Err(format!("the path is longer than {MAX_PATH_BYTES} bytes"));
+        return Err(WorkspacePathError::TooLong);
     }
+    let path = || p.to_string();
     if p.contains('\0') {
-        return Err(format!("{p:?} contains NUL"));
+        return Err(WorkspacePathError::Nul(path()));
     }
     if p.starts_with('/') {
-        return Err(format!(
-            "{p:?} is absolute (paths are relative to the workspace)"
-        ));
+        return Err(WorkspacePathError::Absolute(path()));
     }
     for c in p.split('/') {
         match c {
-            "" => return Err(format!("{p:?} is not normalised (an empty component)")),
-            "." => return Err(format!("{p:?} is not normalised (a `.` component)")),
-            ".." => return Err(format!("{p:?} leaves the workspace (`..`)")),
-            _ if c.len() > 255 => {
-                return Err(format!("{p:?} has a component longer than 255 bytes"))
-            }
+            "" => return Err(WorkspacePathError::EmptyComponent(path())),
+            "." => return Err(WorkspacePathError::DotComponent(path())),
+            ".." => return Err(WorkspacePathError::Leaves(path())),
+            _ if c.len() > 255 => return Err(WorkspacePathError::LongComponent(path())),
             _ => {}
         }
     }
     Ok(())
 }
 
+/// Why a session env name is refused (`Display`: the message after
+/// `env.NAME: `).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EnvNameError {
+    /// Not `[A-Za-z_][A-Za-z0-9_]*` of at most 256 bytes.
+    NotAName,
+    /// `POD_IP` or `KUBEGATE_*`.
+    SetByKubegate,
+}
+
+impl fmt::Display for EnvNameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EnvNameError::NotAName => "not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
+            EnvNameError::SetByKubegate => "is set by kubegate",
+        })
+    }
+}
+
 /// An env name: a C identifier, not one kubegate sets (`POD_IP`,
 /// `KUBEGATE_*`).
-fn check_env_name(k: &str) -> Result<(), String> {
+fn check_env_name(k: &str) -> Result<(), EnvNameError> {
     let b = k.as_bytes();
     let ok = !b.is_empty()
         && k.len() <= 256
         && (b[0].is_ascii_alphabetic() || b[0] == b'_')
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
     if !ok {
-        return Err("not a variable name ([A-Za-z_][A-Za-z0-9_]*)".into());
+        return Err(EnvNameError::NotAName);
     }
     if k == "POD_IP" || k.starts_with("KUBEGATE_") {
-        return Err("is set by kubegate".into());
+        return Err(EnvNameError::SetByKubegate);
     }
     Ok(())
 }
 
-fn check_image(s: &str) -> Result<(), String> {
+/// An image reference that is not one: empty, with spaces or control
+/// characters, or longer than 512 characters (`Display`: the message
+/// after the field).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct BadImage(String);
+
+impl fmt::Display for BadImage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} is not an image reference (not empty, no spaces, at most 512 characters)",
+            self.0
+        )
+    }
+}
+
+fn check_image(s: &str) -> Result<(), BadImage> {
     if s.is_empty() || s.len() > 512 || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{s:?} is not an image reference (not empty, no spaces, at most 512 characters)"
-        ));
+        return Err(BadImage(s.to_string()));
     }
     Ok(())
 }
