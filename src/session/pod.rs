@@ -750,8 +750,8 @@ pub fn provision_message(pod: &Pod) -> String {
     "Scheduling".into()
 }
 
-/// "application container <reason> (exit code N)", or "application
-/// container exited (code N)" when the reason is absent or `Completed`.
+/// `application container REASON (exit code N)`, or `application
+/// container exited (code N)` when the reason is absent or `Completed`.
 pub fn ended_message(t: &ContainerStateTerminated) -> String {
     match t.reason.as_deref() {
         Some(r) if !r.is_empty() && r != "Completed" => {

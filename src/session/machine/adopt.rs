@@ -70,7 +70,7 @@ pub struct Record {
     pub runs: BTreeMap<String, RunRecord>,
 }
 
-/// An app's [`RunTrack`] as recorded.
+/// An app's run track (the machine's `RunTrack`) as recorded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub struct RunRecord {
     #[serde(default)]

@@ -151,6 +151,23 @@ pub(super) fn publish_id(cmds: &[Command]) -> u64 {
         .expect("a Publish command")
 }
 
+/// A new pod of a session that had one (a resume, an apps change):
+/// created, running, the agent ready (the seed is from the checkpoint),
+/// seeded, at `t + 1` to `t + 4`; the seed's commands.
+pub(super) fn recreated(s: &mut Session, pod: &str, t: Millis) -> Vec<Command> {
+    created(s, pod, "u2", t + 1);
+    s.handle(running(pod), t + 2);
+    let c = s.handle(Input::AgentReady { pod: pod.into() }, t + 3);
+    assert!(has(&c, |x| matches!(
+        x,
+        Command::Seed {
+            source: SeedSource::Checkpoint,
+            ..
+        }
+    )));
+    s.handle(Input::SeedDone { pod: pod.into() }, t + 4)
+}
+
 /// Every app's attach answers OK (the bring-up waits for them and the
 /// publish before `running`).
 pub(super) fn attach_all(s: &mut Session, pod: &str, now: Millis) {
@@ -725,17 +742,7 @@ fn suspend_and_resume() {
         pod.spec.as_ref().unwrap().extra["activeDeadlineSeconds"],
         6 * 3600 - 7
     );
-    created(&mut s, &name2, "u2", later + 1);
-    s.handle(running(&name2), later + 2);
-    let c = s.handle(Input::AgentReady { pod: name2.clone() }, later + 3);
-    assert!(has(&c, |x| matches!(
-        x,
-        Command::Seed {
-            source: SeedSource::Checkpoint,
-            ..
-        }
-    )));
-    let c = s.handle(Input::SeedDone { pod: name2.clone() }, later + 4);
+    let c = recreated(&mut s, &name2, later);
     assert!(!has(&c, |x| *x == Command::DropBundle));
     // A late answer about the old pod changes nothing.
     assert!(s
@@ -776,17 +783,7 @@ fn set_apps_recreates_the_pod_from_a_checkpoint() {
     assert_eq!(containers, ["workspace", "app-web", "app-api"]);
     assert_eq!(statuses(&c), ["starting"]);
     let name2 = pod.metadata.name().to_string();
-    created(&mut s, &name2, "u2", T0 + 7_001);
-    s.handle(running(&name2), T0 + 7_002);
-    let c = s.handle(Input::AgentReady { pod: name2.clone() }, T0 + 7_003);
-    assert!(has(&c, |x| matches!(
-        x,
-        Command::Seed {
-            source: SeedSource::Checkpoint,
-            ..
-        }
-    )));
-    let c = s.handle(Input::SeedDone { pod: name2.clone() }, T0 + 7_004);
+    let c = recreated(&mut s, &name2, T0 + 7_000);
     let id = publish_id(&c);
     attach_all(&mut s, &name2, T0 + 7_005);
     s.handle(Input::PublishDone { id }, T0 + 7_005);
@@ -1261,6 +1258,11 @@ pub(super) fn debug(pod: &str, app: &str, frame: Value) -> Input {
     }
 }
 
+/// A debug frame of the app `web` of `pod`.
+fn web_frame(s: &mut Session, pod: &str, frame: Value, at: Millis) -> Vec<Command> {
+    s.handle(debug(pod, "web", frame), at)
+}
+
 /// The `run` events among the commands.
 pub(super) fn runs(cmds: &[Command]) -> Vec<Value> {
     events(cmds)
@@ -1287,12 +1289,10 @@ fn runner_frames_become_run_events_once_and_drive_the_generation() {
     assert!(runs(&c).is_empty(), "{c:?}");
     assert_eq!(events(&c)[0].0, "debug");
     // A workspace edit: the run ends with SIGTERM, generation 2 starts.
-    let c = s.handle(
-        debug(
-            &name,
-            "web",
-            run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
-        ),
+    let c = web_frame(
+        &mut s,
+        &name,
+        run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
         T0 + 7_000,
     );
     assert_eq!(
@@ -1346,12 +1346,10 @@ fn runner_frames_become_run_events_once_and_drive_the_generation() {
     .is_empty());
     // A relay that missed generation 3 entirely learns of its end: the
     // generation follows.
-    let c = s.handle(
-        debug(
-            &name,
-            "web",
-            run_ended(3, json!({"exitCode": 127, "error": "sh: not found"}), true),
-        ),
+    let c = web_frame(
+        &mut s,
+        &name,
+        run_ended(3, json!({"exitCode": 127, "error": "sh: not found"}), true),
         T0 + 10_000,
     );
     assert_eq!(
@@ -1408,10 +1406,7 @@ fn runner_generations_continue_the_session_count_on_a_new_pod() {
     s.handle(Input::CheckpointDone { pod: name.clone() }, T0 + 7_100);
     let c = s.user(UserOp::Resume, T0 + 8_000).unwrap();
     let name2 = created_pod(&c).metadata.name().to_string();
-    created(&mut s, &name2, "u2", T0 + 8_001);
-    s.handle(running(&name2), T0 + 8_002);
-    s.handle(Input::AgentReady { pod: name2.clone() }, T0 + 8_003);
-    let c = s.handle(Input::SeedDone { pod: name2.clone() }, T0 + 8_004);
+    let c = recreated(&mut s, &name2, T0 + 8_000);
     let id = publish_id(&c);
     attach_all(&mut s, &name2, T0 + 8_005);
     let c = s.handle(Input::PublishDone { id }, T0 + 8_006);
@@ -1425,12 +1420,10 @@ fn runner_generations_continue_the_session_count_on_a_new_pod() {
     assert!(s
         .handle(debug(&name, "web", run_started(9, false)), T0 + 9_000)
         .is_empty());
-    let c = s.handle(
-        debug(
-            &name2,
-            "web",
-            run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
-        ),
+    let c = web_frame(
+        &mut s,
+        &name2,
+        run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
         T0 + 9_100,
     );
     assert_eq!(runs(&c)[0]["generation"], 4);
