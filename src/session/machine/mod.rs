@@ -491,7 +491,7 @@ struct Routes {
 impl Session {
     /// A session as it is before anything happened to it: starting (stage
     /// create), no pod, generation 0 for every app. `start` brings it up;
-    /// `restore` (machine_adopt.rs) overwrites what the record knows.
+    /// `restore` (`adopt.rs`) overwrites what the record knows.
     pub(super) fn fresh(new: NewSession, now: Millis) -> Session {
         let list = new
             .spec
