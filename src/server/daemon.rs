@@ -431,7 +431,7 @@ fn session_engine(cfg: &Config, client: &Client, conn: &Connection) -> Arc<Engin
         conn.clone(),
         access,
         EngineSettings {
-            pod: Arc::new(crate::session::pod::PodSettings::from_config(cfg)),
+            pod: Arc::new(crate::session::pod::PodSettings::from(cfg)),
             timings: crate::session::machine::Timings::from(ss),
             state_dir: cfg.server.state_dir.clone(),
             max_sessions: size(ss.max_sessions),

@@ -19,6 +19,8 @@
 //! would block waits, which is backpressure on workers only). A view of
 //! the session (what `GET` answers) is published after every step.
 
+pub mod settings;
+
 use super::access::{PodAccess, PodTarget};
 use super::io::{AppIo, AttachHandle};
 use super::machine::{
@@ -656,7 +658,7 @@ impl Engine {
             }
             let rec = std::fs::read(e.path())
                 .map_err(|e| e.to_string())
-                .and_then(|b| super::machine::Record::parse(&b))
+                .and_then(|b| super::machine::Record::parse(&b).map_err(|e| e.to_string()))
                 .and_then(|r| {
                     if r.session_id == id {
                         Ok(r)

@@ -62,7 +62,6 @@
 //! `sh` and `sleep` (the wait loop), and the default app command's program.
 
 use super::spec::{AppSpec, Io, Port, Protocol, SessionSpec, AGENT_PORT, INSPECT_BASE_PORT};
-use crate::config::Config;
 use crate::kube::client::resources::ContainerStateTerminated;
 use crate::kube::client::{Ingress, Pod, Secret, Service};
 use crate::kube::labels::MANAGED_BY_LABEL;
@@ -93,7 +92,8 @@ pub const WAIT_SCRIPT: &str = r#"while [ ! -f "$KUBEGATE_ENTRY" ]; do sleep 0.2;
 /// The same, under the app runner.
 pub const WAIT_SCRIPT_RUNNER: &str = r#"while [ ! -f "$KUBEGATE_ENTRY" ]; do sleep 0.2; done; exec /kubegate/bin/kubegate app-runner -- "$@""#;
 
-/// What the builders take from the configuration.
+/// What the builders take from the daemon's settings (the engine builds
+/// them from the config's `[cluster]` and `[sessions]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodSettings {
     pub namespace: String,
@@ -117,23 +117,29 @@ pub struct PodSettings {
     pub run_as: Option<i64>,
 }
 
-impl PodSettings {
-    pub fn from_config(cfg: &Config) -> PodSettings {
-        let c = &cfg.cluster;
+impl Default for PodSettings {
+    /// The daemon's defaults outside sim mode (`[cluster]` and `[sessions]`
+    /// with nothing set; a test in `session::engine::settings` keeps the
+    /// two equal): namespace `default`, managed by `kubegate`, this
+    /// release's workspace image, busybox apps running their entry with
+    /// `sh`, no Ingress, 1 CPU, 1 GiB of memory and 2 GiB of ephemeral
+    /// storage per container, the app runner on, [`RUN_AS`].
+    fn default() -> Self {
         PodSettings {
-            namespace: c.session_namespace.clone(),
-            managed_by: c.managed_by.clone(),
-            workspace_image: c.workspace_image.clone(),
-            default_app_image: c.default_app_image.clone(),
-            default_app_command: c.default_app_command.clone(),
-            ingress_base_domain: c.ingress_base_domain.clone(),
-            ingress_class: c.ingress_class.clone(),
-            ingress_tls_secret: c.ingress_tls_secret.clone(),
-            max_cpu: c.max_cpu.clone(),
-            max_memory: c.max_memory.clone(),
-            max_ephemeral_storage: c.max_ephemeral_storage.clone(),
-            app_runner: cfg.sessions.app_runner,
-            run_as: (c.mode != crate::config::ClusterMode::Sim).then_some(RUN_AS),
+            namespace: "default".into(),
+            managed_by: "kubegate".into(),
+            workspace_image: concat!("ghcr.io/kubegate/kubegate:", env!("CARGO_PKG_VERSION"))
+                .into(),
+            default_app_image: "docker.io/library/busybox:1.37".into(),
+            default_app_command: vec!["sh".into(), "$(KUBEGATE_ENTRY)".into()],
+            ingress_base_domain: None,
+            ingress_class: None,
+            ingress_tls_secret: None,
+            max_cpu: "1".into(),
+            max_memory: "1Gi".into(),
+            max_ephemeral_storage: "2Gi".into(),
+            app_runner: true,
+            run_as: Some(RUN_AS),
         }
     }
 }
@@ -509,15 +515,23 @@ pub fn uses_token_secret(pod: &Pod) -> bool {
 /// Every declared port of the session, in app order: `(app, port)`.
 pub type AppPorts<'a> = &'a [(String, Vec<Port>)];
 
-fn owner(pod_name: &str, pod_uid: &str) -> Value {
-    json!([{
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "name": pod_name,
-        "uid": pod_uid,
-        "controller": true,
-        "blockOwnerDeletion": true,
-    }])
+/// The Service's and the Ingress's metadata: both named
+/// [`service_name`], labelled as the session, owned by the pod (its
+/// controller: they go with it).
+fn published_metadata(settings: &PodSettings, p: &Published<'_>) -> Value {
+    json!({
+        "name": service_name(p.session_id),
+        "namespace": settings.namespace,
+        "labels": session_labels(settings, p.session_id, p.principal),
+        "ownerReferences": [{
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": p.pod_name,
+            "uid": p.pod_uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }],
+    })
 }
 
 fn service_port_name(p: Port, all: &[Port]) -> String {
@@ -530,16 +544,21 @@ fn service_port_name(p: Port, all: &[Port]) -> String {
     }
 }
 
+/// What the Service and the Ingress are built from: the session, the pod
+/// that owns them (they go with it), and every declared port.
+#[derive(Debug, Clone, Copy)]
+pub struct Published<'a> {
+    pub session_id: &'a str,
+    pub principal: &'a str,
+    pub pod_name: &'a str,
+    pub pod_uid: &'a str,
+    pub ports: AppPorts<'a>,
+}
+
 /// The session's Service, owned by the pod; `None` without ports (a
 /// ClusterIP Service needs one).
-pub fn build_service(
-    settings: &PodSettings,
-    session_id: &str,
-    principal: &str,
-    pod_name: &str,
-    pod_uid: &str,
-    ports: AppPorts<'_>,
-) -> Option<Service> {
+pub fn build_service(settings: &PodSettings, p: &Published<'_>) -> Option<Service> {
+    let (session_id, ports) = (p.session_id, p.ports);
     let all: Vec<Port> = ports.iter().flat_map(|(_, p)| p.iter().copied()).collect();
     if all.is_empty() {
         return None;
@@ -558,12 +577,7 @@ pub fn build_service(
     let v = json!({
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": service_name(session_id),
-            "namespace": settings.namespace,
-            "labels": session_labels(settings, session_id, principal),
-            "ownerReferences": owner(pod_name, pod_uid),
-        },
+        "metadata": published_metadata(settings, p),
         "spec": {
             "type": "ClusterIP",
             "selector": {SESSION_ID_LABEL: session_id},
@@ -580,14 +594,8 @@ pub fn endpoint_host(port: u16, session_id: &str, base_domain: &str) -> String {
 
 /// The session's Ingress, owned by the pod: one rule per tcp port; `None`
 /// without a base domain or without tcp ports.
-pub fn build_ingress(
-    settings: &PodSettings,
-    session_id: &str,
-    principal: &str,
-    pod_name: &str,
-    pod_uid: &str,
-    ports: AppPorts<'_>,
-) -> Option<Ingress> {
+pub fn build_ingress(settings: &PodSettings, p: &Published<'_>) -> Option<Ingress> {
+    let (session_id, ports) = (p.session_id, p.ports);
     let domain = settings.ingress_base_domain.as_deref()?;
     let svc = service_name(session_id);
     let tcp: Vec<u16> = ports
@@ -627,12 +635,7 @@ pub fn build_ingress(
     let v = json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
-        "metadata": {
-            "name": svc,
-            "namespace": settings.namespace,
-            "labels": session_labels(settings, session_id, principal),
-            "ownerReferences": owner(pod_name, pod_uid),
-        },
+        "metadata": published_metadata(settings, p),
         "spec": spec,
     });
     serde_json::from_value(v).ok()
@@ -747,8 +750,8 @@ pub fn provision_message(pod: &Pod) -> String {
     "Scheduling".into()
 }
 
-/// "application container <reason> (exit code N)", or "application
-/// container exited (code N)" when the reason is absent or `Completed`.
+/// `application container REASON (exit code N)`, or `application
+/// container exited (code N)` when the reason is absent or `Completed`.
 pub fn ended_message(t: &ContainerStateTerminated) -> String {
     match t.reason.as_deref() {
         Some(r) if !r.is_empty() && r != "Completed" => {

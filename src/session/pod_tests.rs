@@ -1,18 +1,15 @@
 use super::*;
 use crate::session::spec::{AppSpec, Io, Port, Protocol, PullPolicy, SessionSpec};
-use crate::sim::podspec::{plan_container, PlanContext};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
-/// With the app runner on (these tests cover the pod under it; one test
-/// turns it off).
+/// The pods sim mode builds (no uid named), with a CPU ceiling of 2 and
+/// the app runner on (these tests cover the pod under it; one test turns
+/// it off).
 fn settings() -> PodSettings {
-    let cfg = crate::config::Config::parse(
-        "[cluster]\nmode = \"sim\"\nmax_cpu = \"2\"\nmax_memory = \"1Gi\"\n[sessions]\napp_runner = true\n",
-        Path::new("/x"),
-    )
-    .unwrap();
-    PodSettings::from_config(&cfg)
+    PodSettings {
+        max_cpu: "2".into(),
+        run_as: None,
+        ..PodSettings::default()
+    }
 }
 
 fn app(name: &str, entry: &str) -> AppSpec {
@@ -353,7 +350,8 @@ fn app_containers() {
     assert_eq!(homes, vec![("HOME".to_string(), json!("/home/me"))]);
 }
 
-const DEFAULT_APP_IMAGE_FOR_TEST: &str = crate::config::DEFAULT_APP_IMAGE;
+/// The default app image (`cluster.default_app_image`'s default).
+const DEFAULT_APP_IMAGE_FOR_TEST: &str = "docker.io/library/busybox:1.37";
 
 #[test]
 fn resources_are_clamped() {
@@ -416,79 +414,6 @@ fn without_the_app_runner_apps_run_directly() {
     }
 }
 
-/// The sim's kubelet turns these containers into processes; plan them the
-/// way it does and check what the processes would see.
-#[test]
-fn the_sim_plans_these_containers() {
-    let s = spec();
-    let v = build_pod_json(&settings(), &input(&s, &NO_REQUEST));
-    let lookup = |kind: &str, name: &str| -> Option<BTreeMap<String, Vec<u8>>> {
-        (kind == "Secret" && name == "kubegate-watch-abc123def456-x1-token")
-            .then(|| BTreeMap::from([("token".to_string(), b"tok-en".to_vec())]))
-    };
-    let ctx = PlanContext {
-        pod_ip: "127.0.1.7".into(),
-        host_ip: "127.0.0.1".into(),
-        node_name: "sim-node".into(),
-        pod_dir: PathBuf::from("/pods/p"),
-        self_exe: PathBuf::from("/opt/kubegate"),
-        lookup: &lookup,
-        pod_id: None,
-        sim_uid: 1000,
-    };
-    let ws = plan_container(&v, &v["spec"]["containers"][0], &ctx).unwrap();
-    assert_eq!(
-        ws.argv,
-        [
-            "/opt/kubegate",
-            "workspace-agent",
-            "--listen",
-            "127.0.1.7:8099",
-            "--root",
-            "/pods/p/volumes/workspace"
-        ]
-    );
-    assert!(ws
-        .env
-        .contains(&("KUBEGATE_WORKSPACE_TOKEN".into(), "tok-en".into())));
-    // The init container runs the sim's own binary into the volume's folder.
-    let init = plan_container(&v, &v["spec"]["initContainers"][0], &ctx).unwrap();
-    assert_eq!(
-        init.argv,
-        [
-            "/opt/kubegate",
-            "install-self",
-            "/pods/p/volumes/kubegate-bin"
-        ]
-    );
-    // The app starts the installed copy, found in that folder.
-    let web = plan_container(&v, &v["spec"]["containers"][1], &ctx).unwrap();
-    let script = WAIT_SCRIPT_RUNNER.replace(
-        "/kubegate/bin/kubegate",
-        "/pods/p/volumes/kubegate-bin/kubegate",
-    );
-    assert_eq!(&web.argv[..4], ["sh", "-c", script.as_str(), "sh"]);
-    assert_eq!(&web.argv[4..], ["node", "--watch", "$(HOME)"]);
-    assert_eq!(web.cwd, PathBuf::from("/pods/p/volumes/workspace"));
-    assert!(web.tty && web.stdin);
-    let env = |n: &str| {
-        web.env
-            .iter()
-            .find(|(k, _)| k == n)
-            .map(|(_, v)| v.clone())
-            .unwrap()
-    };
-    assert_eq!(
-        env("KUBEGATE_ENTRY"),
-        "/pods/p/volumes/workspace/src/main.js"
-    );
-    assert_eq!(env("KUBEGATE_INSPECT_ADDR"), "127.0.1.7:9230");
-    assert_eq!(env("HOME"), "/pods/p/volumes/scratch/app-web");
-    assert_eq!(env("MODE"), "dev $(X)");
-    let worker = plan_container(&v, &v["spec"]["containers"][2], &ctx).unwrap();
-    assert_eq!(&worker.argv[4..], ["sh", "/pods/p/volumes/workspace/w.sh"]);
-}
-
 /// The wait loop runs the app only once the entry exists, and the entry's
 /// name never reaches the shell as code.
 #[test]
@@ -512,6 +437,22 @@ fn the_wait_script_waits_and_never_interprets_the_path() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "ok\n");
     assert!(!dir.join("pwned").exists() && !dir.join("pwned2").exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn published<'a>(
+    session_id: &'a str,
+    principal: &'a str,
+    pod_name: &'a str,
+    pod_uid: &'a str,
+    ports: AppPorts<'a>,
+) -> Published<'a> {
+    Published {
+        session_id,
+        principal,
+        pod_name,
+        pod_uid,
+        ports,
+    }
 }
 
 fn ports() -> Vec<(String, Vec<Port>)> {
@@ -543,7 +484,7 @@ fn ports() -> Vec<(String, Vec<Port>)> {
 fn service() {
     let st = settings();
     let p = ports();
-    let svc = build_service(&st, "sid", "demo", "pod-1", "uid-1", &p).unwrap();
+    let svc = build_service(&st, &published("sid", "demo", "pod-1", "uid-1", &p)).unwrap();
     let v = serde_json::to_value(&svc).unwrap();
     assert_eq!(v["metadata"]["name"], "kubegate-run-sid");
     assert_eq!(v["metadata"]["labels"]["kubegate.dev/session-id"], "sid");
@@ -565,7 +506,11 @@ fn service() {
     assert_eq!(names, ["p8080", "p53-udp", "p53", "p5353"]);
     assert_eq!(v["spec"]["ports"][1]["protocol"], "UDP");
     assert_eq!(v["spec"]["ports"][0]["targetPort"], 8080);
-    assert!(build_service(&st, "sid", "demo", "pod", "uid", &[("a".into(), vec![])]).is_none());
+    assert!(build_service(
+        &st,
+        &published("sid", "demo", "pod", "uid", &[("a".into(), vec![])])
+    )
+    .is_none());
 }
 
 #[test]
@@ -573,11 +518,11 @@ fn ingress() {
     let mut st = settings();
     let p = ports();
     assert!(
-        build_ingress(&st, "sid", "demo", "pod", "uid", &p).is_none(),
+        build_ingress(&st, &published("sid", "demo", "pod", "uid", &p)).is_none(),
         "no base domain: Service only"
     );
     st.ingress_base_domain = Some("dev.example.com".into());
-    let ing = build_ingress(&st, "sid", "demo", "pod", "uid", &p).unwrap();
+    let ing = build_ingress(&st, &published("sid", "demo", "pod", "uid", &p)).unwrap();
     let v = serde_json::to_value(&ing).unwrap();
     assert_eq!(v["metadata"]["name"], "kubegate-run-sid");
     assert_eq!(v["metadata"]["ownerReferences"][0]["name"], "pod");
@@ -594,8 +539,10 @@ fn ingress() {
     assert_eq!(rules[1]["host"], "53-sid.dev.example.com");
     st.ingress_class = Some("nginx".into());
     st.ingress_tls_secret = Some("wild".into());
-    let v =
-        serde_json::to_value(build_ingress(&st, "sid", "demo", "pod", "uid", &p).unwrap()).unwrap();
+    let v = serde_json::to_value(
+        build_ingress(&st, &published("sid", "demo", "pod", "uid", &p)).unwrap(),
+    )
+    .unwrap();
     assert_eq!(v["spec"]["ingressClassName"], "nginx");
     assert_eq!(
         v["spec"]["tls"],
@@ -608,7 +555,7 @@ fn ingress() {
             protocol: Protocol::Udp,
         }],
     )];
-    assert!(build_ingress(&st, "sid", "demo", "pod", "uid", &udp_only).is_none());
+    assert!(build_ingress(&st, &published("sid", "demo", "pod", "uid", &udp_only)).is_none());
 }
 
 #[test]
@@ -753,9 +700,8 @@ fn failure_details() {
 
 #[test]
 fn outside_sim_mode_pods_name_the_fixed_non_root_uid() {
-    let cfg = crate::config::Config::parse("[cluster]\nmode = \"in-cluster\"\n", Path::new("/x"))
-        .unwrap();
-    let s = PodSettings::from_config(&cfg);
+    // The conversion from the config: session::engine::settings's test.
+    let s = PodSettings::default();
     assert_eq!(s.run_as, Some(RUN_AS));
     let p = pod_security(&s);
     assert_eq!(

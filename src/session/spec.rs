@@ -26,11 +26,11 @@
 //!   and checks entry paths only (the files are already in the workspace).
 
 use crate::api::{ApiError, Code};
-use crate::config::SessionsSection;
-use crate::kube::names::check_dns_label;
+use crate::kube::names::{check_dns_label, NameError};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
 /// Most apps in one session (each is a container of one pod).
 pub const MAX_APPS: usize = 32;
@@ -240,20 +240,27 @@ pub struct Bundle {
     pub total_bytes: u64,
 }
 
-/// The bundle limits (`[sessions]`).
+/// The bundle limits (the engine builds them from the config's
+/// `[sessions]`; `kubegate dev` checks its bundle against the defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BundleLimits {
+    /// All files, decoded (`max_bundle_bytes`).
     pub max_bundle_bytes: u64,
+    /// One file, decoded (`max_file_bytes`).
     pub max_file_bytes: u64,
+    /// Files in a bundle (`max_files`).
     pub max_files: u64,
 }
 
-impl From<&SessionsSection> for BundleLimits {
-    fn from(s: &SessionsSection) -> Self {
+impl Default for BundleLimits {
+    /// The daemon's defaults: 64 MiB in all, 8 MiB per file, 10,000 files
+    /// (a test in `session::engine::settings` keeps them equal to the
+    /// config's).
+    fn default() -> Self {
         BundleLimits {
-            max_bundle_bytes: s.max_bundle_bytes,
-            max_file_bytes: s.max_file_bytes,
-            max_files: s.max_files,
+            max_bundle_bytes: 64 << 20,
+            max_file_bytes: 8 << 20,
+            max_files: 10_000,
         }
     }
 }
@@ -354,7 +361,7 @@ pub fn validate_apps(apps: Vec<AppRequest>) -> Result<Vec<AppSpec>, ApiError> {
     for (i, a) in apps.into_iter().enumerate() {
         let at = |f: &str| format!("apps[{i}].{f}");
         check_app_name(&a.name)
-            .map_err(|(code, m)| bad(code, format!("{}: {:?}: {m}", at("name"), a.name)))?;
+            .map_err(|e| bad(e.code(), format!("{}: {:?}: {e}", at("name"), a.name)))?;
         if !names.insert(a.name.clone()) {
             return Err(bad(
                 Code::DuplicateAppName,
@@ -521,399 +528,191 @@ fn validate_bundle(b: BundleRequest, limits: BundleLimits) -> Result<Bundle, Api
     })
 }
 
+/// Why an app name is refused ([`check_app_name`]); `Display` is the
+/// message after the field, [`AppNameError::code`] the API code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppNameError {
+    /// Not a DNS label.
+    Label(NameError),
+    /// Longer than [`MAX_APP_NAME`].
+    TooLong,
+    /// [`RESERVED_APP_NAME`].
+    Reserved,
+}
+
+impl AppNameError {
+    /// `INVALID_APP_NAME`, or `RESERVED_APP_NAME`.
+    pub fn code(&self) -> Code {
+        match self {
+            AppNameError::Label(_) | AppNameError::TooLong => Code::InvalidAppName,
+            AppNameError::Reserved => Code::ReservedAppName,
+        }
+    }
+}
+
+impl fmt::Display for AppNameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AppNameError::Label(e) => write!(f, "{e}"),
+            AppNameError::TooLong => write!(
+                f,
+                "longer than {MAX_APP_NAME} characters (the container is named app-<name>)"
+            ),
+            AppNameError::Reserved => f.write_str("is reserved for the workspace container"),
+        }
+    }
+}
+
+impl std::error::Error for AppNameError {}
+
 /// An app name: a DNS label of at most [`MAX_APP_NAME`] characters, not
 /// [`RESERVED_APP_NAME`].
-pub fn check_app_name(name: &str) -> Result<(), (Code, String)> {
-    check_dns_label(name).map_err(|m| (Code::InvalidAppName, m.into()))?;
+pub fn check_app_name(name: &str) -> Result<(), AppNameError> {
+    check_dns_label(name).map_err(AppNameError::Label)?;
     if name.len() > MAX_APP_NAME {
-        return Err((
-            Code::InvalidAppName,
-            format!("longer than {MAX_APP_NAME} characters (the container is named app-<name>)"),
-        ));
+        return Err(AppNameError::TooLong);
     }
     if name == RESERVED_APP_NAME {
-        return Err((
-            Code::ReservedAppName,
-            "is reserved for the workspace container".into(),
-        ));
+        return Err(AppNameError::Reserved);
     }
     Ok(())
 }
+
+/// Why a workspace path is refused ([`check_path`]): the path (when it is
+/// worth showing) and the rule; `Display` is the message after the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkspacePathError {
+    Empty,
+    /// Longer than [`MAX_PATH_BYTES`].
+    TooLong,
+    Nul(String),
+    Absolute(String),
+    /// An empty component (`a//b`, a trailing `/`).
+    EmptyComponent(String),
+    /// A `.` component.
+    DotComponent(String),
+    /// A `..` component.
+    Leaves(String),
+    /// A component longer than 255 bytes.
+    LongComponent(String),
+}
+
+impl fmt::Display for WorkspacePathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkspacePathError::Empty => f.write_str("the path is empty"),
+            WorkspacePathError::TooLong => {
+                write!(f, "the path is longer than {MAX_PATH_BYTES} bytes")
+            }
+            WorkspacePathError::Nul(p) => write!(f, "{p:?} contains NUL"),
+            WorkspacePathError::Absolute(p) => {
+                write!(f, "{p:?} is absolute (paths are relative to the workspace)")
+            }
+            WorkspacePathError::EmptyComponent(p) => {
+                write!(f, "{p:?} is not normalised (an empty component)")
+            }
+            WorkspacePathError::DotComponent(p) => {
+                write!(f, "{p:?} is not normalised (a `.` component)")
+            }
+            WorkspacePathError::Leaves(p) => write!(f, "{p:?} leaves the workspace (`..`)"),
+            WorkspacePathError::LongComponent(p) => {
+                write!(f, "{p:?} has a component longer than 255 bytes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for WorkspacePathError {}
 
 /// A workspace path: not empty, at most [`MAX_PATH_BYTES`], no NUL, not
 /// absolute, normalised (no empty, `.` or `..` component, no trailing `/`),
 /// each component at most 255 bytes. So it always stays inside the
 /// workspace root (symlinks are the agent's concern).
-pub fn check_path(p: &str) -> Result<(), String> {
+pub fn check_path(p: &str) -> Result<(), WorkspacePathError> {
     if p.is_empty() {
-        return Err("the path is empty".into());
+        return Err(WorkspacePathError::Empty);
     }
     if p.len() > MAX_PATH_BYTES {
-        return Err(format!("the path is longer than {MAX_PATH_BYTES} bytes"));
+        return Err(WorkspacePathError::TooLong);
     }
+    let path = || p.to_string();
     if p.contains('\0') {
-        return Err(format!("{p:?} contains NUL"));
+        return Err(WorkspacePathError::Nul(path()));
     }
     if p.starts_with('/') {
-        return Err(format!(
-            "{p:?} is absolute (paths are relative to the workspace)"
-        ));
+        return Err(WorkspacePathError::Absolute(path()));
     }
     for c in p.split('/') {
         match c {
-            "" => return Err(format!("{p:?} is not normalised (an empty component)")),
-            "." => return Err(format!("{p:?} is not normalised (a `.` component)")),
-            ".." => return Err(format!("{p:?} leaves the workspace (`..`)")),
-            _ if c.len() > 255 => {
-                return Err(format!("{p:?} has a component longer than 255 bytes"))
-            }
+            "" => return Err(WorkspacePathError::EmptyComponent(path())),
+            "." => return Err(WorkspacePathError::DotComponent(path())),
+            ".." => return Err(WorkspacePathError::Leaves(path())),
+            _ if c.len() > 255 => return Err(WorkspacePathError::LongComponent(path())),
             _ => {}
         }
     }
     Ok(())
 }
 
+/// Why a session env name is refused (`Display`: the message after
+/// `env.NAME: `).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EnvNameError {
+    /// Not `[A-Za-z_][A-Za-z0-9_]*` of at most 256 bytes.
+    NotAName,
+    /// `POD_IP` or `KUBEGATE_*`.
+    SetByKubegate,
+}
+
+impl fmt::Display for EnvNameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EnvNameError::NotAName => "not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
+            EnvNameError::SetByKubegate => "is set by kubegate",
+        })
+    }
+}
+
 /// An env name: a C identifier, not one kubegate sets (`POD_IP`,
 /// `KUBEGATE_*`).
-fn check_env_name(k: &str) -> Result<(), String> {
+fn check_env_name(k: &str) -> Result<(), EnvNameError> {
     let b = k.as_bytes();
     let ok = !b.is_empty()
         && k.len() <= 256
         && (b[0].is_ascii_alphabetic() || b[0] == b'_')
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
     if !ok {
-        return Err("not a variable name ([A-Za-z_][A-Za-z0-9_]*)".into());
+        return Err(EnvNameError::NotAName);
     }
     if k == "POD_IP" || k.starts_with("KUBEGATE_") {
-        return Err("is set by kubegate".into());
+        return Err(EnvNameError::SetByKubegate);
     }
     Ok(())
 }
 
-fn check_image(s: &str) -> Result<(), String> {
+/// An image reference that is not one: empty, with spaces or control
+/// characters, or longer than 512 characters (`Display`: the message
+/// after the field).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct BadImage(String);
+
+impl fmt::Display for BadImage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} is not an image reference (not empty, no spaces, at most 512 characters)",
+            self.0
+        )
+    }
+}
+
+fn check_image(s: &str) -> Result<(), BadImage> {
     if s.is_empty() || s.len() > 512 || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{s:?} is not an image reference (not empty, no spaces, at most 512 characters)"
-        ));
+        return Err(BadImage(s.to_string()));
     }
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::{json, Value};
-
-    const LIMITS: BundleLimits = BundleLimits {
-        max_bundle_bytes: 100,
-        max_file_bytes: 40,
-        max_files: 4,
-    };
-
-    fn base() -> Value {
-        json!({
-            "apps": [
-                {"name": "web", "entry": "src/main.js", "ports": [{"port": 8080}]},
-                {"name": "worker", "entry": "worker.sh", "io": "streams", "command": ["sh", "worker.sh"],
-                 "ports": [{"port": 8080, "protocol": "udp"}], "runner": false, "image": "alpine:3"}
-            ],
-            "env": {"MODE": "dev", "A_1": "$(x)"},
-            "bundle": {"files": [
-                {"path": "src/main.js", "content": "console.log(1)"},
-                {"path": "worker.sh", "content": "ZWNobyBoaQ==", "encoding": "base64"}
-            ]},
-            "image": "node:22",
-            "pullPolicy": "always"
-        })
-    }
-
-    fn start(v: &Value) -> Result<(SessionSpec, Bundle), ApiError> {
-        parse_start(v.to_string().as_bytes(), LIMITS)
-    }
-
-    fn code(v: &Value) -> (Code, String) {
-        let e = start(v).expect_err("must fail");
-        (e.code, e.message)
-    }
-
-    #[test]
-    fn a_valid_request() {
-        let (s, b) = start(&base()).unwrap();
-        assert_eq!(s.apps.len(), 2);
-        let web = &s.apps[0];
-        assert_eq!(web.name, "web");
-        assert_eq!(web.container(), "app-web");
-        assert_eq!(web.io, Io::Tty);
-        assert!(web.runner);
-        assert_eq!(web.ports, vec![Port::tcp(8080)]);
-        let w = &s.apps[1];
-        assert_eq!(w.io, Io::Streams);
-        assert!(!w.runner);
-        assert_eq!(
-            w.ports,
-            vec![Port {
-                port: 8080,
-                protocol: Protocol::Udp
-            }]
-        );
-        assert_eq!(
-            w.command.as_deref(),
-            Some(&["sh".to_string(), "worker.sh".into()][..])
-        );
-        assert_eq!(
-            s.env,
-            vec![("A_1".into(), "$(x)".into()), ("MODE".into(), "dev".into())]
-        );
-        assert_eq!(s.image.as_deref(), Some("node:22"));
-        assert_eq!(s.pull_policy, Some(PullPolicy::Always));
-        assert_eq!(b.files[1].data, b"echo hi");
-        assert_eq!(b.total_bytes, 14 + 7);
-    }
-
-    #[test]
-    fn malformed_shapes_are_bad_request() {
-        let cases: Vec<Value> = vec![
-            json!({"apps": [], "bundle": {"files": []}}),
-            json!({"bundle": {"files": []}}),
-            json!({"apps": [{"name": "a", "entry": "a"}]}),
-            {
-                let mut v = base();
-                v["extra"] = json!(1);
-                v
-            },
-            {
-                let mut v = base();
-                v["apps"][0]["entrypoint"] = json!("x");
-                v
-            },
-            {
-                let mut v = base();
-                v["apps"][0]["io"] = json!("pty");
-                v
-            },
-            {
-                let mut v = base();
-                v["pullPolicy"] = json!("sometimes");
-                v
-            },
-            {
-                let mut v = base();
-                v["bundle"]["files"][0]["encoding"] = json!("hex");
-                v
-            },
-            {
-                let mut v = base();
-                v["apps"][0]["ports"] = json!([8080]);
-                v
-            },
-            {
-                let mut v = base();
-                v["apps"][0]["ports"][0]["port"] = json!(0);
-                v
-            },
-            {
-                let mut v = base();
-                v["apps"][0]["ports"][0]["port"] = json!(65536);
-                v
-            },
-            {
-                let mut v = base();
-                v["apps"][0]["command"] = json!([]);
-                v
-            },
-            {
-                let mut v = base();
-                v["apps"][0]["command"] = json!(["", "x"]);
-                v
-            },
-            {
-                let mut v = base();
-                v["apps"][0]["image"] = json!("a b");
-                v
-            },
-            {
-                let mut v = base();
-                v["image"] = json!("");
-                v
-            },
-            {
-                let mut v = base();
-                v["env"] = json!({"1X": "a"});
-                v
-            },
-            {
-                let mut v = base();
-                v["env"] = json!({"KUBEGATE_ENTRY": "a"});
-                v
-            },
-            {
-                let mut v = base();
-                v["env"] = json!({"POD_IP": "a"});
-                v
-            },
-            {
-                let mut v = base();
-                v["env"] = json!({"X": 3});
-                v
-            },
-        ];
-        for (i, c) in cases.iter().enumerate() {
-            assert_eq!(code(c).0, Code::BadRequest, "case {i}: {c}");
-        }
-        let e = parse_start(b"{not json", LIMITS).unwrap_err();
-        assert_eq!(e.code, Code::BadRequest);
-        let mut v = base();
-        v["apps"][0]["ports"][0]["port"] = json!(70000);
-        assert!(
-            code(&v).1.contains("apps[0].ports[0].port"),
-            "{:?}",
-            code(&v)
-        );
-        let mut v = base();
-        v["apps"] = json!((0..33)
-            .map(|i| json!({"name": format!("a{i}"), "entry": "x"}))
-            .collect::<Vec<_>>());
-        assert_eq!(code(&v).0, Code::BadRequest);
-    }
-
-    #[test]
-    fn app_names() {
-        let with_name = |n: &str| {
-            let mut v = base();
-            v["apps"][0]["name"] = json!(n);
-            v
-        };
-        for n in ["Web", "-web", "web-", "we_b", "", "a.b", &"a".repeat(60)] {
-            assert_eq!(code(&with_name(n)).0, Code::InvalidAppName, "{n:?}");
-        }
-        assert!(start(&with_name(&"a".repeat(59))).is_ok());
-        let (c, m) = code(&with_name("workspace"));
-        assert_eq!(c, Code::ReservedAppName);
-        assert!(m.contains("apps[0].name"), "{m}");
-        let (c, m) = code(&with_name("worker"));
-        assert_eq!(c, Code::DuplicateAppName);
-        assert!(m.contains("apps[1].name"), "{m}");
-    }
-
-    #[test]
-    fn port_conflicts() {
-        let mut v = base();
-        v["apps"][1]["ports"][0]["protocol"] = json!("tcp");
-        let (c, m) = code(&v);
-        assert_eq!(c, Code::PortConflict);
-        assert!(m.contains("app \"web\""), "{m}");
-        let mut v = base();
-        v["apps"][0]["ports"] = json!([{"port": 3000}, {"port": 3000, "protocol": "tcp"}]);
-        assert_eq!(code(&v).0, Code::PortConflict);
-        // Same number, different protocols: fine (the base request has it).
-        assert!(start(&base()).is_ok());
-        // Ports kubegate uses inside the pod.
-        for p in [8099, 9230, 9231] {
-            let mut v = base();
-            v["apps"][0]["ports"] = json!([{"port": p}]);
-            assert_eq!(code(&v).0, Code::PortConflict, "{p}");
-        }
-        // 9232 would be a third app's debug port; with two apps it is free,
-        // and udp 8099 does not clash with the agent.
-        let mut v = base();
-        v["apps"][0]["ports"] = json!([{"port": 9232}, {"port": 8099, "protocol": "udp"}]);
-        assert!(start(&v).is_ok());
-    }
-
-    #[test]
-    fn paths() {
-        for p in [
-            "",
-            "/etc/passwd",
-            "../x",
-            "a/../b",
-            "a/./b",
-            "./a",
-            "a//b",
-            "a/",
-            "a\0b",
-            "..",
-            ".",
-        ] {
-            let mut v = base();
-            v["bundle"]["files"][0]["path"] = json!(p);
-            assert_eq!(code(&v).0, Code::InvalidPath, "{p:?}");
-            let mut v = base();
-            v["apps"][0]["entry"] = json!(p);
-            assert_eq!(code(&v).0, Code::InvalidPath, "entry {p:?}");
-        }
-        let long = "a".repeat(256);
-        assert!(check_path(&long).is_err());
-        assert!(check_path(&"a/".repeat(2100)).is_err());
-        for ok in [
-            "a",
-            "a/b/c.js",
-            ".hidden/x",
-            "a..b",
-            "with space/ü.txt",
-            "a\\b",
-        ] {
-            assert!(check_path(ok).is_ok(), "{ok:?}");
-        }
-    }
-
-    #[test]
-    fn bundle_limits() {
-        // Bad base64.
-        let mut v = base();
-        v["bundle"]["files"][1]["content"] = json!("not base64!");
-        assert_eq!(code(&v).0, Code::InvalidBundle);
-        // One file over max_file_bytes (decoded size counts).
-        let mut v = base();
-        v["bundle"]["files"][0]["content"] = json!("x".repeat(41));
-        let (c, m) = code(&v);
-        assert_eq!(c, Code::InvalidBundle);
-        assert!(m.contains("bundle.files[0]"), "{m}");
-        let mut v = base();
-        v["bundle"]["files"][0]["content"] = json!("x".repeat(40));
-        assert!(start(&v).is_ok());
-        // Total over max_bundle_bytes.
-        let mut v = base();
-        v["bundle"]["files"] = json!([
-            {"path": "src/main.js", "content": "x".repeat(40)},
-            {"path": "worker.sh", "content": "x".repeat(40)},
-            {"path": "c", "content": "x".repeat(21)},
-        ]);
-        assert_eq!(code(&v).0, Code::InvalidBundle);
-        // Too many files.
-        let mut v = base();
-        v["bundle"]["files"] = json!((0..5)
-            .map(|i| json!({"path": format!("f{i}"), "content": ""}))
-            .collect::<Vec<_>>());
-        assert_eq!(code(&v).0, Code::InvalidBundle);
-        // Twice the same path; a file that is another's folder.
-        let mut v = base();
-        v["bundle"]["files"][1]["path"] = json!("src/main.js");
-        assert_eq!(code(&v).0, Code::InvalidBundle);
-        let mut v = base();
-        v["bundle"]["files"][1] = json!({"path": "src", "content": ""});
-        v["apps"][1]["entry"] = json!("src");
-        let (c, m) = code(&v);
-        assert_eq!(c, Code::InvalidBundle);
-        assert!(m.contains("both a file and the folder"), "{m}");
-        // The entry must be in the bundle.
-        let mut v = base();
-        v["apps"][0]["entry"] = json!("src/other.js");
-        let (c, m) = code(&v);
-        assert_eq!(c, Code::InvalidBundle);
-        assert!(m.contains("apps[0].entry"), "{m}");
-    }
-
-    #[test]
-    fn set_apps_checks_apps_only() {
-        let body = json!({"apps": [{"name": "api", "entry": "not/in/any/bundle.js", "ports": [{"port": 80}]}]});
-        let apps = parse_set_apps(body.to_string().as_bytes()).unwrap();
-        assert_eq!(apps[0].entry, "not/in/any/bundle.js");
-        let e = parse_set_apps(br#"{"apps": [{"name": "workspace", "entry": "a"}]}"#).unwrap_err();
-        assert_eq!(e.code, Code::ReservedAppName);
-        let e = parse_set_apps(br#"{"apps": [], "x": 1}"#).unwrap_err();
-        assert_eq!(e.code, Code::BadRequest);
-        let e = parse_set_apps(br#"{"apps": [{"name": "a", "entry": "/abs"}]}"#).unwrap_err();
-        assert_eq!(e.code, Code::InvalidPath);
-    }
-}
+#[path = "spec_tests.rs"]
+mod tests;

@@ -32,7 +32,7 @@
 //! session as a start.
 
 use super::*;
-use crate::kube::client::Pod;
+use crate::session::pod::failure_detail;
 
 /// How long a re-adoption waits for a terminating pod to go before it
 /// recreates the session anyway (pod names are new at every recreate, so
@@ -70,7 +70,7 @@ pub struct Record {
     pub runs: BTreeMap<String, RunRecord>,
 }
 
-/// An app's [`RunTrack`] as recorded.
+/// An app's run track (the machine's `RunTrack`) as recorded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub struct RunRecord {
     #[serde(default)]
@@ -79,18 +79,46 @@ pub struct RunRecord {
     pub reported: u64,
 }
 
-impl Record {
-    /// Reads a record file's bytes; an error says what is wrong.
-    pub fn parse(b: &[u8]) -> Result<Record, String> {
-        let r: Record = serde_json::from_slice(b).map_err(|e| e.to_string())?;
-        if r.version != 1 {
-            return Err(format!("unknown record version {}", r.version));
+/// Why a record file cannot be read back ([`Record::parse`]); `Display`
+/// says it for the log.
+#[derive(Debug)]
+pub enum RecordError {
+    /// Not the JSON of a record.
+    Json(serde_json::Error),
+    /// A version this daemon does not know.
+    Version(u32),
+    /// A session id that [`crate::session::is_session_id`] refuses (the
+    /// record names files by it).
+    SessionId(String),
+    /// No apps: nothing to bring up.
+    NoApps,
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::Json(e) => write!(f, "{e}"),
+            RecordError::Version(v) => write!(f, "unknown record version {v}"),
+            RecordError::SessionId(id) => write!(f, "bad session id {id:?}"),
+            RecordError::NoApps => f.write_str("a record without apps"),
         }
-        if !super::super::is_session_id(&r.session_id) {
-            return Err(format!("bad session id {:?}", r.session_id));
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+impl Record {
+    /// Reads a record file's bytes.
+    pub fn parse(b: &[u8]) -> Result<Record, RecordError> {
+        let r: Record = serde_json::from_slice(b).map_err(RecordError::Json)?;
+        if r.version != 1 {
+            return Err(RecordError::Version(r.version));
+        }
+        if !crate::session::is_session_id(&r.session_id) {
+            return Err(RecordError::SessionId(r.session_id));
         }
         if r.apps.is_empty() {
-            return Err("a record without apps".into());
+            return Err(RecordError::NoApps);
         }
         Ok(r)
     }
@@ -137,15 +165,16 @@ impl Session {
             },
             now,
         );
-        s.apps = rec.apps.clone();
+        s.apps.list = rec.apps.clone();
+        s.apps.sync_spec();
         s.status = rec.status.clone();
-        s.seed = SeedSource::Checkpoint;
-        s.pod_seq = rec.pod_seq;
-        s.created_at = rec.created_at;
+        s.pod.seed = SeedSource::Checkpoint;
+        s.pod.seq = rec.pod_seq;
+        s.who.created_at = rec.created_at;
         s.updated_at = rec.updated_at;
-        s.life_used_ms = rec.life_used_ms;
-        s.suspended_at = rec.suspended_at;
-        s.has_checkpoint = rec.has_checkpoint;
+        s.life.used_ms = rec.life_used_ms;
+        s.life.suspended_at = rec.suspended_at;
+        s.checkpoints.exists = rec.has_checkpoint;
         s.runs = runs;
         let mut out = Vec::new();
         let current = match (&rec.status, &rec.pod) {
@@ -180,15 +209,15 @@ impl Session {
                 );
             }
             Status::Running => {
-                s.life_since = Some(rec.life_since.unwrap_or(rec.updated_at));
+                s.life.since = Some(rec.life_since.unwrap_or(rec.updated_at));
                 match mine {
-                    Some(p) if terminating(&p) && s.has_checkpoint => {
+                    Some(p) if terminating(&p) && s.checkpoints.exists => {
                         s.drain(now, p.metadata.name().to_string(), &mut out)
                     }
                     Some(p) if p.phase() == "Failed" || p.phase() == "Succeeded" => {
                         // What the watch would have reported.
-                        s.pod = rec.pod.clone();
-                        s.phase = Phase::Up;
+                        s.pod.current = rec.pod.clone();
+                        s.pod.phase = Phase::Up;
                         s.emit_status(&mut out);
                         s.observe(p, now, &mut out);
                     }
@@ -242,24 +271,16 @@ impl Session {
     /// being re-adopted or waits for its old pod, so a restart meanwhile
     /// re-adopts again.
     pub(super) fn record_status(&self) -> Status {
-        match self.phase {
+        match self.pod.phase {
             Phase::Publishing { adopting: true, .. } | Phase::Draining { .. } => Status::Running,
             _ => self.status.clone(),
         }
     }
 
-    fn emit_status(&self, out: &mut Vec<Command>) {
-        let endpoints = (self.status == Status::Running).then(|| self.endpoints());
-        out.push(Command::Emit(Event::Status {
-            status: self.status.clone(),
-            endpoints,
-        }));
-    }
-
     /// Re-adopts the running pod `p` (see the module docs).
     fn adopt(&mut self, now: Millis, p: Pod, ip: String, out: &mut Vec<Command>) {
         let name = p.metadata.name().to_string();
-        self.pod = Some(PodRef {
+        self.pod.current = Some(PodRef {
             name: name.clone(),
             uid: p.metadata.uid.clone(),
             ip: Some(ip),
@@ -273,7 +294,7 @@ impl Session {
             "Re-adopting the session pod after a kubegate restart",
         );
         // Every app's start was announced before the restart.
-        for a in &self.apps {
+        for a in &self.apps.list {
             let t = self.runs.entry(a.spec.name.clone()).or_default();
             t.reported = t.reported.max(started_pos(a.generation));
         }
@@ -292,22 +313,7 @@ impl Session {
             });
         }
         out.push(Command::WatchPod { name: name.clone() });
-        for a in &self.apps {
-            out.push(Command::Attach {
-                pod: name.clone(),
-                app: a.spec.name.clone(),
-                container: a.spec.container(),
-                tty: a.spec.io == Io::Tty,
-                recover: true,
-            });
-        }
-        let id = self.publish(out);
-        self.phase = Phase::Publishing {
-            id,
-            published: false,
-            attaching: self.apps.iter().map(|a| a.spec.name.clone()).collect(),
-            adopting: true,
-        };
+        self.attach_and_publish(&name, true, out);
         out.push(Command::WriteRecord);
     }
 
@@ -324,7 +330,7 @@ impl Session {
             "Waiting for the old session pod to terminate before recreating it",
         );
         out.push(Command::WatchPod { name: old.clone() });
-        self.phase = Phase::Draining {
+        self.pod.phase = Phase::Draining {
             old,
             deadline: now + DRAIN_DEADLINE_MS,
         };
@@ -332,7 +338,8 @@ impl Session {
 
     /// The terminating pod went (or the wait timed out): recreate.
     pub(super) fn drained(&mut self, now: Millis, timed_out: bool, out: &mut Vec<Command>) {
-        let Phase::Draining { old, .. } = std::mem::replace(&mut self.phase, Phase::Down) else {
+        let Phase::Draining { old, .. } = std::mem::replace(&mut self.pod.phase, Phase::Down)
+        else {
             return;
         };
         out.push(Command::StopWatch { name: old });
@@ -350,9 +357,9 @@ impl Session {
     /// A new pod from the checkpoint, or a failure without one.
     fn recreate(&mut self, now: Millis, why: &str, out: &mut Vec<Command>) {
         // The old pod's time counts up to now.
-        self.life_used_ms = self.life_used(now);
-        self.life_since = None;
-        if !self.has_checkpoint {
+        self.life.used_ms = self.life_used(now);
+        self.life.since = None;
+        if !self.checkpoints.exists {
             self.fail(
                 now,
                 Stage::Run,

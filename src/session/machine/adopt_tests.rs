@@ -1,9 +1,9 @@
 //! Sessions rebuilt from their records after a daemon restart
-//! (`machine_adopt.rs`).
+//! (`adopt.rs`).
 
 use super::tests::{
-    attach_all, created_pod, debug, events, has, pod_json, publish_id, run_started, runs, settings,
-    statuses, timings, up, T0,
+    attach_all, attach_commands, created, created_pod, debug, events, has, pod_json, publish_id,
+    run_started, runs, settings, statuses, timings, up, T0,
 };
 use super::*;
 
@@ -76,19 +76,7 @@ fn a_running_session_re_adopts_its_pod_without_a_seed_or_repeated_run_events() {
     );
     assert!(has(&c, |x| *x == Command::DeletePod { name: stray.into() }));
     assert!(has(&c, |x| *x == Command::WatchPod { name: name.clone() }));
-    let attaches: Vec<(&str, &str, bool, bool)> = c
-        .iter()
-        .filter_map(|x| match x {
-            Command::Attach {
-                app,
-                container,
-                tty,
-                recover,
-                ..
-            } => Some((app.as_str(), container.as_str(), *tty, *recover)),
-            _ => None,
-        })
-        .collect();
+    let attaches = attach_commands(&c);
     assert_eq!(
         attaches,
         [
@@ -173,13 +161,7 @@ fn a_terminating_pod_is_waited_for_then_the_session_is_recreated_from_its_checkp
         .iter()
         .any(|m| m.contains("recreating it from the last checkpoint")));
     // The bring-up seeds from the checkpoint.
-    r.handle(
-        Input::PodCreated {
-            pod: new.clone(),
-            uid: "u-2".into(),
-        },
-        LATER + 5_100,
-    );
+    created(&mut r, &new, "u-2", LATER + 5_100);
     r.handle(
         Input::PodObserved {
             pod: pod_json(&new, json!({"phase": "Running", "podIP": "10.0.0.8"})),

@@ -1,6 +1,5 @@
 use super::*;
 use crate::session::spec::{AppSpec, Io, Port, Protocol, SessionSpec};
-use std::path::Path;
 
 pub(super) const T0: Millis = 1_700_000_000_000;
 
@@ -16,13 +15,15 @@ pub(super) fn timings() -> Timings {
     }
 }
 
+/// The pods sim mode builds (no uid named), apps under the app runner
+/// (the default).
 pub(super) fn settings(domain: Option<&str>) -> Arc<PodSettings> {
-    let cfg = crate::config::Config::parse("[cluster]\nmode = \"sim\"\n", Path::new("/x")).unwrap();
-    let mut s = PodSettings::from_config(&cfg);
-    s.ingress_base_domain = domain.map(str::to_string);
-    // Apps run under the app runner (the configuration's default).
-    s.app_runner = true;
-    Arc::new(s)
+    Arc::new(PodSettings {
+        ingress_base_domain: domain.map(str::to_string),
+        app_runner: true,
+        run_as: None,
+        ..PodSettings::default()
+    })
 }
 
 pub(super) fn app(name: &str, ports: Vec<Port>) -> AppSpec {
@@ -62,6 +63,33 @@ pub(super) fn new_session(domain: Option<&str>) -> (Session, Vec<Command>) {
             timings: timings(),
         },
         T0,
+    )
+}
+
+/// The attaches among the commands: `(app, container, tty, recover)`.
+pub(super) fn attach_commands(cmds: &[Command]) -> Vec<(&str, &str, bool, bool)> {
+    cmds.iter()
+        .filter_map(|x| match x {
+            Command::Attach {
+                app,
+                container,
+                tty,
+                recover,
+                ..
+            } => Some((app.as_str(), container.as_str(), *tty, *recover)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The create of `pod` answered with `uid`.
+pub(super) fn created(s: &mut Session, pod: &str, uid: &str, at: Millis) -> Vec<Command> {
+    s.handle(
+        Input::PodCreated {
+            pod: pod.into(),
+            uid: uid.into(),
+        },
+        at,
     )
 }
 
@@ -123,6 +151,23 @@ pub(super) fn publish_id(cmds: &[Command]) -> u64 {
         .expect("a Publish command")
 }
 
+/// A new pod of a session that had one (a resume, an apps change):
+/// created, running, the agent ready (the seed is from the checkpoint),
+/// seeded, at `t + 1` to `t + 4`; the seed's commands.
+pub(super) fn recreated(s: &mut Session, pod: &str, t: Millis) -> Vec<Command> {
+    created(s, pod, "u2", t + 1);
+    s.handle(running(pod), t + 2);
+    let c = s.handle(Input::AgentReady { pod: pod.into() }, t + 3);
+    assert!(has(&c, |x| matches!(
+        x,
+        Command::Seed {
+            source: SeedSource::Checkpoint,
+            ..
+        }
+    )));
+    s.handle(Input::SeedDone { pod: pod.into() }, t + 4)
+}
+
 /// Every app's attach answers OK (the bring-up waits for them and the
 /// publish before `running`).
 pub(super) fn attach_all(s: &mut Session, pod: &str, now: Millis) {
@@ -147,13 +192,7 @@ pub(super) fn attach_all(s: &mut Session, pod: &str, now: Millis) {
 pub(super) fn up(domain: Option<&str>) -> (Session, String, Vec<Command>) {
     let (mut s, c) = new_session(domain);
     let name = created_pod(&c).metadata.name().to_string();
-    s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u-1".into(),
-        },
-        T0 + 100,
-    );
+    created(&mut s, &name, "u-1", T0 + 100);
     s.handle(running(&name), T0 + 2_000);
     s.handle(Input::AgentReady { pod: name.clone() }, T0 + 3_000);
     let c = s.handle(Input::SeedDone { pod: name.clone() }, T0 + 4_000);
@@ -179,13 +218,7 @@ fn happy_start() {
     let deadline = pod.spec.as_ref().unwrap().extra["activeDeadlineSeconds"].clone();
     assert_eq!(deadline, 21600);
 
-    let c = s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u-1".into(),
-        },
-        T0 + 100,
-    );
+    let c = created(&mut s, &name, "u-1", T0 + 100);
     assert_eq!(
         c[..2],
         [
@@ -237,19 +270,18 @@ fn happy_start() {
             source: SeedSource::Bundle
         }));
 
+    let id = happy_start_publishes(&mut s, name.clone());
+    happy_start_goes_running_once_attached(&mut s, name, id);
+}
+
+/// [`happy_start`] from the seed: every app attached, the Service and
+/// the Ingress published.
+fn happy_start_publishes(s: &mut Session, name: String) -> u64 {
     let c = s.handle(Input::SeedDone { pod: name.clone() }, T0 + 4_000);
     assert!(has(&c, |x| *x == Command::DropBundle));
-    let attaches: Vec<_> = c
-        .iter()
-        .filter_map(|x| match x {
-            Command::Attach {
-                app,
-                container,
-                tty,
-                ..
-            } => Some((app.as_str(), container.as_str(), *tty)),
-            _ => None,
-        })
+    let attaches: Vec<_> = attach_commands(&c)
+        .into_iter()
+        .map(|(app, container, tty, _)| (app, container, tty))
         .collect();
     assert_eq!(
         attaches,
@@ -282,7 +314,11 @@ fn happy_start() {
             stage: Stage::Publish
         }
     );
+    id
+}
 
+/// [`happy_start`] from the publish: `running` once every attach answered.
+fn happy_start_goes_running_once_attached(s: &mut Session, name: String, id: u64) {
     // Published, but `running` waits for every app's attach to answer (a
     // failed one counts: it is reported on the app's own channel).
     let c = s.handle(Input::PublishDone { id }, T0 + 5_000);
@@ -388,15 +424,7 @@ fn happy_start() {
 #[test]
 fn every_start_failure_deletes_the_pod_with_its_stage() {
     type Step = fn(&mut Session, &str) -> Vec<Command>;
-    let created: Step = |s, n| {
-        s.handle(
-            Input::PodCreated {
-                pod: n.into(),
-                uid: "u".into(),
-            },
-            T0 + 10,
-        )
-    };
+    let created: Step = |s, n| created(s, n, "u", T0 + 10);
     let cases: Vec<(&str, Vec<Step>, Stage, &str)> = vec![
         (
             "create",
@@ -630,13 +658,7 @@ fn stop_during_start_and_after() {
     assert!(!has(&c, |x| matches!(x, Command::StopWatch { .. })));
     assert_eq!(statuses(&c), ["stopped"]);
     assert!(has(&c, |x| *x == Command::Finished));
-    let c = s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u".into(),
-        },
-        T0 + 20,
-    );
+    let c = created(&mut s, &name, "u", T0 + 20);
     assert_eq!(c, [Command::DeletePod { name: name.clone() }]);
     assert!(s
         .handle(Input::PodGone { pod: name.clone() }, T0 + 30)
@@ -648,13 +670,7 @@ fn stop_during_start_and_after() {
     // While scheduling: the watch ends first, then the delete.
     let (mut s, c) = new_session(None);
     let name = created_pod(&c).metadata.name().to_string();
-    s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u".into(),
-        },
-        T0 + 10,
-    );
+    created(&mut s, &name, "u", T0 + 10);
     let c = s.user(UserOp::Stop, T0 + 20).unwrap();
     assert_eq!(c[0], Command::StopWatch { name: name.clone() });
     assert_eq!(c[1], Command::DeletePod { name: name.clone() });
@@ -726,23 +742,7 @@ fn suspend_and_resume() {
         pod.spec.as_ref().unwrap().extra["activeDeadlineSeconds"],
         6 * 3600 - 7
     );
-    s.handle(
-        Input::PodCreated {
-            pod: name2.clone(),
-            uid: "u2".into(),
-        },
-        later + 1,
-    );
-    s.handle(running(&name2), later + 2);
-    let c = s.handle(Input::AgentReady { pod: name2.clone() }, later + 3);
-    assert!(has(&c, |x| matches!(
-        x,
-        Command::Seed {
-            source: SeedSource::Checkpoint,
-            ..
-        }
-    )));
-    let c = s.handle(Input::SeedDone { pod: name2.clone() }, later + 4);
+    let c = recreated(&mut s, &name2, later);
     assert!(!has(&c, |x| *x == Command::DropBundle));
     // A late answer about the old pod changes nothing.
     assert!(s
@@ -783,23 +783,7 @@ fn set_apps_recreates_the_pod_from_a_checkpoint() {
     assert_eq!(containers, ["workspace", "app-web", "app-api"]);
     assert_eq!(statuses(&c), ["starting"]);
     let name2 = pod.metadata.name().to_string();
-    s.handle(
-        Input::PodCreated {
-            pod: name2.clone(),
-            uid: "u2".into(),
-        },
-        T0 + 7_001,
-    );
-    s.handle(running(&name2), T0 + 7_002);
-    let c = s.handle(Input::AgentReady { pod: name2.clone() }, T0 + 7_003);
-    assert!(has(&c, |x| matches!(
-        x,
-        Command::Seed {
-            source: SeedSource::Checkpoint,
-            ..
-        }
-    )));
-    let c = s.handle(Input::SeedDone { pod: name2.clone() }, T0 + 7_004);
+    let c = recreated(&mut s, &name2, T0 + 7_000);
     let id = publish_id(&c);
     attach_all(&mut s, &name2, T0 + 7_005);
     s.handle(Input::PublishDone { id }, T0 + 7_005);
@@ -1274,6 +1258,11 @@ pub(super) fn debug(pod: &str, app: &str, frame: Value) -> Input {
     }
 }
 
+/// A debug frame of the app `web` of `pod`.
+fn web_frame(s: &mut Session, pod: &str, frame: Value, at: Millis) -> Vec<Command> {
+    s.handle(debug(pod, "web", frame), at)
+}
+
 /// The `run` events among the commands.
 pub(super) fn runs(cmds: &[Command]) -> Vec<Value> {
     events(cmds)
@@ -1300,12 +1289,10 @@ fn runner_frames_become_run_events_once_and_drive_the_generation() {
     assert!(runs(&c).is_empty(), "{c:?}");
     assert_eq!(events(&c)[0].0, "debug");
     // A workspace edit: the run ends with SIGTERM, generation 2 starts.
-    let c = s.handle(
-        debug(
-            &name,
-            "web",
-            run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
-        ),
+    let c = web_frame(
+        &mut s,
+        &name,
+        run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
         T0 + 7_000,
     );
     assert_eq!(
@@ -1359,12 +1346,10 @@ fn runner_frames_become_run_events_once_and_drive_the_generation() {
     .is_empty());
     // A relay that missed generation 3 entirely learns of its end: the
     // generation follows.
-    let c = s.handle(
-        debug(
-            &name,
-            "web",
-            run_ended(3, json!({"exitCode": 127, "error": "sh: not found"}), true),
-        ),
+    let c = web_frame(
+        &mut s,
+        &name,
+        run_ended(3, json!({"exitCode": 127, "error": "sh: not found"}), true),
         T0 + 10_000,
     );
     assert_eq!(
@@ -1421,16 +1406,7 @@ fn runner_generations_continue_the_session_count_on_a_new_pod() {
     s.handle(Input::CheckpointDone { pod: name.clone() }, T0 + 7_100);
     let c = s.user(UserOp::Resume, T0 + 8_000).unwrap();
     let name2 = created_pod(&c).metadata.name().to_string();
-    s.handle(
-        Input::PodCreated {
-            pod: name2.clone(),
-            uid: "u2".into(),
-        },
-        T0 + 8_001,
-    );
-    s.handle(running(&name2), T0 + 8_002);
-    s.handle(Input::AgentReady { pod: name2.clone() }, T0 + 8_003);
-    let c = s.handle(Input::SeedDone { pod: name2.clone() }, T0 + 8_004);
+    let c = recreated(&mut s, &name2, T0 + 8_000);
     let id = publish_id(&c);
     attach_all(&mut s, &name2, T0 + 8_005);
     let c = s.handle(Input::PublishDone { id }, T0 + 8_006);
@@ -1444,12 +1420,10 @@ fn runner_generations_continue_the_session_count_on_a_new_pod() {
     assert!(s
         .handle(debug(&name, "web", run_started(9, false)), T0 + 9_000)
         .is_empty());
-    let c = s.handle(
-        debug(
-            &name2,
-            "web",
-            run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
-        ),
+    let c = web_frame(
+        &mut s,
+        &name2,
+        run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
         T0 + 9_100,
     );
     assert_eq!(runs(&c)[0]["generation"], 4);
@@ -1486,13 +1460,7 @@ fn runner_frames_count_only_for_apps_under_the_runner() {
         )
     };
     let name = created_pod(&c).metadata.name().to_string();
-    s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u".into(),
-        },
-        T0 + 1,
-    );
+    created(&mut s, &name, "u", T0 + 1);
     s.handle(running(&name), T0 + 2);
     s.handle(Input::AgentReady { pod: name.clone() }, T0 + 3);
     let c = s.handle(Input::SeedDone { pod: name.clone() }, T0 + 4);
@@ -1554,13 +1522,7 @@ fn runner_frames_are_parsed() {
 fn the_token_secret_follows_the_pod_and_its_failure_fails_the_start() {
     let (mut s, c) = new_session(None);
     let name = created_pod(&c).metadata.name().to_string();
-    let c = s.handle(
-        Input::PodCreated {
-            pod: name.clone(),
-            uid: "u-1".into(),
-        },
-        T0 + 100,
-    );
+    let c = created(&mut s, &name, "u-1", T0 + 100);
     assert_eq!(
         c[0],
         Command::CreateSecret {
