@@ -10,6 +10,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod exit;
 pub mod http;
 pub mod kube;
 pub mod metrics;
@@ -21,9 +22,3 @@ pub mod timer;
 
 #[doc(hidden)]
 pub mod fuzzing;
-
-/// Entry point of the `kubegate` binary; returns the process exit code.
-pub fn cli_main() -> i32 {
-    eprintln!("kubegate: no command yet");
-    2
-}

@@ -7,7 +7,8 @@
 //! DEPLOYMENT, and everything after the first `--` is the command, untouched
 //! (so the command's own flags never reach our parser).
 
-use super::{codes, CliError};
+use super::CliError;
+use crate::exit::{codes, Parsed};
 use crate::kube::remote::request::parse_server;
 use std::path::PathBuf;
 
@@ -61,13 +62,6 @@ options:
 
 exit codes: 0 success; 2 usage or configuration error; 1 any other failure.
 ";
-
-/// A parsed command line: run it, or print the help.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Parsed<T> {
-    Run(T),
-    Help,
-}
 
 /// Where the token comes from.
 #[derive(Clone, PartialEq, Eq)]

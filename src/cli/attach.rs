@@ -20,7 +20,8 @@ use super::args::AttachArgs;
 use super::io_socket::{self, Closed, Frame, IoSocket};
 use super::net::Client;
 use super::term::{self, RawMode};
-use super::{codes, local_io, CliError, EXEC_OWN_ERROR};
+use super::{local_io, CliError};
+use crate::exit::{self, codes};
 use crossbeam_channel::{bounded, never, select, tick, Receiver, Sender};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -168,7 +169,7 @@ pub fn run(a: &AttachArgs) -> Result<i32, CliError> {
             );
             Ok(1)
         }
-        Ok(End::StdoutClosed) => Ok(EXEC_OWN_ERROR),
+        Ok(End::StdoutClosed) => Ok(exit::OWN_ERROR),
         Err(e) => {
             if raw {
                 eprint!("\r\n");

@@ -7,8 +7,9 @@
 //! `.kubegateignore` names) within the bundle limits, read into the
 //! bundle. Everything here happens before anything is sent.
 
-use super::super::{codes, CliError};
+use super::super::CliError;
 use crate::agent::wire::WriteItem;
+use crate::exit::codes;
 use crate::runner::ignore::is_relevant;
 use crate::runner::manifest::{parse_manifest, MANIFEST, MAX_MANIFEST_BYTES};
 use crate::runner::watch::{load_rules, walk_tree, Meta, MAX_SCAN_ENTRIES};
