@@ -4,6 +4,8 @@
 //! client-side error codes, `-t` without a terminal, environment variables,
 //! the attach state file, the detach key): docs/cli.md.
 //!
+//! - `command`: the binary's top-level command line (`kubegate WORD …`,
+//!   the `serve`, `check-config` and `sim` flags), what `main.rs` dispatches on;
 //! - `args`: argument parsing, pure (the environment is passed in), so every
 //!   case is unit-tested;
 //! - `net`: the daemon connection: TCP + TLS through `kube::remote::connect`
@@ -29,6 +31,7 @@
 
 mod args;
 mod attach;
+pub mod command;
 mod dev;
 mod events;
 mod exec;
@@ -147,8 +150,8 @@ pub fn exec_main(argv: &[String]) -> i32 {
     let parsed = args::parse_exec(argv, &env_var);
     client_main(
         parsed,
-        args::EXEC_HELP,
-        args::EXEC_SYNOPSIS,
+        &args::help::exec_help(),
+        args::help::EXEC_SYNOPSIS,
         Exits::Own,
         exec::run,
     )
@@ -160,8 +163,8 @@ pub fn workspaces_main(argv: &[String]) -> i32 {
     let parsed = args::parse_workspaces(argv, &env_var);
     client_main(
         parsed,
-        args::WORKSPACES_HELP,
-        args::WORKSPACES_SYNOPSIS,
+        &args::help::workspaces_help(),
+        args::help::WORKSPACES_SYNOPSIS,
         Exits::Plain,
         |a| workspaces::run(a).map(|()| exit::SUCCESS),
     )
@@ -173,8 +176,8 @@ pub fn sessions_main(argv: &[String]) -> i32 {
     let parsed = args::parse_sessions(argv, &env_var);
     client_main(
         parsed,
-        &args::sessions_help(),
-        args::SESSIONS_SYNOPSIS,
+        &args::help::sessions_help(),
+        args::help::SESSIONS_SYNOPSIS,
         Exits::Plain,
         |a| sessions::run(a).map(|()| exit::SUCCESS),
     )
@@ -186,8 +189,8 @@ pub fn attach_main(argv: &[String]) -> i32 {
     let parsed = args::parse_attach(argv, &env_var);
     client_main(
         parsed,
-        &args::attach_help(),
-        args::ATTACH_SYNOPSIS,
+        &args::help::attach_help(),
+        args::help::ATTACH_SYNOPSIS,
         Exits::Own,
         attach::run,
     )
@@ -199,8 +202,8 @@ pub fn port_forward_main(argv: &[String]) -> i32 {
     let parsed = args::parse_port_forward(argv, &env_var);
     client_main(
         parsed,
-        &args::port_forward_help(),
-        args::PORT_FORWARD_SYNOPSIS,
+        &args::help::port_forward_help(),
+        args::help::PORT_FORWARD_SYNOPSIS,
         Exits::Plain,
         |a| port_forward::run(a).map(|()| exit::SUCCESS),
     )
@@ -213,8 +216,8 @@ pub fn dev_main(argv: &[String]) -> i32 {
     let parsed = args::parse_dev(argv, &env_var);
     client_main(
         parsed,
-        &args::dev_help(),
-        args::DEV_SYNOPSIS,
+        &args::help::dev_help(),
+        args::help::DEV_SYNOPSIS,
         Exits::Plain,
         dev::run,
     )
