@@ -2,9 +2,10 @@
 
 use crate::samples::Sample;
 use crate::setup::metric;
-use crate::state::Shared;
+use crate::state::{ExecTotals, FaultLog, Sess, Shared};
 use crate::DRIFT_BAR;
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) struct Report {
@@ -28,15 +29,44 @@ pub(crate) fn drift(a: u64, b: u64) -> f64 {
 /// Prints one row of the table: figure, value, bar, verdict (None: counted only).
 pub(crate) type RowFn<'a> = dyn FnMut(&str, String, &str, Option<bool>) + 'a;
 
-/// Prints the table; true when every bar holds.
-pub(crate) fn report(sh: &Shared, r: &Report) -> bool {
-    let sessions = sh.sessions.lock().clone();
-    let (mut lines, mut bytes, mut lost_b, mut lost_l, mut dup, mut bad) = (0, 0, 0, 0, 0, 0);
-    let (mut skipped, mut repeated, mut gaps, mut recon, mut io_err, mut sse_re) =
-        (0, 0, 0, 0, 0, 0);
-    let mut longest_quiet = Duration::ZERO;
+/// The sums over every session's counts.
+#[derive(Clone, Copy, Default)]
+struct Sums {
+    lines: u64,
+    bytes: u64,
+    lost_b: u64,
+    lost_l: u64,
+    dup: u64,
+    bad: u64,
+    skipped: u64,
+    repeated: u64,
+    gaps: u64,
+    recon: u64,
+    io_err: u64,
+    sse_re: u64,
+    longest_quiet: Duration,
+}
+
+/// Adds every session's counts up; the notices of the sessions whose
+/// output was lost or repeated.
+fn sums(sessions: &[Arc<Sess>]) -> (Sums, Vec<String>) {
+    let Sums {
+        mut lines,
+        mut bytes,
+        mut lost_b,
+        mut lost_l,
+        mut dup,
+        mut bad,
+        mut skipped,
+        mut repeated,
+        mut gaps,
+        mut recon,
+        mut io_err,
+        mut sse_re,
+        mut longest_quiet,
+    } = Sums::default();
     let mut notes = Vec::new();
-    for s in &sessions {
+    for s in sessions {
         let st = s.st.lock();
         lines += st.lines;
         bytes += st.bytes;
@@ -59,6 +89,28 @@ pub(crate) fn report(sh: &Shared, r: &Report) -> bool {
             ));
         }
     }
+    let sums = Sums {
+        lines,
+        bytes,
+        lost_b,
+        lost_l,
+        dup,
+        bad,
+        skipped,
+        repeated,
+        gaps,
+        recon,
+        io_err,
+        sse_re,
+        longest_quiet,
+    };
+    (sums, notes)
+}
+
+/// Prints the table; true when every bar holds.
+pub(crate) fn report(sh: &Shared, r: &Report) -> bool {
+    let sessions = sh.sessions.lock().clone();
+    let (u, notes) = sums(&sessions);
     let t = sh.execs.lock();
     let f = sh.faults.lock();
     let yes = |ok: bool| if ok { "holds" } else { "**FAILS**" };
@@ -79,6 +131,34 @@ pub(crate) fn report(sh: &Shared, r: &Report) -> bool {
     );
     println!();
     println!("| figure | value | bar | verdict |");
+    bar_rows(&u, &t, r, &mut row);
+    sample_rows(r, &mut row);
+    counted_rows(&u, &t, &f, r, &mut row);
+    println!();
+    details(r, &t, &notes);
+    println!(
+        "result: {}",
+        if all {
+            "every bar holds"
+        } else {
+            "a bar FAILS"
+        }
+    );
+    all
+}
+
+/// The bars of loss, exit codes, sessions down, pods leaked and stalls.
+fn bar_rows(u: &Sums, t: &ExecTotals, r: &Report, row: &mut RowFn<'_>) {
+    let Sums {
+        lost_b,
+        lost_l,
+        dup,
+        bad,
+        skipped,
+        repeated,
+        gaps,
+        ..
+    } = *u;
     println!("|---|---|---|---|");
     let session_lost = lost_b + dup + bad + skipped + repeated + gaps;
     row(
@@ -131,6 +211,10 @@ pub(crate) fn report(sh: &Shared, r: &Report) -> bool {
         "0 / 0",
         Some(t.stalled == 0 && r.hung_workers == 0),
     );
+}
+
+/// The drift bars of the daemon's RSS, threads and fds.
+fn sample_rows(r: &Report, row: &mut RowFn<'_>) {
     let get = |n: &str| r.samples.iter().find(|s| s.0 == n).map(|s| s.1);
     if let (Some(a), Some(m), Some(e)) = (get("start"), get("middle"), get("end")) {
         let steady = a.steady && m.steady && e.steady;
@@ -149,24 +233,14 @@ pub(crate) fn report(sh: &Shared, r: &Report) -> bool {
                 Some(d < DRIFT_BAR),
             );
         };
-        fig(
-            "daemon RSS start / middle / end",
-            |s| s.rss_kib,
-            "KiB",
-            &mut row,
-        );
+        fig("daemon RSS start / middle / end", |s| s.rss_kib, "KiB", row);
         fig(
             "daemon threads start / middle / end",
             |s| s.threads,
             "",
-            &mut row,
+            row,
         );
-        fig(
-            "daemon open fds start / middle / end",
-            |s| s.fds,
-            "",
-            &mut row,
-        );
+        fig("daemon open fds start / middle / end", |s| s.fds, "", row);
         if !steady {
             row(
                 "every client connected while sampling",
@@ -178,6 +252,20 @@ pub(crate) fn report(sh: &Shared, r: &Report) -> bool {
     } else {
         row("samples", "missing".into(), "3", Some(false));
     }
+}
+
+/// The figures counted, not barred: faults, retries, exec outcomes,
+/// what was checked, reconnects, the longest pause.
+fn counted_rows(u: &Sums, t: &ExecTotals, f: &FaultLog, r: &Report, row: &mut RowFn<'_>) {
+    let Sums {
+        lines,
+        bytes,
+        recon,
+        io_err,
+        sse_re,
+        longest_quiet,
+        ..
+    } = *u;
     let counts: Vec<String> = f.counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
     row(
         "faults injected (driver)",
@@ -249,7 +337,10 @@ pub(crate) fn report(sh: &Shared, r: &Report) -> bool {
         "-",
         None,
     );
-    println!();
+}
+
+/// The lists under the table (20 entries each at most).
+fn details(r: &Report, t: &ExecTotals, notes: &[String]) {
     let detail = |title: &str, v: &[String]| {
         if !v.is_empty() {
             println!("{title}:");
@@ -262,7 +353,7 @@ pub(crate) fn report(sh: &Shared, r: &Report) -> bool {
     detail("pods leaked", &r.leaked);
     detail("app exit codes lost", &r.exit_lost_runs);
     detail("app exit codes wrong", &r.exit_wrong_runs);
-    detail("sessions with lost or repeated output", &notes);
+    detail("sessions with lost or repeated output", notes);
     detail("exec details", &t.details);
     let msgs: Vec<String> = t
         .messages
@@ -270,13 +361,4 @@ pub(crate) fn report(sh: &Shared, r: &Report) -> bool {
         .map(|(m, n)| format!("{n} x {m}"))
         .collect();
     detail("exec error frames", &msgs);
-    println!(
-        "result: {}",
-        if all {
-            "every bar holds"
-        } else {
-            "a bar FAILS"
-        }
-    );
-    all
 }

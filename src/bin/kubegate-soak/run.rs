@@ -19,6 +19,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::faults::Plan;
+use kubegate::kube::client::Client;
+use std::thread::JoinHandle;
+
 pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
     let sim = sim_client(&args)?;
     ensure_target(&args, &sim)?;
@@ -44,9 +48,49 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
         execs: Mutex::new(ExecTotals::default()),
         faults: Mutex::new(FaultLog::default()),
     });
-    let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
-    let mut sse_threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
+    let mut threads: Vec<JoinHandle<()>> = Vec::new();
+    let sse_threads = start_sessions(&sh, &sim, &mut threads)?;
+    await_first_lines(&sh);
+    start_execs(&sh, &mut threads)?;
+    let mut samples = timeline(&sh, &plan);
+    let sessions = sh.sessions.lock().clone();
+    let down = sessions_down(&sh, &sessions);
+    let end_sample = sample(&sh);
+    eprintln!(
+        "soak: {:>6.1} s sample end: RSS {} KiB, {} threads, {} fds",
+        sh.elapsed(),
+        end_sample.rss_kib,
+        end_sample.threads,
+        end_sample.fds
+    );
+    samples.push(("end", end_sample));
+    let hung_workers = wind_down(&sh, threads);
+    let (exit_lost_runs, exit_wrong_runs) = killed_runs(&sessions);
+    let (metrics, sim_faults, leaked) = stop_sessions(&sh, &sessions, sse_threads, &sim);
+    Ok(report(
+        &sh,
+        &Report {
+            samples,
+            down,
+            leaked,
+            hung_workers,
+            exit_lost_runs,
+            exit_wrong_runs,
+            metrics,
+            sim_faults,
+        },
+    ))
+}
 
+/// Starts every session, 8 at a time; each worker then runs its io
+/// client (pushed to `threads`). The event readers of the sessions that
+/// started.
+fn start_sessions(
+    sh: &Arc<Shared>,
+    sim: &Client,
+    threads: &mut Vec<JoinHandle<()>>,
+) -> Result<Vec<JoinHandle<()>>, SoakError> {
+    let mut sse_threads: Vec<JoinHandle<()>> = Vec::new();
     // Sessions: started 8 at a time; each worker then runs its io client.
     let started = Instant::now();
     let (permit_tx, permit_rx) = crossbeam_channel::bounded::<()>(8);
@@ -113,7 +157,12 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
         sh.args.sessions - start_failures,
         started.elapsed().as_secs_f64()
     );
-    // The apps print once `go` arrived: wait until every one did.
+    Ok(sse_threads)
+}
+
+/// The apps print once `go` arrived: waits (up to 60 s) until every one
+/// did.
+fn await_first_lines(sh: &Shared) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let sessions = sh.sessions.lock().clone();
@@ -133,7 +182,10 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
 
+/// Starts the exec workers (pushed to `threads`).
+fn start_execs(sh: &Arc<Shared>, threads: &mut Vec<JoinHandle<()>>) -> Result<(), SoakError> {
     for w in 0..sh.args.execs {
         let sh2 = sh.clone();
         let rng = StdRng::seed_from_u64(sh.args.seed.wrapping_mul(7919).wrapping_add(w as u64));
@@ -144,12 +196,18 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
                 .map_err(|e| SoakError::Setup(format!("spawning an exec worker: {e}")))?,
         );
     }
+    Ok(())
+}
 
+/// The soak's timeline: samples at the plan's points, faults at their
+/// times, the faults cleared for the settle window, a progress line every
+/// 10 s. The samples taken.
+fn timeline(sh: &Shared, plan: &Plan) -> Vec<(&'static str, Sample)> {
     let t0 = Instant::now();
     *sh.t0.lock() = Some(t0);
     let at = |secs: f64| t0 + Duration::from_secs_f64(secs);
     let mut frng = StdRng::seed_from_u64(sh.args.seed ^ 0xfa17);
-    let mut samples: Vec<(&str, Sample)> = Vec::new();
+    let mut samples: Vec<(&'static str, Sample)> = Vec::new();
     let mut points = vec![("start", plan.warm), ("middle", plan.mid)];
     let mut next_fault = 0;
     let mut cleared = false;
@@ -162,7 +220,7 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
         if let Some((name, t)) = points.first().copied() {
             if now >= at(t) {
                 points.remove(0);
-                let s = sample(&sh);
+                let s = sample(sh);
                 eprintln!(
                     "soak: {:>6.1} s sample {name}: RSS {} KiB, {} threads, {} fds{}",
                     sh.elapsed(),
@@ -181,7 +239,7 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
         }
         if let Some((t, f)) = plan.faults.get(next_fault) {
             if now >= at(*t) {
-                inject(&sh, f, &mut frng);
+                inject(sh, f, &mut frng);
                 eprintln!("soak: {:>6.1} s fault {f:?}", sh.elapsed());
                 next_fault += 1;
                 continue;
@@ -215,11 +273,14 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    samples
+}
 
-    // Sessions down: wrong status, or (apps not killed) output stopped.
-    let sessions = sh.sessions.lock().clone();
+/// Sessions down: wrong status, or (apps not killed) output stopped, or
+/// the daemon no longer calls them running.
+fn sessions_down(sh: &Shared, sessions: &[Arc<Sess>]) -> Vec<String> {
     let mut down: Vec<String> = Vec::new();
-    for s in &sessions {
+    for s in sessions {
         let id = s.id.lock().clone();
         let st = s.st.lock();
         if let Some(e) = &st.start_error {
@@ -239,7 +300,7 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
             }
         }
     }
-    for s in &sessions {
+    for s in sessions {
         let id = s.id.lock().clone();
         if id.is_empty() {
             continue;
@@ -257,17 +318,12 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
             Err(e) => down.push(format!("{id}: GET failed: {e}")),
         }
     }
-    let end_sample = sample(&sh);
-    eprintln!(
-        "soak: {:>6.1} s sample end: RSS {} KiB, {} threads, {} fds",
-        sh.elapsed(),
-        end_sample.rss_kib,
-        end_sample.threads,
-        end_sample.fds
-    );
-    samples.push(("end", end_sample));
+    down
+}
 
-    // Wind down: execs finish their current stream, io clients close.
+/// Wind down: execs finish their current stream, io clients close. The
+/// workers not ended within 60 s.
+fn wind_down(sh: &Shared, threads: Vec<JoinHandle<()>>) -> usize {
     sh.stop.store(true, Ordering::SeqCst);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(threads.len().max(1));
     let n_workers = threads.len();
@@ -286,12 +342,15 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
             Err(_) => break,
         }
     }
-    let hung_workers = n_workers - joined;
+    n_workers - joined
+}
 
-    // Killed apps: their run end must have come, with 137.
+/// Killed apps: their run end must have come, with 137. The lost and the
+/// wrong ones.
+fn killed_runs(sessions: &[Arc<Sess>]) -> (Vec<String>, Vec<String>) {
     let mut exit_lost_runs = Vec::new();
     let mut exit_wrong_runs = Vec::new();
-    for s in &sessions {
+    for s in sessions {
         let killed = s.st.lock().killed_at;
         let Some(killed) = killed else { continue };
         let id = s.id.lock().clone();
@@ -311,8 +370,17 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+    (exit_lost_runs, exit_wrong_runs)
+}
 
-    // Daemon and sim counters, then stop every session and look for pods.
+/// The daemon's metrics and the sim's fault counters, then every session
+/// stopped and the session pods left (60 s to go).
+fn stop_sessions(
+    sh: &Shared,
+    sessions: &[Arc<Sess>],
+    sse_threads: Vec<JoinHandle<()>>,
+    sim: &Client,
+) -> (String, Value, Vec<String>) {
     let metrics = http(
         &sh.args.daemon,
         "GET",
@@ -333,7 +401,7 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
     )
     .map(|(_, b)| json_of(&b))
     .unwrap_or(Value::Null);
-    for s in &sessions {
+    for s in sessions {
         s.sse_done.store(true, Ordering::SeqCst);
         let id = s.id.lock().clone();
         if id.is_empty() {
@@ -360,30 +428,18 @@ pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     let leaked = loop {
-        match watch_pods(&sim) {
+        match watch_pods(sim) {
             Ok(p) if p.is_empty() => break p,
             Ok(p) if Instant::now() >= deadline => break p,
             Err(e) if Instant::now() >= deadline => break vec![format!("(unknown: {e})")],
             _ => std::thread::sleep(Duration::from_millis(200)),
         }
     };
-
-    Ok(report(
-        &sh,
-        &Report {
-            samples,
-            down,
-            leaked,
-            hung_workers,
-            exit_lost_runs,
-            exit_wrong_runs,
-            metrics,
-            sim_faults,
-        },
-    ))
+    (metrics, sim_faults, leaked)
 }
 
-pub(crate) fn post_fault_seed(a: &Args) -> Result<(), SoakError> {
+/// Seeds the sim's fault randomness, so a soak can be replayed.
+fn post_fault_seed(a: &Args) -> Result<(), SoakError> {
     let (st, b) = http(
         &sim_addr(&a.sim),
         "POST",
