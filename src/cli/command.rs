@@ -141,11 +141,16 @@ pub enum Command<'a> {
     InstallSelf(&'a [String]),
 }
 
+/// How `--uid-range FIRST-LAST` is read: the sim's own rule
+/// (`sim::pod_users::parse_range`), passed in by `main.rs` (`cli` does not
+/// import `sim`).
+pub type UidRangeRule<'a, E> = &'a dyn Fn(&str) -> Result<(u32, u32), E>;
+
 /// Reads the command line after the program name. `uid_range` reads
 /// `--uid-range FIRST-LAST` (the sim's own rule, `sim::pod_users`).
 pub fn parse<'a, E: fmt::Display>(
     argv: &'a [String],
-    uid_range: &dyn Fn(&str) -> Result<(u32, u32), E>,
+    uid_range: UidRangeRule<'_, E>,
 ) -> Result<Command<'a>, UsageError> {
     let Some((word, rest)) = argv.split_first() else {
         return Err(usage("missing command"));
@@ -194,19 +199,28 @@ fn config_flag(argv: &[String]) -> Result<PathBuf, UsageError> {
 /// give them.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SimArgs {
+    /// `--listen IP:PORT` (default [`SIM_DEFAULT_LISTEN`]).
     pub listen: SocketAddr,
+    /// `--kubeconfig-out PATH`: where the sim writes a kubeconfig for it.
     pub kubeconfig_out: Option<PathBuf>,
-    /// Implied by any credential: kubectl (client-go) sends no token or
-    /// client certificate to a plain-HTTP server.
+    /// `--tls`, and implied by any credential: kubectl (client-go) sends no
+    /// token or client certificate to a plain-HTTP server.
     pub tls: bool,
     /// The bearer token; `None` with `--no-auth` or `--client-ca` alone.
     pub token: Option<String>,
+    /// `--client-ca`: clients authenticate with a certificate.
     pub client_ca: bool,
+    /// `--state-dir DIR`: the sim's objects survive a restart there.
     pub state_dir: Option<PathBuf>,
+    /// `--namespace NAME`, repeated: namespaces created at start.
     pub namespaces: Vec<String>,
+    /// `--fail-image GLOB`, repeated: images whose pulls fail.
     pub fail_images: Vec<String>,
+    /// `--allow-remote`: listen beyond loopback.
     pub allow_remote: bool,
+    /// `--request-log FILE`: one JSON line per API request.
     pub request_log: Option<PathBuf>,
+    /// `--pods-dir DIR`: where pods' folders live.
     pub pods_dir: Option<PathBuf>,
     /// `--uid-range`: `None` the sim's default, `Some(None)` `off`.
     pub uid_range: Option<Option<(u32, u32)>>,
@@ -265,7 +279,7 @@ fn non_empty(flag: &str, v: String) -> Result<String, UsageError> {
 /// The sim's flags; the credential is settled by [`settle_auth`].
 fn parse_sim<E: fmt::Display>(
     argv: &[String],
-    uid_range: &dyn Fn(&str) -> Result<(u32, u32), E>,
+    uid_range: UidRangeRule<'_, E>,
 ) -> Result<SimArgs, UsageError> {
     let mut a = SimArgs {
         listen: SIM_DEFAULT_LISTEN,

@@ -16,7 +16,7 @@
 //! dev` (which turns it into a start request): every key contract.md names
 //! and no other, so a typo (`port = 8080`) is an error before anything
 //! starts rather than a silently missing port. Ports go through the same
-//! [`port`] reading as [`app_ports`], so both spellings mean the same to
+//! `port` reading as [`app_ports`], so both spellings mean the same to
 //! both readers.
 
 use crate::session::spec::{Io, Port, Protocol};

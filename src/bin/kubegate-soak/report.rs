@@ -50,37 +50,23 @@ struct Sums {
 /// Adds every session's counts up; the notices of the sessions whose
 /// output was lost or repeated.
 fn sums(sessions: &[Arc<Sess>]) -> (Sums, Vec<String>) {
-    let Sums {
-        mut lines,
-        mut bytes,
-        mut lost_b,
-        mut lost_l,
-        mut dup,
-        mut bad,
-        mut skipped,
-        mut repeated,
-        mut gaps,
-        mut recon,
-        mut io_err,
-        mut sse_re,
-        mut longest_quiet,
-    } = Sums::default();
+    let mut u = Sums::default();
     let mut notes = Vec::new();
     for s in sessions {
         let st = s.st.lock();
-        lines += st.lines;
-        bytes += st.bytes;
-        lost_b += st.lost_bytes;
-        lost_l += st.lost_lines;
-        dup += st.dup_lines;
-        bad += st.bad_lines;
-        skipped += st.seq_skipped;
-        repeated += st.seq_repeated;
-        gaps += st.gap_frames;
-        recon += st.reconnects;
-        io_err += st.io_errors;
-        sse_re += st.sse_reconnects;
-        longest_quiet = longest_quiet.max(st.longest_quiet);
+        u.lines += st.lines;
+        u.bytes += st.bytes;
+        u.lost_b += st.lost_bytes;
+        u.lost_l += st.lost_lines;
+        u.dup += st.dup_lines;
+        u.bad += st.bad_lines;
+        u.skipped += st.seq_skipped;
+        u.repeated += st.seq_repeated;
+        u.gaps += st.gap_frames;
+        u.recon += st.reconnects;
+        u.io_err += st.io_errors;
+        u.sse_re += st.sse_reconnects;
+        u.longest_quiet = u.longest_quiet.max(st.longest_quiet);
         if st.lost_lines + st.dup_lines + st.bad_lines + st.seq_skipped + st.gap_frames > 0 {
             notes.push(format!(
                 "{}: {:?}",
@@ -89,22 +75,7 @@ fn sums(sessions: &[Arc<Sess>]) -> (Sums, Vec<String>) {
             ));
         }
     }
-    let sums = Sums {
-        lines,
-        bytes,
-        lost_b,
-        lost_l,
-        dup,
-        bad,
-        skipped,
-        repeated,
-        gaps,
-        recon,
-        io_err,
-        sse_re,
-        longest_quiet,
-    };
-    (sums, notes)
+    (u, notes)
 }
 
 /// Prints the table; true when every bar holds.

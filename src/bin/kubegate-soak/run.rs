@@ -305,14 +305,7 @@ fn sessions_down(sh: &Shared, sessions: &[Arc<Sess>]) -> Vec<String> {
         if id.is_empty() {
             continue;
         }
-        match http(
-            &sh.args.daemon,
-            "GET",
-            &format!("/v1/sessions/{id}"),
-            Some(&sh.args.token),
-            None,
-            Duration::from_secs(30),
-        ) {
+        match daemon_call(sh, "GET", &format!("/v1/sessions/{id}")) {
             Ok((200, b)) if json_of(&b)["status"] == "running" => {}
             Ok((st, b)) => down.push(format!("{id}: GET {st} {}", json_of(&b)["status"])),
             Err(e) => down.push(format!("{id}: GET failed: {e}")),
@@ -381,16 +374,9 @@ fn stop_sessions(
     sse_threads: Vec<JoinHandle<()>>,
     sim: &Client,
 ) -> (String, Value, Vec<String>) {
-    let metrics = http(
-        &sh.args.daemon,
-        "GET",
-        "/metrics",
-        Some(&sh.args.token),
-        None,
-        Duration::from_secs(30),
-    )
-    .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
-    .unwrap_or_default();
+    let metrics = daemon_call(sh, "GET", "/metrics")
+        .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     let sim_faults = http(
         &sim_addr(&sh.args.sim),
         "GET",
@@ -407,14 +393,7 @@ fn stop_sessions(
         if id.is_empty() {
             continue;
         }
-        match http(
-            &sh.args.daemon,
-            "DELETE",
-            &format!("/v1/sessions/{id}"),
-            Some(&sh.args.token),
-            None,
-            Duration::from_secs(30),
-        ) {
+        match daemon_call(sh, "DELETE", &format!("/v1/sessions/{id}")) {
             Ok((204, _)) => {}
             Ok((st, b)) => eprintln!("soak: DELETE {id}: {st} {}", json_of(&b)),
             Err(e) => eprintln!("soak: DELETE {id}: {e}"),
@@ -436,6 +415,18 @@ fn stop_sessions(
         }
     };
     (metrics, sim_faults, leaked)
+}
+
+/// One bodiless request to the daemon with the soak's token (30 s).
+fn daemon_call(sh: &Shared, method: &str, path: &str) -> Result<(u16, Vec<u8>), SoakError> {
+    http(
+        &sh.args.daemon,
+        method,
+        path,
+        Some(&sh.args.token),
+        None,
+        Duration::from_secs(30),
+    )
 }
 
 /// Seeds the sim's fault randomness, so a soak can be replayed.

@@ -323,14 +323,20 @@ fn output_flag(
     Ok(true)
 }
 
+/// [`read_options`] for a command whose own option is `--output`.
+fn read_output_options(
+    args: &[String],
+    common: &mut CommonRaw,
+    output: &mut Option<OutputFormat>,
+) -> Result<Option<Vec<String>>, CliError> {
+    read_options(args, common, |name, p| output_flag(name, p, output))
+}
+
 /// Parses `kubegate workspaces` arguments (after the word `workspaces`).
 pub fn parse_workspaces(args: &[String], env: Env<'_>) -> Result<Parsed<WorkspacesArgs>, CliError> {
     let mut common = CommonRaw::default();
     let mut output = None;
-    let Some(pos) = read_options(args, &mut common, |name, p| {
-        output_flag(name, p, &mut output)
-    })?
-    else {
+    let Some(pos) = read_output_options(args, &mut common, &mut output)? else {
         return Ok(Parsed::Help);
     };
     if let Some(extra) = pos.first() {
@@ -439,10 +445,7 @@ fn port_arg(what: &str, s: &str, zero_ok: bool) -> Result<u16, CliError> {
 pub fn parse_sessions(args: &[String], env: Env<'_>) -> Result<Parsed<SessionsArgs>, CliError> {
     let mut common = CommonRaw::default();
     let mut output = None;
-    let Some(pos) = read_options(args, &mut common, |name, p| {
-        output_flag(name, p, &mut output)
-    })?
-    else {
+    let Some(pos) = read_output_options(args, &mut common, &mut output)? else {
         return Ok(Parsed::Help);
     };
     let op = match pos
