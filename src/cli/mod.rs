@@ -1,13 +1,18 @@
-//! The client commands that talk to a running daemon (contract.md, "Client
-//! commands"): `kubegate exec`, `kubegate workspaces`, `kubegate sessions`,
-//! `kubegate attach`, `kubegate port-forward` and `kubegate dev`. Decisions (exit codes,
-//! client-side error codes, `-t` without a terminal, environment variables,
-//! the attach state file, the detach key): docs/cli.md.
+//! The binary's command line (`command`: the command word and the flags of
+//! `serve`, `check-config` and `sim`) and the client commands that talk to
+//! a running daemon (contract.md, "Client commands"): `kubegate exec`,
+//! `kubegate workspaces`, `kubegate sessions`, `kubegate attach`, `kubegate
+//! port-forward` and `kubegate dev`. Decisions (exit codes, client-side
+//! error codes, `-t` without a terminal, environment variables, the attach
+//! state file, the detach key): docs/cli.md. Exit codes and the client-side
+//! error codes live in `crate::exit`; every command line is read with
+//! lexopt.
 //!
 //! - `command`: the binary's top-level command line (`kubegate WORD …`,
 //!   the `serve`, `check-config` and `sim` flags), what `main.rs` dispatches on;
-//! - `args`: argument parsing, pure (the environment is passed in), so every
-//!   case is unit-tested;
+//! - `args`: the client commands' argument parsing, pure (the environment
+//!   is passed in), so every case is unit-tested; `args::help` their help
+//!   texts;
 //! - `net`: the daemon connection: TCP + TLS through `kube::remote::connect`
 //!   (one connect path, one deadline), a tiny HTTP/1.1 GET and the WebSocket
 //!   upgrade;
