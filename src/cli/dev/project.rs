@@ -357,7 +357,7 @@ io = "tty"
         let e = p.stdin_app(Some("nope")).unwrap_err();
         assert!(e.is_usage() && e.message.contains("web, worker"), "{e}");
 
-        let limits = BundleLimits::from(&crate::config::SessionsSection::default());
+        let limits = BundleLimits::default();
         let (files, picture) = p.bundle(&limits).unwrap();
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(
@@ -415,7 +415,7 @@ io = "tty"
         )
         .unwrap();
         let p = Project::load(&d).unwrap();
-        let limits = BundleLimits::from(&crate::config::SessionsSection::default());
+        let limits = BundleLimits::default();
         let e = p.bundle(&limits).unwrap_err();
         assert!(e.is_config() && e.message.contains("main.sh"), "{e}");
         // Over the limits, judged from sizes alone.
