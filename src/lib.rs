@@ -10,6 +10,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod exit;
 pub mod files;
 pub mod http;
 pub mod kube;
@@ -23,9 +24,3 @@ pub mod token;
 
 #[doc(hidden)]
 pub mod fuzzing;
-
-/// Entry point of the `kubegate` binary; returns the process exit code.
-pub fn cli_main() -> i32 {
-    eprintln!("kubegate: no command yet");
-    2
-}

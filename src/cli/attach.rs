@@ -20,7 +20,8 @@ use super::args::AttachArgs;
 use super::io_socket::{self, Closed, Frame, IoSocket};
 use super::net::Client;
 use super::term::{self, RawMode};
-use super::{codes, local_io, CliError, EXEC_OWN_ERROR};
+use super::{local_io, CliError};
+use crate::exit::{self, codes};
 use crossbeam_channel::{bounded, never, select, tick, Receiver, Sender};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -121,16 +122,15 @@ pub fn run(a: &AttachArgs) -> Result<i32, CliError> {
         last: start,
         saved: start,
     };
-    let result = attach_loop(
-        &client,
-        a,
+    let at = Attach {
+        client: &client,
         on_terminal,
         raw,
-        &input_rx,
-        &mut seen,
-        &state,
-        &key,
-    );
+        input_rx: &input_rx,
+        state: &state,
+        key: &key,
+    };
+    let result = attach_loop(&at, a, &mut seen);
     if let Some(s) = &state {
         seen.save(s, &key);
     }
@@ -168,7 +168,7 @@ pub fn run(a: &AttachArgs) -> Result<i32, CliError> {
             );
             Ok(1)
         }
-        Ok(End::StdoutClosed) => Ok(EXEC_OWN_ERROR),
+        Ok(End::StdoutClosed) => Ok(exit::OWN_ERROR),
         Err(e) => {
             if raw {
                 eprint!("\r\n");
@@ -221,22 +221,31 @@ enum SocketEnd {
     Slow,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn attach_loop(
-    client: &Client,
-    a: &AttachArgs,
+/// What every socket of one attach shares: the daemon, the terminal, our
+/// input, and where the last seq seen is kept.
+struct Attach<'a> {
+    client: &'a Client,
     on_terminal: bool,
+    /// The local terminal is in raw mode (a tty app on a terminal).
     raw: bool,
-    input_rx: &Receiver<Input>,
-    seen: &mut Seen,
-    state: &Option<StateFile>,
-    key: &str,
-) -> Result<End, CliError> {
+    input_rx: &'a Receiver<Input>,
+    state: &'a Option<StateFile>,
+    /// The state file's key: server, session and app.
+    key: &'a str,
+}
+
+fn attach_loop(at: &Attach<'_>, a: &AttachArgs, seen: &mut Seen) -> Result<End, CliError> {
     let mut slow_in_a_row = 0;
     loop {
-        let sock = IoSocket::open(client, &a.session, &a.app, seen.last, "kubegate-attach-io")?;
+        let sock = IoSocket::open(
+            at.client,
+            &a.session,
+            &a.app,
+            seen.last,
+            "kubegate-attach-io",
+        )?;
         let before = seen.last;
-        match one_socket(client, sock, on_terminal, raw, input_rx, seen, state, key)? {
+        match one_socket(at, sock, seen)? {
             SocketEnd::End(e) => return Ok(e),
             SocketEnd::Slow => {
                 slow_in_a_row = if seen.last == before {
@@ -255,17 +264,15 @@ fn attach_loop(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn one_socket(
-    client: &Client,
-    sock: IoSocket,
-    on_terminal: bool,
-    raw: bool,
-    input_rx: &Receiver<Input>,
-    seen: &mut Seen,
-    state: &Option<StateFile>,
-    key: &str,
-) -> Result<SocketEnd, CliError> {
+fn one_socket(at: &Attach<'_>, sock: IoSocket, seen: &mut Seen) -> Result<SocketEnd, CliError> {
+    let Attach {
+        client,
+        on_terminal,
+        raw,
+        input_rx,
+        state,
+        key,
+    } = *at;
     // The app's terminal gets our size (a streams app ignores it).
     if on_terminal {
         if let Some((cols, rows)) = term::window_size() {

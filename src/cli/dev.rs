@@ -35,8 +35,8 @@ use super::args::DevArgs;
 use super::events::{self, SessionEvent};
 use super::io_socket::{self, Closed, Frame, IoSocket};
 use super::net::Client;
-use super::{codes, local_io, term, CliError};
-use crate::config::SessionsSection;
+use super::{local_io, term, CliError};
+use crate::exit::codes;
 use crate::runner::watch::{self, WatchMode};
 use crate::session::spec::{BundleLimits, Io};
 use crossbeam_channel::{bounded, never, select, Receiver, RecvTimeoutError, Sender};
@@ -108,7 +108,7 @@ pub fn run(a: &DevArgs) -> Result<i32, CliError> {
     let project = Project::load(&a.dir)?;
     let stdin_app = project.stdin_app(a.stdin.as_deref())?;
     let client = Arc::new(Client::new(&a.common)?);
-    let limits = BundleLimits::from(&SessionsSection::default());
+    let limits = BundleLimits::default();
 
     // Watching starts before the folder is read: a change made while the
     // bundle is read or uploaded is synced once the session runs.

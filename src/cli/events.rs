@@ -11,7 +11,8 @@
 //! after the session's terminal status (the daemon closes it).
 
 use super::net::Client;
-use super::{codes, CliError};
+use super::CliError;
+use crate::exit::codes;
 use crate::http::parse::ChunkedDecoder;
 use crate::http::stream::ClientSocket;
 use crate::kube::remote::handshake::{framing, Framing};

@@ -19,8 +19,9 @@
 use super::args::ExecArgs;
 use super::net::{exec_query, Client};
 use super::term::{self, RawMode};
-use super::{codes, local_io, CliError};
+use super::{local_io, CliError};
 use crate::exec::frames::{ClientFrame, ServerFrame};
+use crate::exit::codes;
 use crate::http::ws::{run_stream, try_outbox, Outbox, WsEnd, WsOptions};
 use crossbeam_channel::{bounded, Receiver};
 use std::io::{self, Read, Write};
@@ -122,7 +123,7 @@ pub fn run(a: &ExecArgs) -> Result<i32, CliError> {
     match outcome {
         Outcome::Exit(code) => Ok(code),
         Outcome::Failed(e) => Err(e),
-        Outcome::StdoutClosed => Ok(super::EXEC_OWN_ERROR),
+        Outcome::StdoutClosed => Ok(crate::exit::OWN_ERROR),
         Outcome::Ended => Err(CliError::new(
             codes::DISCONNECTED,
             format!(
@@ -183,7 +184,7 @@ pub fn exit_code(remote: i32) -> i32 {
     if (0..=255).contains(&remote) {
         remote
     } else {
-        super::EXEC_OWN_ERROR
+        crate::exit::OWN_ERROR
     }
 }
 

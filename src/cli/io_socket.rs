@@ -13,7 +13,8 @@
 //! with the last seq it showed.
 
 use super::net::Client;
-use super::{codes, local_io, CliError};
+use super::{local_io, CliError};
+use crate::exit::codes;
 use crate::http::ws::{run_stream, try_outbox, Outbox, WsEnd, WsOptions};
 use crate::kube::remote::request::pct;
 use crate::session::io::{decode_frame, CLOSE_ENDED, CLOSE_SLOW, CLOSE_UNKNOWN, SUBPROTOCOL};

@@ -1,11 +1,18 @@
-//! The client commands that talk to a running daemon (contract.md, "Client
-//! commands"): `kubegate exec`, `kubegate workspaces`, `kubegate sessions`,
-//! `kubegate attach`, `kubegate port-forward` and `kubegate dev`. Decisions (exit codes,
-//! client-side error codes, `-t` without a terminal, environment variables,
-//! the attach state file, the detach key): docs/cli.md.
+//! The binary's command line (`command`: the command word and the flags of
+//! `serve`, `check-config` and `sim`) and the client commands that talk to
+//! a running daemon (contract.md, "Client commands"): `kubegate exec`,
+//! `kubegate workspaces`, `kubegate sessions`, `kubegate attach`, `kubegate
+//! port-forward` and `kubegate dev`. Decisions (exit codes, client-side
+//! error codes, `-t` without a terminal, environment variables, the attach
+//! state file, the detach key): docs/cli.md. Exit codes and the client-side
+//! error codes live in `crate::exit`; every command line is read with
+//! lexopt.
 //!
-//! - `args`: argument parsing, pure (the environment is passed in), so every
-//!   case is unit-tested;
+//! - `command`: the binary's top-level command line (`kubegate WORD …`,
+//!   the `serve`, `check-config` and `sim` flags), what `main.rs` dispatches on;
+//! - `args`: the client commands' argument parsing, pure (the environment
+//!   is passed in), so every case is unit-tested; `args::help` their help
+//!   texts;
 //! - `net`: the daemon connection: TCP + TLS through `kube::remote::connect`
 //!   (one connect path, one deadline), a tiny HTTP/1.1 GET and the WebSocket
 //!   upgrade;
@@ -29,6 +36,7 @@
 
 mod args;
 mod attach;
+pub mod command;
 mod dev;
 mod events;
 mod exec;
@@ -39,37 +47,10 @@ mod sessions;
 mod term;
 mod workspaces;
 
-pub use args::{
-    AttachArgs, DevArgs, ExecArgs, Parsed, PortForwardArgs, SessionsArgs, WorkspacesArgs,
-};
+pub use args::{AttachArgs, DevArgs, ExecArgs, PortForwardArgs, SessionsArgs, WorkspacesArgs};
 
+use crate::exit::{self, codes, Parsed};
 use std::fmt;
-
-/// Exit code of `kubegate exec` for its own errors, usage errors included
-/// (as ssh does): the remote command's codes are 0..=255 and pass through.
-pub const EXEC_OWN_ERROR: i32 = 255;
-
-/// Client-side error codes (the daemon's own are `api::Code`).
-pub mod codes {
-    /// Bad flags or arguments.
-    pub const USAGE: &str = "USAGE";
-    /// A token file or CA file that cannot be used, or no token at all.
-    pub const CONFIG: &str = "CONFIG";
-    /// The daemon could not be reached: DNS, TCP connect, TLS handshake
-    /// (certificate verification included) or no answer before the deadline.
-    pub const UNREACHABLE: &str = "UNREACHABLE";
-    /// The server answered, but not as a kubegate daemon does (not a
-    /// WebSocket, wrong subprotocol, a frame or body that does not decode).
-    pub const PROTOCOL: &str = "PROTOCOL";
-    /// The exec stream ended before the command's exit status came.
-    pub const DISCONNECTED: &str = "DISCONNECTED";
-    /// Reading our stdin or writing our stdout/stderr failed.
-    pub const LOCAL_IO: &str = "LOCAL_IO";
-    /// `kubegate dev`: the folder's `kubegate.toml` is missing, malformed,
-    /// or declares something a session cannot have (a configuration
-    /// error: exit 2).
-    pub const MANIFEST: &str = "MANIFEST";
-}
 
 /// A local I/O failure: `LOCAL_IO`, saying what was being done.
 pub(crate) fn local_io(what: &str, e: impl fmt::Display) -> CliError {
@@ -129,132 +110,120 @@ fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
+/// How a client command's own failures become exit codes.
+#[derive(Clone, Copy)]
+enum Exits {
+    /// 2 usage or configuration error, 1 any other failure.
+    Plain,
+    /// [`exit::OWN_ERROR`] (255) for every failure of kubegate's own: the
+    /// command passes a remote exit code on (`exec`, `attach`).
+    Own,
+}
+
+/// One client command: its parsed arguments (or the parse error), its help,
+/// its synopsis, how it exits, and what runs it (returning the exit code).
+fn client_main<A>(
+    parsed: Result<Parsed<A>, CliError>,
+    help: &str,
+    synopsis: &str,
+    exits: Exits,
+    run: impl FnOnce(&A) -> Result<i32, CliError>,
+) -> i32 {
+    let result = match parsed {
+        Ok(Parsed::Help) => {
+            print!("{help}");
+            return exit::SUCCESS;
+        }
+        Ok(Parsed::Run(a)) => run(&a),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            report(&e, synopsis);
+            match exits {
+                Exits::Plain => exit::for_code(&e.code),
+                Exits::Own => exit::OWN_ERROR,
+            }
+        }
+    }
+}
+
 /// `kubegate exec …`: returns the process exit code (the remote command's,
 /// or 255 for kubegate's own errors).
 pub fn exec_main(argv: &[String]) -> i32 {
-    match args::parse_exec(argv, &env_var) {
-        Ok(Parsed::Help) => {
-            print!("{}", args::EXEC_HELP);
-            0
-        }
-        Ok(Parsed::Run(a)) => match exec::run(&a) {
-            Ok(code) => code,
-            Err(e) => {
-                report(&e, args::EXEC_SYNOPSIS);
-                EXEC_OWN_ERROR
-            }
-        },
-        Err(e) => {
-            report(&e, args::EXEC_SYNOPSIS);
-            EXEC_OWN_ERROR
-        }
-    }
+    let parsed = args::parse_exec(argv, &env_var);
+    client_main(
+        parsed,
+        &args::help::exec_help(),
+        args::help::EXEC_SYNOPSIS,
+        Exits::Own,
+        exec::run,
+    )
 }
 
 /// `kubegate workspaces …`: 0 success, 2 usage or configuration error, 1
 /// any other failure.
 pub fn workspaces_main(argv: &[String]) -> i32 {
-    let a = match args::parse_workspaces(argv, &env_var) {
-        Ok(Parsed::Help) => {
-            print!("{}", args::WORKSPACES_HELP);
-            return 0;
-        }
-        Ok(Parsed::Run(a)) => a,
-        Err(e) => {
-            report(&e, args::WORKSPACES_SYNOPSIS);
-            return 2;
-        }
-    };
-    match workspaces::run(&a) {
-        Ok(()) => 0,
-        Err(e) => {
-            report(&e, args::WORKSPACES_SYNOPSIS);
-            if e.is_usage() || e.is_config() {
-                2
-            } else {
-                1
-            }
-        }
-    }
-}
-
-/// Exit code of the 0/1/2 commands for an error.
-fn plain_exit(e: &CliError, synopsis: &str) -> i32 {
-    report(e, synopsis);
-    if e.is_usage() || e.is_config() {
-        2
-    } else {
-        1
-    }
+    let parsed = args::parse_workspaces(argv, &env_var);
+    client_main(
+        parsed,
+        &args::help::workspaces_help(),
+        args::help::WORKSPACES_SYNOPSIS,
+        Exits::Plain,
+        |a| workspaces::run(a).map(|()| exit::SUCCESS),
+    )
 }
 
 /// `kubegate sessions …`: 0 success, 2 usage or configuration error, 1
 /// any other failure.
 pub fn sessions_main(argv: &[String]) -> i32 {
-    match args::parse_sessions(argv, &env_var) {
-        Ok(Parsed::Help) => {
-            print!("{}", args::sessions_help());
-            0
-        }
-        Ok(Parsed::Run(a)) => match sessions::run(&a) {
-            Ok(()) => 0,
-            Err(e) => plain_exit(&e, args::SESSIONS_SYNOPSIS),
-        },
-        Err(e) => plain_exit(&e, args::SESSIONS_SYNOPSIS),
-    }
+    let parsed = args::parse_sessions(argv, &env_var);
+    client_main(
+        parsed,
+        &args::help::sessions_help(),
+        args::help::SESSIONS_SYNOPSIS,
+        Exits::Plain,
+        |a| sessions::run(a).map(|()| exit::SUCCESS),
+    )
 }
 
 /// `kubegate attach …`: 0 detached, 1 the session ended, 255 kubegate's
 /// own errors (usage included, as exec).
 pub fn attach_main(argv: &[String]) -> i32 {
-    match args::parse_attach(argv, &env_var) {
-        Ok(Parsed::Help) => {
-            print!("{}", args::attach_help());
-            0
-        }
-        Ok(Parsed::Run(a)) => match attach::run(&a) {
-            Ok(code) => code,
-            Err(e) => {
-                report(&e, args::ATTACH_SYNOPSIS);
-                EXEC_OWN_ERROR
-            }
-        },
-        Err(e) => {
-            report(&e, args::ATTACH_SYNOPSIS);
-            EXEC_OWN_ERROR
-        }
-    }
+    let parsed = args::parse_attach(argv, &env_var);
+    client_main(
+        parsed,
+        &args::help::attach_help(),
+        args::help::ATTACH_SYNOPSIS,
+        Exits::Own,
+        attach::run,
+    )
 }
 
 /// `kubegate port-forward …`: 0 after a stop by signal, 2 usage or
 /// configuration error, 1 any other failure.
 pub fn port_forward_main(argv: &[String]) -> i32 {
-    match args::parse_port_forward(argv, &env_var) {
-        Ok(Parsed::Help) => {
-            print!("{}", args::port_forward_help());
-            0
-        }
-        Ok(Parsed::Run(a)) => match port_forward::run(&a) {
-            Ok(()) => 0,
-            Err(e) => plain_exit(&e, args::PORT_FORWARD_SYNOPSIS),
-        },
-        Err(e) => plain_exit(&e, args::PORT_FORWARD_SYNOPSIS),
-    }
+    let parsed = args::parse_port_forward(argv, &env_var);
+    client_main(
+        parsed,
+        &args::help::port_forward_help(),
+        args::help::PORT_FORWARD_SYNOPSIS,
+        Exits::Plain,
+        |a| port_forward::run(a).map(|()| exit::SUCCESS),
+    )
 }
 
 /// `kubegate dev …`: 0 once the session stopped (or was suspended) after
 /// Ctrl-C; 2 usage, configuration or manifest error (nothing started); 1
 /// any other failure (docs/dev.md).
 pub fn dev_main(argv: &[String]) -> i32 {
-    match args::parse_dev(argv, &env_var) {
-        Ok(Parsed::Help) => {
-            print!("{}", args::dev_help());
-            0
-        }
-        Ok(Parsed::Run(a)) => match dev::run(&a) {
-            Ok(code) => code,
-            Err(e) => plain_exit(&e, args::DEV_SYNOPSIS),
-        },
-        Err(e) => plain_exit(&e, args::DEV_SYNOPSIS),
-    }
+    let parsed = args::parse_dev(argv, &env_var);
+    client_main(
+        parsed,
+        &args::help::dev_help(),
+        args::help::DEV_SYNOPSIS,
+        Exits::Plain,
+        dev::run,
+    )
 }

@@ -6,9 +6,10 @@
 //! `Authorization` header only, never in a URL, a log or an error.
 
 use super::args::{CommonArgs, ExecArgs};
-use super::{codes, CliError};
+use super::CliError;
 use crate::api::ApiError;
 use crate::exec::frames::SUBPROTOCOL;
+use crate::exit::codes;
 use crate::http::stream::ClientSocket;
 use crate::kube::connection::{Anonymous, Connection, TlsMaterial};
 use crate::kube::remote::connect::{self, dial, read_body, read_head};

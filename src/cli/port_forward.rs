@@ -17,7 +17,8 @@
 
 use super::args::PortForwardArgs;
 use super::net::Client;
-use super::{codes, local_io, CliError};
+use super::{local_io, CliError};
+use crate::exit::codes;
 use crate::kube::remote::handshake::decode_chunked;
 use crate::session::relay::end_to_end_headers;
 use crossbeam_channel::{bounded, Receiver, Sender};

@@ -6,7 +6,8 @@
 
 use super::args::{OutputFormat, SessionsArgs, SessionsOp};
 use super::net::Client;
-use super::{codes, CliError};
+use super::CliError;
+use crate::exit::codes;
 use serde_json::Value;
 use std::io::Write;
 

@@ -3,7 +3,8 @@
 
 use super::args::{OutputFormat, WorkspacesArgs};
 use super::net::Client;
-use super::{codes, CliError};
+use super::CliError;
+use crate::exit::codes;
 use serde::Deserialize;
 use std::io::Write;
 

@@ -1,8 +1,10 @@
 //! `kubegate app-runner` argument parsing, pure: the environment comes in as
-//! a function (docs/runner.md, "Command line").
+//! a function (docs/runner.md, "Command line"). Options are read with
+//! lexopt (`--flag V` or `--flag=V`); flags win over the environment.
 
+use super::error::RunnerError;
 use super::watch::WatchMode;
-use crate::cli::{codes, CliError, Parsed};
+use crate::exit::Parsed;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -74,17 +76,29 @@ pub struct RunnerArgs {
     pub poll: Duration,
 }
 
-fn usage(m: impl Into<String>) -> CliError {
-    CliError::new(codes::USAGE, m)
+fn usage(m: impl Into<String>) -> RunnerError {
+    RunnerError::usage(m)
 }
+
+/// An inspect address that is not `HOST:PORT` (the text as given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotHostPort(pub String);
+
+impl std::fmt::Display for NotHostPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} is not HOST:PORT", self.0)
+    }
+}
+
+impl std::error::Error for NotHostPort {}
 
 /// `HOST:PORT`, `[V6]:PORT`, or a bare IPv6 address with its port after
 /// the last colon (what `$(POD_IP):9230` gives on an IPv6 pod network).
-pub fn parse_inspect_addr(s: &str) -> Result<InspectAddr, String> {
+pub fn parse_inspect_addr(s: &str) -> Result<InspectAddr, NotHostPort> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(InspectAddr::Ip(a));
     }
-    let bad = || format!("{s:?} is not HOST:PORT");
+    let bad = || NotHostPort(s.to_string());
     let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port.parse().map_err(|_| bad())?;
     let host = host
@@ -105,7 +119,7 @@ pub fn parse_inspect_addr(s: &str) -> Result<InspectAddr, String> {
     Ok(InspectAddr::Name(host.to_string(), port))
 }
 
-fn millis(what: &str, v: &str, min: u64) -> Result<Duration, CliError> {
+fn millis(what: &str, v: &str, min: u64) -> Result<Duration, RunnerError> {
     match v.trim().parse::<u64>() {
         Ok(n) if (min..=MAX_MS).contains(&n) => Ok(Duration::from_millis(n)),
         _ => Err(usage(format!(
@@ -118,7 +132,8 @@ fn millis(what: &str, v: &str, min: u64) -> Result<Duration, CliError> {
 pub fn parse(
     argv: &[String],
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Parsed<RunnerArgs>, CliError> {
+) -> Result<Parsed<RunnerArgs>, RunnerError> {
+    use lexopt::prelude::*;
     let env = |k: &str| env(k).filter(|v| !v.trim().is_empty());
     let mut root = env(ENV_ROOT);
     let mut inspect = env(ENV_INSPECT);
@@ -128,47 +143,28 @@ pub fn parse(
     let mut watch = env(ENV_WATCH).map(|v| (ENV_WATCH, v));
     let mut poll = env(ENV_POLL).map(|v| (ENV_POLL, v));
     let mut command = Vec::new();
-    let mut i = 0;
-    while i < argv.len() {
-        let a = argv[i].as_str();
-        if a == "--" {
-            command = argv[i + 1..].to_vec();
-            break;
-        }
-        if a == "-h" || a == "--help" {
-            return Ok(Parsed::Help);
-        }
-        if !a.starts_with('-') {
-            // The command starts here (as with `env`).
-            command = argv[i..].to_vec();
-            break;
-        }
-        let (name, inline) = match a.split_once('=') {
-            Some((n, v)) => (n, Some(v.to_string())),
-            None => (a, None),
-        };
-        let mut value = || -> Result<String, CliError> {
-            match &inline {
-                Some(v) => Ok(v.clone()),
-                None => {
-                    i += 1;
-                    argv.get(i)
-                        .cloned()
-                        .ok_or_else(|| usage(format!("{name} needs a value")))
+    let mut p = lexopt::Parser::from_args(argv);
+    while let Some(arg) = p.next()? {
+        match arg {
+            Short('h') | Long("help") => return Ok(Parsed::Help),
+            Long("root") => root = Some(p.value()?.string()?),
+            Long("inspect-addr") => inspect = Some(p.value()?.string()?),
+            Long("app") => app = Some(p.value()?.string()?),
+            Long("debounce-ms") => debounce = Some(("--debounce-ms", p.value()?.string()?)),
+            Long("grace-ms") => grace = Some(("--grace-ms", p.value()?.string()?)),
+            Long("watch") => watch = Some(("--watch", p.value()?.string()?)),
+            Long("poll-ms") => poll = Some(("--poll-ms", p.value()?.string()?)),
+            // The command starts at the first word that is not an option
+            // (as with `env`) or after `--`, and takes the rest untouched.
+            Value(first) => {
+                command.push(first.string()?);
+                for rest in p.raw_args()? {
+                    command.push(rest.string()?);
                 }
+                break;
             }
-        };
-        match name {
-            "--root" => root = Some(value()?),
-            "--inspect-addr" => inspect = Some(value()?),
-            "--app" => app = Some(value()?),
-            "--debounce-ms" => debounce = Some(("--debounce-ms", value()?)),
-            "--grace-ms" => grace = Some(("--grace-ms", value()?)),
-            "--watch" => watch = Some(("--watch", value()?)),
-            "--poll-ms" => poll = Some(("--poll-ms", value()?)),
-            _ => return Err(usage(format!("unknown option {a:?}"))),
+            other => return Err(other.unexpected().into()),
         }
-        i += 1;
     }
     if command.is_empty() {
         return Err(usage(
@@ -223,7 +219,7 @@ mod tests {
         v.iter().map(|s| s.to_string()).collect()
     }
 
-    fn run(v: &[&str], env: &[(&str, &str)]) -> Result<RunnerArgs, CliError> {
+    fn run(v: &[&str], env: &[(&str, &str)]) -> Result<RunnerArgs, RunnerError> {
         let env: HashMap<String, String> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

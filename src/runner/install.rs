@@ -10,7 +10,8 @@
 //! running from the old file keeps its inode. Running it again replaces the
 //! copy the same way. A failure removes the temporary file.
 
-use crate::cli::{codes, CliError};
+use super::error::RunnerError;
+use crate::exit::{self, codes, Parsed};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -40,51 +41,39 @@ Used by a session pod's init container (`kubegate install-self
 Exit codes: 0 installed, 2 usage error, 1 I/O error.
 ";
 
-/// What the command line asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Parsed {
-    Help,
-    Install(PathBuf),
-}
-
 /// `install-self [--] DEST` or `--help`.
-pub fn parse(argv: &[String]) -> Result<Parsed, CliError> {
+pub fn parse(argv: &[String]) -> Result<Parsed<PathBuf>, RunnerError> {
+    use lexopt::prelude::*;
     let mut dest = None;
-    let mut options_done = false;
-    for a in argv {
-        if !options_done {
-            match a.as_str() {
-                "-h" | "--help" => return Ok(Parsed::Help),
-                "--" => {
-                    options_done = true;
-                    continue;
+    let mut p = lexopt::Parser::from_args(argv);
+    while let Some(arg) = p.next()? {
+        match arg {
+            Short('h') | Long("help") => return Ok(Parsed::Help),
+            Value(v) => {
+                let v = v.string()?;
+                if dest.is_some() {
+                    return Err(RunnerError::usage(format!(
+                        "unexpected argument {v:?}: one DEST folder only"
+                    )));
                 }
-                s if s.starts_with('-') && s.len() > 1 => {
-                    return Err(CliError::usage(format!("unknown option {s:?}")))
+                if v.is_empty() {
+                    return Err(RunnerError::usage("DEST must not be empty"));
                 }
-                _ => {}
+                dest = Some(PathBuf::from(v));
             }
+            other => return Err(other.unexpected().into()),
         }
-        if dest.is_some() {
-            return Err(CliError::usage(format!(
-                "unexpected argument {a:?}: one DEST folder only"
-            )));
-        }
-        if a.is_empty() {
-            return Err(CliError::usage("DEST must not be empty"));
-        }
-        dest = Some(PathBuf::from(a));
     }
-    dest.map(Parsed::Install)
-        .ok_or_else(|| CliError::usage("missing DEST (the folder to install into)"))
+    dest.map(Parsed::Run)
+        .ok_or_else(|| RunnerError::usage("missing DEST (the folder to install into)"))
 }
 
-fn io_err(what: String, e: io::Error) -> CliError {
-    CliError::new(codes::LOCAL_IO, format!("{what}: {e}"))
+fn io_err(what: String, e: io::Error) -> RunnerError {
+    RunnerError::new(codes::LOCAL_IO, format!("{what}: {e}"))
 }
 
 /// Copies `src` to `dest_dir/kubegate` atomically; the installed path.
-pub fn install(src: &Path, dest_dir: &Path) -> Result<PathBuf, CliError> {
+pub fn install(src: &Path, dest_dir: &Path) -> Result<PathBuf, RunnerError> {
     install_with(src, dest_dir, false)
 }
 
@@ -97,7 +86,11 @@ pub fn install(src: &Path, dest_dir: &Path) -> Result<PathBuf, CliError> {
 /// a 70 MB binary per session pod filled that disk at a few hundred
 /// sessions. In a real cluster the image layer and the pod's volume are
 /// different filesystems: the link fails (EXDEV) and the copy is made.
-pub fn install_with(src: &Path, dest_dir: &Path, prefer_link: bool) -> Result<PathBuf, CliError> {
+pub fn install_with(
+    src: &Path,
+    dest_dir: &Path,
+    prefer_link: bool,
+) -> Result<PathBuf, RunnerError> {
     if prefer_link {
         fs::create_dir_all(dest_dir)
             .map_err(|e| io_err(format!("creating {}", dest_dir.display()), e))?;
@@ -109,7 +102,7 @@ pub fn install_with(src: &Path, dest_dir: &Path, prefer_link: bool) -> Result<Pa
         .map_err(|e| io_err(format!("creating {}", dest_dir.display()), e))?;
     let target = dest_dir.join(INSTALLED_NAME);
     if fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
-        return Err(CliError::new(
+        return Err(RunnerError::new(
             codes::LOCAL_IO,
             format!("{} is a folder", target.display()),
         ));
@@ -194,7 +187,7 @@ fn try_link(src: &Path, dest_dir: &Path) -> Option<PathBuf> {
 
 /// A new temporary file in `dir`, created exclusively, owner-only until
 /// it is complete.
-fn create_temp(dir: &Path) -> Result<(PathBuf, File), CliError> {
+fn create_temp(dir: &Path) -> Result<(PathBuf, File), RunnerError> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -225,22 +218,22 @@ pub fn install_self_main(argv: &[String]) -> i32 {
     let dest = match parse(argv) {
         Ok(Parsed::Help) => {
             print!("{HELP}");
-            return 0;
+            return exit::SUCCESS;
         }
-        Ok(Parsed::Install(d)) => d,
+        Ok(Parsed::Run(d)) => d,
         Err(e) => {
             eprintln!("kubegate: {e}\n{SYNOPSIS}");
-            return 2;
+            return exit::USAGE;
         }
     };
     match install_with(Path::new(SELF_EXE), &dest, true) {
         Ok(path) => {
             log::info!("installed {}", path.display());
-            0
+            exit::SUCCESS
         }
         Err(e) => {
             eprintln!("kubegate: {e}");
-            1
+            exit::FAILURE
         }
     }
 }
@@ -283,11 +276,11 @@ mod tests {
     fn parses_one_folder() {
         assert_eq!(
             parse(&args(&["/x/bin"])).unwrap(),
-            Parsed::Install("/x/bin".into())
+            Parsed::Run("/x/bin".into())
         );
         assert_eq!(
             parse(&args(&["--", "-odd"])).unwrap(),
-            Parsed::Install("-odd".into())
+            Parsed::Run("-odd".into())
         );
         assert_eq!(parse(&args(&["--help"])).unwrap(), Parsed::Help);
         for bad in [&[][..], &["a", "b"], &["--force", "a"], &[""]] {

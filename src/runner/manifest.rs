@@ -16,7 +16,7 @@
 //! dev` (which turns it into a start request): every key contract.md names
 //! and no other, so a typo (`port = 8080`) is an error before anything
 //! starts rather than a silently missing port. Ports go through the same
-//! [`port`] reading as [`app_ports`], so both spellings mean the same to
+//! `port` reading as [`app_ports`], so both spellings mean the same to
 //! both readers.
 
 use crate::session::spec::{Io, Port, Protocol};
@@ -29,21 +29,54 @@ pub const MANIFEST: &str = "kubegate.toml";
 /// A manifest larger than this is not read.
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
+/// What is wrong with a manifest; `Display` says where, for people (the
+/// runner logs it and keeps the ports it had; `kubegate dev` refuses to
+/// start with a `MANIFEST` error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManifestError {
+    /// Not TOML, or (the strict reading) a key or a type the manifest does
+    /// not have: the `toml` crate's message.
+    Toml(String),
+    /// TOML, but an `app` or `ports` entry is not shaped as the manifest
+    /// says.
+    Shape(String),
+    /// The file could not be read, or is larger than
+    /// [`MAX_MANIFEST_BYTES`].
+    Read(String),
+}
+
+impl std::fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ManifestError::Toml(m) | ManifestError::Shape(m) | ManifestError::Read(m) => {
+                f.write_str(m)
+            }
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+fn shape(m: impl Into<String>) -> ManifestError {
+    ManifestError::Shape(m.into())
+}
+
 /// The ports `app` declares: `Ok(None)` when no `[[app]]` table names it,
 /// `Ok(Some(list))` (sorted, without duplicates; `[]` without `ports`), or
 /// what is wrong.
-pub fn app_ports(text: &str, app: &str) -> Result<Option<Vec<Port>>, String> {
-    let doc: toml::Table = toml::from_str(text).map_err(|e| e.message().trim().to_string())?;
+pub fn app_ports(text: &str, app: &str) -> Result<Option<Vec<Port>>, ManifestError> {
+    let doc: toml::Table =
+        toml::from_str(text).map_err(|e| ManifestError::Toml(e.message().trim().to_string()))?;
     let Some(apps) = doc.get("app") else {
         return Ok(None);
     };
     let apps = apps
         .as_array()
-        .ok_or("`app` must be an array of tables ([[app]])")?;
+        .ok_or_else(|| shape("`app` must be an array of tables ([[app]])"))?;
     for (i, a) in apps.iter().enumerate() {
         let t = a
             .as_table()
-            .ok_or_else(|| format!("app[{i}] must be a table"))?;
+            .ok_or_else(|| shape(format!("app[{i}] must be a table")))?;
         if t.get("name").and_then(Value::as_str) != Some(app) {
             continue;
         }
@@ -51,9 +84,9 @@ pub fn app_ports(text: &str, app: &str) -> Result<Option<Vec<Port>>, String> {
         if let Some(ports) = t.get("ports") {
             let list = ports
                 .as_array()
-                .ok_or_else(|| format!("app {app:?}: `ports` must be an array"))?;
+                .ok_or_else(|| shape(format!("app {app:?}: `ports` must be an array")))?;
             for p in list {
-                out.push(port(p).map_err(|m| format!("app {app:?}: ports: {m}"))?);
+                out.push(port(p).map_err(|m| shape(format!("app {app:?}: ports: {m}")))?);
             }
         }
         out.sort();
@@ -63,27 +96,37 @@ pub fn app_ports(text: &str, app: &str) -> Result<Option<Vec<Port>>, String> {
     Ok(None)
 }
 
-fn port(v: &Value) -> Result<Port, String> {
+/// One `ports` entry; the error says what is wrong with it (the callers
+/// say where).
+fn port(v: &Value) -> Result<Port, ManifestError> {
     let (num, proto) = match v {
         Value::Integer(n) => (*n, None),
         Value::Table(t) => {
             let n = t
                 .get("port")
                 .and_then(Value::as_integer)
-                .ok_or("an entry has no integer `port`")?;
+                .ok_or_else(|| shape("an entry has no integer `port`"))?;
             (n, t.get("protocol"))
         }
-        _ => return Err("an entry is neither a port number nor a {port, protocol} table".into()),
+        _ => {
+            return Err(shape(
+                "an entry is neither a port number nor a {port, protocol} table",
+            ))
+        }
     };
     let port = u16::try_from(num)
         .ok()
         .filter(|&p| p > 0)
-        .ok_or_else(|| format!("{num} is not a port (1-65535)"))?;
+        .ok_or_else(|| shape(format!("{num} is not a port (1-65535)")))?;
     let protocol = match proto {
         None => Protocol::Tcp,
         Some(Value::String(s)) if s.eq_ignore_ascii_case("tcp") => Protocol::Tcp,
         Some(Value::String(s)) if s.eq_ignore_ascii_case("udp") => Protocol::Udp,
-        Some(other) => return Err(format!("protocol {other} is neither \"tcp\" nor \"udp\"")),
+        Some(other) => {
+            return Err(shape(format!(
+                "protocol {other} is neither \"tcp\" nor \"udp\""
+            )))
+        }
     };
     Ok(Port { port, protocol })
 }
@@ -140,16 +183,19 @@ struct AppToml {
 /// manifest without any `[[app]]` are errors (the message says where).
 /// Names, paths and the rest are the start request's validation's
 /// business (`session::spec`), not this parser's.
-pub fn parse_manifest(text: &str) -> Result<Manifest, String> {
-    let m: ManifestToml = toml::from_str(text).map_err(|e| e.to_string().trim().to_string())?;
+pub fn parse_manifest(text: &str) -> Result<Manifest, ManifestError> {
+    let m: ManifestToml =
+        toml::from_str(text).map_err(|e| ManifestError::Toml(e.to_string().trim().to_string()))?;
     if m.app.is_empty() {
-        return Err("no [[app]] table: declare at least one app (name, entry, command)".into());
+        return Err(shape(
+            "no [[app]] table: declare at least one app (name, entry, command)",
+        ));
     }
     let mut apps = Vec::with_capacity(m.app.len());
     for (i, a) in m.app.into_iter().enumerate() {
         let mut ports = Vec::with_capacity(a.ports.len());
         for p in &a.ports {
-            ports.push(port(p).map_err(|e| format!("app[{i}] ({:?}): ports: {e}", a.name))?);
+            ports.push(port(p).map_err(|e| shape(format!("app[{i}] ({:?}): ports: {e}", a.name)))?);
         }
         ports.sort();
         ports.dedup();
@@ -178,7 +224,9 @@ pub struct PortsTracker {
 impl PortsTracker {
     /// The tracker from the manifest at start, and the ports to announce at
     /// once (only a non-empty declaration is announced).
-    pub fn start(read: &Result<Option<Vec<Port>>, String>) -> (PortsTracker, Option<Vec<Port>>) {
+    pub fn start(
+        read: &Result<Option<Vec<Port>>, ManifestError>,
+    ) -> (PortsTracker, Option<Vec<Port>>) {
         match read {
             Ok(Some(ports)) if !ports.is_empty() => (
                 PortsTracker {
@@ -192,7 +240,7 @@ impl PortsTracker {
 
     /// The manifest was read again: the new list when it differs from the
     /// last one announced (or from none at all), else None.
-    pub fn update(&mut self, read: &Result<Option<Vec<Port>>, String>) -> Option<Vec<Port>> {
+    pub fn update(&mut self, read: &Result<Option<Vec<Port>>, ManifestError>) -> Option<Vec<Port>> {
         match read {
             Ok(Some(ports)) if *ports != self.current => {
                 self.current = ports.clone();
@@ -283,7 +331,7 @@ entry = "worker.js"
             ),
         ] {
             let e = app_ports(text, "web").expect_err(text);
-            assert!(e.contains(needle), "{text:?}: {e}");
+            assert!(e.to_string().contains(needle), "{text:?}: {e}");
         }
         // Another app's mistakes are not this app's business... but a
         // broken document is.
@@ -360,7 +408,7 @@ runner = false
             ),
         ] {
             let e = parse_manifest(text).expect_err(text);
-            assert!(e.contains(needle), "{text:?}: {e}");
+            assert!(e.to_string().contains(needle), "{text:?}: {e}");
         }
     }
 
@@ -368,7 +416,11 @@ runner = false
     fn announces_at_start_only_a_declaration() {
         let (_, first) = PortsTracker::start(&Ok(Some(vec![tcp(8080)])));
         assert_eq!(first, Some(vec![tcp(8080)]));
-        for read in [Ok(Some(vec![])), Ok(None), Err("bad".to_string())] {
+        for read in [
+            Ok(Some(vec![])),
+            Ok(None),
+            Err(ManifestError::Read("bad".to_string())),
+        ] {
             let (t, first) = PortsTracker::start(&read);
             assert_eq!(first, None);
             assert!(t.current().is_empty());
@@ -381,7 +433,10 @@ runner = false
         // The same set (the parser sorts and dedups): nothing.
         assert_eq!(t.update(&Ok(Some(vec![tcp(8080)]))), None);
         // Broken or missing: nothing, and the current set stays.
-        assert_eq!(t.update(&Err("half-written".into())), None);
+        assert_eq!(
+            t.update(&Err(ManifestError::Toml("half-written".into()))),
+            None
+        );
         assert_eq!(t.update(&Ok(None)), None);
         assert_eq!(t.current(), &[tcp(8080)]);
         // A change, then the same again.

@@ -5,13 +5,15 @@
 //! output lines, and `Kernel.PortsResolved` from the workspace's
 //! `kubegate.toml`.
 //!
-//! Pieces: `args` (the command line, pure), `ignore` (the
+//! Pieces: `args` (the command line, pure), `error` ([`RunnerError`]: the
+//! runner's own failures, their codes and exit codes), `ignore` (the
 //! `.kubegateignore` matcher and the fixed exclusions, sans-IO),
 //! `debounce` (when a restart is due, sans-IO), `manifest` (the app's
 //! ports, sans-IO), `frames` (the wire format, sans-IO), `hub` (fan-out to
 //! subscribers with replay; the `/events` route), `watch` (inotify or
 //! polling on the `runner-watch` thread), `process` (spawn in a new
-//! process group with the terminal's foreground, group signals, reaping).
+//! process group with the terminal's foreground, group signals, reaping),
+//! `install` (`kubegate install-self DEST`).
 //! The supervisor below is the main thread: it owns the program's state
 //! and acts on one bounded input channel (changes, signals, exits, output
 //! ends), waiting on it with a deadline (debounce, grace, output drain).
@@ -24,6 +26,7 @@
 
 mod args;
 pub mod debounce;
+mod error;
 pub mod frames;
 pub mod hub;
 pub mod ignore;
@@ -32,14 +35,16 @@ pub mod manifest;
 mod process;
 pub mod watch;
 
-pub use args::{parse as parse_args, parse_inspect_addr, InspectAddr, RunnerArgs};
+pub use error::RunnerError;
 
-use crate::cli::{codes, CliError, Parsed};
+use crate::exit::{self, codes, Parsed};
 use crate::http::{Server, ServerConfig};
+use crate::session::spec::Port;
+use args::{InspectAddr, RunnerArgs};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use debounce::Debounce;
 use hub::{Hub, HubLimits, Inspect, Kind};
-use manifest::{PortsTracker, MANIFEST, MAX_MANIFEST_BYTES};
+use manifest::{ManifestError, PortsTracker, MANIFEST, MAX_MANIFEST_BYTES};
 use process::{Exit, SpawnLock};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -68,33 +73,29 @@ pub fn app_runner_main(argv: &[String]) -> i32 {
     let a = match args::parse(argv, &|k| std::env::var(k).ok()) {
         Ok(Parsed::Help) => {
             print!("{}", args::HELP);
-            return 0;
+            return exit::SUCCESS;
         }
         Ok(Parsed::Run(a)) => a,
         Err(e) => {
             eprintln!("kubegate: {e}\n{}", args::SYNOPSIS);
-            return 2;
+            return exit::USAGE;
         }
     };
     match run(a) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("kubegate: {e}");
-            if e.is_usage() || e.is_config() {
-                2
-            } else {
-                1
-            }
+            e.exit_code()
         }
     }
 }
 
-fn config_err(m: impl Into<String>) -> CliError {
-    CliError::new(codes::CONFIG, m)
+fn config_err(m: impl Into<String>) -> RunnerError {
+    RunnerError::config(m)
 }
 
 /// The workspace root: absolute, an existing readable folder.
-fn workspace_root(root: Option<&Path>) -> Result<PathBuf, CliError> {
+fn workspace_root(root: Option<&Path>) -> Result<PathBuf, RunnerError> {
     let given = match root {
         Some(r) => r.to_path_buf(),
         None => {
@@ -113,7 +114,7 @@ fn workspace_root(root: Option<&Path>) -> Result<PathBuf, CliError> {
     Ok(abs)
 }
 
-fn resolve(addr: &InspectAddr) -> Result<SocketAddr, CliError> {
+fn resolve(addr: &InspectAddr) -> Result<SocketAddr, RunnerError> {
     match addr {
         InspectAddr::Ip(a) => Ok(*a),
         InspectAddr::Name(host, port) => (host.as_str(), *port)
@@ -121,7 +122,7 @@ fn resolve(addr: &InspectAddr) -> Result<SocketAddr, CliError> {
             .ok()
             .and_then(|mut it| it.next())
             .ok_or_else(|| {
-                CliError::usage(format!(
+                RunnerError::usage(format!(
                     "inspect address {host}:{port}: the name does not resolve"
                 ))
             }),
@@ -140,7 +141,7 @@ struct Program {
     tty: Option<process::TtySettings>,
 }
 
-fn run(a: RunnerArgs) -> Result<i32, CliError> {
+fn run(a: RunnerArgs) -> Result<i32, RunnerError> {
     // Before any thread starts, so all inherit it (process.rs).
     process::block_sigttou();
     let root = workspace_root(a.root.as_deref())?;
@@ -169,7 +170,7 @@ fn run(a: RunnerArgs) -> Result<i32, CliError> {
         signal_hook::consts::SIGHUP,
         signal_hook::consts::SIGCHLD,
     ])
-    .map_err(|e| CliError::new("INTERNAL", format!("installing signal handlers: {e}")))?;
+    .map_err(|e| RunnerError::new(codes::INTERNAL, format!("installing signal handlers: {e}")))?;
     process::become_subreaper();
     let (tx, rx) = bounded::<Input>(256);
     let watch_tx = tx.clone();
@@ -195,7 +196,7 @@ fn run(a: RunnerArgs) -> Result<i32, CliError> {
                     }
                 }
             })
-            .map_err(|e| CliError::new("INTERNAL", format!("starting a thread: {e}")))?;
+            .map_err(|e| RunnerError::new(codes::INTERNAL, format!("starting a thread: {e}")))?;
     }
     let tty = if process::stdin_is_tty() {
         process::TtySettings::save()
@@ -286,7 +287,7 @@ struct Supervisor {
     run: Option<Run>,
     debounce: Debounce,
     ports: PortsTracker,
-    manifest_error: Option<String>,
+    manifest_error: Option<ManifestError>,
     shutdown: Option<Shutdown>,
 }
 
@@ -589,29 +590,28 @@ impl Supervisor {
         }
     }
 
-    fn read_manifest(&self, app: &str) -> Result<Option<Vec<crate::session::spec::Port>>, String> {
+    fn read_manifest(&self, app: &str) -> Result<Option<Vec<Port>>, ManifestError> {
         let path = self.program.root.join(MANIFEST);
         let f = match std::fs::File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(ManifestError::Read(e.to_string())),
         };
         let mut text = String::new();
         f.take(MAX_MANIFEST_BYTES + 1)
             .read_to_string(&mut text)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ManifestError::Read(e.to_string()))?;
         if text.len() as u64 > MAX_MANIFEST_BYTES {
-            return Err(format!("larger than {MAX_MANIFEST_BYTES} bytes"));
+            return Err(ManifestError::Read(format!(
+                "larger than {MAX_MANIFEST_BYTES} bytes"
+            )));
         }
         manifest::app_ports(&text, app)
     }
 
-    fn note_manifest_error(
-        &mut self,
-        read: &Result<Option<Vec<crate::session::spec::Port>>, String>,
-    ) {
+    fn note_manifest_error(&mut self, read: &Result<Option<Vec<Port>>, ManifestError>) {
         match read {
-            Err(e) if self.manifest_error.as_deref() != Some(e) => {
+            Err(e) if self.manifest_error.as_ref() != Some(e) => {
                 log::warn!("{MANIFEST}: {e}; ports unchanged");
                 self.manifest_error = Some(e.clone());
             }

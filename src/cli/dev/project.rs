@@ -7,8 +7,9 @@
 //! `.kubegateignore` names) within the bundle limits, read into the
 //! bundle. Everything here happens before anything is sent.
 
-use super::super::{codes, CliError};
+use super::super::CliError;
 use crate::agent::wire::WriteItem;
+use crate::exit::codes;
 use crate::runner::ignore::is_relevant;
 use crate::runner::manifest::{parse_manifest, MANIFEST, MAX_MANIFEST_BYTES};
 use crate::runner::watch::{load_rules, walk_tree, Meta, MAX_SCAN_ENTRIES};
@@ -356,7 +357,7 @@ io = "tty"
         let e = p.stdin_app(Some("nope")).unwrap_err();
         assert!(e.is_usage() && e.message.contains("web, worker"), "{e}");
 
-        let limits = BundleLimits::from(&crate::config::SessionsSection::default());
+        let limits = BundleLimits::default();
         let (files, picture) = p.bundle(&limits).unwrap();
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(
@@ -414,7 +415,7 @@ io = "tty"
         )
         .unwrap();
         let p = Project::load(&d).unwrap();
-        let limits = BundleLimits::from(&crate::config::SessionsSection::default());
+        let limits = BundleLimits::default();
         let e = p.bundle(&limits).unwrap_err();
         assert!(e.is_config() && e.message.contains("main.sh"), "{e}");
         // Over the limits, judged from sizes alone.

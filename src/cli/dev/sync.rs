@@ -19,6 +19,8 @@
 use super::project::{self, Picture};
 use crate::agent::wire::{ApplyRequest, ApplyResult, WriteItem};
 use crate::cli::net::Client;
+use crate::cli::CliError;
+use crate::exit::codes;
 use crate::runner::debounce::Debounce;
 use crate::runner::watch::Meta;
 use crate::session::spec::BundleLimits;
@@ -69,7 +71,7 @@ pub enum Outcome {
     /// workspace.
     Skipped { path: String, why: String },
     /// The request failed; tried again later.
-    Failed(String),
+    Failed(CliError),
 }
 
 /// Where the thread works and what it starts from.
@@ -197,7 +199,7 @@ impl Syncer {
         let scan = match project::scan(&self.dir) {
             Ok(s) => s,
             Err(e) => {
-                (self.report)(Outcome::Failed(e.to_string()));
+                (self.report)(Outcome::Failed(e));
                 return false;
             }
         };
@@ -291,23 +293,26 @@ impl Syncer {
         }
     }
 
-    fn send(&self, r: &Request) -> Result<ApplyResult, String> {
+    fn send(&self, r: &Request) -> Result<ApplyResult, CliError> {
         let body = ApplyRequest {
             write: (!r.writes.is_empty())
                 .then(|| r.writes.iter().map(|(w, _)| w.clone()).collect()),
             delete: (!r.deletes.is_empty()).then(|| r.deletes.clone()),
         };
-        let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-        let answer = self
-            .client
-            .call(
-                "POST",
-                &format!("/v1/sessions/{}/workspace", self.session),
-                Some(&bytes),
+        let bytes = serde_json::to_vec(&body).map_err(|e| {
+            CliError::new(codes::PROTOCOL, format!("encoding a workspace write: {e}"))
+        })?;
+        let answer = self.client.call(
+            "POST",
+            &format!("/v1/sessions/{}/workspace", self.session),
+            Some(&bytes),
+        )?;
+        serde_json::from_slice(&answer).map_err(|e| {
+            CliError::new(
+                codes::PROTOCOL,
+                format!("the daemon's answer to a workspace write does not decode: {e}"),
             )
-            .map_err(|e| e.to_string())?;
-        serde_json::from_slice(&answer)
-            .map_err(|e| format!("the daemon's answer to a workspace write does not decode: {e}"))
+        })
     }
 }
 
