@@ -25,7 +25,7 @@
 //! patterns of at most [`MAX_PATTERN_BYTES`] each are kept (more is a
 //! mistake, not a workspace), so matching stays cheap.
 
-use crate::agent::paths::{is_excluded, is_temp};
+use crate::agent::wire::paths::{is_excluded, is_temp};
 
 /// The ignore file, at the workspace root only.
 pub const IGNORE_FILE: &str = ".kubegateignore";

@@ -1052,10 +1052,11 @@ impl FrontDoor {
         tail: &[&str],
         req: &Request,
     ) -> Result<Reply, ApiError> {
-        use crate::agent::paths::{check_plan, normalize};
+        use crate::agent::wire::paths::{check_plan, normalize};
         use crate::agent::wire::{ApplyRequest, Encoding};
-        let bad_path =
-            |e: crate::agent::paths::PathError| ApiError::new(Code::InvalidPath, e.to_string());
+        let bad_path = |e: crate::agent::wire::paths::WorkspacePathError| {
+            ApiError::new(Code::InvalidPath, e.to_string())
+        };
         let agent = self.engine.agent_of(h)?;
         let answer = |v: Result<Value, crate::session::agent_client::AgentError>| match v {
             Ok(v) => Ok(Response::json(200, v.to_string().into_bytes()).into()),
