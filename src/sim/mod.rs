@@ -18,6 +18,7 @@ pub mod podio;
 pub mod podspec;
 pub mod proxy;
 pub mod resources;
+pub mod rules;
 pub mod runtime;
 pub mod selector;
 pub mod store;

@@ -10,6 +10,7 @@
 //! 400s.
 
 use crate::sim::resources::Resource;
+use crate::sim::rules::{validate_label_key, validate_label_value};
 use crate::sim::store::StoreError;
 use serde_json::{Map, Value};
 
@@ -444,62 +445,6 @@ fn quote(s: &str) -> String {
     crate::sim::store::error::quote(s)
 }
 
-// ---- label key and value syntax
-
-const NAME_FMT_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
-
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, non-empty.
-fn is_qualified_name_part(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-}
-
-/// Validates a label/annotation key (`prefix/name` qualified name); the error
-/// text is upstream's (without the `key: Invalid value` prefix).
-pub fn validate_label_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(p) = prefix {
-        if p.is_empty() {
-            return Err("prefix part must be non-empty".into());
-        }
-        if let Err(e) = crate::sim::admission::check_dns1123_subdomain(p) {
-            return Err(format!("prefix part {e}"));
-        }
-        if name.contains('/') {
-            return Err(format!("a qualified name {NAME_FMT_MSG}"));
-        }
-    }
-    if name.is_empty() {
-        return Err("name part must be non-empty".into());
-    }
-    if name.len() > 63 {
-        return Err("name part must be no more than 63 characters".into());
-    }
-    if !is_qualified_name_part(name) {
-        return Err(NAME_FMT_MSG.into());
-    }
-    Ok(())
-}
-
-/// Validates a label value (may be empty).
-pub fn validate_label_value(v: &str) -> Result<(), String> {
-    if v.len() > 63 {
-        return Err("must be no more than 63 characters".into());
-    }
-    if !v.is_empty() && !is_qualified_name_part(v) {
-        return Err(LABEL_VALUE_MSG.into());
-    }
-    Ok(())
-}
-
 // ---- field selectors
 
 /// One `field=value` / `field!=value` term.
@@ -849,18 +794,5 @@ mod tests {
             e,
             StoreError::BadRequest("field label not supported: x".into())
         );
-    }
-
-    #[test]
-    fn label_key_rules() {
-        assert!(validate_label_key("app").is_ok());
-        assert!(validate_label_key("app.kubernetes.io/name").is_ok());
-        assert!(validate_label_key("/x").is_err());
-        assert!(validate_label_key("Foo_bar.1").is_ok());
-        assert!(validate_label_key("_x").is_err());
-        assert!(validate_label_key(&"a".repeat(64)).is_err());
-        assert!(validate_label_key("UPPER.com/x").is_err());
-        assert!(validate_label_value("").is_ok());
-        assert!(validate_label_value("a b").is_err());
     }
 }

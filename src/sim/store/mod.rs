@@ -33,7 +33,8 @@ pub use crate::sim::selector::Selectors;
 use self::error::MODIFIED_MSG;
 use self::watch::{Change, Hub};
 use crate::kube::time::now_rfc3339;
-use crate::sim::admission::{self, Allocator, Rejection};
+use crate::sim::admission::allocator::{self, Allocator};
+use crate::sim::admission::{self, Rejection};
 use crate::sim::resources::{Resource, COUNT};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use rand::Rng;
@@ -181,7 +182,7 @@ impl Store {
             });
         }
         let inner = &mut *g;
-        admission::allocate(res, &mut obj, None, &mut inner.alloc)
+        allocator::allocate(res, &mut obj, None, &mut inner.alloc)
             .map_err(|r| reject(res, &name, r))?;
         g.rv += 1;
         let rv = g.rv;
@@ -477,9 +478,9 @@ impl Store {
         }
         let stored = stored.clone();
         let inner = &mut *g;
-        admission::allocate(res, &mut new, Some(&stored), &mut inner.alloc)
+        allocator::allocate(res, &mut new, Some(&stored), &mut inner.alloc)
             .map_err(|r| reject(res, name, r))?;
-        admission::release(res, &stored, Some(&new), &mut inner.alloc);
+        allocator::release(res, &stored, Some(&new), &mut inner.alloc);
         Ok(Outcome::Changed(new, stored))
     }
 
@@ -513,7 +514,7 @@ impl Store {
         ns: &str,
         mut obj: Obj,
     ) -> Obj {
-        admission::release(res, &obj, None, &mut g.alloc);
+        allocator::release(res, &obj, None, &mut g.alloc);
         g.rv += 1;
         let rv = g.rv;
         set_rv(&mut obj, rv);
