@@ -14,7 +14,7 @@
 //! their mounts are in a cluster), folders 0755, group `fsGroup` and
 //! group-readable when one is set.
 
-use super::podspec::PodOwner;
+use super::podspec::users::PodOwner;
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
