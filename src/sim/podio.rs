@@ -126,8 +126,8 @@ impl Kubelet {
         command: &[String],
         tty: bool,
         stdin: bool,
-    ) -> Result<ProcessSpec, String> {
-        let h = t.handle.as_ref().ok_or("container not found")?;
+    ) -> Result<ProcessSpec, ExecRefusal> {
+        let h = t.handle.as_ref().ok_or(ExecRefusal::NotFound)?;
         let mut spec = h.spec.clone();
         // An exec's command is not subject to `$(VAR)` expansion (only a
         // container's is): escape `$` so it survives the plan unchanged,
@@ -152,7 +152,7 @@ impl Kubelet {
             pod_id: h.pod_id,
             sim_uid: self.sim_uid,
         };
-        let mut plan = podspec::plan_container(&h.pod, &spec, &ctx).map_err(|e| e.to_string())?;
+        let mut plan = podspec::plan_container(&h.pod, &spec, &ctx).map_err(ExecRefusal::Plan)?;
         plan.tty = tty;
         plan.stdin = stdin;
         plan.log = false;
@@ -181,6 +181,29 @@ fn close_cut() -> Message {
 }
 
 /// Channel-3 status then close, for a request that cannot run.
+/// Why an exec's process cannot start: told to the client on the socket's
+/// error channel (the text is what kubectl prints).
+#[derive(Debug)]
+enum ExecRefusal {
+    /// The pod has no such container.
+    NotFound,
+    /// The container has no running process.
+    NotRunning(String),
+    /// The container's spec could not be planned (a missing ConfigMap,
+    /// say).
+    Plan(podspec::PlanError),
+}
+
+impl std::fmt::Display for ExecRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExecRefusal::NotFound => f.write_str("container not found"),
+            ExecRefusal::NotRunning(c) => write!(f, "container {c} is not running"),
+            ExecRefusal::Plan(e) => e.fmt(f),
+        }
+    }
+}
+
 fn fail_socket(conn: WsConn, first: u8, msg: String) {
     let Ok((out, rx)) = ws::try_outbox(4) else {
         return;
@@ -459,7 +482,7 @@ impl PodStreams for Kubelet {
             .filter(|p| p.exited().is_none());
         let plan = match running {
             Some(_) => self.exec_plan(&t, &command, f.tty, f.stdin),
-            None => Err(format!("container {} is not running", t.container)),
+            None => Err(ExecRefusal::NotRunning(t.container.clone())),
         };
         let runtime = self.runtime.clone();
         let faults = self.faults.clone();
@@ -471,7 +494,7 @@ impl PodStreams for Kubelet {
                 let first = first_channel(&f);
                 let plan = match plan {
                     Ok(p) => p,
-                    Err(m) => return fail_socket(conn, first, m),
+                    Err(m) => return fail_socket(conn, first, m.to_string()),
                 };
                 let process = match runtime.start(plan) {
                     Ok(p) => p,

@@ -14,6 +14,43 @@ use crate::sim::rules::{validate_label_key, validate_label_value};
 use crate::sim::store::StoreError;
 use serde_json::{Map, Value};
 
+/// A selector the parser refuses, in upstream's wording; the API answers
+/// it 400 ([`StoreError::BadRequest`]) with this text as the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectorError(String);
+
+impl From<String> for SelectorError {
+    fn from(s: String) -> Self {
+        SelectorError(s)
+    }
+}
+
+impl From<&str> for SelectorError {
+    fn from(s: &str) -> Self {
+        SelectorError(s.to_string())
+    }
+}
+
+impl std::fmt::Display for SelectorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SelectorError {}
+
+impl From<SelectorError> for String {
+    fn from(e: SelectorError) -> String {
+        e.0
+    }
+}
+
+impl From<SelectorError> for StoreError {
+    fn from(e: SelectorError) -> Self {
+        StoreError::BadRequest(e.0)
+    }
+}
+
 /// Label operator (upstream `selection.Operator`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LabelOp {
@@ -72,13 +109,13 @@ pub struct LabelSelector {
 
 impl LabelSelector {
     /// Parses the `labelSelector` query syntax (upstream `labels.Parse`).
-    pub fn parse(s: &str) -> Result<LabelSelector, String> {
+    pub fn parse(s: &str) -> Result<LabelSelector, SelectorError> {
         Parser::new(s).parse()
     }
 
     /// Reads a structured `metav1.LabelSelector` (`matchLabels`,
     /// `matchExpressions`), as workloads carry in `spec.selector`.
-    pub fn from_struct(v: &Value) -> Result<LabelSelector, String> {
+    pub fn from_struct(v: &Value) -> Result<LabelSelector, SelectorError> {
         let mut requirements = Vec::new();
         let Some(m) = v.as_object() else {
             return Err("selector must be an object".into());
@@ -89,7 +126,7 @@ impl LabelSelector {
             };
             for (k, v) in ml {
                 let Some(v) = v.as_str() else {
-                    return Err(format!("matchLabels[{k}] must be a string"));
+                    return Err(format!("matchLabels[{k}] must be a string").into());
                 };
                 requirements.push(Requirement {
                     key: k.clone(),
@@ -123,7 +160,9 @@ impl LabelSelector {
                     "Exists" => LabelOp::Exists,
                     "DoesNotExist" => LabelOp::DoesNotExist,
                     other => {
-                        return Err(format!("{other:?} is not a valid label selector operator"))
+                        return Err(
+                            format!("{other:?} is not a valid label selector operator").into()
+                        )
                     }
                 };
                 requirements.push(Requirement { key, op, values });
@@ -270,7 +309,7 @@ impl Parser {
         t
     }
 
-    fn parse(mut self) -> Result<LabelSelector, String> {
+    fn parse(mut self) -> Result<LabelSelector, SelectorError> {
         let mut requirements = Vec::new();
         loop {
             match self.peek(true) {
@@ -287,14 +326,16 @@ impl Parser {
                                 return Err(format!(
                                     "found '{}', expected: identifier after ','",
                                     t.lit()
-                                ))
+                                )
+                                .into())
                             }
                         },
                         t => {
                             return Err(format!(
                                 "found '{}', expected: ',' or 'end of string'",
                                 t.lit()
-                            ))
+                            )
+                            .into())
                         }
                     }
                 }
@@ -303,14 +344,15 @@ impl Parser {
                     return Err(format!(
                         "found '{}', expected: !, identifier, or 'end of string'",
                         t.lit()
-                    ))
+                    )
+                    .into())
                 }
             }
         }
         Ok(LabelSelector { requirements })
     }
 
-    fn requirement(&mut self) -> Result<Requirement, String> {
+    fn requirement(&mut self) -> Result<Requirement, SelectorError> {
         let mut t = self.next(false);
         let mut bang = false;
         if t == Tok::Bang {
@@ -318,10 +360,10 @@ impl Parser {
             t = self.next(false);
         }
         let Tok::Ident(key) = t else {
-            return Err(format!("found '{}', expected: identifier", t.lit()));
+            return Err(format!("found '{}', expected: identifier", t.lit()).into());
         };
         if let Err(e) = validate_label_key(&key) {
-            return Err(format!("key: Invalid value: {}: {e}", quote(&key)));
+            return Err(format!("key: Invalid value: {}: {e}", quote(&key)).into());
         }
         if matches!(self.peek(true), Tok::End | Tok::Comma) {
             let op = if bang {
@@ -338,10 +380,7 @@ impl Parser {
         if bang {
             // `!key` must stand alone.
             let t = self.peek(true);
-            return Err(format!(
-                "found '{}', expected: ',' or 'end of string'",
-                t.lit()
-            ));
+            return Err(format!("found '{}', expected: ',' or 'end of string'", t.lit()).into());
         }
         let op = match self.next(false) {
             Tok::Eq | Tok::DoubleEq => LabelOp::Equals,
@@ -354,7 +393,8 @@ impl Parser {
                 return Err(format!(
                     "found '{}', expected: in, notin, =, ==, !=, gt, lt",
                     t.lit()
-                ))
+                )
+                .into())
             }
         };
         let values = if matches!(op, LabelOp::In | LabelOp::NotIn) {
@@ -368,32 +408,29 @@ impl Parser {
                     return Err(format!(
                         "values[{i}]: Invalid value: {}: for 'Gt', 'Lt' operators, the value must be an integer",
                         quote(v)
-                    ));
+                    ).into());
                 }
             } else if let Err(e) = validate_label_value(v) {
-                return Err(format!(
-                    "values[{i}][{key}]: Invalid value: {}: {e}",
-                    quote(v)
-                ));
+                return Err(format!("values[{i}][{key}]: Invalid value: {}: {e}", quote(v)).into());
             }
         }
         Ok(Requirement { key, op, values })
     }
 
-    fn exact_value(&mut self) -> Result<String, String> {
+    fn exact_value(&mut self) -> Result<String, SelectorError> {
         match self.peek(true) {
             Tok::End | Tok::Comma => Ok(String::new()),
             _ => match self.next(true) {
                 Tok::Ident(v) => Ok(v),
-                t => Err(format!("found '{}', expected: identifier", t.lit())),
+                t => Err(format!("found '{}', expected: identifier", t.lit()).into()),
             },
         }
     }
 
-    fn value_set(&mut self) -> Result<Vec<String>, String> {
+    fn value_set(&mut self) -> Result<Vec<String>, SelectorError> {
         let t = self.next(true);
         if t != Tok::Open {
-            return Err(format!("found '{}', expected: '('", t.lit()));
+            return Err(format!("found '{}', expected: '('", t.lit()).into());
         }
         let mut values = Vec::new();
         if self.peek(true) == Tok::Close {
@@ -407,7 +444,9 @@ impl Parser {
                     match self.next(true) {
                         Tok::Comma => continue,
                         Tok::Close => return Ok(values),
-                        t => return Err(format!("found '{}', expected: ',' or ')'", t.lit())),
+                        t => {
+                            return Err(format!("found '{}', expected: ',' or ')'", t.lit()).into())
+                        }
                     }
                 }
                 // `(a,,b)` and `(,a)` carry empty values, as upstream.
@@ -420,10 +459,9 @@ impl Parser {
                     }
                 }
                 t => {
-                    return Err(format!(
-                        "found '{}', expected: ',', ')' or identifier",
-                        t.lit()
-                    ))
+                    return Err(
+                        format!("found '{}', expected: ',', ')' or identifier", t.lit()).into(),
+                    )
                 }
             }
         }
@@ -547,7 +585,7 @@ fn find_op(term: &str) -> Option<(usize, usize, bool)> {
 impl FieldSelector {
     /// Parses a `fieldSelector` for a kind; unknown fields are rejected with
     /// the kind's upstream message.
-    pub fn parse(s: &str, res: Resource) -> Result<FieldSelector, String> {
+    pub fn parse(s: &str, res: Resource) -> Result<FieldSelector, SelectorError> {
         let mut requirements = Vec::new();
         if s.trim().is_empty() {
             return Ok(FieldSelector::default());
@@ -557,9 +595,7 @@ impl FieldSelector {
                 continue;
             }
             let Some((at, len, negate)) = find_op(&term) else {
-                return Err(format!(
-                    "invalid selector: '{s}'; can't understand '{term}'"
-                ));
+                return Err(format!("invalid selector: '{s}'; can't understand '{term}'").into());
             };
             let field = unescape(term[..at].trim());
             let value = unescape(&term[at + len..]);
@@ -570,7 +606,7 @@ impl FieldSelector {
                         quote(&field)
                     ),
                     _ => format!("field label not supported: {field}"),
-                });
+                }.into());
             }
             let path = field.split('.').map(str::to_string).collect();
             requirements.push(FieldRequirement {
@@ -633,13 +669,11 @@ impl Selectors {
         field: Option<&str>,
     ) -> Result<Selectors, StoreError> {
         let label = match label {
-            Some(s) if !s.trim().is_empty() => {
-                LabelSelector::parse(s).map_err(StoreError::BadRequest)?
-            }
+            Some(s) if !s.trim().is_empty() => LabelSelector::parse(s)?,
             _ => LabelSelector::default(),
         };
         let field = match field {
-            Some(s) => FieldSelector::parse(s, res).map_err(StoreError::BadRequest)?,
+            Some(s) => FieldSelector::parse(s, res)?,
             None => FieldSelector::default(),
         };
         Ok(Selectors { label, field })
@@ -724,11 +758,11 @@ mod tests {
             let r = LabelSelector::parse(bad);
             assert!(r.is_err(), "{bad:?} parsed as {r:?}");
         }
-        let e = LabelSelector::parse("app in web").unwrap_err();
+        let e = LabelSelector::parse("app in web").unwrap_err().to_string();
         assert_eq!(e, "unable to parse requirement: found 'web', expected: '('");
-        let e = LabelSelector::parse("app=web,").unwrap_err();
+        let e = LabelSelector::parse("app=web,").unwrap_err().to_string();
         assert_eq!(e, "found '', expected: identifier after ','");
-        let e = LabelSelector::parse("app=-x").unwrap_err();
+        let e = LabelSelector::parse("app=-x").unwrap_err().to_string();
         assert!(e.starts_with(r#"unable to parse requirement: values[0][app]: Invalid value: "-x": a valid label must be"#), "{e}");
         let e = Selectors::parse(Resource::Pod, Some("a b"), None).unwrap_err();
         assert_eq!(e.code(), 400);
@@ -775,14 +809,20 @@ mod tests {
 
     #[test]
     fn field_selector_errors() {
-        let e = FieldSelector::parse("spec.foo=x", Resource::Pod).unwrap_err();
+        let e = FieldSelector::parse("spec.foo=x", Resource::Pod)
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "field label not supported: spec.foo");
-        let e = FieldSelector::parse("status.phase=x", Resource::ConfigMap).unwrap_err();
+        let e = FieldSelector::parse("status.phase=x", Resource::ConfigMap)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             r#""status.phase" is not a known field selector: only "metadata.name", "metadata.namespace""#
         );
-        let e = FieldSelector::parse("metadata.name", Resource::Pod).unwrap_err();
+        let e = FieldSelector::parse("metadata.name", Resource::Pod)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "invalid selector: 'metadata.name'; can't understand 'metadata.name'"

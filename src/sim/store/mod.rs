@@ -374,9 +374,7 @@ impl Store {
             _ => None,
         };
         let pinned = sel.field.exact_name().map(str::to_string);
-        let (rx, id, backlog) = hub
-            .register(res, ns, sel, replay_after)
-            .map_err(StoreError::Expired)?;
+        let (rx, id, backlog) = hub.register(res, ns, sel, replay_after)?;
         drop(hub);
         let (backlog, skip, before) = match from {
             WatchFrom::InitialAdded => (initial, now, 0),
