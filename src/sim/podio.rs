@@ -85,6 +85,16 @@ struct Target {
     handle: Option<ContainerHandle>,
 }
 
+impl Target {
+    /// The container's process, when it has one that has not exited.
+    fn running_process(&self) -> Option<Arc<Process>> {
+        self.handle
+            .as_ref()
+            .and_then(|h| h.process.clone())
+            .filter(|p| p.exited().is_none())
+    }
+}
+
 impl Kubelet {
     fn target(&self, req: &Request, ns: &str, pod_name: &str) -> Result<Target, Reply> {
         let pod = self
@@ -467,19 +477,11 @@ impl PodStreams for Kubelet {
         if command.is_empty() {
             return bad_request("you must specify at least one command for the container");
         }
-        let f = match flags(req) {
-            Ok(f) => f,
+        let (f, proto) = match flags(req).and_then(|f| Ok((f, Self::upgrade_checks(req)?))) {
+            Ok(fp) => fp,
             Err(r) => return r,
         };
-        let proto = match Self::upgrade_checks(req) {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
-        let running = t
-            .handle
-            .as_ref()
-            .and_then(|h| h.process.clone())
-            .filter(|p| p.exited().is_none());
+        let running = t.running_process();
         let plan = match running {
             Some(_) => self.exec_plan(&t, &command, f.tty, f.stdin),
             None => Err(ExecRefusal::NotRunning(t.container.clone())),
@@ -527,12 +529,8 @@ impl PodStreams for Kubelet {
             Ok(t) => t,
             Err(r) => return r,
         };
-        let f = match flags(req) {
-            Ok(f) => f,
-            Err(r) => return r,
-        };
-        let proto = match Self::upgrade_checks(req) {
-            Ok(p) => p,
+        let (f, proto) = match flags(req).and_then(|f| Ok((f, Self::upgrade_checks(req)?))) {
+            Ok(fp) => fp,
             Err(r) => return r,
         };
         let spec = t
@@ -542,11 +540,7 @@ impl PodStreams for Kubelet {
             .unwrap_or(Value::Null);
         let stdin_enabled = spec["stdin"].as_bool() == Some(true);
         let stdin_once = spec["stdinOnce"].as_bool() == Some(true);
-        let running = t
-            .handle
-            .as_ref()
-            .and_then(|h| h.process.clone())
-            .filter(|p| p.exited().is_none());
+        let running = t.running_process();
         let container = t.container.clone();
         let faults = self.faults.clone();
         Reply::Upgrade(Upgrade {

@@ -235,11 +235,8 @@ impl Store {
         sub: Subresource,
     ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
-        let obj = check_body(res, obj)?;
-        check_identity(res, ns, name, &obj)?;
-        let mut g = self.inner.write();
-        self.update_locked(&mut g, res, ns, name, obj, sub)
-            .map(|outcome| self.finish_update(g, res, ns, outcome))
+        let g = self.inner.write();
+        self.checked_update(g, res, ns, name, obj, sub)
     }
 
     /// Applies a patch to the stored object, then takes the update path
@@ -254,7 +251,7 @@ impl Store {
         sub: Subresource,
     ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
-        let mut g = self.inner.write();
+        let g = self.inner.write();
         let stored = g.objects[res.index()]
             .get(&key(ns, name))
             .ok_or_else(|| not_found(res, name))?;
@@ -266,9 +263,23 @@ impl Store {
                 causes: vec![FieldCause::new(CauseKind::Invalid, "", None, m)],
             },
         })?;
-        let patched = check_body(res, patched)?;
-        check_identity(res, ns, name, &patched)?;
-        self.update_locked(&mut g, res, ns, name, patched, sub)
+        self.checked_update(g, res, ns, name, patched, sub)
+    }
+
+    /// The end both a replace and a patch share: the body's kind and
+    /// identity checked, then the update under the held write lock.
+    fn checked_update(
+        &self,
+        mut g: RwLockWriteGuard<'_, Inner>,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        obj: Obj,
+        sub: Subresource,
+    ) -> Result<Obj, StoreError> {
+        let obj = check_body(res, obj)?;
+        check_identity(res, ns, name, &obj)?;
+        self.update_locked(&mut g, res, ns, name, obj, sub)
             .map(|outcome| self.finish_update(g, res, ns, outcome))
     }
 
