@@ -453,6 +453,22 @@ fn flags(req: &Request) -> Result<Flags, Reply> {
     })
 }
 
+/// The WebSocket upgrade of an exec or attach: `run` gets the connection
+/// and the first channel the flags ask for (where an error is told).
+fn stream_upgrade(
+    proto: Protocol,
+    f: &Flags,
+    run: impl FnOnce(WsConn, u8) + Send + 'static,
+) -> Reply {
+    let first = first_channel(f);
+    Reply::Upgrade(Upgrade {
+        protocol: Some(proto.name().to_string()),
+        headers: Vec::new(),
+        max_message_bytes: MAX_MESSAGE,
+        on_open: Box::new(move |conn: WsConn| run(conn, first)),
+    })
+}
+
 fn first_channel(f: &Flags) -> u8 {
     if f.stdout {
         channel::STDOUT
@@ -488,39 +504,29 @@ impl PodStreams for Kubelet {
         };
         let runtime = self.runtime.clone();
         let faults = self.faults.clone();
-        Reply::Upgrade(Upgrade {
-            protocol: Some(proto.name().to_string()),
-            headers: Vec::new(),
-            max_message_bytes: MAX_MESSAGE,
-            on_open: Box::new(move |conn: WsConn| {
-                let first = first_channel(&f);
-                let plan = match plan {
-                    Ok(p) => p,
-                    Err(m) => return fail_socket(conn, first, m.to_string()),
-                };
-                let process = match runtime.start(plan) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        return fail_socket(
-                            conn,
-                            first,
-                            format!("failed to start the command: {e}"),
-                        )
-                    }
-                };
-                let Some(output) = process.take_output() else {
-                    process.kill();
-                    return fail_socket(conn, first, "exec output unavailable".into());
-                };
-                let stream = StreamSession {
-                    proto,
-                    first,
-                    flags: f,
-                    mode: Mode::Exec,
-                    close_stdin_on_eof: true,
-                };
-                stream.run(conn, process, output, &faults);
-            }),
+        stream_upgrade(proto, &f, move |conn: WsConn, first: u8| {
+            let plan = match plan {
+                Ok(p) => p,
+                Err(m) => return fail_socket(conn, first, m.to_string()),
+            };
+            let process = match runtime.start(plan) {
+                Ok(p) => p,
+                Err(e) => {
+                    return fail_socket(conn, first, format!("failed to start the command: {e}"))
+                }
+            };
+            let Some(output) = process.take_output() else {
+                process.kill();
+                return fail_socket(conn, first, "exec output unavailable".into());
+            };
+            let stream = StreamSession {
+                proto,
+                first,
+                flags: f,
+                mode: Mode::Exec,
+                close_stdin_on_eof: true,
+            };
+            stream.run(conn, process, output, &faults);
         })
     }
 
@@ -543,32 +549,22 @@ impl PodStreams for Kubelet {
         let running = t.running_process();
         let container = t.container.clone();
         let faults = self.faults.clone();
-        Reply::Upgrade(Upgrade {
-            protocol: Some(proto.name().to_string()),
-            headers: Vec::new(),
-            max_message_bytes: MAX_MESSAGE,
-            on_open: Box::new(move |conn: WsConn| {
-                let first = first_channel(&f);
-                let Some(process) = running else {
-                    return fail_socket(
-                        conn,
-                        first,
-                        format!("container {container} is not running"),
-                    );
-                };
-                let sub = process.subscribe();
-                let stream = StreamSession {
-                    proto,
-                    first,
-                    flags: Flags {
-                        stdin: f.stdin && stdin_enabled,
-                        ..f
-                    },
-                    mode: Mode::Attach,
-                    close_stdin_on_eof: stdin_once,
-                };
-                stream.run(conn, process, sub, &faults);
-            }),
+        stream_upgrade(proto, &f, move |conn: WsConn, first: u8| {
+            let Some(process) = running else {
+                return fail_socket(conn, first, format!("container {container} is not running"));
+            };
+            let sub = process.subscribe();
+            let stream = StreamSession {
+                proto,
+                first,
+                flags: Flags {
+                    stdin: f.stdin && stdin_enabled,
+                    ..f
+                },
+                mode: Mode::Attach,
+                close_stdin_on_eof: stdin_once,
+            };
+            stream.run(conn, process, sub, &faults);
         })
     }
 

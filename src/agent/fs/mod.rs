@@ -22,7 +22,7 @@
 //! - `apply.rs`: the write side (apply, deletes, temporary files, modes).
 //!
 //! The limits are [`Limits`] and the string rules on paths
-//! [`paths`](super::wire::paths), both in the protocol module.
+//! [`paths`], both in the protocol module.
 
 use super::wire::paths::{self, WorkspacePathError, MAX_DEPTH};
 use super::wire::Limits;

@@ -4,7 +4,7 @@
 //! CrashLoopBackOff back-off) or a final phase, enforces
 //! activeDeadlineSeconds, finishes graceful deletes, and publishes the
 //! pod's status. It alone changes its pod's processes and status; other
-//! threads read the containers through [`PodShared`](super::PodShared).
+//! threads read the containers through [`PodShared`].
 
 use super::{
     config_lookup, truncate, ConfigLookup, ContainerHandle, Kubelet, PodMsg, PodShared, HOST_IP,
