@@ -252,9 +252,7 @@ impl Store {
     ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
         let g = self.inner.write();
-        let stored = g.objects[res.index()]
-            .get(&key(ns, name))
-            .ok_or_else(|| not_found(res, name))?;
+        let stored = stored_in(&g, res, ns, name)?;
         let patched = crate::sim::patch::apply(patch_type, stored, patch).map_err(|e| match e {
             crate::sim::patch::PatchError::BadRequest(m) => StoreError::BadRequest(m),
             crate::sim::patch::PatchError::Unprocessable(m) => StoreError::Invalid {
@@ -274,10 +272,10 @@ impl Store {
         res: Resource,
         ns: &str,
         name: &str,
-        obj: Obj,
+        body: Obj,
         sub: Subresource,
     ) -> Result<Obj, StoreError> {
-        let obj = check_body(res, obj)?;
+        let obj = check_body(res, body)?;
         check_identity(res, ns, name, &obj)?;
         self.update_locked(&mut g, res, ns, name, obj, sub)
             .map(|outcome| self.finish_update(g, res, ns, outcome))
@@ -297,9 +295,7 @@ impl Store {
     ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
         let g = self.inner.write();
-        let stored = g.objects[res.index()]
-            .get(&key(ns, name))
-            .ok_or_else(|| not_found(res, name))?;
+        let stored = stored_in(&g, res, ns, name)?;
         let mut obj = stored.clone();
         f(&mut obj)?;
         if !obj.is_object() {
@@ -330,9 +326,7 @@ impl Store {
     ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
         let mut g = self.inner.write();
-        let stored = g.objects[res.index()]
-            .get(&key(ns, name))
-            .ok_or_else(|| not_found(res, name))?;
+        let stored = stored_in(&g, res, ns, name)?;
         check_preconditions(res, name, stored, pre)?;
         let obj = g.objects[res.index()]
             .remove(&key(ns, name))
@@ -428,9 +422,7 @@ impl Store {
         body: Obj,
         sub: Subresource,
     ) -> Result<Outcome, StoreError> {
-        let stored = g.objects[res.index()]
-            .get(&key(ns, name))
-            .ok_or_else(|| not_found(res, name))?;
+        let stored = stored_in(&g, res, ns, name)?;
         let body_rv = meta_str(&body, "resourceVersion");
         if !body_rv.is_empty() && body_rv != meta_str(stored, "resourceVersion") {
             return Err(StoreError::Conflict {
@@ -625,6 +617,13 @@ fn check_namespace_usable(
 
 /// The body must be an object whose `kind`/`apiVersion` (when present) are
 /// the resource's; both are filled in when absent.
+/// The stored object `ns/name` of `res`, or its NotFound.
+fn stored_in<'g>(g: &'g Inner, res: Resource, ns: &str, name: &str) -> Result<&'g Obj, StoreError> {
+    g.objects[res.index()]
+        .get(&key(ns, name))
+        .ok_or_else(|| not_found(res, name))
+}
+
 fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
     let info = res.info();
     let Value::Object(mut m) = obj else {

@@ -10,6 +10,13 @@ fn store() -> Arc<Store> {
     Store::new(StoreConfig::default())
 }
 
+/// A store holding the pod `default/p`, and that pod as created.
+fn store_with_pod() -> (Arc<Store>, Obj) {
+    let s = store();
+    let p = s.create(Resource::Pod, "default", pod("p")).unwrap();
+    (s, p)
+}
+
 fn small(history: usize, queue: usize) -> Arc<Store> {
     Store::new(StoreConfig {
         history_window: history,
@@ -278,8 +285,7 @@ fn namespaces_cluster_scoped_and_terminating() {
 
 #[test]
 fn update_semantics() {
-    let s = store();
-    let p = s.create(Resource::Pod, "default", pod("p")).unwrap();
+    let (s, p) = store_with_pod();
     // name mismatch
     let mut other = p.clone();
     other["metadata"]["name"] = json!("q");
@@ -373,8 +379,7 @@ fn update_semantics() {
 
 #[test]
 fn status_subresource_takes_only_status() {
-    let s = store();
-    let p = s.create(Resource::Pod, "default", pod("p")).unwrap();
+    let (s, p) = store_with_pod();
     let mut st = p.clone();
     st["status"] = json!({"phase": "Running", "podIP": "127.0.1.1"});
     st["metadata"]["labels"]["ignored"] = json!("1");
@@ -386,26 +391,19 @@ fn status_subresource_takes_only_status() {
     assert!(u["metadata"]["labels"].get("ignored").is_none());
     assert_eq!(u["spec"]["containers"][0]["image"], "busybox");
     assert_eq!(u["metadata"]["generation"], 1);
-    let e = s
-        .update(
+    let cm_status = || {
+        s.update(
             Resource::ConfigMap,
             "default",
             "c",
             cm("c"),
             Subresource::Status,
         )
-        .unwrap_err();
+    };
+    let e = cm_status().unwrap_err();
     assert_eq!(e.code(), 404);
     s.create(Resource::ConfigMap, "default", cm("c")).unwrap();
-    let e = s
-        .update(
-            Resource::ConfigMap,
-            "default",
-            "c",
-            cm("c"),
-            Subresource::Status,
-        )
-        .unwrap_err();
+    let e = cm_status().unwrap_err();
     assert_eq!(e.code(), 400);
 }
 
@@ -671,8 +669,7 @@ fn modify_semantics() {
 
 #[test]
 fn delete_semantics() {
-    let s = store();
-    let p = s.create(Resource::Pod, "default", pod("p")).unwrap();
+    let (s, p) = store_with_pod();
     let pre = Preconditions {
         uid: Some("other".into()),
         resource_version: None,
