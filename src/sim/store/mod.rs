@@ -422,7 +422,7 @@ impl Store {
         body: Obj,
         sub: Subresource,
     ) -> Result<Outcome, StoreError> {
-        let stored = stored_in(&g, res, ns, name)?;
+        let stored = stored_in(g, res, ns, name)?;
         let body_rv = meta_str(&body, "resourceVersion");
         if !body_rv.is_empty() && body_rv != meta_str(stored, "resourceVersion") {
             return Err(StoreError::Conflict {
