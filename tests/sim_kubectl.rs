@@ -26,6 +26,13 @@ fn running(pods: &[Value]) -> usize {
 
 /// The scenario both transports must pass.
 fn crud_and_workloads(sim: &SimProc) {
+    configmaps_and_services(sim);
+    deployments(sim);
+}
+
+/// ConfigMaps (create, get, apply) and a Service's allocation and
+/// conflicts.
+fn configmaps_and_services(sim: &SimProc) {
     // ConfigMaps: create, get, AlreadyExists, NotFound.
     sim.kubectl_ok(&["create", "configmap", "cm1", "--from-literal=a=1"]);
     let cm = sim.kubectl_json(&["get", "configmap", "cm1"]);
@@ -95,7 +102,11 @@ fn crud_and_workloads(sim: &SimProc) {
         "{}",
         out.stderr_str()
     );
+}
 
+/// Deployments: pods, scaling, Tables, replacement, exec and logs, a
+/// rollout.
+fn deployments(sim: &SimProc) {
     // Deployments: Running pods with owner references and pod IPs.
     sim.kubectl_ok(&[
         "create",

@@ -1054,7 +1054,8 @@ fn spawn_latency_figures() {
 
 #[test]
 fn a_planned_pod_runs_with_its_volumes_mapped() {
-    use kubegate::sim::podspec::{materialize_volumes, plan_container, PlanContext};
+    use kubegate::sim::podspec::volumes::materialize_volumes;
+    use kubegate::sim::podspec::{plan_container, PlanContext};
     use std::collections::BTreeMap;
     deadline(60, || {
         let (rt, _dir) = runtime("podspec");

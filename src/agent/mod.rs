@@ -3,30 +3,31 @@
 //! sessions.md "Workspace agent"). The daemon seeds, syncs, reads and
 //! snapshots a session's files only through it.
 //!
-//! - `paths.rs`: the path rules, sans-IO (string -> normalised relative path).
-//! - `fs.rs`: the folder itself: tree with hashes, atomic writes, deletes,
-//!   reads, snapshot, limits; every path walked without following links.
+//! - `wire.rs` ([`wire`]): the protocol both ends share — version, headers,
+//!   port, token variable, limits, JSON bodies, and the path rules
+//!   ([`wire::paths`]). It is the only part of `agent` the daemon's
+//!   session and runner code import.
+//! - `fs/` ([`fs`]): the folder itself: tree with hashes, atomic writes,
+//!   deletes, reads, snapshot, limits; every path walked without following
+//!   links.
 //! - here: the routes on an `http::Server` (threads `agent-listen`,
 //!   `agent-conn`), the bearer token (checked from the head), the command
-//!   line.
+//!   line ([`parse_args`], its [`UsageError`]).
 //!
-//! - `wire.rs`: the JSON bodies, shared with the daemon's client
-//!   (`session::agent_client`).
-//!
-//! The token comes from `KUBEGATE_WORKSPACE_TOKEN` and is kept only as its
-//! SHA-256 digest, compared in constant time; it is never logged. Clients
-//! send it as `Authorization: Bearer TOKEN` or, through the API server's
-//! pod proxy (which consumes `Authorization` as the daemon's own
-//! credential and drops it), as `X-Kubegate-Agent-Token: TOKEN`.
+//! The token comes from `KUBEGATE_WORKSPACE_TOKEN` ([`wire::TOKEN_ENV`]) and
+//! is kept only as its SHA-256 digest, compared in constant time; it is
+//! never logged. Clients send it as `Authorization: Bearer TOKEN` or,
+//! through the API server's pod proxy (which consumes `Authorization` as
+//! the daemon's own credential and drops it), as
+//! `X-Kubegate-Agent-Token: TOKEN` ([`wire::TOKEN_HEADER`]).
 
 pub mod fs;
-pub mod paths;
 pub mod wire;
 
 use crate::api::{ApiError, Code};
 use crate::http::{Handler, HttpError, Reply, Request, Response, Server, ServerConfig};
 use base64::Engine as _;
-use fs::{FileWrite, Limits, Workspace};
+use fs::{FileWrite, Workspace};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::io::Write as _;
@@ -35,23 +36,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
-
-/// The agent's protocol version. The daemon refuses an agent that speaks
-/// another (`GET /version`, and the header below on every response).
-pub const AGENT_PROTOCOL: u32 = 1;
-
-/// Sent on every response, errors and `/healthz` included.
-pub const PROTOCOL_HEADER: &str = "X-Kubegate-Agent-Protocol";
-
-/// The request header that carries the token where `Authorization` cannot
-/// (the API server's pod proxy drops it).
-pub const TOKEN_HEADER: &str = "X-Kubegate-Agent-Token";
-
-/// The environment variable that carries the bearer token.
-pub const TOKEN_ENV: &str = "KUBEGATE_WORKSPACE_TOKEN";
-
-/// The port the pod spec gives the agent.
-pub const DEFAULT_PORT: u16 = 8099;
+use wire::paths;
+use wire::{
+    ApplyRequest, ApplyResult, Encoding, FileContent, Snapshot, SnapshotFile, Tree, TreeEntry,
+    VersionInfo,
+};
+use wire::{Limits, AGENT_PROTOCOL, DEFAULT_PORT, PROTOCOL_HEADER, TOKEN_ENV, TOKEN_HEADER};
 
 /// The command line of `kubegate workspace-agent`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,8 +70,42 @@ bearer token is read from the environment variable KUBEGATE_WORKSPACE_TOKEN
 (required). Limits default to 8 MiB per file, 10,000 files, 64 MiB in total.
 ";
 
+/// A command line `kubegate workspace-agent` refuses (exit 2, with
+/// [`USAGE`]); its `Display` is the line printed after the program name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsageError {
+    /// A flag given without its value.
+    MissingValue { flag: String },
+    /// A limit that is not a positive whole number.
+    NotPositive { flag: String, value: String },
+    /// `--listen` that is not `IP:PORT`.
+    BadListen { value: String, reason: String },
+    /// `--root ""`.
+    EmptyRoot,
+    /// An argument that is no option of the agent's.
+    UnknownOption(String),
+}
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UsageError::MissingValue { flag } => write!(f, "{flag} needs a value"),
+            UsageError::NotPositive { flag, value } => {
+                write!(f, "{flag} {value:?}: expected a positive whole number")
+            }
+            UsageError::BadListen { value, reason } => {
+                write!(f, "--listen {value:?}: {reason} (expected IP:PORT)")
+            }
+            UsageError::EmptyRoot => f.write_str("--root must not be empty"),
+            UsageError::UnknownOption(a) => write!(f, "unknown option {a:?}"),
+        }
+    }
+}
+
+impl std::error::Error for UsageError {}
+
 /// Parses the arguments after `workspace-agent`. `Ok(None)` is `--help`.
-pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
+pub fn parse_args(args: &[String]) -> Result<Option<Options>, UsageError> {
     let mut o = Options::default();
     let mut i = 0;
     while i < args.len() {
@@ -93,39 +117,45 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
             _ => (a, None),
         };
-        let mut value = || -> Result<String, String> {
+        let mut value = || -> Result<String, UsageError> {
             if let Some(v) = inline.clone() {
                 return Ok(v);
             }
             i += 1;
             args.get(i)
                 .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
+                .ok_or_else(|| UsageError::MissingValue {
+                    flag: flag.to_string(),
+                })
         };
-        let positive = |v: String| -> Result<u64, String> {
+        let positive = |v: String| -> Result<u64, UsageError> {
             match v.parse::<u64>() {
                 Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!("{flag} {v:?}: expected a positive whole number")),
+                _ => Err(UsageError::NotPositive {
+                    flag: flag.to_string(),
+                    value: v,
+                }),
             }
         };
         match flag {
             "--listen" => {
                 let v = value()?;
-                o.listen = v
-                    .parse::<SocketAddr>()
-                    .map_err(|e| format!("--listen {v:?}: {e} (expected IP:PORT)"))?;
+                o.listen = v.parse::<SocketAddr>().map_err(|e| UsageError::BadListen {
+                    reason: e.to_string(),
+                    value: v.clone(),
+                })?;
             }
             "--root" => {
                 let v = value()?;
                 if v.is_empty() {
-                    return Err("--root must not be empty".into());
+                    return Err(UsageError::EmptyRoot);
                 }
                 o.root = PathBuf::from(v);
             }
             "--max-file-bytes" => o.limits.max_file_bytes = positive(value()?)?,
             "--max-files" => o.limits.max_files = positive(value()?)?,
             "--max-total-bytes" => o.limits.max_total_bytes = positive(value()?)?,
-            _ => return Err(format!("unknown option {a:?}")),
+            _ => return Err(UsageError::UnknownOption(a.to_string())),
         }
         i += 1;
     }
@@ -137,11 +167,6 @@ pub struct Agent {
     ws: Workspace,
     token_digest: [u8; 32],
 }
-
-use wire::{
-    ApplyRequest, ApplyResult, Encoding, FileContent, Snapshot, SnapshotFile, Tree, TreeEntry,
-    VersionInfo,
-};
 
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD

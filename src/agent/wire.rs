@@ -1,12 +1,75 @@
-//! The agent's JSON bodies (docs/agent.md, "Protocol"), shared by the
-//! agent (`agent::Agent`) and its client in the daemon
-//! (`session::agent_client`), so both ends read and write one definition.
+//! The agent's protocol (docs/agent.md, "Protocol"): everything both ends
+//! must agree on, and the only part of `agent` the daemon's session and
+//! runner code (and the CLI) import. The in-pod server is the rest of
+//! [`crate::agent`]; its client in the daemon is `session::agent_client`.
+//!
+//! - here: the protocol version and the headers that carry it and the
+//!   token, the token's environment variable, the agent's port, the
+//!   workspace [`Limits`] (and the request-body cap they imply), and the
+//!   JSON bodies of every route.
+//! - [`paths`]: the path rules, sans-IO (string -> normalised relative
+//!   path; excluded and temporary names; the rules on one apply's plan).
 //!
 //! Requests are strict (unknown fields refused: a client of another
 //! version must not have its fields silently ignored); answers are read
 //! leniently by the client (an agent may add fields).
+//!
+//! Out of scope: I/O of any kind (the folder is `agent::fs`, the routes
+//! `agent`'s server, the client `session::agent_client`).
+
+pub mod paths;
 
 use serde::{Deserialize, Serialize};
+
+/// The agent's protocol version. The daemon refuses an agent that speaks
+/// another (`GET /version`, and [`PROTOCOL_HEADER`] on every response).
+pub const AGENT_PROTOCOL: u32 = 1;
+
+/// Sent on every response, errors and `/healthz` included.
+pub const PROTOCOL_HEADER: &str = "X-Kubegate-Agent-Protocol";
+
+/// The request header that carries the token where `Authorization` cannot
+/// (the API server's pod proxy drops it).
+pub const TOKEN_HEADER: &str = "X-Kubegate-Agent-Token";
+
+/// The environment variable that carries the bearer token.
+pub const TOKEN_ENV: &str = "KUBEGATE_WORKSPACE_TOKEN";
+
+/// The port the pod spec gives the agent.
+pub const DEFAULT_PORT: u16 = 8099;
+
+/// The workspace limits (contract.md's bundle defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest single file written, read or snapshotted. Default 8 MiB.
+    pub max_file_bytes: u64,
+    /// Most files in the workspace (the tree's count). Default 10,000.
+    pub max_files: u64,
+    /// Largest sum of file sizes in the workspace. Default 64 MiB.
+    pub max_total_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_file_bytes: 8 << 20,
+            max_files: 10_000,
+            max_total_bytes: 64 << 20,
+        }
+    }
+}
+
+impl Limits {
+    /// The request-body cap of `POST /workspace`: the total limit as
+    /// base64 (4/3), plus 512 bytes of JSON and path per file, plus 1 MiB.
+    pub fn body_cap(&self) -> usize {
+        let b = (self.max_total_bytes / 3 + 1)
+            .saturating_mul(4)
+            .saturating_add(self.max_files.saturating_mul(512))
+            .saturating_add(1 << 20);
+        usize::try_from(b).unwrap_or(usize::MAX)
+    }
+}
 
 /// How file content travels in JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -137,4 +200,21 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_cap_covers_base64_of_the_total() {
+        let l = Limits::default();
+        assert!(l.body_cap() as u64 > l.max_total_bytes / 3 * 4 + l.max_files * 100);
+        let tiny = Limits {
+            max_file_bytes: 1,
+            max_files: 1,
+            max_total_bytes: 3,
+        };
+        assert_eq!(tiny.body_cap(), 8 + 512 + (1 << 20));
+    }
 }

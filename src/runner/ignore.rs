@@ -1,6 +1,6 @@
 //! Which workspace changes restart the program, sans-IO: the
 //! `.kubegateignore` matcher (gitignore-style) and the fixed exclusions the
-//! workspace agent also applies (`agent::paths::EXCLUDED`, at any depth, and
+//! workspace agent also applies (`agent::wire::paths::EXCLUDED`, at any depth, and
 //! the agent's temporary files).
 //!
 //! The pattern language is gitignore's (gitignore(5)), for the parts a
@@ -25,7 +25,7 @@
 //! patterns of at most [`MAX_PATTERN_BYTES`] each are kept (more is a
 //! mistake, not a workspace), so matching stays cheap.
 
-use crate::agent::paths::{is_excluded, is_temp};
+use crate::agent::wire::paths::{is_excluded, is_temp};
 
 /// The ignore file, at the workspace root only.
 pub const IGNORE_FILE: &str = ".kubegateignore";

@@ -12,12 +12,12 @@
 //! callback may wait (a bounded channel): inotify queues meanwhile, and an
 //! overflow of its queue counts as a change.
 //!
-//! Bounds: folders deeper than `agent::paths::MAX_DEPTH` are left out; the
+//! Bounds: folders deeper than `agent::wire::paths::MAX_DEPTH` are left out; the
 //! polling scan looks at most [`MAX_SCAN_ENTRIES`] entries.
 
 use super::ignore::{is_relevant, IgnoreRules, IGNORE_FILE};
 use super::manifest::MANIFEST;
-use crate::agent::paths::MAX_DEPTH;
+use crate::agent::wire::paths::MAX_DEPTH;
 use crate::http::stream::{poll, Waker};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
@@ -379,7 +379,7 @@ impl Inotify {
         let gone: Vec<i32> = self
             .dirs
             .iter()
-            .filter(|(_, d)| crate::agent::paths::is_within(d, rel))
+            .filter(|(_, d)| crate::agent::wire::paths::is_within(d, rel))
             .map(|(wd, _)| *wd)
             .collect();
         for wd in gone {

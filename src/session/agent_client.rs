@@ -16,12 +16,12 @@
 //! The JSON bodies are `agent::wire`'s, shared with the agent.
 
 use super::access::{AccessError, PodAccess, PodRequest, PodResponse, PodTarget};
-use crate::agent::fs::Limits;
+use crate::agent::wire::Limits;
 use crate::agent::wire::{
     ApplyRequest, ApplyResult, Encoding, ErrorBody, FileContent, Snapshot, Tree, VersionInfo,
     WriteItem,
 };
-use crate::agent::{AGENT_PROTOCOL, DEFAULT_PORT, PROTOCOL_HEADER, TOKEN_HEADER};
+use crate::agent::wire::{AGENT_PROTOCOL, DEFAULT_PORT, PROTOCOL_HEADER, TOKEN_HEADER};
 use crate::kube::client::KubeError;
 use base64::Engine as _;
 use crossbeam_channel::{Receiver, RecvTimeoutError};

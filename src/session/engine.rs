@@ -1668,7 +1668,7 @@ fn recover_output(
 /// watches the workspace: files renamed into place after the entry would
 /// reach it as an edit and restart the app right after its start.
 fn entries_last(mut files: Vec<(String, Vec<u8>)>, entries: &[String]) -> Vec<(String, Vec<u8>)> {
-    let norm = |p: &str| crate::agent::paths::normalize(p).unwrap_or_else(|_| p.to_string());
+    let norm = |p: &str| crate::agent::wire::paths::normalize(p).unwrap_or_else(|_| p.to_string());
     let entries: Vec<String> = entries.iter().map(|e| norm(e)).collect();
     // Stable: the other files keep their order, so do the entries.
     files.sort_by_key(|(path, _)| entries.contains(&norm(path)));

@@ -388,7 +388,7 @@ pub fn build_pod_json(settings: &PodSettings, input: &PodInput<'_>) -> Value {
         "env": [
             pod_ip_env(),
             {"name": "HOME", "value": "/tmp"},
-            {"name": crate::agent::TOKEN_ENV, "valueFrom": {"secretKeyRef": {
+            {"name": crate::agent::wire::TOKEN_ENV, "valueFrom": {"secretKeyRef": {
                 "name": token_secret_name(input.pod_name),
                 "key": TOKEN_KEY,
             }}},
@@ -505,7 +505,7 @@ pub fn uses_token_secret(pod: &Pod) -> bool {
         .flat_map(|s| s.containers.iter())
         .filter(|c| c.name == WORKSPACE_CONTAINER)
         .flat_map(|c| c.env.iter().flatten())
-        .filter(|e| e.name == crate::agent::TOKEN_ENV)
+        .filter(|e| e.name == crate::agent::wire::TOKEN_ENV)
         .filter_map(|e| e.value_from.as_ref()?.extra.get("secretKeyRef"))
         .any(|r| r["name"].as_str() == Some(want.as_str()))
 }

@@ -758,7 +758,7 @@ impl ApiServer {
         // characters refused (docs/sim.md "Pod proxy").
         let target = match super::proxy::pod_target(&req.target) {
             Ok(t) => t,
-            Err(m) => return bad_request(&m).into(),
+            Err(m) => return bad_request(&m.to_string()).into(),
         };
         streams.proxy(req, ns, name, port, &target)
     }

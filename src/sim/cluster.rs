@@ -130,7 +130,10 @@ impl Sim {
             if !opts.listen.ip().is_unspecified() {
                 hosts.push(opts.listen.ip().to_string());
             }
-            Some(super::tls::generate(&hosts, opts.client_ca).map_err(SimError::Failed)?)
+            Some(
+                super::tls::generate(&hosts, opts.client_ca)
+                    .map_err(|e| SimError::Failed(e.to_string()))?,
+            )
         } else {
             None
         };

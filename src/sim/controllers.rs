@@ -431,6 +431,103 @@ pub fn template_hash(template: &Value) -> String {
     out
 }
 
+/// The ReplicaSet a Deployment `d` makes for its template (hash `hash`):
+/// named `{deployment}-{hash}`, labelled and selected by the hash too,
+/// owned by `d`, at `revision`, with `replicas` wanted now.
+fn new_replica_set(d: &Value, hash: &str, desired: i64, revision: i64, replicas: i64) -> Value {
+    let template = &d["spec"]["template"];
+    let name = name_of(d);
+    let ns = d["metadata"]["namespace"].as_str().unwrap_or("");
+    let mut labels: Map<String, Value> = template["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    labels.insert("pod-template-hash".into(), json!(hash));
+    let mut tmpl = template.clone();
+    tmpl["metadata"]["labels"] = Value::Object(labels.clone());
+    let mut selector = d["spec"]["selector"].clone();
+    selector["matchLabels"]["pod-template-hash"] = json!(hash);
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": format!("{name}-{hash}"),
+            "namespace": ns,
+            "labels": labels,
+            "annotations": {
+                "deployment.kubernetes.io/desired-replicas": desired.to_string(),
+                "deployment.kubernetes.io/max-replicas": desired.to_string(),
+                "deployment.kubernetes.io/revision": revision.to_string(),
+            },
+            "ownerReferences": [owner_ref("apps/v1", "Deployment", d)],
+        },
+        "spec": {
+            "replicas": replicas,
+            "minReadySeconds": d["spec"]["minReadySeconds"].as_i64().unwrap_or(0),
+            "selector": selector,
+            "template": tmpl,
+        },
+    })
+}
+
+/// A Deployment's `Available` and `Progressing` conditions, as upstream's
+/// controller words them; transition times kept from `d`'s current
+/// conditions while a condition's status and reason stay the same.
+fn deployment_conditions(d: &Value, available_ok: bool, all_updated: bool, new_rs: &str) -> Value {
+    let now = crate::kube::time::now_rfc3339();
+    let existing_conditions = &d["status"]["conditions"];
+    let condition = |ty: &str, ok: bool, reason: &str, message: String| -> Value {
+        // Keep transition times stable while the status stays the same.
+        let prev = existing_conditions
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == ty))
+            .cloned();
+        let status = if ok { "True" } else { "False" };
+        let (transition, update) = match &prev {
+            Some(p) if p["status"] == status && p["reason"] == reason => {
+                (p["lastTransitionTime"].clone(), p["lastUpdateTime"].clone())
+            }
+            _ => (json!(now), json!(now)),
+        };
+        json!({"type": ty, "status": status, "reason": reason, "message": message,
+               "lastTransitionTime": transition, "lastUpdateTime": update})
+    };
+    let progressed = all_updated && available_ok;
+    json!([
+        condition(
+            "Available",
+            available_ok,
+            if available_ok {
+                "MinimumReplicasAvailable"
+            } else {
+                "MinimumReplicasUnavailable"
+            },
+            if available_ok {
+                "Deployment has minimum availability.".into()
+            } else {
+                "Deployment does not have minimum availability.".into()
+            }
+        ),
+        condition(
+            "Progressing",
+            true,
+            if progressed {
+                "NewReplicaSetAvailable"
+            } else {
+                "ReplicaSetUpdated"
+            },
+            format!(
+                "ReplicaSet \"{new_rs}\" {}",
+                if progressed {
+                    "has successfully progressed."
+                } else {
+                    "is progressing."
+                }
+            )
+        ),
+    ])
+}
+
 fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), StoreError> {
     let d = store.get(Resource::Deployment, ns, name)?;
     if !d["metadata"]["deletionTimestamp"].is_null() {
@@ -492,36 +589,7 @@ fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), Store
             }
         }
         None => {
-            let mut labels: Map<String, Value> = template["metadata"]["labels"]
-                .as_object()
-                .cloned()
-                .unwrap_or_default();
-            labels.insert("pod-template-hash".into(), json!(hash));
-            let mut tmpl = template.clone();
-            tmpl["metadata"]["labels"] = Value::Object(labels.clone());
-            let mut selector = d["spec"]["selector"].clone();
-            selector["matchLabels"]["pod-template-hash"] = json!(hash);
-            let rs = json!({
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "metadata": {
-                    "name": format!("{name}-{hash}"),
-                    "namespace": ns,
-                    "labels": labels,
-                    "annotations": {
-                        "deployment.kubernetes.io/desired-replicas": desired.to_string(),
-                        "deployment.kubernetes.io/max-replicas": desired.to_string(),
-                        "deployment.kubernetes.io/revision": (max_revision + 1).to_string(),
-                    },
-                    "ownerReferences": [owner_ref("apps/v1", "Deployment", &d)],
-                },
-                "spec": {
-                    "replicas": new_target,
-                    "minReadySeconds": d["spec"]["minReadySeconds"].as_i64().unwrap_or(0),
-                    "selector": selector,
-                    "template": tmpl,
-                },
-            });
+            let rs = new_replica_set(&d, &hash, desired, max_revision + 1, new_target);
             match store.create(Resource::ReplicaSet, ns, rs) {
                 Ok(rs) => rs,
                 Err(StoreError::AlreadyExists { .. }) => {
@@ -586,59 +654,8 @@ fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), Store
     let available = sum("availableReplicas");
     let ready = sum("readyReplicas");
     let updated = new_rs["status"]["replicas"].as_i64().unwrap_or(0);
-    let now = crate::kube::time::now_rfc3339();
     let available_ok = available >= desired;
-    let existing_conditions = d["status"]["conditions"].clone();
-    let condition = |ty: &str, ok: bool, reason: &str, message: String| -> Value {
-        // Keep transition times stable while the status stays the same.
-        let prev = existing_conditions
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == ty))
-            .cloned();
-        let status = if ok { "True" } else { "False" };
-        let (transition, update) = match &prev {
-            Some(p) if p["status"] == status && p["reason"] == reason => {
-                (p["lastTransitionTime"].clone(), p["lastUpdateTime"].clone())
-            }
-            _ => (json!(now), json!(now)),
-        };
-        json!({"type": ty, "status": status, "reason": reason, "message": message,
-               "lastTransitionTime": transition, "lastUpdateTime": update})
-    };
-    let conditions = json!([
-        condition(
-            "Available",
-            available_ok,
-            if available_ok {
-                "MinimumReplicasAvailable"
-            } else {
-                "MinimumReplicasUnavailable"
-            },
-            if available_ok {
-                "Deployment has minimum availability.".into()
-            } else {
-                "Deployment does not have minimum availability.".into()
-            }
-        ),
-        condition(
-            "Progressing",
-            true,
-            if updated >= desired && available_ok {
-                "NewReplicaSetAvailable"
-            } else {
-                "ReplicaSetUpdated"
-            },
-            format!(
-                "ReplicaSet \"{}\" {}",
-                name_of(&new_rs),
-                if updated >= desired && available_ok {
-                    "has successfully progressed."
-                } else {
-                    "is progressing."
-                }
-            )
-        ),
-    ]);
+    let conditions = deployment_conditions(&d, available_ok, updated >= desired, &name_of(&new_rs));
     let status = json!({
         "observedGeneration": d["metadata"]["generation"].as_i64().unwrap_or(1),
         "replicas": replicas,

@@ -30,7 +30,65 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-type KillFn = Box<dyn Fn(&str, &str, &str) -> Result<(), String> + Send + Sync>;
+type KillFn = Box<dyn Fn(&str, &str, &str) -> Result<(), KillError> + Send + Sync>;
+
+/// Why the kubelet could not kill a container for `killContainer`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillError {
+    /// No such pod in the store.
+    PodNotFound { namespace: String, pod: String },
+    /// The pod has no owner thread (nothing running).
+    NotRunning,
+    /// The pod's owner thread has a full inbox.
+    Busy,
+    /// The kubelet has shut down.
+    Stopped,
+}
+
+impl std::fmt::Display for KillError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KillError::PodNotFound { namespace, pod } => {
+                write!(f, "pod {namespace}/{pod} not found")
+            }
+            KillError::NotRunning => f.write_str("the pod has no containers running"),
+            KillError::Busy => f.write_str("the pod is busy"),
+            KillError::Stopped => f.write_str("the kubelet has stopped"),
+        }
+    }
+}
+
+impl std::error::Error for KillError {}
+
+/// A fault request refused: answered 400, this text as the Status message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultError(String);
+
+impl From<&str> for FaultError {
+    fn from(s: &str) -> Self {
+        FaultError(s.to_string())
+    }
+}
+
+impl From<String> for FaultError {
+    fn from(s: String) -> Self {
+        FaultError(s)
+    }
+}
+
+impl From<KillError> for FaultError {
+    fn from(e: KillError) -> Self {
+        FaultError(e.to_string())
+    }
+}
+
+impl std::fmt::Display for FaultError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FaultError {}
 type OutageFn = Box<dyn Fn(Duration) + Send + Sync>;
 
 #[derive(Default)]
@@ -191,7 +249,7 @@ impl Faults {
             "POST" => match serde_json::from_slice::<Value>(&req.body) {
                 Ok(v) if v.is_object() => match self.apply(&v) {
                     Ok(()) => Response::json(200, self.report().to_string().into_bytes()),
-                    Err(m) => Response::json(400, Status::bad_request(&m).to_json()),
+                    Err(m) => Response::json(400, Status::bad_request(&m.to_string()).to_json()),
                 },
                 Ok(_) => {
                     Response::json(400, Status::bad_request("expected a JSON object").to_json())
@@ -208,7 +266,7 @@ impl Faults {
         }
     }
 
-    fn apply(&self, v: &Value) -> Result<(), String> {
+    fn apply(&self, v: &Value) -> Result<(), FaultError> {
         let known = [
             "seed",
             "dropWatches",
@@ -221,7 +279,7 @@ impl Faults {
         ];
         if let Some(obj) = v.as_object() {
             if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
-                return Err(format!("unknown fault {k:?}; known: {}", known.join(", ")));
+                return Err(format!("unknown fault {k:?}; known: {}", known.join(", ")).into());
             }
         }
         // Which streams to cut: (exec, attach).
@@ -244,7 +302,8 @@ impl Faults {
             if !matches!(status, 429 | 500 | 502 | 503 | 504) {
                 return Err(format!(
                     "failRequests.status {status} is not one of 429, 500, 502, 503, 504"
-                ));
+                )
+                .into());
             }
             if !(0.0..=1.0).contains(&fraction) {
                 return Err("failRequests.fraction must be within 0..1".into());

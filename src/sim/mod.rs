@@ -1,6 +1,17 @@
 //! The simulated cluster (`kubegate sim`): an in-memory Kubernetes API server,
 //! controllers, and a kubelet that runs containers as local processes.
-//! Spec: shared/spec/sim.md. Uses only `kube`'s wire formats and `http`.
+//! Spec: shared/spec/sim.md. Uses only `kube`'s wire formats and `http`
+//! (never session, server, config or cli).
+//!
+//! The API side: [`api`] (routes), [`store`] (objects, resource versions,
+//! watches), [`admission`] (defaults, validation, the ClusterIP/NodePort
+//! allocator), [`rules`] (the syntax rules on names, keys and ports),
+//! [`selector`], [`patch`], [`table`], [`discovery`], [`resources`]. The
+//! node side: [`kubelet`], [`podspec`] (a container as a process plan),
+//! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
+//! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
+//! (start and stop), [`controllers`], [`gc`], [`lifecycle`], [`faults`],
+//! [`tls`], [`kubeconfig`].
 
 pub mod admission;
 pub mod api;
@@ -18,6 +29,7 @@ pub mod podio;
 pub mod podspec;
 pub mod proxy;
 pub mod resources;
+pub mod rules;
 pub mod runtime;
 pub mod selector;
 pub mod store;

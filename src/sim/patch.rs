@@ -646,6 +646,14 @@ mod tests {
         ]}}}})
     }
 
+    /// A Deployment's `spec.template.spec.containers`.
+    fn containers(d: &Value) -> &Vec<Value> {
+        d.pointer("/spec/template/spec/containers")
+            .unwrap()
+            .as_array()
+            .unwrap()
+    }
+
     #[test]
     fn strategic_merges_containers_by_name() {
         // kubectl set image
@@ -655,11 +663,7 @@ mod tests {
             json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}}}}),
         )
         .unwrap();
-        let cs = r
-            .pointer("/spec/template/spec/containers")
-            .unwrap()
-            .as_array()
-            .unwrap();
+        let cs = containers(&r);
         assert_eq!(cs.len(), 2);
         assert_eq!(cs[0]["image"], "nginx:2");
         assert_eq!(cs[0]["env"].as_array().unwrap().len(), 2);
@@ -675,11 +679,7 @@ mod tests {
             ]}}}}),
         )
         .unwrap();
-        let cs = r
-            .pointer("/spec/template/spec/containers")
-            .unwrap()
-            .as_array()
-            .unwrap();
+        let cs = containers(&r);
         assert_eq!(cs.len(), 1);
         assert_eq!(
             cs[0]["env"],
@@ -701,11 +701,7 @@ mod tests {
         });
         let r = ap(PatchType::StrategicMerge, deploy(), patch).unwrap();
         assert_eq!(r["spec"]["replicas"], 3);
-        let cs = r
-            .pointer("/spec/template/spec/containers")
-            .unwrap()
-            .as_array()
-            .unwrap();
+        let cs = containers(&r);
         assert_eq!(cs[0]["name"], "side");
         assert_eq!(cs[1]["name"], "web");
         assert_eq!(cs[1]["image"], "nginx:3");

@@ -14,7 +14,7 @@
 //! their mounts are in a cluster), folders 0755, group `fsGroup` and
 //! group-readable when one is set.
 
-use super::podspec::PodOwner;
+use super::podspec::users::PodOwner;
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -25,21 +25,47 @@ use std::path::{Path, PathBuf};
 /// block `useradd` hands out (100000-165535).
 pub const DEFAULT_UID_RANGE: (u32, u32) = (200_000, 265_535);
 
+/// A `--uid-range` / `cluster.sim.uid_range` the sim refuses; `Display` is
+/// the text the command line and the config check print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UidRangeError {
+    /// No `-` between two ids.
+    NotARange(String),
+    /// An end that is not an id from 1 to 2^31 - 1.
+    BadId(String),
+    /// FIRST above LAST.
+    Reversed(String),
+}
+
+impl std::fmt::Display for UidRangeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UidRangeError::NotARange(s) => {
+                write!(f, "{s:?} is not FIRST-LAST (e.g. \"200000-265535\")")
+            }
+            UidRangeError::BadId(x) => write!(f, "{x:?} is not an id from 1 to 2147483647"),
+            UidRangeError::Reversed(s) => write!(f, "{s:?}: FIRST is above LAST"),
+        }
+    }
+}
+
+impl std::error::Error for UidRangeError {}
+
 /// Parses `FIRST-LAST` (inclusive; both in 1 to 2^31 - 1, FIRST <= LAST).
-pub fn parse_range(s: &str) -> Result<(u32, u32), String> {
+pub fn parse_range(s: &str) -> Result<(u32, u32), UidRangeError> {
     let (a, b) = s
         .split_once('-')
-        .ok_or_else(|| format!("{s:?} is not FIRST-LAST (e.g. \"200000-265535\")"))?;
-    let num = |x: &str| -> Result<u32, String> {
+        .ok_or_else(|| UidRangeError::NotARange(s.to_string()))?;
+    let num = |x: &str| -> Result<u32, UidRangeError> {
         x.trim()
             .parse::<u32>()
             .ok()
             .filter(|&n| (1..=2_147_483_647).contains(&n))
-            .ok_or_else(|| format!("{x:?} is not an id from 1 to 2147483647"))
+            .ok_or_else(|| UidRangeError::BadId(x.to_string()))
     };
     let (a, b) = (num(a)?, num(b)?);
     if a > b {
-        return Err(format!("{s:?}: FIRST is above LAST"));
+        return Err(UidRangeError::Reversed(s.to_string()));
     }
     Ok((a, b))
 }

@@ -85,6 +85,16 @@ struct Target {
     handle: Option<ContainerHandle>,
 }
 
+impl Target {
+    /// The container's process, when it has one that has not exited.
+    fn running_process(&self) -> Option<Arc<Process>> {
+        self.handle
+            .as_ref()
+            .and_then(|h| h.process.clone())
+            .filter(|p| p.exited().is_none())
+    }
+}
+
 impl Kubelet {
     fn target(&self, req: &Request, ns: &str, pod_name: &str) -> Result<Target, Reply> {
         let pod = self
@@ -126,8 +136,8 @@ impl Kubelet {
         command: &[String],
         tty: bool,
         stdin: bool,
-    ) -> Result<ProcessSpec, String> {
-        let h = t.handle.as_ref().ok_or("container not found")?;
+    ) -> Result<ProcessSpec, ExecRefusal> {
+        let h = t.handle.as_ref().ok_or(ExecRefusal::NotFound)?;
         let mut spec = h.spec.clone();
         // An exec's command is not subject to `$(VAR)` expansion (only a
         // container's is): escape `$` so it survives the plan unchanged,
@@ -152,7 +162,7 @@ impl Kubelet {
             pod_id: h.pod_id,
             sim_uid: self.sim_uid,
         };
-        let mut plan = podspec::plan_container(&h.pod, &spec, &ctx).map_err(|e| e.to_string())?;
+        let mut plan = podspec::plan_container(&h.pod, &spec, &ctx).map_err(ExecRefusal::Plan)?;
         plan.tty = tty;
         plan.stdin = stdin;
         plan.log = false;
@@ -181,6 +191,29 @@ fn close_cut() -> Message {
 }
 
 /// Channel-3 status then close, for a request that cannot run.
+/// Why an exec's process cannot start: told to the client on the socket's
+/// error channel (the text is what kubectl prints).
+#[derive(Debug)]
+enum ExecRefusal {
+    /// The pod has no such container.
+    NotFound,
+    /// The container has no running process.
+    NotRunning(String),
+    /// The container's spec could not be planned (a missing ConfigMap,
+    /// say).
+    Plan(podspec::PlanError),
+}
+
+impl std::fmt::Display for ExecRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExecRefusal::NotFound => f.write_str("container not found"),
+            ExecRefusal::NotRunning(c) => write!(f, "container {c} is not running"),
+            ExecRefusal::Plan(e) => e.fmt(f),
+        }
+    }
+}
+
 fn fail_socket(conn: WsConn, first: u8, msg: String) {
     let Ok((out, rx)) = ws::try_outbox(4) else {
         return;
@@ -420,6 +453,22 @@ fn flags(req: &Request) -> Result<Flags, Reply> {
     })
 }
 
+/// The WebSocket upgrade of an exec or attach: `run` gets the connection
+/// and the first channel the flags ask for (where an error is told).
+fn stream_upgrade(
+    proto: Protocol,
+    f: &Flags,
+    run: impl FnOnce(WsConn, u8) + Send + 'static,
+) -> Reply {
+    let first = first_channel(f);
+    Reply::Upgrade(Upgrade {
+        protocol: Some(proto.name().to_string()),
+        headers: Vec::new(),
+        max_message_bytes: MAX_MESSAGE,
+        on_open: Box::new(move |conn: WsConn| run(conn, first)),
+    })
+}
+
 fn first_channel(f: &Flags) -> u8 {
     if f.stdout {
         channel::STDOUT
@@ -444,58 +493,40 @@ impl PodStreams for Kubelet {
         if command.is_empty() {
             return bad_request("you must specify at least one command for the container");
         }
-        let f = match flags(req) {
-            Ok(f) => f,
+        let (f, proto) = match flags(req).and_then(|f| Ok((f, Self::upgrade_checks(req)?))) {
+            Ok(fp) => fp,
             Err(r) => return r,
         };
-        let proto = match Self::upgrade_checks(req) {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
-        let running = t
-            .handle
-            .as_ref()
-            .and_then(|h| h.process.clone())
-            .filter(|p| p.exited().is_none());
+        let running = t.running_process();
         let plan = match running {
             Some(_) => self.exec_plan(&t, &command, f.tty, f.stdin),
-            None => Err(format!("container {} is not running", t.container)),
+            None => Err(ExecRefusal::NotRunning(t.container.clone())),
         };
         let runtime = self.runtime.clone();
         let faults = self.faults.clone();
-        Reply::Upgrade(Upgrade {
-            protocol: Some(proto.name().to_string()),
-            headers: Vec::new(),
-            max_message_bytes: MAX_MESSAGE,
-            on_open: Box::new(move |conn: WsConn| {
-                let first = first_channel(&f);
-                let plan = match plan {
-                    Ok(p) => p,
-                    Err(m) => return fail_socket(conn, first, m),
-                };
-                let process = match runtime.start(plan) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        return fail_socket(
-                            conn,
-                            first,
-                            format!("failed to start the command: {e}"),
-                        )
-                    }
-                };
-                let Some(output) = process.take_output() else {
-                    process.kill();
-                    return fail_socket(conn, first, "exec output unavailable".into());
-                };
-                let stream = StreamSession {
-                    proto,
-                    first,
-                    flags: f,
-                    mode: Mode::Exec,
-                    close_stdin_on_eof: true,
-                };
-                stream.run(conn, process, output, &faults);
-            }),
+        stream_upgrade(proto, &f, move |conn: WsConn, first: u8| {
+            let plan = match plan {
+                Ok(p) => p,
+                Err(m) => return fail_socket(conn, first, m.to_string()),
+            };
+            let process = match runtime.start(plan) {
+                Ok(p) => p,
+                Err(e) => {
+                    return fail_socket(conn, first, format!("failed to start the command: {e}"))
+                }
+            };
+            let Some(output) = process.take_output() else {
+                process.kill();
+                return fail_socket(conn, first, "exec output unavailable".into());
+            };
+            let stream = StreamSession {
+                proto,
+                first,
+                flags: f,
+                mode: Mode::Exec,
+                close_stdin_on_eof: true,
+            };
+            stream.run(conn, process, output, &faults);
         })
     }
 
@@ -504,12 +535,8 @@ impl PodStreams for Kubelet {
             Ok(t) => t,
             Err(r) => return r,
         };
-        let f = match flags(req) {
-            Ok(f) => f,
-            Err(r) => return r,
-        };
-        let proto = match Self::upgrade_checks(req) {
-            Ok(p) => p,
+        let (f, proto) = match flags(req).and_then(|f| Ok((f, Self::upgrade_checks(req)?))) {
+            Ok(fp) => fp,
             Err(r) => return r,
         };
         let spec = t
@@ -519,39 +546,25 @@ impl PodStreams for Kubelet {
             .unwrap_or(Value::Null);
         let stdin_enabled = spec["stdin"].as_bool() == Some(true);
         let stdin_once = spec["stdinOnce"].as_bool() == Some(true);
-        let running = t
-            .handle
-            .as_ref()
-            .and_then(|h| h.process.clone())
-            .filter(|p| p.exited().is_none());
+        let running = t.running_process();
         let container = t.container.clone();
         let faults = self.faults.clone();
-        Reply::Upgrade(Upgrade {
-            protocol: Some(proto.name().to_string()),
-            headers: Vec::new(),
-            max_message_bytes: MAX_MESSAGE,
-            on_open: Box::new(move |conn: WsConn| {
-                let first = first_channel(&f);
-                let Some(process) = running else {
-                    return fail_socket(
-                        conn,
-                        first,
-                        format!("container {container} is not running"),
-                    );
-                };
-                let sub = process.subscribe();
-                let stream = StreamSession {
-                    proto,
-                    first,
-                    flags: Flags {
-                        stdin: f.stdin && stdin_enabled,
-                        ..f
-                    },
-                    mode: Mode::Attach,
-                    close_stdin_on_eof: stdin_once,
-                };
-                stream.run(conn, process, sub, &faults);
-            }),
+        stream_upgrade(proto, &f, move |conn: WsConn, first: u8| {
+            let Some(process) = running else {
+                return fail_socket(conn, first, format!("container {container} is not running"));
+            };
+            let sub = process.subscribe();
+            let stream = StreamSession {
+                proto,
+                first,
+                flags: Flags {
+                    stdin: f.stdin && stdin_enabled,
+                    ..f
+                },
+                mode: Mode::Attach,
+                close_stdin_on_eof: stdin_once,
+            };
+            stream.run(conn, process, sub, &faults);
         })
     }
 

@@ -239,21 +239,50 @@ fn copy_chunked<R: BufRead>(r: &mut R, sink: &mut dyn ChunkSink) -> std::io::Res
     }
 }
 
+/// Why a pod proxy request-target is refused (400, this text as the
+/// Status message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyTargetError {
+    /// Neither origin-form nor an absolute `http(s)://` URL.
+    Target,
+    /// Not `/api/v1/namespaces/{namespace}/pods/{name}/proxy…`.
+    Path,
+    /// A malformed `%`-escape in the tail.
+    Escape,
+    /// A control character in the decoded tail.
+    ControlChar,
+}
+
+impl std::fmt::Display for ProxyTargetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProxyTargetError::Target => "invalid pod proxy request-target",
+            ProxyTargetError::Path => "invalid pod proxy path: expected /api/v1/namespaces/{namespace}/pods/{name}/proxy/{path}",
+            ProxyTargetError::Escape => "invalid percent-encoding in the proxy path",
+            ProxyTargetError::ControlChar => {
+                "invalid proxy path: control characters are not allowed"
+            }
+        })
+    }
+}
+
+impl std::error::Error for ProxyTargetError {}
+
 /// The request-target to send the pod for a pod proxy request whose raw
 /// request-target is `target` (`…/pods/{name}[:{port}]/proxy{tail}`, the
 /// tail read from the raw target, never the decoded path): the tail
 /// percent-decoded, refused when it holds a control character, cleaned as
 /// upstream's `JoinPreservingTrailingSlash` cleans it, escaped as Go
 /// escapes a URL path; then `?` and the query as it came, with anything a
-/// query may not hold raw escaped. `Err` is the 400's message.
-pub fn pod_target(target: &str) -> Result<String, String> {
+/// query may not hold raw escaped. `Err`'s text is the 400's message.
+pub fn pod_target(target: &str) -> Result<String, ProxyTargetError> {
     let origin = if target.starts_with('/') {
         target
     } else {
         let rest = target
             .strip_prefix("http://")
             .or_else(|| target.strip_prefix("https://"))
-            .ok_or("invalid pod proxy request-target")?;
+            .ok_or(ProxyTargetError::Target)?;
         rest.find('/').map_or("/", |i| &rest[i..])
     };
     let (raw_path, query) = match origin.split_once('?') {
@@ -263,14 +292,14 @@ pub fn pod_target(target: &str) -> Result<String, String> {
     // "", "api", "v1", "namespaces", ns, "pods", name, "proxy", tail.
     let parts: Vec<&str> = raw_path.splitn(9, '/').collect();
     if parts.get(7) != Some(&"proxy") {
-        return Err("invalid pod proxy path: expected /api/v1/namespaces/{namespace}/pods/{name}/proxy/{path}".into());
+        return Err(ProxyTargetError::Path);
     }
     let tail = match parts.get(8) {
-        Some(t) => percent_decode(t).ok_or("invalid percent-encoding in the proxy path")?,
+        Some(t) => percent_decode(t).ok_or(ProxyTargetError::Escape)?,
         None => Vec::new(),
     };
     if tail.iter().any(|b| *b < 0x20 || *b == 0x7f) {
-        return Err("invalid proxy path: control characters are not allowed".into());
+        return Err(ProxyTargetError::ControlChar);
     }
     let mut out = escape_path(&clean(&tail, parts.len() == 9));
     if let Some(q) = query {
@@ -364,7 +393,7 @@ mod tests {
 
     const P: &str = "/api/v1/namespaces/default/pods/web:8080/proxy";
 
-    fn t(tail: &str) -> Result<String, String> {
+    fn t(tail: &str) -> Result<String, ProxyTargetError> {
         pod_target(&format!("{P}{tail}"))
     }
 

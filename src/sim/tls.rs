@@ -8,6 +8,23 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
 };
 
+/// Certificates could not be made (rcgen's error: a key or a signature
+/// failed); the sim does not start.
+#[derive(Debug)]
+pub struct CertError(rcgen::Error);
+
+impl std::fmt::Display for CertError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "generating certificates: {}", self.0)
+    }
+}
+
+impl std::error::Error for CertError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
 /// PEM material for one sim run.
 pub struct SimCerts {
     pub ca_pem: String,
@@ -26,8 +43,8 @@ pub struct ClientCert {
 
 /// Generates the CA, a server certificate valid for `localhost`, 127.0.0.1,
 /// ::1 and `extra_hosts`, and (when `client` is true) a client certificate.
-pub fn generate(extra_hosts: &[String], client: bool) -> Result<SimCerts, String> {
-    let err = |e: rcgen::Error| format!("generating certificates: {e}");
+pub fn generate(extra_hosts: &[String], client: bool) -> Result<SimCerts, CertError> {
+    let err = CertError;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.key_usages = vec![

@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use super::{json_body, json_reply, FrontDoor};
-use crate::agent::paths::{check_plan, normalize, PathError};
+use crate::agent::wire::paths::{check_plan, normalize, WorkspacePathError as PathError};
 use crate::agent::wire::{ApplyRequest, Encoding};
 use crate::api::{ApiError, Code, Identity};
 use crate::http::{Reply, Request};

@@ -42,14 +42,37 @@ struct Args {
     argv: Vec<String>,
 }
 
-fn id_arg(flag: &str, v: &str) -> Result<u32, String> {
+fn id_arg(flag: &str, v: &str) -> Result<u32, ShimError> {
     v.parse::<u32>()
         .ok()
         .filter(|&n| n < u32::MAX)
-        .ok_or(format!("bad {flag} {v:?}"))
+        .ok_or(ShimError(format!("bad {flag} {v:?}")))
 }
 
-fn parse(args: &[String]) -> Result<Args, String> {
+/// Why the shim refused its command line (exit 2) or could not start the
+/// command (exit 127); printed after `kubegate __shim: `.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ShimError(String);
+
+impl From<String> for ShimError {
+    fn from(s: String) -> Self {
+        ShimError(s)
+    }
+}
+
+impl From<&str> for ShimError {
+    fn from(s: &str) -> Self {
+        ShimError(s.to_string())
+    }
+}
+
+impl std::fmt::Display for ShimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn parse(args: &[String]) -> Result<Args, ShimError> {
     let mut ppid = None;
     let mut exe = None;
     let (mut uid, mut gid, mut groups) = (None, None, None);
@@ -79,7 +102,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             }
             Some("--exe") => exe = Some(it.next().ok_or("--exe needs a value")?.clone()),
             Some("--") => break,
-            Some(other) => return Err(format!("unexpected argument {other:?}")),
+            Some(other) => return Err(format!("unexpected argument {other:?}").into()),
             None => return Err("missing --".into()),
         }
     }
@@ -197,7 +220,7 @@ fn parent_gone(ppid: i32) -> bool {
 /// gone, so must the command be), then `getppid` closes the race with a shim
 /// that died before the prctl. The shim itself keeps the sim's credentials:
 /// its own parent-death signal stays armed and the pod cannot signal it.
-fn start_command(exe: &str, argv: &[String], user: Option<&super::User>) -> Result<i32, String> {
+fn start_command(exe: &str, argv: &[String], user: Option<&super::User>) -> Result<i32, ShimError> {
     let c_exe = CString::new(exe).map_err(|_| "NUL in command path".to_string())?;
     let c_args: Vec<CString> = argv
         .iter()
@@ -213,7 +236,7 @@ fn start_command(exe: &str, argv: &[String], user: Option<&super::User>) -> Resu
     // before the fork.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+        return Err(format!("fork: {}", std::io::Error::last_os_error()).into());
     }
     if pid == 0 {
         // SAFETY: in the child: reset dispositions and the mask, then exec.

@@ -33,7 +33,8 @@ pub use crate::sim::selector::Selectors;
 use self::error::MODIFIED_MSG;
 use self::watch::{Change, Hub};
 use crate::kube::time::now_rfc3339;
-use crate::sim::admission::{self, Allocator, Rejection};
+use crate::sim::admission::allocator::{self, Allocator};
+use crate::sim::admission::{self, Rejection};
 use crate::sim::resources::{Resource, COUNT};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use rand::Rng;
@@ -181,7 +182,7 @@ impl Store {
             });
         }
         let inner = &mut *g;
-        admission::allocate(res, &mut obj, None, &mut inner.alloc)
+        allocator::allocate(res, &mut obj, None, &mut inner.alloc)
             .map_err(|r| reject(res, &name, r))?;
         g.rv += 1;
         let rv = g.rv;
@@ -234,11 +235,8 @@ impl Store {
         sub: Subresource,
     ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
-        let obj = check_body(res, obj)?;
-        check_identity(res, ns, name, &obj)?;
-        let mut g = self.inner.write();
-        self.update_locked(&mut g, res, ns, name, obj, sub)
-            .map(|outcome| self.finish_update(g, res, ns, outcome))
+        let g = self.inner.write();
+        self.checked_update(g, res, ns, name, obj, sub)
     }
 
     /// Applies a patch to the stored object, then takes the update path
@@ -253,10 +251,8 @@ impl Store {
         sub: Subresource,
     ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
-        let mut g = self.inner.write();
-        let stored = g.objects[res.index()]
-            .get(&key(ns, name))
-            .ok_or_else(|| not_found(res, name))?;
+        let g = self.inner.write();
+        let stored = stored_in(&g, res, ns, name)?;
         let patched = crate::sim::patch::apply(patch_type, stored, patch).map_err(|e| match e {
             crate::sim::patch::PatchError::BadRequest(m) => StoreError::BadRequest(m),
             crate::sim::patch::PatchError::Unprocessable(m) => StoreError::Invalid {
@@ -265,9 +261,23 @@ impl Store {
                 causes: vec![FieldCause::new(CauseKind::Invalid, "", None, m)],
             },
         })?;
-        let patched = check_body(res, patched)?;
-        check_identity(res, ns, name, &patched)?;
-        self.update_locked(&mut g, res, ns, name, patched, sub)
+        self.checked_update(g, res, ns, name, patched, sub)
+    }
+
+    /// The end both a replace and a patch share: the body's kind and
+    /// identity checked, then the update under the held write lock.
+    fn checked_update(
+        &self,
+        mut g: RwLockWriteGuard<'_, Inner>,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        body: Obj,
+        sub: Subresource,
+    ) -> Result<Obj, StoreError> {
+        let obj = check_body(res, body)?;
+        check_identity(res, ns, name, &obj)?;
+        self.update_locked(&mut g, res, ns, name, obj, sub)
             .map(|outcome| self.finish_update(g, res, ns, outcome))
     }
 
@@ -285,9 +295,7 @@ impl Store {
     ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
         let g = self.inner.write();
-        let stored = g.objects[res.index()]
-            .get(&key(ns, name))
-            .ok_or_else(|| not_found(res, name))?;
+        let stored = stored_in(&g, res, ns, name)?;
         let mut obj = stored.clone();
         f(&mut obj)?;
         if !obj.is_object() {
@@ -318,9 +326,7 @@ impl Store {
     ) -> Result<Obj, StoreError> {
         let ns = scoped_ns(res, ns);
         let mut g = self.inner.write();
-        let stored = g.objects[res.index()]
-            .get(&key(ns, name))
-            .ok_or_else(|| not_found(res, name))?;
+        let stored = stored_in(&g, res, ns, name)?;
         check_preconditions(res, name, stored, pre)?;
         let obj = g.objects[res.index()]
             .remove(&key(ns, name))
@@ -373,9 +379,7 @@ impl Store {
             _ => None,
         };
         let pinned = sel.field.exact_name().map(str::to_string);
-        let (rx, id, backlog) = hub
-            .register(res, ns, sel, replay_after)
-            .map_err(StoreError::Expired)?;
+        let (rx, id, backlog) = hub.register(res, ns, sel, replay_after)?;
         drop(hub);
         let (backlog, skip, before) = match from {
             WatchFrom::InitialAdded => (initial, now, 0),
@@ -418,9 +422,7 @@ impl Store {
         body: Obj,
         sub: Subresource,
     ) -> Result<Outcome, StoreError> {
-        let stored = g.objects[res.index()]
-            .get(&key(ns, name))
-            .ok_or_else(|| not_found(res, name))?;
+        let stored = stored_in(g, res, ns, name)?;
         let body_rv = meta_str(&body, "resourceVersion");
         if !body_rv.is_empty() && body_rv != meta_str(stored, "resourceVersion") {
             return Err(StoreError::Conflict {
@@ -477,9 +479,9 @@ impl Store {
         }
         let stored = stored.clone();
         let inner = &mut *g;
-        admission::allocate(res, &mut new, Some(&stored), &mut inner.alloc)
+        allocator::allocate(res, &mut new, Some(&stored), &mut inner.alloc)
             .map_err(|r| reject(res, name, r))?;
-        admission::release(res, &stored, Some(&new), &mut inner.alloc);
+        allocator::release(res, &stored, Some(&new), &mut inner.alloc);
         Ok(Outcome::Changed(new, stored))
     }
 
@@ -513,7 +515,7 @@ impl Store {
         ns: &str,
         mut obj: Obj,
     ) -> Obj {
-        admission::release(res, &obj, None, &mut g.alloc);
+        allocator::release(res, &obj, None, &mut g.alloc);
         g.rv += 1;
         let rv = g.rv;
         set_rv(&mut obj, rv);
@@ -615,6 +617,13 @@ fn check_namespace_usable(
 
 /// The body must be an object whose `kind`/`apiVersion` (when present) are
 /// the resource's; both are filled in when absent.
+/// The stored object `ns/name` of `res`, or its NotFound.
+fn stored_in<'g>(g: &'g Inner, res: Resource, ns: &str, name: &str) -> Result<&'g Obj, StoreError> {
+    g.objects[res.index()]
+        .get(&key(ns, name))
+        .ok_or_else(|| not_found(res, name))
+}
+
 fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
     let info = res.info();
     let Value::Object(mut m) = obj else {

@@ -10,6 +10,13 @@ fn store() -> Arc<Store> {
     Store::new(StoreConfig::default())
 }
 
+/// A store holding the pod `default/p`, and that pod as created.
+fn store_with_pod() -> (Arc<Store>, Obj) {
+    let s = store();
+    let p = s.create(Resource::Pod, "default", pod("p")).unwrap();
+    (s, p)
+}
+
 fn small(history: usize, queue: usize) -> Arc<Store> {
     Store::new(StoreConfig {
         history_window: history,
@@ -46,6 +53,17 @@ fn none(w: &WatchStream) {
         Err(RecvTimeoutError::Timeout) => {}
         other => panic!("expected no event, got {other:?}"),
     }
+}
+
+/// `s.patch` of the pod `name` in `default`.
+fn patch_pod(
+    s: &Store,
+    name: &str,
+    ty: PatchType,
+    body: &[u8],
+    sub: Subresource,
+) -> Result<Obj, StoreError> {
+    s.patch(Resource::Pod, "default", name, ty, body, sub)
 }
 
 fn name(o: &Obj) -> &str {
@@ -267,8 +285,7 @@ fn namespaces_cluster_scoped_and_terminating() {
 
 #[test]
 fn update_semantics() {
-    let s = store();
-    let p = s.create(Resource::Pod, "default", pod("p")).unwrap();
+    let (s, p) = store_with_pod();
     // name mismatch
     let mut other = p.clone();
     other["metadata"]["name"] = json!("q");
@@ -362,8 +379,7 @@ fn update_semantics() {
 
 #[test]
 fn status_subresource_takes_only_status() {
-    let s = store();
-    let p = s.create(Resource::Pod, "default", pod("p")).unwrap();
+    let (s, p) = store_with_pod();
     let mut st = p.clone();
     st["status"] = json!({"phase": "Running", "podIP": "127.0.1.1"});
     st["metadata"]["labels"]["ignored"] = json!("1");
@@ -375,26 +391,19 @@ fn status_subresource_takes_only_status() {
     assert!(u["metadata"]["labels"].get("ignored").is_none());
     assert_eq!(u["spec"]["containers"][0]["image"], "busybox");
     assert_eq!(u["metadata"]["generation"], 1);
-    let e = s
-        .update(
+    let cm_status = || {
+        s.update(
             Resource::ConfigMap,
             "default",
             "c",
             cm("c"),
             Subresource::Status,
         )
-        .unwrap_err();
+    };
+    let e = cm_status().unwrap_err();
     assert_eq!(e.code(), 404);
     s.create(Resource::ConfigMap, "default", cm("c")).unwrap();
-    let e = s
-        .update(
-            Resource::ConfigMap,
-            "default",
-            "c",
-            cm("c"),
-            Subresource::Status,
-        )
-        .unwrap_err();
+    let e = cm_status().unwrap_err();
     assert_eq!(e.code(), 400);
 }
 
@@ -467,39 +476,33 @@ fn unconditional_update_of_configmap() {
 fn patches_through_the_store() {
     let s = store();
     s.create(Resource::Pod, "default", pod("p")).unwrap();
-    let p = s
-        .patch(
-            Resource::Pod,
-            "default",
-            "p",
-            PatchType::Merge,
-            br#"{"metadata":{"labels":{"x":"1"}}}"#,
-            Subresource::Main,
-        )
-        .unwrap();
+    let p = patch_pod(
+        &s,
+        "p",
+        PatchType::Merge,
+        br#"{"metadata":{"labels":{"x":"1"}}}"#,
+        Subresource::Main,
+    )
+    .unwrap();
     assert_eq!(p["metadata"]["labels"], json!({"app": "web", "x": "1"}));
-    let p = s
-        .patch(
-            Resource::Pod,
-            "default",
-            "p",
-            PatchType::Json,
-            br#"[{"op":"remove","path":"/metadata/labels/x"}]"#,
-            Subresource::Main,
-        )
-        .unwrap();
+    let p = patch_pod(
+        &s,
+        "p",
+        PatchType::Json,
+        br#"[{"op":"remove","path":"/metadata/labels/x"}]"#,
+        Subresource::Main,
+    )
+    .unwrap();
     assert_eq!(p["metadata"]["labels"], json!({"app": "web"}));
     // kubectl set image on a pod
-    let p = s
-        .patch(
-            Resource::Pod,
-            "default",
-            "p",
-            PatchType::StrategicMerge,
-            br#"{"spec":{"containers":[{"name":"main","image":"busybox:2"}]}}"#,
-            Subresource::Main,
-        )
-        .unwrap();
+    let p = patch_pod(
+        &s,
+        "p",
+        PatchType::StrategicMerge,
+        br#"{"spec":{"containers":[{"name":"main","image":"busybox:2"}]}}"#,
+        Subresource::Main,
+    )
+    .unwrap();
     assert_eq!(p["spec"]["containers"][0]["image"], "busybox:2");
     assert_eq!(
         p["spec"]["containers"][0]["imagePullPolicy"], "Always",
@@ -507,16 +510,14 @@ fn patches_through_the_store() {
     );
     assert_eq!(p["metadata"]["generation"], 2);
     // validation runs on the result: pod spec is otherwise immutable
-    let e = s
-        .patch(
-            Resource::Pod,
-            "default",
-            "p",
-            PatchType::Merge,
-            br#"{"spec":{"restartPolicy":"Never"}}"#,
-            Subresource::Main,
-        )
-        .unwrap_err();
+    let e = patch_pod(
+        &s,
+        "p",
+        PatchType::Merge,
+        br#"{"spec":{"restartPolicy":"Never"}}"#,
+        Subresource::Main,
+    )
+    .unwrap_err();
     assert!(
         e.message()
             .contains("pod updates may not change fields other than"),
@@ -524,78 +525,52 @@ fn patches_through_the_store() {
         e.message()
     );
     // a stale RV in the patch is a conflict; none is unconditional
-    let e = s
-        .patch(
-            Resource::Pod,
-            "default",
-            "p",
-            PatchType::Merge,
-            br#"{"metadata":{"resourceVersion":"3"}}"#,
-            Subresource::Main,
-        )
-        .unwrap_err();
+    let e = patch_pod(
+        &s,
+        "p",
+        PatchType::Merge,
+        br#"{"metadata":{"resourceVersion":"3"}}"#,
+        Subresource::Main,
+    )
+    .unwrap_err();
     assert!(matches!(e, StoreError::Conflict { .. }));
     // a failed test is 422, malformed JSON 400, a missing object 404
-    let e = s
-        .patch(
-            Resource::Pod,
-            "default",
-            "p",
-            PatchType::Json,
-            br#"[{"op":"test","path":"/kind","value":"X"}]"#,
-            Subresource::Main,
-        )
-        .unwrap_err();
+    let e = patch_pod(
+        &s,
+        "p",
+        PatchType::Json,
+        br#"[{"op":"test","path":"/kind","value":"X"}]"#,
+        Subresource::Main,
+    )
+    .unwrap_err();
     assert_eq!(e.code(), 422);
     assert_eq!(
         e.message(),
         r#"Pod "p" is invalid: Invalid value: testing value /kind failed: test failed"#
     );
-    let e = s
-        .patch(
-            Resource::Pod,
-            "default",
-            "p",
-            PatchType::Merge,
-            b"{",
-            Subresource::Main,
-        )
-        .unwrap_err();
+    let e = patch_pod(&s, "p", PatchType::Merge, b"{", Subresource::Main).unwrap_err();
     assert_eq!(e.code(), 400);
-    let e = s
-        .patch(
-            Resource::Pod,
-            "default",
-            "q",
-            PatchType::Merge,
-            b"{}",
-            Subresource::Main,
-        )
-        .unwrap_err();
+    let e = patch_pod(&s, "q", PatchType::Merge, b"{}", Subresource::Main).unwrap_err();
     assert_eq!(e.code(), 404);
     // renaming through a patch is refused
-    let e = s
-        .patch(
-            Resource::Pod,
-            "default",
-            "p",
-            PatchType::Merge,
-            br#"{"metadata":{"name":"z"}}"#,
-            Subresource::Main,
-        )
-        .unwrap_err();
+    let e = patch_pod(
+        &s,
+        "p",
+        PatchType::Merge,
+        br#"{"metadata":{"name":"z"}}"#,
+        Subresource::Main,
+    )
+    .unwrap_err();
     assert_eq!(e.code(), 400);
     // status patch
-    let p = s
-        .patch(
-            Resource::Pod,
-            "default",
-            "p",
-            PatchType::Merge,
-            br#"{"status":{"phase":"Running"}}"#,
-            Subresource::Status,
-        )
-        .unwrap();
+    let p = patch_pod(
+        &s,
+        "p",
+        PatchType::Merge,
+        br#"{"status":{"phase":"Running"}}"#,
+        Subresource::Status,
+    )
+    .unwrap();
     assert_eq!(p["status"]["phase"], "Running");
     assert_eq!(p["status"]["qosClass"], "BestEffort");
     // an empty patch is a no-op
@@ -694,8 +669,7 @@ fn modify_semantics() {
 
 #[test]
 fn delete_semantics() {
-    let s = store();
-    let p = s.create(Resource::Pod, "default", pod("p")).unwrap();
+    let (s, p) = store_with_pod();
     let pre = Preconditions {
         uid: Some("other".into()),
         resource_version: None,

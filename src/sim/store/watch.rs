@@ -20,7 +20,7 @@
 //!
 //! This module never touches stored objects and never blocks on a reader.
 
-use super::Obj;
+use super::{Obj, StoreError};
 use crate::sim::resources::{Resource, COUNT};
 use crate::sim::selector::Selectors;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -292,7 +292,7 @@ impl Hub {
         ns: Option<&str>,
         sel: Selectors,
         replay_after: Option<u64>,
-    ) -> Result<(Receiver<Arc<Event>>, u64, VecDeque<Arc<Event>>), String> {
+    ) -> Result<(Receiver<Arc<Event>>, u64, VecDeque<Arc<Event>>), StoreError> {
         let mut backlog = VecDeque::new();
         if let Some(from) = replay_after {
             if from < self.evicted_rv {
@@ -300,7 +300,9 @@ impl Hub {
                     .history
                     .front()
                     .map_or(self.evicted_rv + 1, |c| c.event.rv);
-                return Err(format!("too old resource version: {from} ({oldest})"));
+                return Err(StoreError::Expired(format!(
+                    "too old resource version: {from} ({oldest})"
+                )));
             }
             // The ring is in RV order: skip to the first change after `from`.
             let start = self.history.partition_point(|c| c.event.rv <= from);

@@ -558,19 +558,3 @@ fn namespaces() {
     );
     assert_eq!(up["spec"], json!({"finalizers": ["kubernetes"]}));
 }
-
-#[test]
-fn name_rules() {
-    assert!(check_dns1123_label("a-1").is_ok());
-    assert!(check_dns1123_label("-a").is_err());
-    assert!(check_dns1123_label("a.b").is_err());
-    assert!(check_dns1123_subdomain("a.b-c.d").is_ok());
-    assert!(check_dns1123_subdomain("a..b").is_err());
-    assert!(check_dns1123_subdomain("").is_err());
-    assert!(check_dns1035_label("a1").is_ok());
-    assert!(check_dns1035_label("1a").is_err());
-    assert!(check_port_name("http").is_ok());
-    assert!(check_port_name("8080").is_err());
-    assert!(check_port_name("a--b").is_err());
-    assert!(check_port_name("abcdefghijklmnop").is_err());
-}

@@ -1,8 +1,9 @@
 //! The workspace path rules, sans-IO (docs/agent.md, "Paths"): a path as a
 //! client sends it becomes either a normalised relative path (`a/b/c.txt`,
-//! `/`-separated, no `.`/`..`/empty components) or a [`PathError`] naming
+//! `/`-separated, no `.`/`..`/empty components) or a [`WorkspacePathError`] naming
 //! the path and the reason. The filesystem half of the rules (no existing
-//! component may be a symlink) is `fs::Workspace::inspect`.
+//! component may be a symlink) is `agent::fs::Workspace::inspect`, on the
+//! server side of the protocol.
 //!
 //! Also here, because they are rules on strings too: which names the tree
 //! leaves out, and which combinations of writes and deletes one apply may
@@ -29,35 +30,35 @@ pub const MAX_DEPTH: usize = 128;
 
 /// A path the rules refuse: the path as sent and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathError {
+pub struct WorkspacePathError {
     pub path: String,
     pub reason: String,
 }
 
-impl PathError {
-    pub fn new(path: &str, reason: impl Into<String>) -> PathError {
-        PathError {
+impl WorkspacePathError {
+    pub fn new(path: &str, reason: impl Into<String>) -> WorkspacePathError {
+        WorkspacePathError {
             path: path.to_string(),
             reason: reason.into(),
         }
     }
 }
 
-impl fmt::Display for PathError {
+impl fmt::Display for WorkspacePathError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "path {:?}: {}", self.path, self.reason)
     }
 }
 
-impl std::error::Error for PathError {}
+impl std::error::Error for WorkspacePathError {}
 
 /// Normalises a client path: `/`-separated and relative to the workspace
 /// root; empty and `.` components are dropped, `..` removes the component
 /// before it. Refused: empty, NUL, backslash, absolute, `..` above the
 /// root, the root itself, components over 255 bytes, paths over 4096 bytes
 /// or 128 components, and the agent's temporary-file prefix.
-pub fn normalize(raw: &str) -> Result<String, PathError> {
-    let err = |reason: &str| Err(PathError::new(raw, reason));
+pub fn normalize(raw: &str) -> Result<String, WorkspacePathError> {
+    let err = |reason: &str| Err(WorkspacePathError::new(raw, reason));
     if raw.is_empty() {
         return err("empty path");
     }
@@ -130,27 +131,30 @@ pub fn is_within(p: &str, dir: &str) -> bool {
 /// under a deleted path or a delete under a written one are refused, so
 /// the result never depends on the order of the operations. Deleting the
 /// same path twice, or a path and something under it, is harmless.
-pub fn check_plan(writes: &[String], deletes: &[String]) -> Result<(), PathError> {
+pub fn check_plan(writes: &[String], deletes: &[String]) -> Result<(), WorkspacePathError> {
     let mut w: HashSet<&str> = HashSet::with_capacity(writes.len());
     for p in writes {
         if !w.insert(p.as_str()) {
-            return Err(PathError::new(p, "written twice in one request"));
+            return Err(WorkspacePathError::new(p, "written twice in one request"));
         }
     }
     let d: HashSet<&str> = deletes.iter().map(String::as_str).collect();
     for p in writes {
         if d.contains(p.as_str()) {
-            return Err(PathError::new(p, "both written and deleted in one request"));
+            return Err(WorkspacePathError::new(
+                p,
+                "both written and deleted in one request",
+            ));
         }
         for a in ancestors(p) {
             if w.contains(a) {
-                return Err(PathError::new(
+                return Err(WorkspacePathError::new(
                     p,
                     format!("written under {a:?}, which this request writes as a file"),
                 ));
             }
             if d.contains(a) {
-                return Err(PathError::new(
+                return Err(WorkspacePathError::new(
                     p,
                     format!("written under {a:?}, which this request deletes (use two requests)"),
                 ));
@@ -160,7 +164,7 @@ pub fn check_plan(writes: &[String], deletes: &[String]) -> Result<(), PathError
     for p in deletes {
         for a in ancestors(p) {
             if w.contains(a) {
-                return Err(PathError::new(
+                return Err(WorkspacePathError::new(
                     p,
                     format!("deleted under {a:?}, which this request writes as a file"),
                 ));

@@ -15,55 +15,27 @@
 //! when all of them are written are the deletes done and the temporary
 //! files renamed over their targets. A reader sees the old file or the new
 //! one, never half of one, and a full disk leaves the workspace as it was.
+//!
+//! - here: opening the root, the descriptor-relative walk, the read side
+//!   (tree, sizes, snapshot, single-file reads) and the start-up sweep of
+//!   leftover temporary files.
+//! - `apply.rs`: the write side (apply, deletes, temporary files, modes).
+//!
+//! The limits are [`Limits`] and the string rules on paths
+//! [`paths`], both in the protocol module.
 
-use super::paths::{self, is_within, PathError, MAX_DEPTH, TEMP_PREFIX};
+use super::wire::paths::{self, WorkspacePathError, MAX_DEPTH};
+use super::wire::Limits;
 use crate::api::{ApiError, Code};
 use parking_lot::RwLock;
-use rustix::fs::{
-    fchmod, fstat, mkdirat, openat, renameat, statat, unlinkat, AtFlags, Dir, FileType, Mode,
-    OFlags,
-};
+use rustix::fs::{fstat, mkdirat, openat, statat, unlinkat, AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::ffi::{CStr, CString};
-use std::io::{Read, Write as _};
+use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// The workspace limits (contract.md's bundle defaults).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Largest single file written, read or snapshotted. Default 8 MiB.
-    pub max_file_bytes: u64,
-    /// Most files in the workspace (the tree's count). Default 10,000.
-    pub max_files: u64,
-    /// Largest sum of file sizes in the workspace. Default 64 MiB.
-    pub max_total_bytes: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_file_bytes: 8 << 20,
-            max_files: 10_000,
-            max_total_bytes: 64 << 20,
-        }
-    }
-}
-
-impl Limits {
-    /// The request-body cap of `POST /workspace`: the total limit as
-    /// base64 (4/3), plus 512 bytes of JSON and path per file, plus 1 MiB.
-    pub fn body_cap(&self) -> usize {
-        let b = (self.max_total_bytes / 3 + 1)
-            .saturating_mul(4)
-            .saturating_add(self.max_files.saturating_mul(512))
-            .saturating_add(1 << 20);
-        usize::try_from(b).unwrap_or(usize::MAX)
-    }
-}
+use std::sync::atomic::AtomicU64;
 
 /// What a path names right now (no symlink on the way: that is an error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +83,7 @@ pub struct Workspace {
     temp_counter: AtomicU64,
 }
 
-fn invalid(e: PathError) -> ApiError {
+fn invalid(e: WorkspacePathError) -> ApiError {
     ApiError::new(Code::InvalidPath, e.to_string())
 }
 
@@ -136,6 +108,8 @@ pub fn hex_digest(d: &[u8]) -> String {
 pub fn sha256_hex(content: &[u8]) -> String {
     hex_digest(&Sha256::digest(content))
 }
+
+mod apply;
 
 fn open_dir<P: rustix::path::Arg>(parent: BorrowedFd<'_>, name: P) -> Result<OwnedFd, Errno> {
     openat(
@@ -182,7 +156,7 @@ fn stat_kind(st: &rustix::fs::Stat) -> (FileType, u64) {
 }
 
 fn cstring(name: &str, path: &str) -> Result<CString, ApiError> {
-    CString::new(name).map_err(|_| invalid(PathError::new(path, "contains a NUL byte")))
+    CString::new(name).map_err(|_| invalid(WorkspacePathError::new(path, "contains a NUL byte")))
 }
 
 impl Workspace {
@@ -229,7 +203,7 @@ impl Workspace {
             } else {
                 format!("{walked:?} is a file, not a folder")
             };
-            return invalid(PathError::new(path, reason));
+            return invalid(WorkspacePathError::new(path, reason));
         }
         internal("opening the folder of", path, e)
     }
@@ -284,7 +258,7 @@ impl Workspace {
             Err(Errno::NOENT) => Ok(Kind::Missing),
             Err(e) => Err(internal("inspecting", path, e)),
             Ok(st) => match stat_kind(&st) {
-                (FileType::Symlink, _) => Err(invalid(PathError::new(
+                (FileType::Symlink, _) => Err(invalid(WorkspacePathError::new(
                     path,
                     "is a symlink (paths never pass through symlinks)",
                 ))),
@@ -457,10 +431,16 @@ impl Workspace {
         match self.inspect(path)? {
             Kind::Missing => return Err(not_found()),
             Kind::Dir => {
-                return Err(invalid(PathError::new(path, "is a folder, not a file")));
+                return Err(invalid(WorkspacePathError::new(
+                    path,
+                    "is a folder, not a file",
+                )));
             }
             Kind::Other => {
-                return Err(invalid(PathError::new(path, "is not a regular file")));
+                return Err(invalid(WorkspacePathError::new(
+                    path,
+                    "is not a regular file",
+                )));
             }
             Kind::File { .. } => {}
         }
@@ -480,216 +460,6 @@ impl Workspace {
         Ok(content)
     }
 
-    /// `POST /workspace`: checks everything (the plan, per-file size, each
-    /// path on disk, the resulting count and total), then writes temporary
-    /// files, deletes, and renames. Paths must be normalised.
-    pub fn apply(&self, writes: Vec<FileWrite>, deletes: Vec<String>) -> Result<Applied, ApiError> {
-        let l = self.limits;
-        let wpaths: Vec<String> = writes.iter().map(|w| w.path.clone()).collect();
-        paths::check_plan(&wpaths, &deletes).map_err(invalid)?;
-        for w in &writes {
-            if w.content.len() as u64 > l.max_file_bytes {
-                return Err(limit(format!(
-                    "{:?} is {} bytes, over the {} byte file limit",
-                    w.path,
-                    w.content.len(),
-                    l.max_file_bytes
-                )));
-            }
-        }
-        if writes.len() as u64 > l.max_files {
-            return Err(limit(format!(
-                "{} files written, over the {} file limit",
-                writes.len(),
-                l.max_files
-            )));
-        }
-
-        let _guard = self.apply_lock.write();
-        let mut delete_kinds = Vec::with_capacity(deletes.len());
-        for p in &deletes {
-            delete_kinds.push(self.inspect(p)?);
-        }
-        for w in &writes {
-            match self.inspect(&w.path)? {
-                Kind::Dir => return Err(invalid(PathError::new(
-                    &w.path,
-                    "is a folder; delete it first (in an earlier request) to write a file there",
-                ))),
-                Kind::Other => {
-                    return Err(invalid(PathError::new(&w.path, "is not a regular file")));
-                }
-                Kind::Missing | Kind::File { .. } => {}
-            }
-        }
-        self.check_totals(&writes, &deletes, &delete_kinds)?;
-
-        // Phase 1: every new content lands in a temporary file beside its
-        // target. Any failure removes them all: nothing changed.
-        let mut temps: Vec<(String, String)> = Vec::with_capacity(writes.len());
-        for w in &writes {
-            match self.write_temp(w) {
-                Ok(t) => temps.push((w.path.clone(), t)),
-                Err(e) => {
-                    for (p, t) in &temps {
-                        self.remove_temp(p, t);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        // Phase 2: deletes. Phase 3: renames (atomic per file).
-        let mut deleted = 0;
-        let mut failure = None;
-        for p in &deletes {
-            match self.delete(p) {
-                Ok(true) => deleted += 1,
-                Ok(false) => {}
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        let mut written = 0;
-        if failure.is_none() {
-            for (p, t) in &temps {
-                match self.rename_temp(p, t) {
-                    Ok(()) => written += 1,
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
-                    }
-                }
-            }
-        }
-        if let Some(e) = failure {
-            // Only a change to the folder under our feet (or the disk)
-            // gets here; say what was done.
-            for (p, t) in temps.iter().skip(written) {
-                self.remove_temp(p, t);
-            }
-            return Err(ApiError::new(
-                e.code,
-                format!(
-                    "{} (after {deleted} deletes and {written} writes of this request)",
-                    e.message
-                ),
-            ));
-        }
-        Ok(Applied { written, deleted })
-    }
-
-    /// The count and total after the apply, refused when over a limit and
-    /// larger than now (so a workspace already over a limit can still
-    /// shrink).
-    fn check_totals(
-        &self,
-        writes: &[FileWrite],
-        deletes: &[String],
-        delete_kinds: &[Kind],
-    ) -> Result<(), ApiError> {
-        let l = self.limits;
-        let mut files: HashMap<String, u64> = self.sizes()?.into_iter().collect();
-        let (count0, total0) = (files.len() as u64, files.values().sum::<u64>());
-        for (p, k) in deletes.iter().zip(delete_kinds) {
-            match k {
-                Kind::Dir => files.retain(|f, _| !is_within(f, p)),
-                _ => {
-                    files.remove(p);
-                }
-            }
-        }
-        for w in writes {
-            files.insert(w.path.clone(), w.content.len() as u64);
-        }
-        let (count, total) = (files.len() as u64, files.values().sum::<u64>());
-        if count > l.max_files && count > count0 {
-            return Err(limit(format!(
-                "the workspace would hold {count} files, over the {} file limit",
-                l.max_files
-            )));
-        }
-        if total > l.max_total_bytes && total > total0 {
-            return Err(limit(format!(
-                "the workspace would hold {total} bytes, over the {} byte total limit",
-                l.max_total_bytes
-            )));
-        }
-        Ok(())
-    }
-
-    fn write_temp(&self, w: &FileWrite) -> Result<String, ApiError> {
-        let path = w.path.as_str();
-        let Some((dir, last)) = self.parent_dir(path, true)? else {
-            return Err(internal("creating the folders of", path, "vanished"));
-        };
-        // A replaced file keeps its permission bits (an executable script
-        // stays executable); a new one gets 0666 less the umask.
-        let mode = match statat(dir.as_fd(), last, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
-                st.st_mode & 0o7777
-            }
-            _ => new_file_mode(),
-        };
-        let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
-        let temp = format!("{TEMP_PREFIX}{}-{n}", std::process::id());
-        let fd = openat(
-            dir.as_fd(),
-            temp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(mode),
-        )
-        .map_err(|e| internal("creating a temporary file for", path, e))?;
-        let result = fchmod(&fd, Mode::from_raw_mode(mode))
-            .map_err(std::io::Error::from)
-            .and_then(|()| std::fs::File::from(fd).write_all(&w.content));
-        if let Err(e) = result {
-            let _ = unlinkat(dir.as_fd(), temp.as_str(), AtFlags::empty());
-            return Err(internal("writing", path, e));
-        }
-        Ok(temp)
-    }
-
-    fn remove_temp(&self, path: &str, temp: &str) {
-        if let Ok(Some((dir, _))) = self.parent_dir(path, false) {
-            let _ = unlinkat(dir.as_fd(), temp, AtFlags::empty());
-        }
-    }
-
-    fn rename_temp(&self, path: &str, temp: &str) -> Result<(), ApiError> {
-        let Some((dir, last)) = self.parent_dir(path, false)? else {
-            return Err(internal("renaming into", path, "its folder vanished"));
-        };
-        renameat(dir.as_fd(), temp, dir.as_fd(), last)
-            .map_err(|e| internal("renaming into", path, e))
-    }
-
-    /// Deletes a file, or a folder with everything in it (links inside are
-    /// removed, never followed). False when nothing was there.
-    fn delete(&self, path: &str) -> Result<bool, ApiError> {
-        let Some((dir, last)) = self.parent_dir(path, false)? else {
-            return Ok(false);
-        };
-        let cname = cstring(last, path)?;
-        match statat(dir.as_fd(), last, AtFlags::SYMLINK_NOFOLLOW) {
-            Err(Errno::NOENT) => Ok(false),
-            Err(e) => Err(internal("inspecting", path, e)),
-            Ok(st) => {
-                let r = if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                    remove_tree(dir.as_fd(), &cname, 0)
-                } else {
-                    unlinkat(dir.as_fd(), cname.as_c_str(), AtFlags::empty())
-                };
-                match r {
-                    Ok(()) => Ok(true),
-                    Err(Errno::NOENT) => Ok(false),
-                    Err(e) => Err(internal("deleting", path, e)),
-                }
-            }
-        }
-    }
-
     /// Removes temporary files a killed agent left behind (start-up).
     pub fn sweep_temps(&self) -> Result<usize, ApiError> {
         let mut n = 0;
@@ -704,67 +474,11 @@ impl Workspace {
     }
 }
 
-/// Removes the folder `name` in `parent` and everything in it, without
-/// following links (a link is unlinked itself).
-fn remove_tree(parent: BorrowedFd<'_>, name: &CStr, depth: usize) -> Result<(), Errno> {
-    if depth > 2 * MAX_DEPTH {
-        return Err(Errno::NAMETOOLONG);
-    }
-    let fd = open_dir(parent, name)?;
-    let mut entries: Vec<(CString, FileType)> = Vec::new();
-    for entry in Dir::read_from(&fd)? {
-        let entry = entry?;
-        let b = entry.file_name().to_bytes();
-        if b == b"." || b == b".." {
-            continue;
-        }
-        entries.push((entry.file_name().to_owned(), entry.file_type()));
-    }
-    for (n, mut ft) in entries {
-        if ft == FileType::Unknown {
-            ft = match statat(&fd, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => FileType::from_raw_mode(st.st_mode),
-                Err(Errno::NOENT) => continue,
-                Err(e) => return Err(e),
-            };
-        }
-        let r = if ft == FileType::Directory {
-            remove_tree(fd.as_fd(), &n, depth + 1)
-        } else {
-            unlinkat(&fd, n.as_c_str(), AtFlags::empty())
-        };
-        match r {
-            Ok(()) | Err(Errno::NOENT) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    unlinkat(parent, name, AtFlags::REMOVEDIR)
-}
-
-/// The mode of a new workspace file: 0666 less the process umask, as
-/// open(2) gives (0644 in a usual container; 0600 under the daemon's
-/// embedded sim, whose processes inherit its umask 077). Read once from
-/// /proc (reading the umask any other way means changing it); 0644 when
-/// /proc does not say.
-fn new_file_mode() -> u32 {
-    static MODE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *MODE.get_or_init(|| {
-        let umask = std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Umask:"))
-                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-            })
-            .unwrap_or(0o022);
-        0o666 & !umask & 0o777
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::Ordering;
 
     /// A unique folder under the system temp dir, removed on drop; `root`
     /// is the workspace, `outside` a sibling that must never change.
@@ -1054,17 +768,5 @@ mod tests {
         assert_eq!(e.code, Code::WorkspaceLimit);
         ws.apply(vec![], vec!["app.log".into()]).unwrap();
         assert_eq!(ws.snapshot().unwrap().len(), 2);
-    }
-
-    #[test]
-    fn body_cap_covers_base64_of_the_total() {
-        let l = Limits::default();
-        assert!(l.body_cap() as u64 > l.max_total_bytes / 3 * 4 + l.max_files * 100);
-        let tiny = Limits {
-            max_file_bytes: 1,
-            max_files: 1,
-            max_total_bytes: 3,
-        };
-        assert_eq!(tiny.body_cap(), 8 + 512 + (1 << 20));
     }
 }

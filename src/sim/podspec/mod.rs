@@ -1,5 +1,11 @@
 //! Pure translation of a pod's container into a [`ProcessSpec`] for the sim's
-//! runtime, and the writing of its volumes (`materialize_volumes`).
+//! runtime, and the writing of its volumes
+//! ([`volumes::materialize_volumes`]).
+//!
+//! - here: command line, env, downward API, mounts and the path mapping.
+//! - [`users`]: the host user of a container's processes and the owner of
+//!   the pod's folder (security contexts).
+//! - [`volumes`]: the volume folders and ConfigMap/Secret files.
 //!
 //! What it owns: Kubernetes container semantics that a local process can
 //! honour: `command`/`args`, `$(VAR)` expansion, `env`/`envFrom` (literal
@@ -75,6 +81,11 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
+
+pub mod users;
+pub mod volumes;
+
+use users::process_user;
 
 /// The data of a ConfigMap or Secret: `lookup(kind, name)` with kind
 /// `"ConfigMap"` or `"Secret"`, in the pod's namespace. Values are the
@@ -541,139 +552,6 @@ pub fn plan_container(
     })
 }
 
-/// The largest id Kubernetes accepts in `runAsUser`, `runAsGroup`,
-/// `fsGroup` and `supplementalGroups`.
-const MAX_ID: i64 = 2_147_483_647;
-
-/// One id field of a security context, validated as the API server does.
-fn sc_id(sc: &Value, key: &str, at: &str) -> Result<Option<u32>, PlanError> {
-    match sc.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => id_value(v, &format!("{at}.{key}")).map(Some),
-    }
-}
-
-fn id_value(v: &Value, at: &str) -> Result<u32, PlanError> {
-    match v.as_i64() {
-        Some(n) if (0..=MAX_ID).contains(&n) => Ok(n as u32),
-        _ => Err(PlanError::Invalid(format!(
-            "{at}: Invalid value: {v}: must be between 0 and {MAX_ID}, inclusive"
-        ))),
-    }
-}
-
-/// The host user a container's processes (its command, its execs; attach
-/// joins the command) run as, the way a kubelet reads the security
-/// contexts: the container's `runAsUser`/`runAsGroup`/`runAsNonRoot`
-/// override the pod's; the pod's `fsGroup` and `supplementalGroups` are
-/// supplementary groups of every process.
-///
-/// The sim's part (docs/sim.md, "Pod users"): no image names a user, so
-/// the image's user is the pod's own host id (`ctx.pod_id`, from the sim's
-/// uid range), and so is the default group; every process of the pod also
-/// has that id as a supplementary group, which is what lets containers of
-/// one pod that run as different users share its folder and volumes (the
-/// sim's stand-in for the pod's mount namespace). `runAsNonRoot: true`
-/// with uid 0 is refused with upstream's messages. Without `pod_id` (the
-/// sim cannot switch users) nothing is switched (`None`) and only the
-/// non-root check applies, against the sim's own uid.
-pub fn process_user(
-    pod: &Value,
-    container: &Value,
-    ctx: &PlanContext<'_>,
-) -> Result<Option<crate::sim::runtime::User>, PlanError> {
-    let name = s(container, "name");
-    let psc = &pod["spec"]["securityContext"];
-    let csc = &container["securityContext"];
-    let pick = |key: &str| -> Result<Option<u32>, PlanError> {
-        match sc_id(csc, key, "securityContext")? {
-            Some(v) => Ok(Some(v)),
-            None => sc_id(psc, key, "spec.securityContext"),
-        }
-    };
-    let run_as_user = pick("runAsUser")?;
-    let run_as_group = pick("runAsGroup")?;
-    let non_root = csc
-        .get("runAsNonRoot")
-        .or_else(|| psc.get("runAsNonRoot"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let uid = match ctx.pod_id {
-        Some(id) => run_as_user.unwrap_or(id),
-        None => ctx.sim_uid,
-    };
-    if non_root {
-        let meta = &pod["metadata"];
-        let who = format!(
-            "{}_{}({})",
-            s(meta, "name"),
-            s(meta, "namespace"),
-            s(meta, "uid")
-        );
-        if run_as_user == Some(0) {
-            return Err(PlanError::Invalid(format!(
-                "container's runAsUser breaks non-root policy (pod: {who:?}, container: {name})"
-            )));
-        }
-        if uid == 0 {
-            return Err(PlanError::Invalid(format!(
-                "container has runAsNonRoot and image will run as root (pod: {who:?}, container: {name})"
-            )));
-        }
-    }
-    let Some(id) = ctx.pod_id else {
-        return Ok(None);
-    };
-    let mut groups = vec![id];
-    let fs_group = sc_id(psc, "fsGroup", "spec.securityContext")?;
-    let supplemental = match psc.get("supplementalGroups") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a.clone(),
-        Some(v) => {
-            return Err(PlanError::Invalid(format!(
-                "spec.securityContext.supplementalGroups: Invalid value: {v}: must be a list"
-            )))
-        }
-    };
-    groups.extend(fs_group);
-    for (i, v) in supplemental.iter().enumerate() {
-        groups.push(id_value(
-            v,
-            &format!("spec.securityContext.supplementalGroups[{i}]"),
-        )?);
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    groups.retain(|g| seen.insert(*g));
-    Ok(Some(crate::sim::runtime::User {
-        uid,
-        gid: run_as_group.unwrap_or(id),
-        groups,
-    }))
-}
-
-/// How the pod's folder and volumes are owned: the pod-level `runAsUser`
-/// (else the pod's id) as owner, the pod's id as group, and the `fsGroup`
-/// that volumes are given to (kubelet: group ownership plus setgid
-/// folders). `None` without a pod id.
-pub fn pod_owner(pod: &Value, pod_id: Option<u32>) -> Option<PodOwner> {
-    let id = pod_id?;
-    let psc = &pod["spec"]["securityContext"];
-    let get = |k: &str| sc_id(psc, k, "spec.securityContext").ok().flatten();
-    Some(PodOwner {
-        uid: get("runAsUser").unwrap_or(id),
-        gid: id,
-        fs_group: get("fsGroup"),
-    })
-}
-
-/// See [`pod_owner`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PodOwner {
-    pub uid: u32,
-    pub gid: u32,
-    pub fs_group: Option<u32>,
-}
-
 fn is_kubegate(argv0: &str, mounts: &[Mount]) -> bool {
     if argv0 == "kubegate" {
         return true;
@@ -687,92 +565,6 @@ fn is_kubegate(argv0: &str, mounts: &[Mount]) -> bool {
         && !mounts
             .iter()
             .any(|m| Path::new(argv0).starts_with(&m.host_path))
-}
-
-fn write_file(path: &Path, data: &[u8], mode: Option<u32>) -> Result<(), PlanError> {
-    use std::os::unix::fs::PermissionsExt;
-    let io = |e: std::io::Error| PlanError::Io(format!("writing {}: {e}", path.display()));
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    std::fs::write(path, data).map_err(io)?;
-    if let Some(mode) = mode {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7777))
-            .map_err(io)?;
-    }
-    Ok(())
-}
-
-fn mode_of(v: &Value, key: &str) -> Option<u32> {
-    v.get(key).and_then(Value::as_u64).map(|m| m as u32)
-}
-
-/// Creates the pod's volume folders under `<pod_dir>/volumes/` and writes the
-/// keys of `configMap` and `secret` volumes into them (all keys, or `items`
-/// with their `path` and `mode`; `defaultMode` otherwise). A missing object
-/// or item key is an error unless the volume is `optional`. Call once per
-/// pod, before its first container starts; calling again rewrites the files.
-pub fn materialize_volumes(
-    pod: &Value,
-    pod_dir: &Path,
-    lookup: Lookup<'_>,
-) -> Result<(), PlanError> {
-    let ns = s(&pod["metadata"], "namespace");
-    let dirs = volume_dirs(pod, pod_dir);
-    for v in arr(&pod["spec"], "volumes") {
-        let name = s(v, "name");
-        if v.get("hostPath").is_some() {
-            continue;
-        }
-        let Some(dir) = dirs.get(name) else { continue };
-        std::fs::create_dir_all(dir)
-            .map_err(|e| PlanError::Io(format!("creating {}: {e}", dir.display())))?;
-        let (kind, src, obj) = if let Some(cm) = v.get("configMap") {
-            ("ConfigMap", cm, s(cm, "name"))
-        } else if let Some(sec) = v.get("secret") {
-            ("Secret", sec, s(sec, "secretName"))
-        } else {
-            continue;
-        };
-        let default_mode = mode_of(src, "defaultMode").or(Some(0o644));
-        let Some(data) = lookup(kind, obj) else {
-            if optional(src) {
-                continue;
-            }
-            return Err(missing_object(kind, obj));
-        };
-        let items = arr(src, "items");
-        if items.is_empty() {
-            for (key, value) in &data {
-                if safe_relative(key) {
-                    write_file(&dir.join(key), value, default_mode)?;
-                }
-            }
-            continue;
-        }
-        for item in items {
-            let (key, path) = (s(item, "key"), s(item, "path"));
-            if !safe_relative(path) {
-                return Err(PlanError::Invalid(format!(
-                    "volume {name:?}: item path {path:?} must be relative without '..'"
-                )));
-            }
-            match data.get(key) {
-                Some(value) => write_file(
-                    &dir.join(path),
-                    value,
-                    mode_of(item, "mode").or(default_mode),
-                )?,
-                None if optional(src) => {}
-                None => {
-                    return Err(PlanError::MissingRef(format!(
-                        "couldn't find key {key} in {kind} {ns}/{obj}"
-                    )))
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -882,7 +674,7 @@ mod tests {
         assert_eq!(map_paths("/etc/x", &root), "/etc/x");
     }
 
-    fn lookup(kind: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
+    pub(super) fn lookup(kind: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
         let mut m = BTreeMap::new();
         match (kind, name) {
             ("ConfigMap", "cfg") => {
@@ -897,7 +689,7 @@ mod tests {
         Some(m)
     }
 
-    fn pod() -> Value {
+    pub(super) fn pod() -> Value {
         json!({
             "metadata": {"name": "web-1", "namespace": "dev", "uid": "u-1",
                          "labels": {"app": "web"}, "annotations": {"a/b": "c"}},
@@ -1098,34 +890,5 @@ mod tests {
             "volumeMounts": [{"name": "work", "mountPath": "/w", "subPathExpr": "logs/$(POD)"}]});
         let spec = plan_container(&pod(), &c, &ctx(&lookup)).unwrap();
         assert_eq!(spec.argv[1], "/pods/dev/web-1/volumes/work/logs/web-1");
-    }
-
-    #[test]
-    fn volumes_are_written() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("kubegate-podspec-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        materialize_volumes(&pod(), &dir, &lookup).unwrap();
-        let v = dir.join("volumes");
-        assert!(v.join("work").is_dir());
-        assert_eq!(
-            std::fs::read(v.join("config/sub/app.conf")).unwrap(),
-            b"k=v\n"
-        );
-        assert!(!v.join("config/mode").exists(), "items limit the keys");
-        let mode = |p: &str| std::fs::metadata(v.join(p)).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode("config/sub/app.conf"), 0o600);
-        assert_eq!(std::fs::read(v.join("creds/token")).unwrap(), b"s3cret");
-        assert_eq!(mode("creds/token"), 0o400);
-        assert!(!v.join("host").exists(), "hostPath is not created");
-
-        let mut missing = pod();
-        missing["spec"]["volumes"] = json!([{"name": "c", "configMap": {"name": "gone"}}]);
-        let e = materialize_volumes(&missing, &dir, &lookup).unwrap_err();
-        assert_eq!(e.to_string(), "configmap \"gone\" not found");
-        missing["spec"]["volumes"][0]["configMap"]["optional"] = json!(true);
-        materialize_volumes(&missing, &dir, &lookup).unwrap();
-        assert!(dir.join("volumes/c").is_dir());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
