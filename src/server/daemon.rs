@@ -263,7 +263,7 @@ impl Daemon {
         );
         let principals = Arc::new(RwLock::new(Arc::new(Principals::new(&cfg.principals))));
         let ss = &cfg.sessions;
-        let access = crate::session::pod_access(&cfg.cluster, &client);
+        let access = crate::session::access::pod_access(&cfg.cluster, &client);
         let engine = crate::session::engine::Engine::new(
             client.clone(),
             exec_conn.clone(),

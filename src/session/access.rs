@@ -359,6 +359,11 @@ pub fn from_config(mode: PodAccessMode, client: &Client) -> Arc<dyn PodAccess> {
     }
 }
 
+/// The pod-access seam for `[cluster] pod_access`.
+pub fn pod_access(cluster: &crate::config::ClusterSection, client: &Client) -> Arc<dyn PodAccess> {
+    from_config(cluster.pod_access(), client)
+}
+
 // ------------------------------------------------------------- api-proxy
 
 /// Through the API server's pod proxy.

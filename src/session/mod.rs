@@ -22,7 +22,6 @@
 
 pub mod access;
 pub mod agent_client;
-mod agent_ops;
 pub mod engine;
 pub mod io;
 pub mod machine;
@@ -35,7 +34,6 @@ pub mod relay;
 pub mod spec;
 pub mod sse;
 
-pub use agent_ops::{agent_ops, pod_access};
 use rand::Rng;
 
 /// Length of a session id.
