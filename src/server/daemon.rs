@@ -1280,7 +1280,7 @@ impl FrontDoor {
             .access()
             .open(&target, port, &preq, PORT_PROXY_IDLE)
             .map_err(|e| ApiError::new(Code::PortUnreachable, format!("port {port}: {e}")))?;
-        let headers = crate::session::relay::end_to_end_headers(&resp.headers, &[]);
+        let headers = crate::http::hop::end_to_end_headers(&resp.headers, &[]);
         let status = resp.status;
         if req.method == "HEAD" || status == 204 || status == 304 || status < 200 {
             let mut r = Response::empty(status);

@@ -23,6 +23,7 @@
 pub mod access;
 pub mod agent_client;
 pub mod engine;
+pub mod frame;
 pub mod io;
 pub mod machine;
 pub mod pod;
