@@ -380,7 +380,7 @@ fn attach_replays_what_was_missed_forwards_stdin_and_drives_a_terminal() {
             .ws(
                 &format!("/v1/sessions/{id}/io?app=echo&lastSeq=1000000"),
                 &[("Authorization", &auth)],
-                &[kubegate::session::io::SUBPROTOCOL],
+                &[kubegate::session::io::wire::SUBPROTOCOL],
             )
             .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)));
         ws.send(Message::Binary(b"two\n".to_vec().into()))

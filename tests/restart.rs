@@ -20,7 +20,7 @@ use common::bench::watchdog;
 use common::daemon::{DaemonProc, SseClient, SseEvent};
 use common::{wait_for, SimProc};
 use kubegate::exec::frames::{ClientFrame, ServerFrame, SUBPROTOCOL as EXEC_PROTOCOL};
-use kubegate::session::io::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};
+use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::TcpStream;

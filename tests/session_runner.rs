@@ -59,7 +59,7 @@ fn open_io(d: &DaemonProc, id: &str, app: &str) -> Ws {
     d.ws(
         &format!("/v1/sessions/{id}/io?app={app}"),
         &[("Authorization", &a)],
-        &[kubegate::session::io::SUBPROTOCOL],
+        &[kubegate::session::io::wire::SUBPROTOCOL],
     )
     .map(|(ws, _)| ws)
     .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)))
@@ -74,7 +74,7 @@ fn read_until(ws: &mut Ws, want: &str) -> String {
     while !text.contains(want) {
         match ws.read() {
             Ok(Message::Binary(b)) => {
-                let (_, _, p) = kubegate::session::io::decode_frame(&b).expect("frame");
+                let (_, _, p) = kubegate::session::io::wire::decode_frame(&b).expect("frame");
                 text.push_str(&String::from_utf8_lossy(p));
             }
             Ok(Message::Close(f)) => panic!("closed {f:?} waiting for {want:?} in {text:?}"),

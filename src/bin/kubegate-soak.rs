@@ -22,7 +22,7 @@ use kubegate::exec::frames::{ClientFrame, ServerFrame, SUBPROTOCOL as EXEC_PROTO
 use kubegate::kube::client::http::Request as KubeRequest;
 use kubegate::kube::client::Client;
 use kubegate::kube::connection::Connection;
-use kubegate::session::io::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};
+use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

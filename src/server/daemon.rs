@@ -965,13 +965,13 @@ impl FrontDoor {
                     // close code (contract.md), once upgraded.
                     if tail == ["io"] && req.is_websocket_upgrade() {
                         return Ok(Reply::Upgrade(Upgrade {
-                            protocol: Some(crate::session::io::SUBPROTOCOL.to_string()),
+                            protocol: Some(crate::session::io::wire::SUBPROTOCOL.to_string()),
                             headers: Vec::new(),
                             max_message_bytes: 1024,
                             on_open: Box::new(|conn| {
-                                crate::session::io::refuse(
+                                crate::session::io::serve::refuse(
                                     conn,
-                                    crate::session::io::CLOSE_UNKNOWN,
+                                    crate::session::io::wire::CLOSE_UNKNOWN,
                                     "no such session",
                                 )
                             }),
@@ -1118,7 +1118,8 @@ impl FrontDoor {
         h: &crate::session::engine::Handle,
         req: &Request,
     ) -> Result<Reply, ApiError> {
-        use crate::session::io::{self, SUBPROTOCOL as IO_PROTOCOL};
+        use crate::session::io::serve::{refuse, serve};
+        use crate::session::io::wire::{CLOSE_UNKNOWN, SUBPROTOCOL as IO_PROTOCOL};
         if !req.is_websocket_upgrade() {
             return Err(ApiError::new(
                 Code::BadRequest,
@@ -1140,11 +1141,11 @@ impl FrontDoor {
         let app = req.query("app").unwrap_or("").to_string();
         let ping = self.engine.ping_interval();
         let on_open: Box<dyn FnOnce(crate::http::ws::WsConn) + Send> = match h.app_io(&app) {
-            Some(app_io) => Box::new(move |conn| io::serve(app_io, last_seq, conn, ping)),
+            Some(app_io) => Box::new(move |conn| serve(app_io, last_seq, conn, ping)),
             None => Box::new(move |conn| {
-                io::refuse(
+                refuse(
                     conn,
-                    io::CLOSE_UNKNOWN,
+                    CLOSE_UNKNOWN,
                     &format!("the session has no app {app:?}"),
                 )
             }),

@@ -5,7 +5,8 @@
 use super::owner::Owner;
 use super::{now_ns, Msg};
 use crate::kube::client::{Api, Client, LogParams, Pod};
-use crate::session::io::AppIo;
+use crate::session::io::attach::attach;
+use crate::session::io::ring::{AppIo, Recovered};
 use crate::session::machine::{Input, OutStream};
 use std::time::{Duration, Instant};
 
@@ -49,8 +50,7 @@ impl Owner {
                 };
                 let _ = tx.send(Msg::Input(input));
             };
-            let r =
-                crate::session::io::attach(&conn, &ns, &pod, &container, tty, io.clone(), on_end);
+            let r = attach(&conn, &ns, &pod, &container, tty, io.clone(), on_end);
             let attached_at = r.is_ok().then(now_ns);
             if recover {
                 let what = RecoverTarget {
@@ -79,7 +79,7 @@ impl Owner {
             }
         });
         if recover && !spawned {
-            held.release(crate::session::io::Recovered::Unavailable, main_stream(tty));
+            held.release(Recovered::Unavailable, main_stream(tty));
         }
     }
 }
@@ -153,9 +153,9 @@ fn recover_output(
                 if log.truncated { " (its start only: announcing a gap after it)" } else { "" }
             );
             if log.truncated {
-                crate::session::io::Recovered::Truncated(lines)
+                Recovered::Truncated(lines)
             } else {
-                crate::session::io::Recovered::Complete(lines)
+                Recovered::Complete(lines)
             }
         }
         Err(e) => {
@@ -164,7 +164,7 @@ fn recover_output(
                 t.session,
                 t.container
             );
-            crate::session::io::Recovered::Unavailable
+            Recovered::Unavailable
         }
     };
     io.release(recovered, main_stream(tty));

@@ -51,7 +51,7 @@ use crate::api::{ApiError, Code};
 use crate::kube::client::{Api, Client, DeleteParams, KubeError, ListParams, Pod};
 use crate::kube::connection::Connection;
 use crate::session::access::{PodAccess, PodTarget};
-use crate::session::io::AppIo;
+use crate::session::io::ring::AppIo;
 use crate::session::machine::{Command, Event, Input, Millis, NewSession, Session, UserOp};
 use crate::session::pod::PodSettings;
 use crate::session::pod_hub::PodHub;

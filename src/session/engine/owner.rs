@@ -9,7 +9,10 @@ use super::agent_ops::AgentTarget;
 use super::checkpoint::{checkpoint, entries_last, read_checkpoint, write_atomic};
 use super::{now_ms, Engine, Handle, Msg};
 use crate::session::access::PodTarget;
-use crate::session::io::AttachHandle;
+use crate::session::io::attach::AttachHandle;
+use crate::session::io::persist::encode_ring;
+use crate::session::io::ring::Recovered;
+use crate::session::io::wire::{CLOSE_ENDED, CLOSE_GOING_AWAY};
 use crate::session::machine::{Command, Event, Input, Millis, OutStream, SeedSource, Session};
 use crate::session::pod_hub::PodUpdate;
 use crate::session::relay::probe::{start_probe, ProbeHandle};
@@ -143,7 +146,7 @@ impl Owner {
             .collect();
         open.into_iter().for_each(AttachHandle::close);
         for io in self.handle.ios.lock().values() {
-            io.end(crate::session::io::CLOSE_ENDED, "session ended");
+            io.end(CLOSE_ENDED, "session ended");
         }
         if let Some(reply) = stopped {
             let _ = reply.send(());
@@ -157,20 +160,17 @@ impl Owner {
             if io.is_holding() {
                 // A re-adoption still recovering: what it could not
                 // recover is announced as a gap, and the held output kept.
-                io.release(
-                    crate::session::io::Recovered::Unavailable,
-                    OutStream::Stdout,
-                );
+                io.release(Recovered::Unavailable, OutStream::Stdout);
             }
             // Ended first: nothing gets a seq after the image is taken, so
             // every seq a viewer saw is in the file.
             io.end(
-                crate::session::io::CLOSE_GOING_AWAY,
+                CLOSE_GOING_AWAY,
                 "kubegate is stopping; reconnect with lastSeq when it is back",
             );
             let img = io.ring_image();
             let path = dir.join(format!("{app}.ring"));
-            if let Err(e) = write_atomic(&path, &crate::session::io::encode_ring(&img)) {
+            if let Err(e) = write_atomic(&path, &encode_ring(&img)) {
                 log::error!("session {}: persisting {app}'s output: {e}", s.id());
             }
         }

@@ -6,7 +6,8 @@
 
 use super::{e_path, now_ms, watch_selector, Engine};
 use crate::kube::client::{Api, KubeError, ListParams, Pod};
-use crate::session::io::AppIo;
+use crate::session::io::persist::decode_ring;
+use crate::session::io::ring::AppIo;
 use crate::session::machine::Session;
 use std::collections::HashMap;
 use std::fmt;
@@ -178,7 +179,7 @@ impl Engine {
             let name = &a.spec.name;
             let path = dir.join(format!("{name}.ring"));
             let io = match std::fs::read(&path) {
-                Ok(b) => match crate::session::io::decode_ring(&b) {
+                Ok(b) => match decode_ring(&b) {
                     Ok(img) => Some(AppIo::restore(self.settings.io_ring_bytes, img)),
                     Err(e) => {
                         log::error!("session {id}: {}: {e}", path.display());
