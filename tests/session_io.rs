@@ -128,7 +128,7 @@ fn attach_streams_tty_resize_replay_and_end() {
         false,
         plain.clone(),
         move |r| {
-            let _ = end_tx.send(r);
+            let _ = end_tx.send(r.map_err(|e| e.to_string()));
         },
     )
     .expect("attach plain");

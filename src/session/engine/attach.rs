@@ -5,6 +5,7 @@
 use super::owner::Owner;
 use super::{now_ns, Msg};
 use crate::kube::client::{Api, Client, LogParams, Pod};
+use crate::kube::remote::RemoteError;
 use crate::session::io::attach::attach;
 use crate::session::io::ring::{AppIo, Recovered};
 use crate::session::machine::{Input, OutStream};
@@ -39,12 +40,12 @@ impl Owner {
         let held = io.clone();
         let spawned = self.work_opt(move || {
             let (p, a) = (pod.clone(), app.clone());
-            let on_end = move |r: Result<(), String>| {
+            let on_end = move |r: Result<(), RemoteError>| {
                 let input = match r {
-                    Err(message) => Input::AttachFailed {
+                    Err(e) => Input::AttachFailed {
                         pod: p,
                         app: a,
-                        message,
+                        message: e.to_string(),
                     },
                     Ok(()) => Input::AttachEnded { pod: p, app: a },
                 };
@@ -75,7 +76,11 @@ impl Owner {
                     open.push(h);
                     Some(Input::AttachOk { pod, app })
                 }
-                Err(message) => Some(Input::AttachFailed { pod, app, message }),
+                Err(e) => Some(Input::AttachFailed {
+                    pod,
+                    app,
+                    message: e.to_string(),
+                }),
             }
         });
         if recover && !spawned {

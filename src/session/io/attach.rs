@@ -5,7 +5,7 @@
 use super::input::AttachInput;
 use super::ring::AppIo;
 use crate::kube::connection::Connection;
-use crate::kube::remote::{self, ExecOptions, Output, SinkProcess};
+use crate::kube::remote::{self, ExecOptions, Output, RemoteError, SinkProcess};
 use crate::session::machine::OutStream;
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ pub struct AttachHandle {
     process: Option<SinkProcess>,
 }
 
-type EndFn = Box<dyn FnOnce(Result<(), String>) + Send>;
+type EndFn = Box<dyn FnOnce(Result<(), RemoteError>) + Send>;
 
 impl AttachHandle {
     /// Ends the attach without waiting: the input is removed from the
@@ -67,8 +67,8 @@ pub fn attach(
     container: &str,
     tty: bool,
     io: Arc<AppIo>,
-    on_end: impl FnOnce(Result<(), String>) + Send + 'static,
-) -> Result<AttachHandle, String> {
+    on_end: impl FnOnce(Result<(), RemoteError>) + Send + 'static,
+) -> Result<AttachHandle, RemoteError> {
     let opts = ExecOptions {
         stdin: true,
         stdout: true,
@@ -114,18 +114,17 @@ pub fn attach(
         let io = io.clone();
         let on_end = on_end.clone();
         let input_slot = input_slot.clone();
-        Box::new(move |r: Result<remote::ExitStatus, remote::RemoteError>| {
+        Box::new(move |r: Result<remote::ExitStatus, RemoteError>| {
             if let Some(id) = *input_slot.lock() {
                 io.clear_input(id);
             }
             let cb = on_end.lock().take();
             if let Some(cb) = cb {
-                cb(r.map(|_| ()).map_err(|e| e.to_string()));
+                cb(r.map(|_| ()));
             }
         })
     };
-    let process = remote::attach_into(conn, namespace, pod, Some(container), opts, sink, end)
-        .map_err(|e| e.to_string())?;
+    let process = remote::attach_into(conn, namespace, pod, Some(container), opts, sink, end)?;
     let input_id = {
         // Under the slot's lock: an end racing with this sees either no id
         // (and this installs an input the finished stream refuses: cleared
