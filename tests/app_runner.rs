@@ -1130,7 +1130,8 @@ fn a_subscriber_that_never_reads_holds_nothing_up() {
 
 #[test]
 fn the_daemons_debug_relay_consumes_the_stream() {
-    use kubegate::session::access::{DirectAccess, PodTarget};
+    use kubegate::session::access::direct::DirectAccess;
+    use kubegate::session::access::PodTarget;
     use kubegate::session::relay;
     let root = temp_dir("runner-relay");
     std::fs::write(

@@ -3,14 +3,14 @@
 //! debug streams, reachability, the port proxy — goes through a
 //! [`PodAccess`], picked by `[cluster] pod_access`:
 //!
-//! - [`ApiProxyAccess`] (`api-proxy`): through the API server's pod proxy,
+//! - [`ApiProxyAccess`](api_proxy::ApiProxyAccess) (`api-proxy`): through the API server's pod proxy,
 //!   `/api/v1/namespaces/{ns}/pods/{pod}:{port}/proxy/{path}`
 //!   (`kube::client::Client::pod_proxy`). Works from outside the pod
 //!   network. The API server authenticates the daemon and drops the
 //!   `Authorization` header before proxying, so a credential for the pod
 //!   must travel in another header (the agent's `X-Kubegate-Agent-Token`);
 //!   an `Authorization` header given here is refused, never sent.
-//! - [`DirectAccess`] (`direct`): TCP to `podIP:port` with a small blocking
+//! - [`DirectAccess`](direct::DirectAccess) (`direct`): TCP to `podIP:port` with a small blocking
 //!   HTTP/1.1 client (one connection per call, `Connection: close`;
 //!   `Content-Length`, chunked and close-delimited bodies).
 //!
@@ -36,9 +36,6 @@ pub mod direct;
 mod http1;
 #[cfg(test)]
 mod tests;
-
-pub use api_proxy::ApiProxyAccess;
-pub use direct::DirectAccess;
 
 use crate::config::PodAccess as PodAccessMode;
 use crate::http::parse::ChunkedDecoder;
@@ -345,8 +342,8 @@ pub trait PodAccess: Send + Sync {
 /// The implementation `[cluster] pod_access` names.
 pub fn from_config(mode: PodAccessMode, client: &Client) -> Arc<dyn PodAccess> {
     match mode {
-        PodAccessMode::ApiProxy => Arc::new(ApiProxyAccess::new(client.clone())),
-        PodAccessMode::Direct => Arc::new(DirectAccess::new()),
+        PodAccessMode::ApiProxy => Arc::new(api_proxy::ApiProxyAccess::new(client.clone())),
+        PodAccessMode::Direct => Arc::new(direct::DirectAccess::new()),
     }
 }
 

@@ -1,4 +1,6 @@
 use super::api_proxy::from_proxy;
+use super::api_proxy::ApiProxyAccess;
+use super::direct::DirectAccess;
 use super::*;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

@@ -1,8 +1,8 @@
 use super::probe::{start_probe_with, ProbeHandle, ProbeTimings};
 use super::proxy::proxy_http;
 use super::*;
+use crate::session::access::direct::DirectAccess;
 use crate::session::access::AccessError;
-use crate::session::access::DirectAccess;
 use crate::session::machine::Reach;
 use crossbeam_channel::unbounded;
 use serde_json::json;
