@@ -35,8 +35,6 @@ pub enum Recovered {
     Unavailable,
 }
 
-/// A message from a viewer.
-
 /// What a subscription yields, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
