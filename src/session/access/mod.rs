@@ -28,7 +28,7 @@
 //! by one thread and can be cut from another with its [`StreamCanceller`].
 //!
 //! Files: this one (the seam: [`PodAccess`], its requests, answers and
-//! errors), [`api_proxy`], [`direct`], and [`http1`] (the answer reading
+//! errors), [`api_proxy`], [`direct`], and `http1` (the answer reading
 //! both use on raw sockets).
 
 pub mod api_proxy;

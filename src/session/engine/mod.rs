@@ -24,11 +24,11 @@
 //! - this file: the registry ([`Engine`]: start, look-up, eviction,
 //!   shutdown), a session's [`Handle`] as the routes see it, the owner's
 //!   [`Msg`]s, and the orphan reaper's thread;
-//! - [`owner`]: the owner loop (`session-<id>`) and the commands it
+//! - `owner`: the owner loop (`session-<id>`) and the commands it
 //!   carries out on the spot;
-//! - [`cluster`]: the commands carried out against the cluster on workers
+//! - `cluster`: the commands carried out against the cluster on workers
 //!   (pod, Secret, Service and Ingress);
-//! - [`attach`]: app attach streams and a re-adoption's output recovery;
+//! - `attach`: app attach streams and a re-adoption's output recovery;
 //! - [`restore`]: re-adoption at start ([`Engine::restore`]);
 //! - [`checkpoint`]: checkpoint files and the atomic write of every file
 //!   the engine keeps;

@@ -14,7 +14,7 @@
 //!                                                   -> the current attach's StdinWriter / Controller
 //! ```
 //!
-//! - [`AppIo`]: one per session app, for the session's whole life (it
+//! - [`AppIo`](ring::AppIo): one per session app, for the session's whole life (it
 //!   survives pod recreates, so seq numbers continue). Output frames get seq
 //!   numbers from 1; the ring keeps the newest frames within `io_ring_bytes`
 //!   (grown as frames come: an idle app holds no buffer). `push` fans a
@@ -25,9 +25,9 @@
 //!   for evicted frames) and registers the live queue under the same lock:
 //!   no frame is lost or duplicated between replay and live.
 //! - Input: the current attach's stdin writer and resize controller live in
-//!   the `AppIo` ([`AppIo::set_input`]); viewers write through
-//!   [`AppIo::stdin`] (blocking while the attach's queue is full:
-//!   backpressure to that viewer's socket only) and [`AppIo::resize`]
+//!   the `AppIo` ([`AppIo::set_input`](ring::AppIo::set_input)); viewers write through
+//!   [`AppIo::stdin`](ring::AppIo::stdin) (blocking while the attach's queue is full:
+//!   backpressure to that viewer's socket only) and [`AppIo::resize`](ring::AppIo::resize)
 //!   (tty apps only; the last size is kept for the next attach).
 //! - [`attach`]: a Kubernetes attach into an `AppIo` on the stream's one
 //!   thread (`kube-remote-io`, which demultiplexes and pushes in place:

@@ -8,7 +8,7 @@ use tungstenite::Bytes;
 pub type RingFrames = Vec<(u32, u8, Bytes)>;
 
 /// A ring as a daemon stop persists it and the next start restores it
-/// ([`AppIo::ring_image`], [`AppIo::restore`]).
+/// ([`AppIo::ring_image`](super::ring::AppIo::ring_image), [`AppIo::restore`](super::ring::AppIo::restore)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RingImage {
     /// The seq the next frame gets.

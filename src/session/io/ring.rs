@@ -24,6 +24,8 @@ pub const DEFAULT_QUEUE_FRAMES: usize = 256;
 /// many times `io_ring_bytes` of memory.
 pub const FRAME_COST: usize = 64;
 
+/// What a re-adoption recovered of the output an app wrote while the
+/// daemon was down ([`AppIo::release`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recovered {
     /// Every chunk written since the last output the ring holds.
@@ -342,7 +344,7 @@ impl AppIo {
         self.state.lock().last_output_ns
     }
 
-    /// An app's IO continuing a persisted ring ([`decode_ring`]): the same
+    /// An app's IO continuing a persisted ring ([`decode_ring`](super::persist::decode_ring)): the same
     /// seqs, frames and time of the last output, so a viewer reconnecting
     /// with the `lastSeq` it saw before a daemon restart misses nothing.
     /// Frames that do not end contiguously at `next_seq - 1` (a damaged
@@ -503,7 +505,7 @@ impl AppIo {
 /// How many trailing `recovered` chunks the `held` output starts with:
 /// the container log was read after the new attach began streaming, so
 /// its last lines may be the attach's first. The longest such run wins
-/// (at most [`MAX_OVERLAP_LINES`] chunks are compared); 0 when none.
+/// (at most `MAX_OVERLAP_LINES` chunks are compared); 0 when none.
 /// Repetitive output (the same line many times) cannot be told apart:
 /// then the longest match is dropped.
 pub fn held_overlap(recovered: &[Bytes], held: &[u8]) -> usize {

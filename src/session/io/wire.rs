@@ -15,14 +15,14 @@ pub const SUBPROTOCOL: &str = "kubegate.io.v1";
 pub const CLOSE_SLOW: u16 = 4001;
 /// Close reason sent with [`CLOSE_SLOW`].
 pub const SLOW_REASON: &str = "slow_subscriber";
-/// Close code for an unknown session or app (the route's, see [`refuse`]).
+/// Close code for an unknown session or app (the route's, see [`refuse`](super::serve::refuse)).
 pub const CLOSE_UNKNOWN: u16 = 4004;
 /// Close code when the session ended.
 pub const CLOSE_ENDED: u16 = 1000;
 /// Close code when the daemon stops (WebSocket "going away"): the
 /// session lives on; reconnect with the last seq once it is back.
 pub const CLOSE_GOING_AWAY: u16 = 1001;
-/// The stream byte of a gap notice in the ring ([`AppIo::push_gap`]):
+/// The stream byte of a gap notice in the ring ([`AppIo::push_gap`](super::ring::AppIo::push_gap)):
 /// a seq with no data, sent to viewers as `{"type":"gap"}`.
 pub const GAP_STREAM: u8 = 0xFF;
 
@@ -57,9 +57,7 @@ pub fn gap_text(from: u32, to: u32) -> String {
     serde_json::json!({"type": "gap", "from": from, "to": to}).to_string()
 }
 
-/// What a re-adoption recovered of the output an app wrote while the
-/// daemon was down ([`AppIo::release`]).
-
+/// A message from a viewer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientMsg {
     /// Binary frame: bytes for the app's stdin.

@@ -9,11 +9,11 @@
 //!   stopped, resuming with `Last-Event-ID`. No thread per relay: attempts
 //!   run on two shared connector threads, the waits between them are jobs
 //!   on the process-wide `crate::timer`, and every open stream is read by
-//!   one `session-relay-pump` thread with epoll ([`pump`]);
-//! - the reachability prober ([`probe`], [`start_probe`]): one thread per tcp port,
+//!   one `session-relay-pump` thread with epoll (`pump`);
+//! - the reachability prober ([`probe`], [`start_probe`](probe::start_probe)): one thread per tcp port,
 //!   `checking` at once, `reachable` on the first accepted connection,
 //!   `unreachable` once after 30 s, then slower probes;
-//! - the port proxy helper ([`proxy`], [`proxy_http`]): one HTTP exchange for the
+//! - the port proxy helper ([`proxy`], [`proxy_http`](proxy::proxy_http)): one HTTP exchange for the
 //!   daemon's `…/ports/{port}/{path}` route, without hop-by-hop headers,
 //!   the client's `Authorization` nor the headers upstream interprets
 //!   (`session::proxy_path`).
