@@ -25,7 +25,13 @@ impl Default for ProxyLimits {
 }
 
 /// One HTTP exchange with `port` of the pod for the daemon's port proxy
-/// route, with the default [`ProxyLimits`].
+/// route, within the default [`ProxyLimits`]. The client's hop-by-hop
+/// headers, its `Authorization` (kubegate's credential, not the app's) and
+/// the headers the API server or kubelet interpret
+/// ([`forward_headers`](crate::session::proxy_path::forward_headers)) are
+/// dropped; so are the answer's hop-by-hop and framing headers (the body
+/// comes back whole; the route frames it anew). The app's status, errors
+/// included, is the answer; `AccessError` is for no answer at all.
 pub fn proxy_http(
     access: &dyn PodAccess,
     target: &PodTarget,
@@ -35,35 +41,7 @@ pub fn proxy_http(
     headers: &[(String, String)],
     body: Option<Vec<u8>>,
 ) -> Result<PodResponse, AccessError> {
-    proxy_http_with(
-        access,
-        target,
-        port,
-        method,
-        path_and_query,
-        headers,
-        body,
-        ProxyLimits::default(),
-    )
-}
-
-/// [`proxy_http`] with explicit bounds. The client's hop-by-hop headers,
-/// its `Authorization` (kubegate's credential, not the app's) and the
-/// headers the API server or kubelet interpret
-/// (`session::proxy_path::forward_headers`) are dropped; so are the answer's hop-by-hop and framing headers (the body
-/// comes back whole; the route frames it anew). The app's status, errors
-/// included, is the answer; `AccessError` is for no answer at all.
-#[allow(clippy::too_many_arguments)]
-pub fn proxy_http_with(
-    access: &dyn PodAccess,
-    target: &PodTarget,
-    port: u16,
-    method: Method,
-    path_and_query: &str,
-    headers: &[(String, String)],
-    body: Option<Vec<u8>>,
-    limits: ProxyLimits,
-) -> Result<PodResponse, AccessError> {
+    let limits = ProxyLimits::default();
     let req = PodRequest {
         method,
         path: path_and_query.to_string(),
