@@ -151,6 +151,18 @@ impl ApiProxyAccess {
         }
     }
 
+    /// [`ApiProxyAccess::proxy_request`] for a whole [`PodRequest`], each
+    /// read bounded by `per_read`.
+    fn proxy_request_of(
+        t: &PodTarget,
+        port: u16,
+        req: &PodRequest,
+        per_read: Duration,
+    ) -> Result<ProxyRequest, AccessError> {
+        let (method, body) = (req.method.clone(), req.body.clone());
+        Self::proxy_request(t, port, method, &req.path, &req.headers, body, per_read)
+    }
+
     fn proxy_request(
         t: &PodTarget,
         port: u16,
@@ -275,15 +287,7 @@ impl PodAccess for ApiProxyAccess {
         req: &PodRequest,
     ) -> Result<PodResponse, AccessError> {
         let deadline = Instant::now() + req.timeout;
-        let pr = Self::proxy_request(
-            t,
-            port,
-            req.method.clone(),
-            &req.path,
-            &req.headers,
-            req.body.clone(),
-            req.timeout,
-        )?;
+        let pr = Self::proxy_request_of(t, port, req, req.timeout)?;
         let mut resp = self.client.pod_proxy(&pr).map_err(from_proxy)?;
         let body = read_bounded(&mut resp, req.max_response_bytes, Some(deadline))?;
         Ok(PodResponse {
@@ -343,15 +347,7 @@ impl PodAccess for ApiProxyAccess {
         req: &PodRequest,
         idle: Duration,
     ) -> Result<StreamHandle, AccessError> {
-        let pr = Self::proxy_request(
-            t,
-            port,
-            req.method.clone(),
-            &req.path,
-            &req.headers,
-            req.body.clone(),
-            idle,
-        )?;
+        let pr = Self::proxy_request_of(t, port, req, idle)?;
         let resp = self.client.pod_proxy(&pr).map_err(from_proxy)?;
         let cancel = resp.canceller();
         Ok(StreamHandle {
