@@ -2,7 +2,7 @@
 //! workspace, a loopback inspect address, small `sh` programs, and the
 //! debug stream read over a real TCP socket. Every frame of that stream
 //! goes through the daemon's own SSE parser (`session::sse`) and frame
-//! check (`session::relay::parse_frame`): a frame either of them refused
+//! check (`session::frame::parse_frame`): a frame either of them refused
 //! fails the test.
 //!
 //! Waiting is on conditions with deadlines (frames on a channel, process
@@ -14,7 +14,7 @@ mod common;
 
 use common::{temp_dir, unsafe_kill, wait_for, KUBEGATE};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError};
-use kubegate::session::relay::parse_frame;
+use kubegate::session::frame::parse_frame;
 use kubegate::session::sse::SseParser;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -1130,7 +1130,8 @@ fn a_subscriber_that_never_reads_holds_nothing_up() {
 
 #[test]
 fn the_daemons_debug_relay_consumes_the_stream() {
-    use kubegate::session::access::{DirectAccess, PodTarget};
+    use kubegate::session::access::direct::DirectAccess;
+    use kubegate::session::access::PodTarget;
     use kubegate::session::relay;
     let root = temp_dir("runner-relay");
     std::fs::write(

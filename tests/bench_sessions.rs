@@ -1066,7 +1066,15 @@ fn figure_idle(
             }
         );
     }
-    let last = &fps[fps.len() - 1];
+    print_idle_breakdown(base, &fps[fps.len() - 1]);
+    let _ = client;
+    all_ids
+}
+
+/// The idle figure's breakdown of the daemon at the largest N against
+/// N = 0: where its RSS sits, its threads by name, and the fixed
+/// per-session allocations.
+fn print_idle_breakdown(base: &Footprint, last: &Footprint) {
     println!();
     println!(
         "### where the daemon's RSS sits (from /proc/PID/smaps), N = 0 and N = {}",
@@ -1138,8 +1146,6 @@ fn figure_idle(
     println!("| per attach: output channel `bounded(64)` of `kube::remote::Output` ({out} B each) | {} |", 64 * out);
     println!("| per attach WebSocket: tungstenite 0.30 read buffer (`WebSocketConfig::default()`, zero-filled up to its capacity on the first read) | {} |", 128 * 1024);
     println!("| per kube HTTP connection in use (the session's pod watch): ureq 3 input + output buffers (128 KiB each, default) | {} |", 256 * 1024);
-    let _ = client;
-    all_ids
 }
 
 /// Deletes every session (from a few threads), then follows their pods

@@ -158,43 +158,11 @@ fn http(addr: &str, raw: &str) -> (u16, String, String) {
     (status, head.to_string(), body.to_string())
 }
 
-#[test]
-fn sessions_list_stop_resume_port_forward_and_bad_input() {
-    let _wd = common::bench::watchdog("cli_sessions", 400);
-    let d = DaemonProc::start();
-    let state = temp_dir("cli-sessions-state");
-    let body = json!({
-        "apps": [{"name": "web", "entry": "web.py", "command": ["python3", "web.py"],
-                  "io": "streams", "ports": [{"port": 8080}]}],
-        "bundle": {"files": [{"path": "web.py", "content": WEB_PY}]}
-    });
-    let (id, mut sse) = d.create_session(&body);
-    until_status(&mut sse, "running");
-
-    // The table, then the JSON.
-    let out = run(kg(&d, &state, &["sessions"]));
-    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
-    let lines: Vec<String> = out.stdout_str().lines().map(str::to_string).collect();
-    assert_eq!(
-        lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["ID", "STATUS", "APPS", "CREATED", "ENDPOINTS"],
-        "{lines:?}"
-    );
-    let row: Vec<&str> = lines
-        .iter()
-        .find(|l| l.starts_with(&id))
-        .unwrap_or_else(|| panic!("no row for {id}: {lines:?}"))
-        .split_whitespace()
-        .collect();
-    assert_eq!(&row[..3], [id.as_str(), "running", "web"], "{row:?}");
-    let out = run(kg(&d, &state, &["sessions", "list", "-o", "json"]));
-    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON output");
-    assert_eq!(v["sessions"][0]["sessionId"], id.as_str());
-    assert_eq!(v["sessions"][0]["apps"][0]["name"], "web");
-
-    // port-forward: a free local port, requests through the daemon.
-    let mut pf = Live::spawn(kg(&d, &state, &["port-forward", &id, "8080", "0"]));
+/// `kubegate port-forward` on a free local port: requests through the
+/// daemon to the session's app, bodies both framings, upgrades refused but
+/// WebSocket's, then a clean stop.
+fn check_port_forward(d: &DaemonProc, state: &Path, id: &str) {
+    let mut pf = Live::spawn(kg(d, state, &["port-forward", id, "8080", "0"]));
     wait_for("the forwarding line", T, || {
         pf.stdout().contains('\n').then_some(())
     });
@@ -242,6 +210,45 @@ fn sessions_list_stop_resume_port_forward_and_bad_input() {
     );
     assert_eq!(st, 400, "a WebSocket upgrade without its key: {b}");
     assert_eq!(pf.stop(), Some(0), "{}", pf.stderr());
+}
+
+#[test]
+fn sessions_list_stop_resume_port_forward_and_bad_input() {
+    let _wd = common::bench::watchdog("cli_sessions", 400);
+    let d = DaemonProc::start();
+    let state = temp_dir("cli-sessions-state");
+    let body = json!({
+        "apps": [{"name": "web", "entry": "web.py", "command": ["python3", "web.py"],
+                  "io": "streams", "ports": [{"port": 8080}]}],
+        "bundle": {"files": [{"path": "web.py", "content": WEB_PY}]}
+    });
+    let (id, mut sse) = d.create_session(&body);
+    until_status(&mut sse, "running");
+
+    // The table, then the JSON.
+    let out = run(kg(&d, &state, &["sessions"]));
+    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
+    let lines: Vec<String> = out.stdout_str().lines().map(str::to_string).collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["ID", "STATUS", "APPS", "CREATED", "ENDPOINTS"],
+        "{lines:?}"
+    );
+    let row: Vec<&str> = lines
+        .iter()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("no row for {id}: {lines:?}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..3], [id.as_str(), "running", "web"], "{row:?}");
+    let out = run(kg(&d, &state, &["sessions", "list", "-o", "json"]));
+    assert_eq!(out.code, Some(0), "{}", out.stderr_str());
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON output");
+    assert_eq!(v["sessions"][0]["sessionId"], id.as_str());
+    assert_eq!(v["sessions"][0]["apps"][0]["name"], "web");
+
+    // port-forward: a free local port, requests through the daemon.
+    check_port_forward(&d, &state, &id);
 
     // Suspend through the API; `sessions resume` brings it back.
     let (st, v) = d.json(
@@ -380,7 +387,7 @@ fn attach_replays_what_was_missed_forwards_stdin_and_drives_a_terminal() {
             .ws(
                 &format!("/v1/sessions/{id}/io?app=echo&lastSeq=1000000"),
                 &[("Authorization", &auth)],
-                &[kubegate::session::io::SUBPROTOCOL],
+                &[kubegate::session::io::wire::SUBPROTOCOL],
             )
             .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)));
         ws.send(Message::Binary(b"two\n".to_vec().into()))

@@ -103,7 +103,7 @@ fn metrics_count_api_retries_and_watch_restarts() {
 /// cannot be, announced as a gap).
 #[test]
 fn a_cut_attach_is_made_again_and_the_missed_output_recovered() {
-    use kubegate::session::io::{decode_frame, SUBPROTOCOL};
+    use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL};
     use tungstenite::Message;
     let _wd = common::bench::watchdog("a cut attach", 120);
     let mut sim = SimProc::start(&[]);

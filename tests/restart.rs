@@ -20,7 +20,7 @@ use common::bench::watchdog;
 use common::daemon::{DaemonProc, SseClient, SseEvent};
 use common::{wait_for, SimProc};
 use kubegate::exec::frames::{ClientFrame, ServerFrame, SUBPROTOCOL as EXEC_PROTOCOL};
-use kubegate::session::io::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};
+use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::TcpStream;
@@ -279,6 +279,63 @@ impl Cluster {
     }
 }
 
+/// Reconnects each viewer with the seq it had read early on: every frame
+/// numbered before the restart comes back as it was, then the ticks
+/// written while the daemon was down, then new ones. Returns the ticks
+/// recovered from the logs and those duplicated at the attach boundary.
+fn check_reconnects(
+    d: &DaemonProc,
+    k: &Cluster,
+    ids: &[String],
+    pods: &[String],
+    viewers: &[(Ws, Seen, u32)],
+    down_ticks: &[u64],
+) -> (u64, usize) {
+    let mut recovered_ticks = 0;
+    let mut duplicates = 0;
+    for (i, (id, (_, before, first))) in ids.iter().zip(viewers).enumerate() {
+        let want = k.logged_ticks(&pods[i]) + 1;
+        let mut ws = open_io(d, id, Some(*first));
+        let mut after = Seen::default();
+        while after.ticks().last().copied().unwrap_or(0) < want {
+            assert!(read_io(&mut ws, &mut after), "session {id}: {after:?}");
+        }
+        assert!(
+            after.gaps.is_empty(),
+            "session {id}: the sim's log is always there, so no gap: {:?}",
+            after.gaps
+        );
+        let seqs: Vec<u32> = after.frames.keys().copied().collect();
+        let contiguous: Vec<u32> = (first + 1..first + 1 + seqs.len() as u32).collect();
+        assert_eq!(seqs, contiguous, "session {id}: frames from lastSeq on");
+        for (seq, data) in before.frames.range(first + 1..) {
+            assert_eq!(
+                after.frames.get(seq),
+                Some(data),
+                "session {id}: seq {seq} (numbered before the restart)"
+            );
+        }
+        // The ticks run on without a hole: the downtime's were recovered.
+        let ticks = after.ticks();
+        for w in ticks.windows(2) {
+            assert!(
+                w[1] == w[0] + 1 || w[1] == w[0],
+                "session {id}: tick {} then {}: {ticks:?}",
+                w[0],
+                w[1]
+            );
+            duplicates += usize::from(w[1] == w[0]);
+        }
+        // Those written while the daemon was down are all there.
+        let last_before = before.ticks().last().copied().unwrap_or(0);
+        for n in last_before + 1..=down_ticks[i] {
+            assert!(ticks.contains(&n), "session {id}: tick {n}: {ticks:?}");
+            recovered_ticks += 1;
+        }
+    }
+    (recovered_ticks, duplicates)
+}
+
 #[test]
 fn a_restart_re_adopts_every_session_without_losing_output_and_reaps_only_orphans() {
     let _dog = watchdog("the restart test", 240);
@@ -423,48 +480,8 @@ fn a_restart_re_adopts_every_session_without_losing_output_and_reaps_only_orphan
     // Reconnect with the seq each viewer had read early on: every frame
     // numbered before the restart comes back as it was, then the ticks
     // written while the daemon was down, then new ones.
-    let mut recovered_ticks = 0;
-    let mut duplicates = 0;
-    for (i, (id, (_, before, first))) in ids.iter().zip(&viewers).enumerate() {
-        let want = k.logged_ticks(&pods[i]) + 1;
-        let mut ws = open_io(&d, id, Some(*first));
-        let mut after = Seen::default();
-        while after.ticks().last().copied().unwrap_or(0) < want {
-            assert!(read_io(&mut ws, &mut after), "session {id}: {after:?}");
-        }
-        assert!(
-            after.gaps.is_empty(),
-            "session {id}: the sim's log is always there, so no gap: {:?}",
-            after.gaps
-        );
-        let seqs: Vec<u32> = after.frames.keys().copied().collect();
-        let contiguous: Vec<u32> = (first + 1..first + 1 + seqs.len() as u32).collect();
-        assert_eq!(seqs, contiguous, "session {id}: frames from lastSeq on");
-        for (seq, data) in before.frames.range(first + 1..) {
-            assert_eq!(
-                after.frames.get(seq),
-                Some(data),
-                "session {id}: seq {seq} (numbered before the restart)"
-            );
-        }
-        // The ticks run on without a hole: the downtime's were recovered.
-        let ticks = after.ticks();
-        for w in ticks.windows(2) {
-            assert!(
-                w[1] == w[0] + 1 || w[1] == w[0],
-                "session {id}: tick {} then {}: {ticks:?}",
-                w[0],
-                w[1]
-            );
-            duplicates += usize::from(w[1] == w[0]);
-        }
-        // Those written while the daemon was down are all there.
-        let last_before = before.ticks().last().copied().unwrap_or(0);
-        for n in last_before + 1..=down_ticks[i] {
-            assert!(ticks.contains(&n), "session {id}: tick {n}: {ticks:?}");
-            recovered_ticks += 1;
-        }
-    }
+    let (recovered_ticks, duplicates) =
+        check_reconnects(&d, &k, &ids, &pods, &viewers, &down_ticks);
     assert!(
         recovered_ticks >= 2,
         "the downtime's output came back: {recovered_ticks} ticks"

@@ -13,9 +13,11 @@ use common::{wait_for, SimProc};
 use crossbeam_channel::bounded;
 use kubegate::http::{Handler, Reply, Request, Response, Server, ServerConfig, Socket, Upgrade};
 use kubegate::kube::connection::Connection;
-use kubegate::session::io::{
-    self, attach, decode_frame, AppIo, Item, Subscription, CLOSE_SLOW, SLOW_REASON, SUBPROTOCOL,
-};
+use kubegate::session::io::attach::attach;
+use kubegate::session::io::ring::{AppIo, Item};
+use kubegate::session::io::serve;
+use kubegate::session::io::subscription::Subscription;
+use kubegate::session::io::wire::{decode_frame, CLOSE_SLOW, SLOW_REASON, SUBPROTOCOL};
 use kubegate::session::machine::OutStream;
 use serde_json::{json, Value};
 use std::net::{SocketAddr, TcpStream};
@@ -126,7 +128,7 @@ fn attach_streams_tty_resize_replay_and_end() {
         false,
         plain.clone(),
         move |r| {
-            let _ = end_tx.send(r);
+            let _ = end_tx.send(r.map_err(|e| e.to_string()));
         },
     )
     .expect("attach plain");
@@ -250,7 +252,7 @@ impl Handler for IoRoute {
             max_message_bytes: 1 << 20,
             on_open: Box::new(move |mut conn| {
                 if unknown {
-                    return io::refuse(conn, 4004, "unknown session or app");
+                    return serve::refuse(conn, 4004, "unknown session or app");
                 }
                 if tiny {
                     // A small send buffer: a viewer that does not read is
@@ -259,7 +261,7 @@ impl Handler for IoRoute {
                         let _ = rustix::net::sockopt::set_socket_send_buffer_size(s, 4096);
                     }
                 }
-                io::serve(app, last_seq, conn, Duration::from_secs(30));
+                serve::serve(app, last_seq, conn, Duration::from_secs(30));
             }),
         })
     }

@@ -31,7 +31,8 @@ use crossbeam_channel::{unbounded, Receiver};
 use kubegate::config::PodAccessMode as Mode;
 use kubegate::session::access::{self, PodAccess};
 use kubegate::session::machine::Reach;
-use kubegate::session::relay::{self, ProbeTimings};
+use kubegate::session::relay::probe::{self, ProbeTimings};
+use kubegate::session::relay::{self, proxy};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -246,7 +247,7 @@ fn probe_and_proxy(f: &Fixture, access: &Arc<dyn PodAccess>, port: u16) {
         interval: Duration::from_millis(200),
         ..ProbeTimings::default()
     };
-    let h = relay::start_probe_with(access.clone(), f.target.clone(), port, timings, move |r| {
+    let h = probe::start_probe_with(access.clone(), f.target.clone(), port, timings, move |r| {
         let _ = tx.send((Instant::now(), r));
     });
     assert_eq!(next(&states, "checking").1, Reach::Checking);
@@ -274,7 +275,7 @@ fn probe_and_proxy(f: &Fixture, access: &Arc<dyn PodAccess>, port: u16) {
         ("Connection".to_string(), "keep-alive".to_string()),
         ("X-Foo".to_string(), "bar".to_string()),
     ];
-    let r = relay::proxy_http(
+    let r = proxy::proxy_http(
         &**access,
         &f.target,
         port,

@@ -59,7 +59,7 @@ fn open_io(d: &DaemonProc, id: &str, app: &str) -> Ws {
     d.ws(
         &format!("/v1/sessions/{id}/io?app={app}"),
         &[("Authorization", &a)],
-        &[kubegate::session::io::SUBPROTOCOL],
+        &[kubegate::session::io::wire::SUBPROTOCOL],
     )
     .map(|(ws, _)| ws)
     .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)))
@@ -74,7 +74,7 @@ fn read_until(ws: &mut Ws, want: &str) -> String {
     while !text.contains(want) {
         match ws.read() {
             Ok(Message::Binary(b)) => {
-                let (_, _, p) = kubegate::session::io::decode_frame(&b).expect("frame");
+                let (_, _, p) = kubegate::session::io::wire::decode_frame(&b).expect("frame");
                 text.push_str(&String::from_utf8_lossy(p));
             }
             Ok(Message::Close(f)) => panic!("closed {f:?} waiting for {want:?} in {text:?}"),
@@ -91,6 +91,56 @@ const DIRECT_SH: &str =
     "echo \"direct runs with generation ${KUBEGATE_GENERATION:-unset}\"; while :; do sleep 1; done";
 const PLAIN_SH: &str =
     "echo \"plain runs with generation ${KUBEGATE_GENERATION:-unset}\"; while :; do sleep 1; done";
+
+/// The pod of the apps test: the init container installed the binary and
+/// ended well; runner apps mount it read-only and start it; `direct` does
+/// not.
+fn assert_runner_containers(pod: &Value) {
+    let init = &pod["status"]["initContainerStatuses"][0];
+    assert_eq!(init["name"], "install-kubegate", "{pod:#}");
+    assert_eq!(init["state"]["terminated"]["exitCode"], 0, "{init:#}");
+    let containers = pod["spec"]["containers"].as_array().expect("containers");
+    let by_name = |n: &str| {
+        containers
+            .iter()
+            .find(|c| c["name"] == n)
+            .unwrap_or_else(|| panic!("container {n}"))
+    };
+    for n in ["app-web", "app-plain"] {
+        let c = by_name(n);
+        let script = c["command"][2].as_str().unwrap_or("");
+        assert!(
+            script.contains("exec /kubegate/bin/kubegate app-runner --"),
+            "{n}: {c:#}"
+        );
+        assert!(
+            c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["name"] == "kubegate-bin"
+                    && m["mountPath"] == "/kubegate/bin"
+                    && m["readOnly"] == true),
+            "{n}: {c:#}"
+        );
+    }
+    let direct = by_name("app-direct");
+    assert!(
+        !direct["command"][2]
+            .as_str()
+            .unwrap_or("")
+            .contains("app-runner"),
+        "{direct:#}"
+    );
+    assert!(
+        !direct["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "kubegate-bin"),
+        "{direct:#}"
+    );
+}
 
 #[test]
 fn apps_run_under_the_runner_restart_on_edits_and_re_route_from_the_manifest() {
@@ -137,51 +187,7 @@ fn apps_run_under_the_runner_restart_on_edits_and_re_route_from_the_manifest() {
 
     // The pod: the init container installed the binary and ended well;
     // runner apps mount it read-only and start it; `direct` does not.
-    let pod = session_pod(&d, &id).expect("the session pod");
-    let init = &pod["status"]["initContainerStatuses"][0];
-    assert_eq!(init["name"], "install-kubegate", "{pod:#}");
-    assert_eq!(init["state"]["terminated"]["exitCode"], 0, "{init:#}");
-    let containers = pod["spec"]["containers"].as_array().expect("containers");
-    let by_name = |n: &str| {
-        containers
-            .iter()
-            .find(|c| c["name"] == n)
-            .unwrap_or_else(|| panic!("container {n}"))
-    };
-    for n in ["app-web", "app-plain"] {
-        let c = by_name(n);
-        let script = c["command"][2].as_str().unwrap_or("");
-        assert!(
-            script.contains("exec /kubegate/bin/kubegate app-runner --"),
-            "{n}: {c:#}"
-        );
-        assert!(
-            c["volumeMounts"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|m| m["name"] == "kubegate-bin"
-                    && m["mountPath"] == "/kubegate/bin"
-                    && m["readOnly"] == true),
-            "{n}: {c:#}"
-        );
-    }
-    let direct = by_name("app-direct");
-    assert!(
-        !direct["command"][2]
-            .as_str()
-            .unwrap_or("")
-            .contains("app-runner"),
-        "{direct:#}"
-    );
-    assert!(
-        !direct["volumeMounts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|m| m["name"] == "kubegate-bin"),
-        "{direct:#}"
-    );
+    assert_runner_containers(&session_pod(&d, &id).expect("the session pod"));
 
     // Output of the first run of every app; only runner apps get a
     // generation from the runner. `plain` has no command: the configured

@@ -499,7 +499,7 @@ fn ports_are_probed_proxied_and_re_routed_by_the_debug_stream() {
 
 #[test]
 fn app_output_reaches_the_io_socket_with_replay_and_stdin_reaches_the_app() {
-    use kubegate::session::io::{decode_frame, SUBPROTOCOL};
+    use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL};
     use tungstenite::Message;
     let d = DaemonProc::start_with(with_other_principal, "info");
     let body = json!({
@@ -1056,7 +1056,7 @@ fn direct_access_publishes_service_and_ingress_and_rejects_a_port_another_app_ow
 
 #[test]
 fn stdin_and_resize_reach_the_right_app_and_reloads_are_rate_limited() {
-    use kubegate::session::io::{decode_frame, SUBPROTOCOL};
+    use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL};
     use tungstenite::Message;
     let d = DaemonProc::start_with(
         |c| c.replace("[sessions]\n", "[sessions]\nreloads_per_minute = 2\n"),
@@ -1160,7 +1160,8 @@ fn stdin_and_resize_reach_the_right_app_and_reloads_are_rate_limited() {
 /// and the session pod still running for the next start to re-adopt.
 #[test]
 fn a_daemon_stop_persists_output_and_leaves_the_pod_running() {
-    use kubegate::session::io::{decode_frame, decode_ring, SUBPROTOCOL};
+    use kubegate::session::io::persist::decode_ring;
+    use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL};
     use tungstenite::Message;
     let sim = common::SimProc::start(&[]);
     let (token, digest) = common::daemon::random_token();

@@ -11,6 +11,7 @@
 //! outbound channel.
 
 mod conn;
+pub mod hop;
 pub(crate) mod parse;
 pub mod server;
 pub mod stream;

@@ -229,7 +229,7 @@ impl LineSplitter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::relay::parse_frame;
+    use crate::session::frame::parse_frame;
     use crate::session::spec::Protocol;
     use crate::session::sse::SseParser;
 

@@ -316,7 +316,7 @@ impl Handler for Inspect {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::relay::parse_frame;
+    use crate::session::frame::parse_frame;
     use crate::session::sse::SseParser;
     use serde_json::json;
 

@@ -384,7 +384,7 @@ impl AgentClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::access::DirectAccess;
+    use crate::session::access::direct::DirectAccess;
 
     #[test]
     fn protocol_mismatch_says_which_side_is_older() {

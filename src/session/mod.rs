@@ -1,29 +1,50 @@
-//! Watch sessions (sessions.md): the sans-IO core. Nothing here opens a
-//! socket or starts a thread; the engine that drives it (next step of
-//! issue 5) owns the I/O.
+//! Watch sessions (sessions.md), in two layers.
 //!
-//! - `spec`: the start request and the app set: strict serde types for
+//! **The sans-IO core** decides; nothing in it opens a socket, reads a
+//! clock or a file, or starts a thread (inputs carry the time, outputs are
+//! commands), so its tests run without a cluster:
+//!
+//! - [`spec`]: the start request and the app set: strict serde types for
 //!   contract.md's shapes, and validation into a `SessionSpec` (codes
 //!   `INVALID_APP_NAME` … `INVALID_BUNDLE`, `BAD_REQUEST`).
-//! - `pod`: pure builders of the session's Kubernetes objects (the pod, its
-//!   Service and Ingress), the endpoints list, the pod name and labels, and
-//!   the readings of a pod the machine needs (provisioning progress, ended
-//!   containers, failure detail).
-//! - `machine`: the per-session state machine: inputs the engine observes,
-//!   commands it must carry out, events for the SSE stream; and a session
-//!   rebuilt from its record after a daemon restart (`Session::restore`).
-//! - `recover`: the container log lines written after the last output
+//! - [`pod`]: pure builders of the session's Kubernetes objects (the pod,
+//!   its token Secret, Service and Ingress), the endpoints list, the pod
+//!   name and labels, and the readings of a pod the machine needs.
+//! - [`machine`]: the per-session state machine: inputs the engine
+//!   observes, commands it must carry out, events for the SSE stream; and
+//!   a session rebuilt from its record after a daemon restart.
+//! - [`sse`]: the server-sent-events parser (the relay's and the CLI's).
+//! - [`frame`]: the debug frame rule (the relay's, the runner's, the CLI's).
+//! - [`recover`]: the container log lines written after the last output
 //!   (a re-adoption's recovery of the downtime's output).
-//! - `reaper`: which orphan watch pods to delete, and when.
-//! - `proxy_path`: the port proxy's request-target checked and re-encoded,
-//!   the one parser of a port from a path, the headers it forwards.
+//! - [`reaper`]: which orphan watch pods to delete, and when.
+//!
+//! **The engine** carries the core's commands out on threads:
+//!
+//! - [`engine`]: the registry, one owner thread per session
+//!   (`session-<id>`) with short-lived `session-work` threads, restore at
+//!   start, checkpoint and record files, the event log, the orphan
+//!   reaper's thread (`session-reaper`);
+//! - [`io`]: each app's output ring, attach streams (`kube-remote-io`),
+//!   the io socket (`session-io-out`, `session-io-in`), the persisted
+//!   rings; its [`io::wire`] is the socket's format the CLI shares;
+//! - [`relay`]: the debug relays (two connector threads, one
+//!   `session-relay-pump` epoll thread), the prober (`session-probe`) and
+//!   the port proxy helper;
+//! - [`pod_hub`]: the one watch of every session pod (`session-pods`);
+//! - [`access`]: the pod-access seam (`api-proxy` or `direct`), every
+//!   connection to a session pod's ports; no thread of its own;
+//! - [`agent_client`]: the workspace agent's client over that seam;
+//! - [`proxy_path`]: the port proxy's request-target checked and
+//!   re-encoded, the one parser of a port from a path, the headers it
+//!   forwards.
 //!
 //! Design and choices: docs/sessions.md.
 
 pub mod access;
 pub mod agent_client;
-mod agent_ops;
 pub mod engine;
+pub mod frame;
 pub mod io;
 pub mod machine;
 pub mod pod;
@@ -35,7 +56,6 @@ pub mod relay;
 pub mod spec;
 pub mod sse;
 
-pub use agent_ops::{agent_ops, pod_access};
 use rand::Rng;
 
 /// Length of a session id.

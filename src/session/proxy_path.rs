@@ -283,10 +283,10 @@ pub fn is_interpreted_header(name: &str) -> bool {
 }
 
 /// The client's request headers that go on to the app: without the
-/// hop-by-hop ones (`session::relay::end_to_end_headers`) and without
+/// hop-by-hop ones ([`end_to_end_headers`](crate::http::hop::end_to_end_headers)) and without
 /// [`INTERPRETED_HEADERS`].
 pub fn forward_headers(headers: &[(String, String)]) -> Vec<(String, String)> {
-    crate::session::relay::end_to_end_headers(headers, &[])
+    crate::http::hop::end_to_end_headers(headers, &[])
         .into_iter()
         .filter(|(k, _)| !is_interpreted_header(k))
         .collect()

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::FrontDoor;
 use crate::api::{ApiError, Code};
 use crate::config::PodAccessMode;
+use crate::http::hop::end_to_end_headers;
 use crate::http::stream::ClientSocket;
 use crate::http::ws::{self, WsOptions};
 use crate::http::{Body, ChunkSink, Reply, Request, Response, Socket, Upgrade};
@@ -16,7 +17,6 @@ use crate::kube::remote;
 use crate::session::access::{PodRequest, PodTarget};
 use crate::session::engine::Handle;
 use crate::session::proxy_path::{forward_headers, parse_target};
-use crate::session::relay::end_to_end_headers;
 
 /// How long the port proxy waits for a connection to an app.
 const PORT_PROXY_CONNECT: Duration = Duration::from_secs(10);

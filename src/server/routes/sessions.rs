@@ -15,7 +15,8 @@ use crate::api::{ApiError, Code, Identity};
 use crate::http::ws::WsConn;
 use crate::http::{Reply, Request, Response, Upgrade};
 use crate::session::engine::Handle;
-use crate::session::io::{self, SUBPROTOCOL as IO_PROTOCOL};
+use crate::session::io::serve::{refuse, serve as serve_io};
+use crate::session::io::wire::{CLOSE_UNKNOWN, SUBPROTOCOL as IO_PROTOCOL};
 use crate::session::machine::UserOp;
 use crate::session::spec::{validate_apps, validate_start, SetAppsRequest, StartRequest};
 
@@ -31,7 +32,7 @@ fn unknown_io_socket() -> Reply {
         protocol: Some(IO_PROTOCOL.to_string()),
         headers: Vec::new(),
         max_message_bytes: 1024,
-        on_open: Box::new(|conn| io::refuse(conn, io::CLOSE_UNKNOWN, "no such session")),
+        on_open: Box::new(|conn| refuse(conn, CLOSE_UNKNOWN, "no such session")),
     })
 }
 
@@ -169,11 +170,11 @@ impl FrontDoor {
         let app = req.query("app").unwrap_or("").to_string();
         let ping = self.engine.ping_interval();
         let on_open: Box<dyn FnOnce(WsConn) + Send> = match h.app_io(&app) {
-            Some(app_io) => Box::new(move |conn| io::serve(app_io, last_seq, conn, ping)),
+            Some(app_io) => Box::new(move |conn| serve_io(app_io, last_seq, conn, ping)),
             None => Box::new(move |conn| {
-                io::refuse(
+                refuse(
                     conn,
-                    io::CLOSE_UNKNOWN,
+                    CLOSE_UNKNOWN,
                     &format!("the session has no app {app:?}"),
                 )
             }),

@@ -1,0 +1,176 @@
+//! An app's attach stream, started by the owner on a worker, and a
+//! re-adoption's recovery of what the app wrote while the daemon was down
+//! (read from the container log, delivered before the held live output).
+
+use super::owner::Owner;
+use super::{now_ns, Msg};
+use crate::kube::client::{Api, Client, LogParams, Pod};
+use crate::kube::remote::RemoteError;
+use crate::session::io::attach::attach;
+use crate::session::io::ring::{AppIo, Recovered};
+use crate::session::machine::{Input, OutStream};
+use std::time::{Duration, Instant};
+
+impl Owner {
+    /// Attaches to an app container on a worker; the stream's end comes
+    /// back as an input (a failure on the app's own channel). With
+    /// `recover` (a re-adoption), the app's output is held from before
+    /// the attach starts until what it wrote while the daemon was down is
+    /// read from the container log ([`recover_output`]) and goes first.
+    pub(super) fn attach(
+        &self,
+        pod: String,
+        app: String,
+        container: String,
+        tty: bool,
+        recover: bool,
+    ) {
+        let io = self.handle.io(&app);
+        let since = io.last_output_ns();
+        if recover {
+            io.hold();
+        }
+        let conn = self.engine.conn.clone();
+        let client = self.engine.client.clone();
+        let ns = self.engine.settings.pod.namespace.clone();
+        let log_bytes = self.engine.settings.io_ring_bytes.saturating_add(64 << 10);
+        let attaches = self.attaches.clone();
+        let tx = self.inbox_tx.clone();
+        let sid = self.handle.id.clone();
+        let held = io.clone();
+        let spawned = self.work_opt(move || {
+            let (p, a) = (pod.clone(), app.clone());
+            let on_end = move |r: Result<(), RemoteError>| {
+                let input = match r {
+                    Err(e) => Input::AttachFailed {
+                        pod: p,
+                        app: a,
+                        message: e.to_string(),
+                    },
+                    Ok(()) => Input::AttachEnded { pod: p, app: a },
+                };
+                let _ = tx.send(Msg::Input(input));
+            };
+            let r = attach(&conn, &ns, &pod, &container, tty, io.clone(), on_end);
+            let attached_at = r.is_ok().then(now_ns);
+            if recover {
+                let what = RecoverTarget {
+                    session: &sid,
+                    namespace: &ns,
+                    pod: &pod,
+                    container: &container,
+                };
+                recover_output(&client, &what, &io, since, attached_at, tty, log_bytes);
+            }
+            match r {
+                Ok(h) => {
+                    let mut g = attaches.lock();
+                    if g.closed.contains(&pod) {
+                        drop(g);
+                        h.close();
+                        return None;
+                    }
+                    let open = g.open.entry(pod.clone()).or_default();
+                    // Attaches that ended (a re-attach replaces one).
+                    open.retain(|h| !h.is_finished());
+                    open.push(h);
+                    Some(Input::AttachOk { pod, app })
+                }
+                Err(e) => Some(Input::AttachFailed {
+                    pod,
+                    app,
+                    message: e.to_string(),
+                }),
+            }
+        });
+        if recover && !spawned {
+            held.release(Recovered::Unavailable, main_stream(tty));
+        }
+    }
+}
+
+/// An app's main output stream: where recovered output and gap notices go
+/// (a container log merges stdout and stderr).
+fn main_stream(tty: bool) -> OutStream {
+    if tty {
+        OutStream::Tty
+    } else {
+        OutStream::Stdout
+    }
+}
+
+/// Whose log [`recover_output`] reads.
+struct RecoverTarget<'a> {
+    session: &'a str,
+    namespace: &'a str,
+    pod: &'a str,
+    container: &'a str,
+}
+
+/// How long a re-adoption waits for the new attach to deliver the lines
+/// the log stamped after the attach began (so they are recovered once).
+const ATTACH_CATCH_UP: Duration = Duration::from_secs(1);
+
+/// Reads what the app wrote after `since_ns` (the last output the daemon
+/// pushed before it stopped) from its container log (`timestamps=true`,
+/// `sinceTime`; at most `max_bytes`) and releases `io`'s held output
+/// behind it (see `session::recover`). Lines stamped at or after
+/// `attached_at_ns` (the new attach was up) come through the attach too:
+/// the release waits (at most [`ATTACH_CATCH_UP`]) until the held output
+/// starts with them, so the overlap is dropped once, not delivered twice;
+/// lines the attach never delivers stay in the recovery. A log that
+/// cannot be read is a gap notice in the stream, and a warning.
+fn recover_output(
+    client: &Client,
+    t: &RecoverTarget<'_>,
+    io: &AppIo,
+    since_ns: u64,
+    attached_at_ns: Option<u64>,
+    tty: bool,
+    max_bytes: usize,
+) {
+    let params = LogParams {
+        container: Some(t.container.to_string()),
+        since_time: crate::session::recover::since_time(since_ns),
+        timestamps: true,
+        tail_lines: None,
+    };
+    let api = Api::<Pod>::namespaced(client, t.namespace);
+    let recovered = match api.logs(t.pod, &params, max_bytes) {
+        Ok(log) => {
+            let stamped = crate::session::recover::lines_after(&log.body, since_ns);
+            let late =
+                attached_at_ns.map_or(0, |t| crate::session::recover::stamped_from(&stamped, t));
+            let lines: Vec<tungstenite::Bytes> = stamped.into_iter().map(|(_, l)| l).collect();
+            if late > 0 && !log.truncated {
+                // A bounded poll on this worker: the attach's pump pushes
+                // into the held output on its own thread.
+                let deadline = Instant::now() + ATTACH_CATCH_UP;
+                while io.held_covers(&lines) < late && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            let n: usize = lines.iter().map(|l| l.len()).sum();
+            log::info!(
+                "session {}: {}: {n} bytes written since the last output read from the container log{}",
+                t.session,
+                t.container,
+                if log.truncated { " (its start only: announcing a gap after it)" } else { "" }
+            );
+            if log.truncated {
+                Recovered::Truncated(lines)
+            } else {
+                Recovered::Complete(lines)
+            }
+        }
+        Err(e) => {
+            log::warn!(
+                "session {}: {}: the container log is not available ({e}): announcing a gap",
+                t.session,
+                t.container
+            );
+            Recovered::Unavailable
+        }
+    };
+    io.release(recovered, main_stream(tty));
+}
