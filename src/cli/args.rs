@@ -8,7 +8,7 @@
 //! (so the command's own flags never reach our parser).
 
 use super::{codes, CliError};
-use crate::kube::remote::request::parse_server;
+use crate::http::endpoint::parse_server;
 use std::path::PathBuf;
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7443";

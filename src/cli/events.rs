@@ -14,7 +14,7 @@ use super::net::Client;
 use super::{codes, CliError};
 use crate::http::parse::ChunkedDecoder;
 use crate::http::stream::ClientSocket;
-use crate::kube::remote::handshake::{framing, Framing};
+use crate::http::response::{framing, Framing};
 use crate::session::sse::SseParser;
 use serde_json::Value;
 use std::io::Read;

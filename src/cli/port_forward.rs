@@ -18,7 +18,7 @@
 use super::args::PortForwardArgs;
 use super::net::Client;
 use super::{codes, local_io, CliError};
-use crate::kube::remote::handshake::decode_chunked;
+use crate::http::response::decode_chunked;
 use crate::session::relay::end_to_end_headers;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::io::{self, Read, Write};

@@ -10,8 +10,11 @@
 //! socket and on an eventfd waker signalled by the senders of its bounded
 //! outbound channel.
 
+pub mod client;
 mod conn;
+pub mod endpoint;
 pub(crate) mod parse;
+pub mod response;
 pub mod server;
 pub mod stream;
 pub mod tls;

@@ -206,7 +206,8 @@ fn connect(
             "no subprotocol to offer".into(),
         ));
     }
-    let ep = request::parse_server(&conn.server).map_err(RemoteError::InvalidRequest)?;
+    let ep = crate::http::endpoint::parse_server(&conn.server)
+        .map_err(|e| RemoteError::InvalidRequest(e.to_string()))?;
     let path = request::path_and_query(
         &ep.prefix, kind, namespace, pod, container, command, streams,
     );
