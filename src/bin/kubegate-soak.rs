@@ -19,7 +19,7 @@
 //! made-up exit code.
 
 use kubegate::exec::frames::{ClientFrame, ServerFrame, SUBPROTOCOL as EXEC_PROTOCOL};
-use kubegate::kube::client::http::Request as KubeRequest;
+use kubegate::kube::client::rest::Request as KubeRequest;
 use kubegate::kube::client::Client;
 use kubegate::kube::connection::Connection;
 use kubegate::session::io::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};

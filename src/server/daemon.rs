@@ -34,7 +34,7 @@ use crate::http::{
     Admission, Admit, Context, Handler, HttpError, Reply, Request, Response, Server, ServerConfig,
     Upgrade,
 };
-use crate::kube::client::http::Request as KubeRequest;
+use crate::kube::client::rest::Request as KubeRequest;
 use crate::kube::client::{
     Api, Client, ClientOptions, Deployment, KubeError, Namespace, RetryPolicy,
 };

@@ -415,7 +415,7 @@ impl ApiProxyAccess {
             ep.prefix,
             pr.url_path(),
             ep.authority,
-            crate::kube::client::http::USER_AGENT
+            crate::kube::client::rest::USER_AGENT
         );
         if let Some(b) = bearer {
             req.push_str(&format!("Authorization: Bearer {b}\r\n"));

@@ -25,7 +25,7 @@
 use super::api::{list_on, with_query, ListParams};
 use super::backoff::Backoff;
 use super::error::KubeError;
-use super::http::{CallOptions, Client, Request};
+use super::rest::{CallOptions, Client, Request};
 use crate::kube::meta::ObjectList;
 use crate::kube::watch::{EventType, RawEvent, WatchDecoder};
 use parking_lot::{Condvar, Mutex};

@@ -11,7 +11,7 @@
 //! pid only, never `waitpid(-1)`. Errors carry the plugin's stderr tail (its
 //! diagnostics) but never its stdout (the credential).
 
-use super::error::{ConfigError, ConfigErrorKind as Kind};
+use super::error::{KubeconfigError, KubeconfigErrorKind as Kind};
 use super::pem::{self, PairError};
 use super::yaml::{FieldError, Node};
 use super::Env;
@@ -98,15 +98,15 @@ impl ExecSpec {
         key: &str,
         dir: &Path,
         cluster_info: &serde_json::Value,
-    ) -> Result<ExecSpec, ConfigError> {
-        let fe = |e: FieldError| ConfigError::at(Kind::Invalid, file_label, e.key, e.message);
+    ) -> Result<ExecSpec, KubeconfigError> {
+        let fe = |e: FieldError| KubeconfigError::at(Kind::Invalid, file_label, e.key, e.message);
         let k = |s: &str| format!("{key}.{s}");
         n.expect_map(key).map_err(fe)?;
         let api_version = match n.opt_str("apiVersion", &k("apiVersion")).map_err(fe)? {
             Some("client.authentication.k8s.io/v1") => ExecApiVersion::V1,
             Some("client.authentication.k8s.io/v1beta1") => ExecApiVersion::V1Beta1,
             Some("client.authentication.k8s.io/v1alpha1") => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::Unsupported,
                     file_label,
                     k("apiVersion"),
@@ -115,7 +115,7 @@ impl ExecSpec {
                 ))
             }
             Some(other) => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::Invalid,
                     file_label,
                     k("apiVersion"),
@@ -126,7 +126,7 @@ impl ExecSpec {
                 ))
             }
             None => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::Invalid,
                     file_label,
                     k("apiVersion"),
@@ -137,7 +137,7 @@ impl ExecSpec {
         let command = n
             .opt_str("command", &k("command"))
             .map_err(fe)?
-            .ok_or_else(|| ConfigError::at(Kind::Invalid, file_label, k("command"), "missing"))?
+            .ok_or_else(|| KubeconfigError::at(Kind::Invalid, file_label, k("command"), "missing"))?
             .to_string();
         let args = n.opt_str_list("args", &k("args")).map_err(fe)?;
         let mut env = Vec::new();
@@ -148,7 +148,7 @@ impl ExecSpec {
                 .opt_str("name", &format!("{ek}.name"))
                 .map_err(fe)?
                 .ok_or_else(|| {
-                    ConfigError::at(Kind::Invalid, file_label, format!("{ek}.name"), "missing")
+                    KubeconfigError::at(Kind::Invalid, file_label, format!("{ek}.name"), "missing")
                 })?;
             let value = e
                 .opt_str("value", &format!("{ek}.value"))
@@ -162,7 +162,7 @@ impl ExecSpec {
         {
             None | Some("Never") | Some("IfAvailable") => {}
             Some("Always") => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::Unsupported,
                     file_label,
                     k("interactiveMode"),
@@ -171,7 +171,7 @@ impl ExecSpec {
                 ))
             }
             Some(other) => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::Invalid,
                     file_label,
                     k("interactiveMode"),

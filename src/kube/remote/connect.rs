@@ -69,7 +69,7 @@ fn transport(e: DialError) -> RemoteError {
 
 /// Upgrades repeated after an answer that says nothing ran: at most this
 /// many, and all within the caller's connect deadline (the REST client's
-/// policy, `kube::client::http::RetryPolicy`).
+/// policy, `kube::client::rest::RetryPolicy`).
 const MAX_RETRIES: u32 = 5;
 /// Largest `Retry-After` honoured; a server asking for more gets its error
 /// passed on.
