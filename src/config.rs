@@ -732,7 +732,7 @@ impl Config {
             match crate::kube::quantity::Quantity::parse(v) {
                 Ok(q) if q.is_positive() => {}
                 Ok(_) => return err(key, format!("{v:?} must be positive")),
-                Err(m) => return err(key, m),
+                Err(m) => return err(key, m.to_string()),
             }
         }
 

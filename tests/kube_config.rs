@@ -13,7 +13,9 @@ mod common;
 
 use base64::Engine;
 use common::{temp_dir, wait_for, SimProc};
-use kubegate::kube::config::{self, KubeconfigError, KubeconfigErrorKind, Env, LoadOptions, TokenFile};
+use kubegate::kube::config::{
+    self, Env, KubeconfigError, KubeconfigErrorKind, LoadOptions, TokenFile,
+};
 use kubegate::kube::connection::{Connection, Credentials};
 use kubegate::kube::tls_client;
 use std::io::{Read, Write};

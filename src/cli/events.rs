@@ -13,8 +13,8 @@
 use super::net::Client;
 use super::{codes, CliError};
 use crate::http::parse::ChunkedDecoder;
-use crate::http::stream::ClientSocket;
 use crate::http::response::{framing, Framing};
+use crate::http::stream::ClientSocket;
 use crate::session::sse::SseParser;
 use serde_json::Value;
 use std::io::Read;

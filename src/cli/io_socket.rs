@@ -14,8 +14,8 @@
 
 use super::net::Client;
 use super::{codes, local_io, CliError};
-use crate::http::ws::{run_stream, try_outbox, Outbox, WsEnd, WsOptions};
 use crate::http::endpoint::pct;
+use crate::http::ws::{run_stream, try_outbox, Outbox, WsEnd, WsOptions};
 use crate::session::io::{decode_frame, CLOSE_ENDED, CLOSE_SLOW, CLOSE_UNKNOWN, SUBPROTOCOL};
 use crossbeam_channel::{bounded, Receiver};
 use serde_json::Value;

@@ -50,7 +50,10 @@ pub enum ClientTls {
 #[derive(Debug)]
 pub enum DialError {
     /// The host name did not resolve.
-    Resolve { authority: String, source: io::Error },
+    Resolve {
+        authority: String,
+        source: io::Error,
+    },
     /// No address accepted a TCP connection before the deadline: nothing
     /// was sent (a retry is safe). `source` is the last attempt's error.
     Connect {
@@ -60,7 +63,10 @@ pub enum DialError {
     /// The TLS session could not be set up from the settings given.
     TlsSetup(String),
     /// The TLS handshake failed or timed out.
-    TlsHandshake { authority: String, source: io::Error },
+    TlsHandshake {
+        authority: String,
+        source: io::Error,
+    },
     /// A read or write on the connection failed or timed out; `what` says
     /// which step ("sending the upgrade to", "reading the answer from").
     Io {
@@ -77,7 +83,9 @@ pub enum DialError {
 impl fmt::Display for DialError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DialError::Resolve { authority, source } => write!(f, "resolving {authority}: {source}"),
+            DialError::Resolve { authority, source } => {
+                write!(f, "resolving {authority}: {source}")
+            }
             DialError::Connect {
                 authority,
                 source: Some(e),

@@ -43,7 +43,10 @@ impl fmt::Display for EndpointError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EndpointError::Scheme { server } => {
-                write!(f, "server URL {server:?} must start with https:// or http://")
+                write!(
+                    f,
+                    "server URL {server:?} must start with https:// or http://"
+                )
             }
             EndpointError::QueryOrFragment { server } => {
                 write!(f, "server URL {server:?} must not have a query or fragment")

@@ -280,10 +280,9 @@ impl BodyDecoder {
         let state = match framing {
             Framing::Length(0) => DecoderState::Done,
             Framing::Length(n) => DecoderState::Length(n),
-            Framing::Chunked => DecoderState::Chunked(Box::new(ChunkedDecoder::new(
-                usize::MAX,
-                MAX_TRAILER_BYTES,
-            ))),
+            Framing::Chunked => {
+                DecoderState::Chunked(Box::new(ChunkedDecoder::new(usize::MAX, MAX_TRAILER_BYTES)))
+            }
             Framing::UntilClose => DecoderState::UntilClose,
         };
         BodyDecoder { state }
@@ -299,7 +298,9 @@ impl BodyDecoder {
                 Ok(input.len())
             }
             DecoderState::Length(left) => {
-                let n = input.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                let n = input
+                    .len()
+                    .min(usize::try_from(*left).unwrap_or(usize::MAX));
                 out.extend_from_slice(&input[..n]);
                 *left -= n as u64;
                 if *left == 0 {
@@ -395,7 +396,9 @@ impl<R: Read> Read for BodyReader<R> {
             self.out_pos = 0;
             if self.pos < self.leftover.len() {
                 // Consumes all unless the body ends inside: no busy loop.
-                self.pos += self.decoder.feed(&self.leftover[self.pos..], &mut self.out)?;
+                self.pos += self
+                    .decoder
+                    .feed(&self.leftover[self.pos..], &mut self.out)?;
                 continue;
             }
             let mut raw = [0u8; 16 * 1024];

@@ -92,7 +92,11 @@ fn interim_answers_are_skipped() {
     assert_eq!(h.code, 200);
     assert_eq!(&bytes[n..], b"ok");
     for cut in 0..bytes.len() - 2 {
-        assert_eq!(parse_final_head(&bytes[..cut], &lim()), Ok(None), "cut {cut}");
+        assert_eq!(
+            parse_final_head(&bytes[..cut], &lim()),
+            Ok(None),
+            "cut {cut}"
+        );
     }
     // 101 is final.
     let up = b"HTTP/1.1 101 Switching Protocols\r\n\r\n\x82\x00";
@@ -128,7 +132,9 @@ fn framing_rules() {
         Framing::Chunked
     );
     assert_eq!(
-        framing(&head(b"HTTP/1.1 200 X\r\nTransfer-Encoding: chunked, gzip\r\n\r\n")),
+        framing(&head(
+            b"HTTP/1.1 200 X\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"
+        )),
         Framing::UntilClose
     );
     // A HEAD answer has no body, whatever it announces.

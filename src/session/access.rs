@@ -28,11 +28,11 @@
 //! by one thread and can be cut from another with its [`StreamCanceller`].
 
 use crate::config::PodAccess as PodAccessMode;
+use crate::http::endpoint::parse_server;
 use crate::http::parse::ChunkedDecoder;
 use crate::http::stream::{ClientSocket, PollStream};
 use crate::http::HttpError;
 use crate::kube::client::{Client, KubeError, ProxyError, ProxyRequest};
-use crate::http::endpoint::parse_server;
 use crate::kube::remote::connect as raw;
 use parking_lot::Mutex;
 use std::fmt;
@@ -404,7 +404,8 @@ impl ApiProxyAccess {
         timeout: Duration,
     ) -> Result<PolledStream, AccessError> {
         let conn = self.client.connection();
-        let ep = parse_server(&conn.server).map_err(|m| AccessError::Kube(KubeError::Config(m.into())))?;
+        let ep = parse_server(&conn.server)
+            .map_err(|m| AccessError::Kube(KubeError::Config(m.into())))?;
         let deadline = Instant::now() + timeout.max(Duration::from_millis(1));
         let bearer = conn
             .credentials

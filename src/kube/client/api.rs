@@ -8,8 +8,8 @@
 //! caches: every call is one round trip (plus the client's retries).
 
 use super::error::KubeError;
-use super::rest::{read_json, Client, Idempotency, Request};
 use super::resources::{api_prefix, Deployment, Pod, ReplicaSet, Resource};
+use super::rest::{read_json, Client, Idempotency, Request};
 use super::watch::{WatchParams, Watcher};
 use crate::kube::meta::{ListMeta, ObjectList};
 use crate::kube::status::Status;

@@ -21,9 +21,9 @@
 pub mod api;
 pub mod backoff;
 pub mod error;
-pub mod rest;
 pub mod proxy;
 pub mod resources;
+pub mod rest;
 pub mod transport;
 pub mod watch;
 
@@ -32,9 +32,9 @@ pub use api::{
     PodLog, Preconditions, Propagation,
 };
 pub use error::KubeError;
-pub use rest::{Client, ClientOptions, RetryPolicy};
 pub use proxy::{ProxyError, ProxyRequest, ProxyResponse};
 pub use resources::{
     ConfigMap, Deployment, Ingress, Namespace, Pod, ReplicaSet, Resource, Secret, Service,
 };
+pub use rest::{Client, ClientOptions, RetryPolicy};
 pub use watch::{WatchEvent, WatchParams, WatchStopper, Watcher};

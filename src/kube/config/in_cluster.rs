@@ -30,7 +30,8 @@ pub fn in_cluster(env: &Env, sa_dir: &Path) -> Result<Connection, KubeconfigErro
     };
     let host = var("KUBERNETES_SERVICE_HOST")?;
     let port = var("KUBERNETES_SERVICE_PORT")?;
-    let bad = |k: &str, m: &str| KubeconfigError::at(Kind::Invalid, "in-cluster configuration", k, m);
+    let bad =
+        |k: &str, m: &str| KubeconfigError::at(Kind::Invalid, "in-cluster configuration", k, m);
     if port.parse::<u16>().map_or(true, |p| p == 0) {
         return Err(bad("KUBERNETES_SERVICE_PORT", "not a port number"));
     }
@@ -51,11 +52,13 @@ pub fn in_cluster(env: &Env, sa_dir: &Path) -> Result<Connection, KubeconfigErro
 
     let label = sa_dir.display().to_string();
     let ca_path = sa_dir.join("ca.crt");
-    let ca_bytes = std::fs::read(&ca_path)
-        .map_err(|e| KubeconfigError::at(Kind::Io, &label, "ca.crt", format!("cannot read: {e}")))?;
+    let ca_bytes = std::fs::read(&ca_path).map_err(|e| {
+        KubeconfigError::at(Kind::Io, &label, "ca.crt", format!("cannot read: {e}"))
+    })?;
     let ca_certs = pem::certificates(&ca_bytes)
-        .map_err(|m| KubeconfigError::at(Kind::Invalid, &label, "ca.crt", m))?;
-    pem::check_ca(&ca_certs).map_err(|m| KubeconfigError::at(Kind::Invalid, &label, "ca.crt", m))?;
+        .map_err(|m| KubeconfigError::at(Kind::Invalid, &label, "ca.crt", m.to_string()))?;
+    pem::check_ca(&ca_certs)
+        .map_err(|m| KubeconfigError::at(Kind::Invalid, &label, "ca.crt", m.to_string()))?;
 
     let token = TokenFile::new(sa_dir.join("token"));
     token

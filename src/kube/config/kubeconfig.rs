@@ -16,6 +16,7 @@ use crate::kube::connection::{
     Anonymous, ClientCert, Connection, Credentials, StaticToken, TlsMaterial,
 };
 use crate::kube::tls_client;
+use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,8 +49,8 @@ pub(crate) struct KubeconfigFile {
     users: Vec<Entry>,
 }
 
-fn invalid(label: &str, key: impl Into<String>, msg: impl Into<String>) -> KubeconfigError {
-    KubeconfigError::at(Kind::Invalid, label, key, msg)
+fn invalid(label: &str, key: impl Into<String>, msg: impl fmt::Display) -> KubeconfigError {
+    KubeconfigError::at(Kind::Invalid, label, key, msg.to_string())
 }
 
 fn unsupported(label: &str, key: impl Into<String>, msg: impl Into<String>) -> KubeconfigError {
@@ -434,9 +435,29 @@ struct ResolvedCluster {
     exec_cluster_info: serde_json::Value,
 }
 
+/// Why a kubeconfig `server` cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ServerUrlError {
+    Scheme,
+    Credentials,
+    Whitespace,
+    NoHost,
+}
+
+impl fmt::Display for ServerUrlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServerUrlError::Scheme => "the scheme must be https:// or http://",
+            ServerUrlError::Credentials => "credentials in the server URL are not supported",
+            ServerUrlError::Whitespace => "the URL contains whitespace",
+            ServerUrlError::NoHost => "the URL has no host",
+        })
+    }
+}
+
 /// Normalises a server URL: an `https://` default scheme (as client-go),
 /// no trailing slash, a host present, no credentials in it.
-pub(crate) fn normalize_server(raw: &str) -> Result<String, String> {
+pub(crate) fn normalize_server(raw: &str) -> Result<String, ServerUrlError> {
     let s = raw.trim();
     let s = if s.contains("://") {
         s.to_string()
@@ -445,17 +466,17 @@ pub(crate) fn normalize_server(raw: &str) -> Result<String, String> {
     };
     let (scheme, rest) = s.split_once("://").unwrap_or(("", ""));
     if scheme != "https" && scheme != "http" {
-        return Err("the scheme must be https:// or http://".into());
+        return Err(ServerUrlError::Scheme);
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     if authority.contains('@') {
-        return Err("credentials in the server URL are not supported".into());
+        return Err(ServerUrlError::Credentials);
     }
     if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("the URL contains whitespace".into());
+        return Err(ServerUrlError::Whitespace);
     }
     if tls_client::host_of(&s).is_none() {
-        return Err("the URL has no host".into());
+        return Err(ServerUrlError::NoHost);
     }
     Ok(s.trim_end_matches('/').to_string())
 }
@@ -852,6 +873,7 @@ mod tests {
         assert!(normalize_server("ftp://h").is_err());
         assert!(normalize_server("https://u:secret@h")
             .expect_err("userinfo")
+            .to_string()
             .contains("credentials"));
         assert!(normalize_server("https://").is_err());
         assert!(normalize_server("https://h h").is_err());

@@ -22,11 +22,11 @@ use crate::kube::channel::Protocol;
 use crate::kube::client::backoff::Backoff;
 use crate::kube::connection::Connection;
 use crate::kube::status::Status;
+use crate::kube::tls_client::TlsError;
 #[cfg(not(feature = "native-tls"))]
 use crate::kube::tls_client::{cached_client_config, server_name};
 #[cfg(feature = "native-tls")]
 use crate::kube::tls_client::{native_connector, verify_name};
-use crate::kube::tls_client::TlsError;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -331,7 +331,7 @@ pub fn upgrade_on(
         h.push(("Authorization".into(), format!("Bearer {b}")));
     }
     let (ws, chosen) = crate::http::ws::client_handshake(sock, url, &h, offer, MAX_MESSAGE)
-        .map_err(|m| RemoteError::Handshake(UpgradeError::WebSocket(m)))?;
+        .map_err(RemoteError::Handshake)?;
     ws.get_ref()
         .tcp()
         .set_read_timeout(None)

@@ -162,5 +162,4 @@ mod tests {
         assert!(check_switch(&keepalive, KEY, &both).is_err());
         assert!(check_switch(&head(b"HTTP/1.1 200 OK\r\n\r\n"), KEY, &both).is_err());
     }
-
 }
