@@ -769,16 +769,33 @@ fn pkcs1_pkcs8_and_sec1_keys() {
 
 // ---------------------------------------------------------------- bad files
 
-#[test]
-fn bad_files_give_clear_errors_naming_file_and_key() {
-    let dir = temp_dir("kcfg-bad");
-    let pki = pki();
-    let other = self::pki();
-    let secret = "s3cr3t-t0ken-value";
+/// A bad kubeconfig: what is wrong, the file, the key named, the
+/// message, the kind.
+type BadFile<'a> = (
+    &'a str,
+    String,
+    Option<&'a str>,
+    &'a str,
+    KubeconfigErrorKind,
+);
+
+/// The bad kubeconfigs of [`bad_files_give_clear_errors_naming_file_and_key`]:
+/// what is wrong, the file, the key named, the message, the kind.
+fn bad_file_cases<'a>(
+    pki: &Pki,
+    other: &Pki,
+    secret: &'a str,
+) -> Vec<(
+    &'a str,
+    String,
+    Option<&'a str>,
+    &'a str,
+    KubeconfigErrorKind,
+)> {
     let ctx = "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n";
     let cluster = "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443', insecure-skip-tls-verify: true}}]\n";
     let user = |u: &str| format!("{ctx}{cluster}users: [{{name: u, user: {u}}}]\n");
-    let cases: Vec<(&str, String, Option<&str>, &str, KubeconfigErrorKind)> = vec![
+    let mut v = vec![
         (
             "no current-context",
             format!("contexts: []\n{cluster}"),
@@ -860,6 +877,17 @@ fn bad_files_give_clear_errors_naming_file_and_key() {
             "missing",
             KubeconfigErrorKind::Invalid,
         ),
+    ];
+    v.extend(more_bad_file_cases(secret));
+    v
+}
+
+/// The rest of [`bad_file_cases`].
+fn more_bad_file_cases(secret: &str) -> Vec<BadFile<'_>> {
+    let ctx = "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n";
+    let cluster = "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443', insecure-skip-tls-verify: true}}]\n";
+    let user = |u: &str| format!("{ctx}{cluster}users: [{{name: u, user: {u}}}]\n");
+    vec![
         (
             "bad scheme",
             format!("{ctx}clusters: [{{name: c, cluster: {{server: 'ftp://h'}}}}]\n"),
@@ -965,7 +993,19 @@ fn bad_files_give_clear_errors_naming_file_and_key() {
             "the document is a list",
             KubeconfigErrorKind::Invalid,
         ),
-    ];
+    ]
+}
+
+#[test]
+fn bad_files_give_clear_errors_naming_file_and_key() {
+    let dir = temp_dir("kcfg-bad");
+    let pki = pki();
+    let other = self::pki();
+    let secret = "s3cr3t-t0ken-value";
+    let ctx = "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n";
+    let cluster = "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443', insecure-skip-tls-verify: true}}]\n";
+    let user = |u: &str| format!("{ctx}{cluster}users: [{{name: u, user: {u}}}]\n");
+    let cases = bad_file_cases(&pki, &other, secret);
     for (i, (what, yaml, key, msg, kind)) in cases.into_iter().enumerate() {
         let p = write(&dir, &format!("case-{i}"), &yaml);
         let e = err_of(load_file(&p, None));

@@ -7,7 +7,7 @@
 //! split across reads; interim 1xx answers skipped ([`parse_final_head`],
 //! 101 being final); every limit that needs no socket (head size, header
 //! count, conflicting lengths). Chunked bodies go through the request
-//! side's one decoder ([`super::parse::ChunkedDecoder`]).
+//! side's one decoder (`http::parse::ChunkedDecoder`).
 //!
 //! Out of scope: sockets and deadlines (the client half, [`super::client`],
 //! and each caller's own reader drive these functions); what a status code

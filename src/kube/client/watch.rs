@@ -168,7 +168,7 @@ struct Stream {
 /// the daemon's `kubegate_watch_restarts_total`.
 static RESTARTS: AtomicU64 = AtomicU64::new(0);
 
-/// Watches re-opened so far in this process (see [`RESTARTS`]).
+/// Watches re-opened so far in this process (see `RESTARTS`).
 pub fn restarts_total() -> u64 {
     RESTARTS.load(Ordering::Relaxed)
 }
