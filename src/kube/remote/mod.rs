@@ -142,8 +142,7 @@ pub fn attach(
     container: Option<&str>,
     opts: ExecOptions,
 ) -> Result<RemoteProcess, RemoteError> {
-    let (opened, start) = connect(conn, Kind::Attach, namespace, pod, container, &[], opts)?;
-    process::start(opened, start)
+    open(conn, Kind::Attach, namespace, pod, container, &[], opts)
 }
 
 /// [`attach`] with the output handed to `sink` on the stream's own thread
