@@ -13,7 +13,9 @@ mod common;
 
 use base64::Engine;
 use common::{temp_dir, wait_for, SimProc};
-use kubegate::kube::config::{self, ConfigError, ConfigErrorKind, Env, LoadOptions, TokenFile};
+use kubegate::kube::config::{
+    self, Env, KubeconfigError, KubeconfigErrorKind, LoadOptions, TokenFile,
+};
 use kubegate::kube::connection::{Connection, Credentials};
 use kubegate::kube::tls_client;
 use std::io::{Read, Write};
@@ -67,7 +69,7 @@ fn opts_file(env: Env, path: &Path) -> LoadOptions {
     }
 }
 
-fn load_file(path: &Path, context: Option<&str>) -> Result<Connection, ConfigError> {
+fn load_file(path: &Path, context: Option<&str>) -> Result<Connection, KubeconfigError> {
     let dir = path.parent().expect("dir").to_path_buf();
     config::load(&LoadOptions {
         context: context.map(str::to_string),
@@ -96,7 +98,7 @@ fn bearer(c: &Connection) -> Option<String> {
     c.credentials.bearer().expect("bearer")
 }
 
-fn err_of(r: Result<Connection, ConfigError>) -> ConfigError {
+fn err_of(r: Result<Connection, KubeconfigError>) -> KubeconfigError {
     match r {
         Ok(c) => panic!("expected an error, loaded {c:?}"),
         Err(e) => e,
@@ -104,7 +106,7 @@ fn err_of(r: Result<Connection, ConfigError>) -> ConfigError {
 }
 
 /// The error names the file and key and says `what`.
-fn assert_err(e: &ConfigError, file: &str, key: &str, what: &str) {
+fn assert_err(e: &KubeconfigError, file: &str, key: &str, what: &str) {
     let s = e.to_string();
     assert!(
         s.starts_with(&format!("{file}: {key}: ")),
@@ -169,7 +171,7 @@ fn multi_context_fixture_with_relative_paths_and_tokens() {
     // (and is absent), and the error says which file it looked for.
     let fp = fixture_path("kubeconfig-multi-context-relative-paths-tokens.yaml");
     let e = err_of(load_file(&fp, None));
-    assert_eq!(e.kind, ConfigErrorKind::Io);
+    assert_eq!(e.kind, KubeconfigErrorKind::Io);
     let want = fp.parent().expect("dir").join("ca.crt");
     assert_err(
         &e,
@@ -316,7 +318,7 @@ fn eks_fixture_exec_plugin() {
 
     // Without the plugin on PATH: a load-time error naming the command.
     let e = err_of(config::load(&opts_file(env_home(&dir), &p)));
-    assert_eq!(e.kind, ConfigErrorKind::Credentials);
+    assert_eq!(e.kind, KubeconfigErrorKind::Credentials);
     assert!(
         e.to_string()
             .contains("exec plugin \"aws\": not found in PATH"),
@@ -379,7 +381,7 @@ fn tokenfile_fixture_and_rotation() {
 
     // ... and at load time, with the kubeconfig key.
     let e = err_of(load_file(&p, None));
-    assert_eq!(e.kind, ConfigErrorKind::Credentials);
+    assert_eq!(e.kind, KubeconfigErrorKind::Credentials);
     assert_eq!(e.key.as_deref(), Some("users[kubeconfig-user].tokenFile"));
     assert!(e.to_string().contains(&token.display().to_string()), "{e}");
 }
@@ -441,7 +443,7 @@ fn in_cluster_config() {
 
     // Errors name the variable or the file.
     let e = err_of(config::in_cluster(&Env::empty(), &sa));
-    assert_eq!(e.kind, ConfigErrorKind::NoConfig);
+    assert_eq!(e.kind, KubeconfigErrorKind::NoConfig);
     assert_eq!(e.key.as_deref(), Some("KUBERNETES_SERVICE_HOST"));
     let e = err_of(config::in_cluster(
         &env.clone().with("KUBERNETES_SERVICE_PORT", "https"),
@@ -570,16 +572,16 @@ fn kubeconfig_merge_order_and_context_selection() {
     let c = config::load(&opts_file(kc(&ba), &a)).expect("explicit");
     assert_eq!(c.server, "http://a.example:1");
     let e = err_of(config::load(&opts_file(kc(&ba), &missing)));
-    assert_eq!(e.kind, ConfigErrorKind::NoConfig);
+    assert_eq!(e.kind, KubeconfigErrorKind::NoConfig);
     // KUBECONFIG naming no existing file; no KUBECONFIG and no ~/.kube/config.
     let e = err_of(load(&missing.display().to_string(), None));
-    assert_eq!(e.kind, ConfigErrorKind::NoConfig);
+    assert_eq!(e.kind, KubeconfigErrorKind::NoConfig);
     assert!(e.to_string().contains("KUBECONFIG"), "{e}");
     let e = err_of(config::load(&LoadOptions::with_env(env_home(&dir))));
-    assert_eq!(e.kind, ConfigErrorKind::NoConfig);
+    assert_eq!(e.kind, KubeconfigErrorKind::NoConfig);
     assert!(e.to_string().contains(".kube/config"), "{e}");
     let e = err_of(config::load(&LoadOptions::with_env(Env::empty())));
-    assert_eq!(e.kind, ConfigErrorKind::NoConfig);
+    assert_eq!(e.kind, KubeconfigErrorKind::NoConfig);
 
     // Unknown context: the error lists the known ones.
     let e = err_of(load(&ab, Some("nope")));
@@ -767,50 +769,67 @@ fn pkcs1_pkcs8_and_sec1_keys() {
 
 // ---------------------------------------------------------------- bad files
 
-#[test]
-fn bad_files_give_clear_errors_naming_file_and_key() {
-    let dir = temp_dir("kcfg-bad");
-    let pki = pki();
-    let other = self::pki();
-    let secret = "s3cr3t-t0ken-value";
+/// A bad kubeconfig: what is wrong, the file, the key named, the
+/// message, the kind.
+type BadFile<'a> = (
+    &'a str,
+    String,
+    Option<&'a str>,
+    &'a str,
+    KubeconfigErrorKind,
+);
+
+/// The bad kubeconfigs of [`bad_files_give_clear_errors_naming_file_and_key`]:
+/// what is wrong, the file, the key named, the message, the kind.
+fn bad_file_cases<'a>(
+    pki: &Pki,
+    other: &Pki,
+    secret: &'a str,
+) -> Vec<(
+    &'a str,
+    String,
+    Option<&'a str>,
+    &'a str,
+    KubeconfigErrorKind,
+)> {
     let ctx = "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n";
     let cluster = "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443', insecure-skip-tls-verify: true}}]\n";
     let user = |u: &str| format!("{ctx}{cluster}users: [{{name: u, user: {u}}}]\n");
-    let cases: Vec<(&str, String, Option<&str>, &str, ConfigErrorKind)> = vec![
+    let mut v = vec![
         (
             "no current-context",
             format!("contexts: []\n{cluster}"),
             Some("current-context"),
             "not set",
-            ConfigErrorKind::NoConfig,
+            KubeconfigErrorKind::NoConfig,
         ),
         (
             "unknown cluster",
             format!("current-context: x\ncontexts: [{{name: x, context: {{cluster: nope, user: u}}}}]\n{cluster}"),
             Some("contexts[x].cluster"),
             "cluster \"nope\" is not defined (defined: c)",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "unknown user",
             format!("{ctx}{cluster}users: [{{name: someone, user: {{token: {secret}}}}}]\n"),
             Some("contexts[x].user"),
             "user \"u\" is not defined (defined: someone)",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "bad base64",
             user(&format!("{{client-certificate-data: {}, client-key-data: '{secret}!!'}}", b64(&pki.cert))),
             Some("users[u].client-key-data"),
             "not valid base64",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "not PEM",
             user(&format!("{{client-certificate-data: {}, client-key-data: {}}}", b64(&pki.cert), b64(secret))),
             Some("users[u].client-key-data"),
             "does not contain PEM data",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "bad PEM body",
@@ -821,149 +840,172 @@ fn bad_files_give_clear_errors_naming_file_and_key() {
             )),
             Some("users[u].client-key-data"),
             "not valid base64",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "key not matching cert",
             user(&format!("{{client-certificate-data: {}, client-key-data: {}}}", b64(&pki.cert), b64(&other.key))),
             Some("users[u].client-key-data"),
             "does not match the certificate",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "cert without key",
             user(&format!("{{client-certificate-data: {}}}", b64(&pki.cert))),
             Some("users[u].client-key-data"),
             "missing",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "CA not PEM",
             format!("{ctx}clusters: [{{name: c, cluster: {{server: 'https://h:1', certificate-authority-data: {}}}}}]\n", b64("junk")),
             Some("clusters[c].certificate-authority-data"),
             "does not contain PEM data",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "CA and insecure",
             format!("{ctx}clusters: [{{name: c, cluster: {{server: 'https://h:1', insecure-skip-tls-verify: true, certificate-authority-data: {}}}}}]\n", b64(&pki.ca)),
             Some("clusters[c].insecure-skip-tls-verify"),
             "cannot be combined with clusters[c].certificate-authority-data",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "no server",
             format!("{ctx}clusters: [{{name: c, cluster: {{insecure-skip-tls-verify: true}}}}]\n"),
             Some("clusters[c].server"),
             "missing",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
+    ];
+    v.extend(more_bad_file_cases(secret));
+    v
+}
+
+/// The rest of [`bad_file_cases`].
+fn more_bad_file_cases(secret: &str) -> Vec<BadFile<'_>> {
+    let ctx = "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n";
+    let cluster = "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443', insecure-skip-tls-verify: true}}]\n";
+    let user = |u: &str| format!("{ctx}{cluster}users: [{{name: u, user: {u}}}]\n");
+    vec![
         (
             "bad scheme",
             format!("{ctx}clusters: [{{name: c, cluster: {{server: 'ftp://h'}}}}]\n"),
             Some("clusters[c].server"),
             "https:// or http://",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "proxy-url",
             format!("{ctx}clusters: [{{name: c, cluster: {{server: 'https://h:1', proxy-url: 'http://proxy:3128'}}}}]\n"),
             Some("clusters[c].proxy-url"),
             "proxies are not supported",
-            ConfigErrorKind::Unsupported,
+            KubeconfigErrorKind::Unsupported,
         ),
         (
             "basic auth",
             user(&format!("{{username: admin, password: {secret}}}")),
             Some("users[u].username"),
             "basic authentication (username/password) is not supported",
-            ConfigErrorKind::Unsupported,
+            KubeconfigErrorKind::Unsupported,
         ),
         (
             "auth-provider",
             user(&format!("{{auth-provider: {{name: gcp, config: {{access-token: {secret}}}}}}}")),
             Some("users[u].auth-provider"),
             "auth provider \"gcp\" is not supported",
-            ConfigErrorKind::Unsupported,
+            KubeconfigErrorKind::Unsupported,
         ),
         (
             "impersonation",
             user(&format!("{{token: {secret}, as: root}}")),
             Some("users[u].as"),
             "impersonation is not supported",
-            ConfigErrorKind::Unsupported,
+            KubeconfigErrorKind::Unsupported,
         ),
         (
             "token is a number",
             user("{token: 1234567890}"),
             Some("users[u].token"),
             "expected a string, found a number",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "token with a line break",
             user("{token: \"abc\\r\\nX-Injected: 1\"}"),
             Some("users[u].token"),
             "not a bearer token",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "exec and token",
             user(&format!("{{token: {secret}, exec: {{apiVersion: client.authentication.k8s.io/v1, command: x}}}}")),
             Some("users[u].exec"),
             "cannot be combined with token",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "exec v1alpha1",
             user("{exec: {apiVersion: client.authentication.k8s.io/v1alpha1, command: x}}"),
             Some("users[u].exec.apiVersion"),
             "removed in Kubernetes 1.24",
-            ConfigErrorKind::Unsupported,
+            KubeconfigErrorKind::Unsupported,
         ),
         (
             "exec interactive",
             user("{exec: {apiVersion: client.authentication.k8s.io/v1, command: x, interactiveMode: Always}}"),
             Some("users[u].exec.interactiveMode"),
             "needs a terminal",
-            ConfigErrorKind::Unsupported,
+            KubeconfigErrorKind::Unsupported,
         ),
         (
             "exec without command",
             user("{exec: {apiVersion: client.authentication.k8s.io/v1}}"),
             Some("users[u].exec.command"),
             "missing",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "entry without name",
             format!("{ctx}clusters: [{{cluster: {{server: 'https://h:1'}}}}]\n"),
             Some("clusters[0].name"),
             "missing",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "clusters not a list",
             format!("{ctx}clusters: {{c: 1}}\n"),
             Some("clusters"),
             "expected a list, found a mapping",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "YAML syntax",
             format!("users: [{{name: u, user: {{token: \"{secret}}}]\n"),
             None,
             "not valid YAML",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
         (
             "not a mapping",
             "- just\n- a list\n".to_string(),
             None,
             "the document is a list",
-            ConfigErrorKind::Invalid,
+            KubeconfigErrorKind::Invalid,
         ),
-    ];
+    ]
+}
+
+#[test]
+fn bad_files_give_clear_errors_naming_file_and_key() {
+    let dir = temp_dir("kcfg-bad");
+    let pki = pki();
+    let other = self::pki();
+    let secret = "s3cr3t-t0ken-value";
+    let ctx = "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n";
+    let cluster = "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443', insecure-skip-tls-verify: true}}]\n";
+    let user = |u: &str| format!("{ctx}{cluster}users: [{{name: u, user: {u}}}]\n");
+    let cases = bad_file_cases(&pki, &other, secret);
     for (i, (what, yaml, key, msg, kind)) in cases.into_iter().enumerate() {
         let p = write(&dir, &format!("case-{i}"), &yaml);
         let e = err_of(load_file(&p, None));

@@ -15,8 +15,8 @@
 use super::net::Client;
 use super::{local_io, CliError};
 use crate::exit::codes;
+use crate::http::endpoint::pct;
 use crate::http::ws::{run_stream, try_outbox, Outbox, WsEnd, WsOptions};
-use crate::kube::remote::request::pct;
 use crate::session::io::wire::{decode_frame, CLOSE_ENDED, CLOSE_SLOW, CLOSE_UNKNOWN, SUBPROTOCOL};
 use crossbeam_channel::{bounded, Receiver};
 use serde_json::Value;

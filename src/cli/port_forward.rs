@@ -20,7 +20,7 @@ use super::net::Client;
 use super::{local_io, CliError};
 use crate::exit::codes;
 use crate::http::hop::end_to_end_headers;
-use crate::kube::remote::handshake::decode_chunked;
+use crate::http::response::decode_chunked;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -239,7 +239,7 @@ fn check_cluster(c: &mut ClusterSection, base: &Path) -> Result<(), KeyError> {
         match crate::kube::quantity::Quantity::parse(v) {
             Ok(q) if q.is_positive() => {}
             Ok(_) => return err(key, format!("{v:?} must be positive")),
-            Err(m) => return err(key, m),
+            Err(m) => return err(key, m.to_string()),
         }
     }
     Ok(())

@@ -115,6 +115,18 @@ enum Next<'a> {
 
 /// Counts body bytes read into memory in [`Shared::body_bytes`] while a
 /// request holds them.
+/// What a request's body read needs from its head and its admission.
+struct BodyPlan {
+    kind: BodyKind,
+    /// The admitted limit (the server's, or the handler's smaller one).
+    max_body: usize,
+    expect_continue: bool,
+    /// The HTTP minor version, for an error answer.
+    minor: u8,
+    /// When the whole body must be in (`request_read_timeout` after the head).
+    deadline: Instant,
+}
+
 pub(crate) struct BodyGauge<'a> {
     shared: &'a Shared,
     n: usize,
@@ -280,7 +292,10 @@ impl<'a> Conn<'a> {
         }
     }
 
-    fn next_request(&mut self) -> Next<'a> {
+    /// Waits for the next request's first byte (the first request's head
+    /// deadline, or the keep-alive idle time) and reads its head at the
+    /// minimum rate; `Err` is how the connection ends instead.
+    fn read_head(&mut self) -> Result<Head, Next<'a>> {
         let shared = self.shared;
         let cfg = &shared.cfg;
         if self.buf.capacity() > KEEP_BUF {
@@ -295,26 +310,26 @@ impl<'a> Conn<'a> {
             };
             match wait_readable(self.sock.as_fd(), &shared.stop, wait) {
                 Ok(Readiness::Readable) => {}
-                _ => return Next::Close,
+                _ => return Err(Next::Close),
             }
             if shared.in_outage() {
-                return Next::Close;
+                return Err(Next::Close);
             }
             if self.served > 0 {
                 started = Instant::now();
             }
         } else if shared.is_stopping() || shared.in_outage() {
-            return Next::Close;
+            return Err(Next::Close);
         }
         if self.served == 0 {
             started = self.accepted;
         }
         let max_header = cfg.max_header_bytes;
-        let head = loop {
+        loop {
             match parse_head(&self.buf, max_header, cfg.strict_crlf) {
-                Ok(Some(h)) => break h,
+                Ok(Some(h)) => return Ok(h),
                 Ok(None) => {}
-                Err(e) => return Next::Error(e, 1),
+                Err(e) => return Err(Next::Error(e, 1)),
             }
             // The head must keep coming at the minimum rate.
             if self
@@ -323,8 +338,17 @@ impl<'a> Conn<'a> {
             {
                 // EOF between requests is the normal end; a timeout or EOF
                 // mid-head has nobody left to answer.
-                return Next::Close;
+                return Err(Next::Close);
             }
+        }
+    }
+
+    fn next_request(&mut self) -> Next<'a> {
+        let shared = self.shared;
+        let cfg = &shared.cfg;
+        let head = match self.read_head() {
+            Ok(h) => h,
+            Err(end) => return end,
         };
         let deadline = Instant::now() + cfg.request_read_timeout;
         self.buf.drain(..head.len);
@@ -398,54 +422,16 @@ impl<'a> Conn<'a> {
             .max_body_bytes
             .map_or(cfg.max_body_bytes, |m| m.min(cfg.max_body_bytes));
         let mut gauge = BodyGauge { shared, n: 0 };
-        let body = match body_kind {
-            BodyKind::None => Vec::new(),
-            BodyKind::Length(n) => {
-                if n > max_body as u64 {
-                    return Next::Error(HttpError::BodyTooLarge { limit: max_body }, minor);
-                }
-                let n = n as usize;
-                if charge.as_ref().is_some_and(|c| !c.grow(n)) {
-                    return Next::Error(HttpError::Busy, minor);
-                }
-                if expect_continue && self.buf.len() < n && !self.send_continue() {
-                    return Next::Close;
-                }
-                while self.buf.len() < n {
-                    gauge.set(self.buf.len());
-                    if self.fill(deadline).is_err() {
-                        return Next::Close;
-                    }
-                }
-                let rest = self.buf.split_off(n);
-                gauge.set(n);
-                std::mem::replace(&mut self.buf, rest)
-            }
-            BodyKind::Chunked => {
-                let mut dec = ChunkedDecoder::new(max_body, max_header);
-                let mut body = Vec::new();
-                if expect_continue && self.buf.is_empty() && !self.send_continue() {
-                    return Next::Close;
-                }
-                loop {
-                    match dec.feed(&self.buf, &mut body) {
-                        Ok(used) => {
-                            self.buf.drain(..used);
-                        }
-                        Err(e) => return Next::Error(e, minor),
-                    }
-                    if charge.as_ref().is_some_and(|c| !c.grow(body.len())) {
-                        return Next::Error(HttpError::Busy, minor);
-                    }
-                    gauge.set(body.len());
-                    if dec.is_done() {
-                        break body;
-                    }
-                    if self.fill(deadline).is_err() {
-                        return Next::Close;
-                    }
-                }
-            }
+        let plan = BodyPlan {
+            kind: body_kind,
+            max_body,
+            expect_continue,
+            minor,
+            deadline,
+        };
+        let body = match self.read_body(plan, charge.as_ref(), &mut gauge) {
+            Ok(b) => b,
+            Err(end) => return end,
         };
         if self.buf.is_empty() {
             // Idle streams (watches) keep their thread for hours: do not
@@ -461,6 +447,77 @@ impl<'a> Conn<'a> {
             _gauge: gauge,
             _charge: charge,
         }))
+    }
+
+    /// Reads the body `plan` announces (charged to `charge`, counted by
+    /// `gauge`), answering `Expect: 100-continue` first; `Err` is how the
+    /// connection ends instead.
+    fn read_body(
+        &mut self,
+        plan: BodyPlan,
+        charge: Option<&Arc<dyn BodyCharge>>,
+        gauge: &mut BodyGauge<'a>,
+    ) -> Result<Vec<u8>, Next<'a>> {
+        let BodyPlan {
+            kind,
+            max_body,
+            expect_continue,
+            minor,
+            deadline,
+        } = plan;
+        let max_header = self.shared.cfg.max_header_bytes;
+        match kind {
+            BodyKind::None => Ok(Vec::new()),
+            BodyKind::Length(n) => {
+                if n > max_body as u64 {
+                    return Err(Next::Error(
+                        HttpError::BodyTooLarge { limit: max_body },
+                        minor,
+                    ));
+                }
+                let n = n as usize;
+                if charge.as_ref().is_some_and(|c| !c.grow(n)) {
+                    return Err(Next::Error(HttpError::Busy, minor));
+                }
+                if expect_continue && self.buf.len() < n && !self.send_continue() {
+                    return Err(Next::Close);
+                }
+                while self.buf.len() < n {
+                    gauge.set(self.buf.len());
+                    if self.fill(deadline).is_err() {
+                        return Err(Next::Close);
+                    }
+                }
+                let rest = self.buf.split_off(n);
+                gauge.set(n);
+                Ok(std::mem::replace(&mut self.buf, rest))
+            }
+            BodyKind::Chunked => {
+                let mut dec = ChunkedDecoder::new(max_body, max_header);
+                let mut body = Vec::new();
+                if expect_continue && self.buf.is_empty() && !self.send_continue() {
+                    return Err(Next::Close);
+                }
+                loop {
+                    match dec.feed(&self.buf, &mut body) {
+                        Ok(used) => {
+                            self.buf.drain(..used);
+                        }
+                        Err(e) => return Err(Next::Error(e, minor)),
+                    }
+                    if charge.as_ref().is_some_and(|c| !c.grow(body.len())) {
+                        return Err(Next::Error(HttpError::Busy, minor));
+                    }
+                    gauge.set(body.len());
+                    if dec.is_done() {
+                        break Ok(body);
+                    }
+                    if self.fill(deadline).is_err() {
+                        return Err(Next::Close);
+                    }
+                }
+            }
+        }
     }
 
     fn send_continue(&mut self) -> bool {

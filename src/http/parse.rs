@@ -176,7 +176,7 @@ pub(crate) fn parse_head(
 /// Splits a request-target into its decoded path and query pairs. Accepts
 /// origin-form (`/p?q`), absolute-form (`http://h/p?q`) and `*`.
 /// True when some LF in `head` has no CR right before it.
-fn has_bare_lf(head: &[u8]) -> bool {
+pub(crate) fn has_bare_lf(head: &[u8]) -> bool {
     head.iter()
         .enumerate()
         .any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
@@ -272,7 +272,8 @@ enum ChunkState {
     Done,
 }
 
-/// Incremental decoder of a chunked request body. Feed it bytes as they
+/// Incremental decoder of a chunked body (a request's, or a response's
+/// through [`super::response::BodyDecoder`]). Feed it bytes as they
 /// arrive; it appends the payload to `out` and says how much input it used.
 #[derive(Debug)]
 pub(crate) struct ChunkedDecoder {
@@ -298,6 +299,11 @@ impl ChunkedDecoder {
 
     pub fn is_done(&self) -> bool {
         self.state == ChunkState::Done
+    }
+
+    /// The last (zero-size) chunk is in: only trailers, if any, are left.
+    pub fn last_chunk_seen(&self) -> bool {
+        matches!(self.state, ChunkState::Trailer | ChunkState::Done)
     }
 
     /// Consumes a prefix of `input` (all of it unless the body ends inside

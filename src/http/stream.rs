@@ -14,7 +14,7 @@
 //! rustls has already decrypted is not visible to poll(2):
 //! [`PollStream::has_buffered_input`] says when to read before waiting.
 //!
-//! Client side (exec/attach) the socket is a [`ClientSocket`]: a [`Socket`],
+//! Client side the socket is a [`ClientSocket`]: a [`Socket`],
 //! or with the `native-tls` cargo feature a `NativeTlsStream` (OpenSSL).
 //! A separate enum rather than a `Socket` variant, because the server
 //! matches `Socket` exhaustively and never sees native-tls.
@@ -419,7 +419,7 @@ impl Drop for NativeTlsStream {
     }
 }
 
-/// A client-side connection (exec/attach): plain TCP or rustls through
+/// A client-side connection: plain TCP or rustls through
 /// [`Socket`], or native-tls under the `native-tls` feature.
 pub enum ClientSocket {
     Socket(Socket),

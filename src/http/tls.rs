@@ -7,6 +7,7 @@
 //! the builder panic; PEM goes through rustls-pki-types (`PemObject`), not the
 //! unmaintained rustls-pemfile.
 
+use std::fmt;
 use std::sync::Arc;
 
 use rustls::server::WebPkiClientVerifier;
@@ -14,13 +15,49 @@ use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+/// Why a TLS configuration could not be built; each carries the
+/// library's reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsConfigError {
+    /// The certificate PEM does not parse.
+    CertificatePem(String),
+    /// The PEM holds no certificate.
+    NoCertificate,
+    /// The private key PEM does not parse.
+    KeyPem(String),
+    /// rustls refused the protocol versions.
+    Versions(String),
+    /// A client CA certificate is not a usable trust anchor.
+    ClientCa(String),
+    /// The client certificate verifier could not be built.
+    Verifier(String),
+    /// The certificate and the key do not belong together.
+    Mismatch(String),
+}
+
+impl fmt::Display for TlsConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsConfigError::CertificatePem(e) => write!(f, "invalid certificate PEM: {e}"),
+            TlsConfigError::NoCertificate => f.write_str("no certificate found in PEM"),
+            TlsConfigError::KeyPem(e) => write!(f, "invalid private key PEM: {e}"),
+            TlsConfigError::Versions(e) => write!(f, "TLS protocol versions: {e}"),
+            TlsConfigError::ClientCa(e) => write!(f, "invalid client CA certificate: {e}"),
+            TlsConfigError::Verifier(e) => write!(f, "client certificate verifier: {e}"),
+            TlsConfigError::Mismatch(e) => write!(f, "certificate and key do not fit: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for TlsConfigError {}
+
 /// Parses every certificate in a PEM blob.
-pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsConfigError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("invalid certificate PEM: {e}"))?;
+        .map_err(|e| TlsConfigError::CertificatePem(e.to_string()))?;
     if certs.is_empty() {
-        return Err("no certificate found in PEM".into());
+        return Err(TlsConfigError::NoCertificate);
     }
     Ok(certs)
 }
@@ -33,14 +70,14 @@ pub fn server_config_from_pem(
     cert_chain_pem: &[u8],
     key_pem: &[u8],
     client_ca_pem: Option<&[u8]>,
-) -> Result<Arc<rustls::ServerConfig>, String> {
+) -> Result<Arc<rustls::ServerConfig>, TlsConfigError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = certs_from_pem(cert_chain_pem)?;
     let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| format!("invalid private key PEM: {e}"))?;
+        .map_err(|e| TlsConfigError::KeyPem(e.to_string()))?;
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS protocol versions: {e}"))?;
+        .map_err(|e| TlsConfigError::Versions(e.to_string()))?;
     let builder = match client_ca_pem {
         None => builder.with_no_client_auth(),
         Some(ca) => {
@@ -48,18 +85,18 @@ pub fn server_config_from_pem(
             for cert in certs_from_pem(ca)? {
                 roots
                     .add(cert)
-                    .map_err(|e| format!("invalid client CA certificate: {e}"))?;
+                    .map_err(|e| TlsConfigError::ClientCa(e.to_string()))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()
-                .map_err(|e| format!("client certificate verifier: {e}"))?;
+                .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let mut cfg = builder
         .with_single_cert(certs, key)
-        .map_err(|e| format!("certificate and key do not fit: {e}"))?;
+        .map_err(|e| TlsConfigError::Mismatch(e.to_string()))?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }

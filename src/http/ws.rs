@@ -25,6 +25,7 @@
 //! 55 µs at p99 over four runs: two thread wake-ups (eventfd, channel),
 //! never a poll timeout.
 
+use super::client::UpgradeError;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -346,21 +347,22 @@ pub fn client_handshake<S: std::io::Read + std::io::Write>(
     headers: &[(String, String)],
     offer: Option<&str>,
     max_message_bytes: usize,
-) -> Result<(WebSocket<S>, Option<String>), String> {
+) -> Result<(WebSocket<S>, Option<String>), UpgradeError> {
     use tungstenite::client::IntoClientRequest;
+    let fail = UpgradeError::WebSocket;
     let mut req = url
         .into_client_request()
-        .map_err(|e| format!("the upgrade request: {e}"))?;
+        .map_err(|e| fail(format!("the upgrade request: {e}")))?;
     for (k, v) in headers {
         let name = tungstenite::http::HeaderName::from_bytes(k.as_bytes())
-            .map_err(|e| format!("header {k}: {e}"))?;
-        let value =
-            tungstenite::http::HeaderValue::from_str(v).map_err(|e| format!("header {k}: {e}"))?;
+            .map_err(|e| fail(format!("header {k}: {e}")))?;
+        let value = tungstenite::http::HeaderValue::from_str(v)
+            .map_err(|e| fail(format!("header {k}: {e}")))?;
         req.headers_mut().append(name, value);
     }
     if let Some(o) = offer {
         let value = tungstenite::http::HeaderValue::from_str(o)
-            .map_err(|e| format!("Sec-WebSocket-Protocol: {e}"))?;
+            .map_err(|e| fail(format!("Sec-WebSocket-Protocol: {e}")))?;
         req.headers_mut().insert("Sec-WebSocket-Protocol", value);
     }
     let config = tungstenite::protocol::WebSocketConfig::default()
@@ -368,9 +370,9 @@ pub fn client_handshake<S: std::io::Read + std::io::Write>(
         .max_frame_size(Some(max_message_bytes));
     let (ws, resp) = tungstenite::client::client_with_config(req, stream, Some(config)).map_err(
         |e| match e {
-            tungstenite::handshake::HandshakeError::Failure(e) => e.to_string(),
+            tungstenite::handshake::HandshakeError::Failure(e) => fail(e.to_string()),
             tungstenite::handshake::HandshakeError::Interrupted(_) => {
-                "the handshake timed out".to_string()
+                fail("the handshake timed out".to_string())
             }
         },
     )?;

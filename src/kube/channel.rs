@@ -349,12 +349,14 @@ pub fn decode_exit_status(bytes: &[u8]) -> Result<i32, ExecStatusError> {
 }
 
 /// Parses one JSON object as a Status, tolerating trailing whitespace only.
-fn parse_status_object(bytes: &[u8]) -> Result<Status, String> {
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+fn parse_status_object(bytes: &[u8]) -> Result<Status, serde_json::Error> {
+    let v: Value = serde_json::from_slice(bytes)?;
     if !v.is_object() {
-        return Err(format!("expected a JSON object, got {v}"));
+        return Err(serde::de::Error::custom(format!(
+            "expected a JSON object, got {v}"
+        )));
     }
-    serde_json::from_value(v).map_err(|e| e.to_string())
+    serde_json::from_value(v)
 }
 
 /// Collects channel-3 payloads over a session and decides the outcome at

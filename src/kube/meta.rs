@@ -232,18 +232,18 @@ pub struct Object {
 
 /// Why [`set_path`] could not set a value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathError {
+pub struct SetPathError {
     /// The path up to and including the segment that is not an object.
     pub at: String,
 }
 
-impl fmt::Display for PathError {
+impl fmt::Display for SetPathError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} is not an object", self.at)
     }
 }
 
-impl std::error::Error for PathError {}
+impl std::error::Error for SetPathError {}
 
 /// The value at a path of object keys (`&["status", "phase"]`).
 pub fn get_path<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
@@ -266,7 +266,7 @@ pub fn get_str<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
 /// objects. Fails, changing nothing, when an intermediate value is something
 /// else (a string, an array…), like Go's `unstructured.SetNestedField`. An
 /// empty path replaces `v`.
-pub fn set_path(v: &mut Value, path: &[&str], new: Value) -> Result<(), PathError> {
+pub fn set_path(v: &mut Value, path: &[&str], new: Value) -> Result<(), SetPathError> {
     // Check first so a failure leaves `v` untouched.
     let mut cur = &*v;
     for (i, key) in path.iter().enumerate() {
@@ -277,7 +277,7 @@ pub fn set_path(v: &mut Value, path: &[&str], new: Value) -> Result<(), PathErro
             },
             Value::Null => break,
             _ => {
-                return Err(PathError {
+                return Err(SetPathError {
                     at: path[..i].join("."),
                 })
             }
@@ -293,7 +293,7 @@ pub fn set_path(v: &mut Value, path: &[&str], new: Value) -> Result<(), PathErro
             *cur = Value::Object(Map::new());
         }
         let Value::Object(m) = cur else {
-            return Err(PathError {
+            return Err(SetPathError {
                 at: key.to_string(),
             });
         };
@@ -305,7 +305,7 @@ pub fn set_path(v: &mut Value, path: &[&str], new: Value) -> Result<(), PathErro
         *cur = Value::Object(Map::new());
     }
     let Value::Object(m) = cur else {
-        return Err(PathError {
+        return Err(SetPathError {
             at: parents.join("."),
         });
     };

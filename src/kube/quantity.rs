@@ -18,12 +18,35 @@ pub struct Quantity {
     nanos: i128,
 }
 
+/// Why a string is not a quantity; each carries the string as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuantityError {
+    /// Not the quantity syntax (number, optional suffix).
+    Syntax(String),
+    /// A quantity too large (or too precise) to hold exactly.
+    OutOfRange(String),
+}
+
+impl std::fmt::Display for QuantityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QuantityError::Syntax(s) => write!(
+                f,
+                "{s:?} is not a Kubernetes quantity (e.g. \"500m\", \"1\", \"1Gi\")"
+            ),
+            QuantityError::OutOfRange(s) => write!(f, "{s:?} is out of range"),
+        }
+    }
+}
+
+impl std::error::Error for QuantityError {}
+
 const NANO: i128 = 1_000_000_000;
 
 impl Quantity {
     /// Parses a quantity string; `Err` says what is wrong.
-    pub fn parse(s: &str) -> Result<Quantity, String> {
-        let bad = || format!("{s:?} is not a Kubernetes quantity (e.g. \"500m\", \"1\", \"1Gi\")");
+    pub fn parse(s: &str) -> Result<Quantity, QuantityError> {
+        let bad = || QuantityError::Syntax(s.to_string());
         if s.is_empty() || s.len() > 64 {
             return Err(bad());
         }
@@ -95,7 +118,7 @@ impl Quantity {
         let digits = format!("{int_digits}{frac_digits}");
         let digits = digits.trim_start_matches('0');
         if digits.len() > 30 {
-            return Err(format!("{s:?} is out of range"));
+            return Err(QuantityError::OutOfRange(s.to_string()));
         }
         let mantissa: i128 = if digits.is_empty() {
             0
@@ -104,7 +127,7 @@ impl Quantity {
         };
         // value in nanos = mantissa * mult * 10^(pow10 + 9 - frac_len)
         let scale = pow10 + 9 - frac_digits.len() as i32;
-        let range = || format!("{s:?} is out of range");
+        let range = || QuantityError::OutOfRange(s.to_string());
         let mut v = mantissa.checked_mul(mult).ok_or_else(range)?;
         if scale >= 0 {
             let p = 10i128.checked_pow(scale as u32).ok_or_else(range)?;

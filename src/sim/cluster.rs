@@ -144,7 +144,7 @@ impl Sim {
                     c.server_key_pem.as_bytes(),
                     opts.client_ca.then_some(c.ca_pem.as_bytes()),
                 )
-                .map_err(SimError::Failed)?,
+                .map_err(|e| SimError::Failed(e.to_string()))?,
             ),
             None => None,
         };

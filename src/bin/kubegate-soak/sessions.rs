@@ -6,7 +6,7 @@ use crate::args::Args;
 use crate::state::{Sess, SessState, Shared};
 use crate::wire::{http, json_of, ws_close, ws_open, ws_read, Got};
 use crate::{SoakError, APP, APP_NAME, PAD};
-use kubegate::kube::client::http::Request as KubeRequest;
+use kubegate::kube::client::rest::Request as KubeRequest;
 use kubegate::kube::client::Client;
 use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};
 use rand::rngs::StdRng;

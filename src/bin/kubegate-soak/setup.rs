@@ -3,7 +3,7 @@
 
 use crate::args::Args;
 use crate::SoakError;
-use kubegate::kube::client::http::Request as KubeRequest;
+use kubegate::kube::client::rest::Request as KubeRequest;
 use kubegate::kube::client::Client;
 use kubegate::kube::connection::Connection;
 use serde_json::{json, Value};

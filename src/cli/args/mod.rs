@@ -11,7 +11,7 @@ pub mod help;
 
 use super::CliError;
 use crate::exit::{self, codes, Parsed};
-use crate::kube::remote::request::parse_server;
+use crate::http::endpoint::parse_server;
 use lexopt::prelude::*;
 use std::path::PathBuf;
 

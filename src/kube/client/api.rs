@@ -8,8 +8,8 @@
 //! caches: every call is one round trip (plus the client's retries).
 
 use super::error::KubeError;
-use super::http::{read_json, Client, Idempotency, Request};
 use super::resources::{api_prefix, Deployment, Pod, ReplicaSet, Resource};
+use super::rest::{read_json, Client, Idempotency, Request};
 use super::watch::{WatchParams, Watcher};
 use crate::kube::meta::{ListMeta, ObjectList};
 use crate::kube::status::Status;
@@ -481,7 +481,7 @@ pub(crate) fn list_on<K: serde::de::DeserializeOwned>(
 ) -> Result<ObjectList<K>, KubeError> {
     let mut req = Request::get(with_query(collection, &params.query()));
     req.idempotency = Idempotency::Safe;
-    let resp = client.send_on(agent, &req, super::http::CallOptions::REST, Some(deadline))?;
+    let resp = client.send_on(agent, &req, super::rest::CallOptions::REST, Some(deadline))?;
     read_json(resp)
 }
 

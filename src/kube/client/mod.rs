@@ -1,7 +1,7 @@
 //! The hand-written Kubernetes client: synchronous, on OS threads, over
 //! ureq (no async runtime).
 //!
-//! - `http`: [`Client`], built from a [`Connection`](crate::kube::connection::Connection):
+//! - `rest`: [`Client`], built from a [`Connection`](crate::kube::connection::Connection):
 //!   one ureq agent, bearer tokens, the 401 refresh, narrow retries.
 //! - `transport`: the ureq connector that uses our rustls `ClientConfig`
 //!   (tls-server-name, client certificates, the kubeconfig CA).
@@ -21,9 +21,9 @@
 pub mod api;
 pub mod backoff;
 pub mod error;
-pub mod http;
 pub mod proxy;
 pub mod resources;
+pub mod rest;
 pub mod transport;
 pub mod watch;
 
@@ -32,9 +32,9 @@ pub use api::{
     PodLog, Preconditions, Propagation,
 };
 pub use error::KubeError;
-pub use http::{Client, ClientOptions, RetryPolicy};
 pub use proxy::{ProxyError, ProxyRequest, ProxyResponse};
 pub use resources::{
     ConfigMap, Deployment, Ingress, Namespace, Pod, ReplicaSet, Resource, Secret, Service,
 };
+pub use rest::{Client, ClientOptions, RetryPolicy};
 pub use watch::{WatchEvent, WatchParams, WatchStopper, Watcher};

@@ -14,7 +14,7 @@
 
 use super::api::encode_segment;
 use super::error::KubeError;
-use super::http::{header, CallOptions, Client, Request};
+use super::rest::{header, CallOptions, Client, Request};
 use crate::kube::status::Status;
 use std::fmt;
 use std::io::{Cursor, Read};

@@ -25,7 +25,7 @@
 use super::api::{list_on, with_query, ListParams};
 use super::backoff::Backoff;
 use super::error::KubeError;
-use super::http::{CallOptions, Client, Request};
+use super::rest::{CallOptions, Client, Request};
 use crate::kube::meta::ObjectList;
 use crate::kube::watch::{EventType, RawEvent, WatchDecoder};
 use parking_lot::{Condvar, Mutex};
@@ -168,7 +168,7 @@ struct Stream {
 /// the daemon's `kubegate_watch_restarts_total`.
 static RESTARTS: AtomicU64 = AtomicU64::new(0);
 
-/// Watches re-opened so far in this process (see [`RESTARTS`]).
+/// Watches re-opened so far in this process (see `RESTARTS`).
 pub fn restarts_total() -> u64 {
     RESTARTS.load(Ordering::Relaxed)
 }

@@ -1,4 +1,4 @@
-//! `ConfigError`: why no `Connection` could be built. Every message names
+//! `KubeconfigError`: why no `Connection` could be built. Every message names
 //! the file (or `<inline kubeconfig>`, or the service-account folder) and the
 //! key at fault, and never quotes a secret: decoder errors are replaced by
 //! our own wording rather than passed through, since base64, PEM, YAML and
@@ -9,7 +9,7 @@ use std::fmt;
 /// Broad classes, for callers that react differently (e.g. `auto`, or a
 /// daemon that exits 2 on configuration errors but retries I/O errors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigErrorKind {
+pub enum KubeconfigErrorKind {
     /// Nothing to load: no kubeconfig file exists, no current-context.
     NoConfig,
     /// The configuration is malformed or inconsistent (bad YAML, unknown
@@ -27,8 +27,8 @@ pub enum ConfigErrorKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub kind: ConfigErrorKind,
+pub struct KubeconfigError {
+    pub kind: KubeconfigErrorKind,
     /// The file the faulty setting came from (a path as given), or a label
     /// such as `<inline kubeconfig>`.
     pub origin: Option<String>,
@@ -37,9 +37,9 @@ pub struct ConfigError {
     pub message: String,
 }
 
-impl ConfigError {
-    pub fn new(kind: ConfigErrorKind, message: impl Into<String>) -> ConfigError {
-        ConfigError {
+impl KubeconfigError {
+    pub fn new(kind: KubeconfigErrorKind, message: impl Into<String>) -> KubeconfigError {
+        KubeconfigError {
             kind,
             origin: None,
             key: None,
@@ -48,13 +48,13 @@ impl ConfigError {
     }
 
     pub(crate) fn at(
-        kind: ConfigErrorKind,
+        kind: KubeconfigErrorKind,
         origin: &str,
         key: impl Into<String>,
         message: impl Into<String>,
-    ) -> ConfigError {
+    ) -> KubeconfigError {
         let key = key.into();
-        ConfigError {
+        KubeconfigError {
             kind,
             origin: Some(origin.to_string()),
             key: (!key.is_empty()).then_some(key),
@@ -63,7 +63,7 @@ impl ConfigError {
     }
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for KubeconfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(o) = &self.origin {
             write!(f, "{o}: ")?;
@@ -75,4 +75,4 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for KubeconfigError {}

@@ -11,7 +11,7 @@
 //! pid only, never `waitpid(-1)`. Errors carry the plugin's stderr tail (its
 //! diagnostics) but never its stdout (the credential).
 
-use super::error::{ConfigError, ConfigErrorKind as Kind};
+use super::error::{KubeconfigError, KubeconfigErrorKind as Kind};
 use super::pem::{self, PairError};
 use super::yaml::{FieldError, Node};
 use super::Env;
@@ -98,15 +98,15 @@ impl ExecSpec {
         key: &str,
         dir: &Path,
         cluster_info: &serde_json::Value,
-    ) -> Result<ExecSpec, ConfigError> {
-        let fe = |e: FieldError| ConfigError::at(Kind::Invalid, file_label, e.key, e.message);
+    ) -> Result<ExecSpec, KubeconfigError> {
+        let fe = |e: FieldError| KubeconfigError::at(Kind::Invalid, file_label, e.key, e.message);
         let k = |s: &str| format!("{key}.{s}");
         n.expect_map(key).map_err(fe)?;
         let api_version = match n.opt_str("apiVersion", &k("apiVersion")).map_err(fe)? {
             Some("client.authentication.k8s.io/v1") => ExecApiVersion::V1,
             Some("client.authentication.k8s.io/v1beta1") => ExecApiVersion::V1Beta1,
             Some("client.authentication.k8s.io/v1alpha1") => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::Unsupported,
                     file_label,
                     k("apiVersion"),
@@ -115,7 +115,7 @@ impl ExecSpec {
                 ))
             }
             Some(other) => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::Invalid,
                     file_label,
                     k("apiVersion"),
@@ -126,7 +126,7 @@ impl ExecSpec {
                 ))
             }
             None => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::Invalid,
                     file_label,
                     k("apiVersion"),
@@ -137,7 +137,7 @@ impl ExecSpec {
         let command = n
             .opt_str("command", &k("command"))
             .map_err(fe)?
-            .ok_or_else(|| ConfigError::at(Kind::Invalid, file_label, k("command"), "missing"))?
+            .ok_or_else(|| KubeconfigError::at(Kind::Invalid, file_label, k("command"), "missing"))?
             .to_string();
         let args = n.opt_str_list("args", &k("args")).map_err(fe)?;
         let mut env = Vec::new();
@@ -148,7 +148,7 @@ impl ExecSpec {
                 .opt_str("name", &format!("{ek}.name"))
                 .map_err(fe)?
                 .ok_or_else(|| {
-                    ConfigError::at(Kind::Invalid, file_label, format!("{ek}.name"), "missing")
+                    KubeconfigError::at(Kind::Invalid, file_label, format!("{ek}.name"), "missing")
                 })?;
             let value = e
                 .opt_str("value", &format!("{ek}.value"))
@@ -162,7 +162,7 @@ impl ExecSpec {
         {
             None | Some("Never") | Some("IfAvailable") => {}
             Some("Always") => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::Unsupported,
                     file_label,
                     k("interactiveMode"),
@@ -171,7 +171,7 @@ impl ExecSpec {
                 ))
             }
             Some(other) => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::Invalid,
                     file_label,
                     k("interactiveMode"),
@@ -369,7 +369,7 @@ impl ExecPlugin {
             return Err(self.err("printed more than 1 MiB on stdout"));
         }
         parse_exec_credential(&out.stdout, self.spec.api_version, SystemTime::now())
-            .map_err(with_stderr)
+            .map_err(|e| with_stderr(e.to_string()))
     }
 }
 
@@ -562,13 +562,36 @@ fn clip(s: &str) -> String {
     out
 }
 
+/// What is wrong with a plugin's ExecCredential output, in words that
+/// never include the token or key (the caller adds the plugin's stderr).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CredentialOutputError(String);
+
+impl fmt::Display for CredentialOutputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for CredentialOutputError {
+    fn from(m: String) -> Self {
+        CredentialOutputError(m)
+    }
+}
+
+impl From<&str> for CredentialOutputError {
+    fn from(m: &str) -> Self {
+        CredentialOutputError(m.to_string())
+    }
+}
+
 /// Parses an ExecCredential response. Error messages never include the
 /// token or key.
 fn parse_exec_credential(
     stdout: &[u8],
     want: ExecApiVersion,
     now: SystemTime,
-) -> Result<Cached, String> {
+) -> Result<Cached, CredentialOutputError> {
     if stdout.iter().all(u8::is_ascii_whitespace) {
         return Err("printed nothing on stdout (expected an ExecCredential)".into());
     }
@@ -585,10 +608,7 @@ fn parse_exec_credential(
     match obj.get("kind").and_then(|k| k.as_str()) {
         Some("ExecCredential") => {}
         Some(other) => {
-            return Err(format!(
-                "kind is {:?}, expected ExecCredential",
-                clip(other)
-            ))
+            return Err(format!("kind is {:?}, expected ExecCredential", clip(other)).into())
         }
         None => return Err("kind is missing, expected ExecCredential".into()),
     }
@@ -599,9 +619,10 @@ fn parse_exec_credential(
                 "apiVersion {:?} does not match the kubeconfig's {}",
                 clip(a),
                 want.as_str()
-            ))
+            )
+            .into())
         }
-        None => return Err(format!("apiVersion is missing, expected {}", want.as_str())),
+        None => return Err(format!("apiVersion is missing, expected {}", want.as_str()).into()),
     }
     let status = obj
         .get("status")
@@ -672,7 +693,7 @@ mod tests {
 
     const V1B1: ExecApiVersion = ExecApiVersion::V1Beta1;
 
-    fn parse(s: &str) -> Result<Cached, String> {
+    fn parse(s: &str) -> Result<Cached, CredentialOutputError> {
         parse_exec_credential(s.as_bytes(), V1B1, SystemTime::now())
     }
 
@@ -691,7 +712,7 @@ mod tests {
         let e = parse_exec_credential(text.as_bytes(), ExecApiVersion::V1, SystemTime::now())
             .err()
             .expect("wrong version");
-        assert!(e.contains("does not match"), "{e}");
+        assert!(e.to_string().contains("does not match"), "{e}");
     }
 
     #[test]
@@ -728,7 +749,7 @@ mod tests {
         ];
         for c in cases {
             let e = parse(c).err().unwrap_or_else(|| panic!("accepted {c:?}"));
-            assert!(!e.contains("s3cr3t"), "{c:?} -> {e}");
+            assert!(!e.to_string().contains("s3cr3t"), "{c:?} -> {e}");
         }
     }
 

@@ -3,7 +3,7 @@
 //! mounted folder (`token`, re-read as it rotates; `ca.crt`; `namespace`).
 //! The folder is a parameter so tests can point it at a temp dir.
 
-use super::error::{ConfigError, ConfigErrorKind as Kind};
+use super::error::{KubeconfigError, KubeconfigErrorKind as Kind};
 use super::pem;
 use super::token_file::TokenFile;
 use super::Env;
@@ -17,10 +17,10 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 /// The connection a pod's service account gives. The namespace is
 /// `POD_NAMESPACE` when set, else the account's `namespace` file, else
 /// `default` (as kubectl does).
-pub fn in_cluster(env: &Env, sa_dir: &Path) -> Result<Connection, ConfigError> {
-    let var = |k: &str| -> Result<&str, ConfigError> {
+pub fn in_cluster(env: &Env, sa_dir: &Path) -> Result<Connection, KubeconfigError> {
+    let var = |k: &str| -> Result<&str, KubeconfigError> {
         env.get_str(k).map(str::trim).ok_or_else(|| {
-            ConfigError::at(
+            KubeconfigError::at(
                 Kind::NoConfig,
                 "in-cluster configuration",
                 k,
@@ -30,7 +30,8 @@ pub fn in_cluster(env: &Env, sa_dir: &Path) -> Result<Connection, ConfigError> {
     };
     let host = var("KUBERNETES_SERVICE_HOST")?;
     let port = var("KUBERNETES_SERVICE_PORT")?;
-    let bad = |k: &str, m: &str| ConfigError::at(Kind::Invalid, "in-cluster configuration", k, m);
+    let bad =
+        |k: &str, m: &str| KubeconfigError::at(Kind::Invalid, "in-cluster configuration", k, m);
     if port.parse::<u16>().map_or(true, |p| p == 0) {
         return Err(bad("KUBERNETES_SERVICE_PORT", "not a port number"));
     }
@@ -51,16 +52,18 @@ pub fn in_cluster(env: &Env, sa_dir: &Path) -> Result<Connection, ConfigError> {
 
     let label = sa_dir.display().to_string();
     let ca_path = sa_dir.join("ca.crt");
-    let ca_bytes = std::fs::read(&ca_path)
-        .map_err(|e| ConfigError::at(Kind::Io, &label, "ca.crt", format!("cannot read: {e}")))?;
+    let ca_bytes = std::fs::read(&ca_path).map_err(|e| {
+        KubeconfigError::at(Kind::Io, &label, "ca.crt", format!("cannot read: {e}"))
+    })?;
     let ca_certs = pem::certificates(&ca_bytes)
-        .map_err(|m| ConfigError::at(Kind::Invalid, &label, "ca.crt", m))?;
-    pem::check_ca(&ca_certs).map_err(|m| ConfigError::at(Kind::Invalid, &label, "ca.crt", m))?;
+        .map_err(|m| KubeconfigError::at(Kind::Invalid, &label, "ca.crt", m.to_string()))?;
+    pem::check_ca(&ca_certs)
+        .map_err(|m| KubeconfigError::at(Kind::Invalid, &label, "ca.crt", m.to_string()))?;
 
     let token = TokenFile::new(sa_dir.join("token"));
     token
         .prime()
-        .map_err(|e| ConfigError::at(Kind::Credentials, &label, "token", e.0))?;
+        .map_err(|e| KubeconfigError::at(Kind::Credentials, &label, "token", e.0))?;
 
     let namespace = match env.get_str("POD_NAMESPACE") {
         Some(ns) => ns.trim().to_string(),

@@ -6,7 +6,7 @@
 //! entries the chosen context uses, so one broken unrelated user does not
 //! lock a developer out of every cluster.
 
-use super::error::{ConfigError, ConfigErrorKind as Kind};
+use super::error::{KubeconfigError, KubeconfigErrorKind as Kind};
 use super::exec::{ExecPlugin, ExecSpec};
 use super::pem::{self, PairError};
 use super::token_file::TokenFile;
@@ -16,6 +16,7 @@ use crate::kube::connection::{
     Anonymous, ClientCert, Connection, Credentials, StaticToken, TlsMaterial,
 };
 use crate::kube::tls_client;
+use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,15 +49,15 @@ pub(crate) struct KubeconfigFile {
     users: Vec<Entry>,
 }
 
-fn invalid(label: &str, key: impl Into<String>, msg: impl Into<String>) -> ConfigError {
-    ConfigError::at(Kind::Invalid, label, key, msg)
+fn invalid(label: &str, key: impl Into<String>, msg: impl fmt::Display) -> KubeconfigError {
+    KubeconfigError::at(Kind::Invalid, label, key, msg.to_string())
 }
 
-fn unsupported(label: &str, key: impl Into<String>, msg: impl Into<String>) -> ConfigError {
-    ConfigError::at(Kind::Unsupported, label, key, msg)
+fn unsupported(label: &str, key: impl Into<String>, msg: impl Into<String>) -> KubeconfigError {
+    KubeconfigError::at(Kind::Unsupported, label, key, msg)
 }
 
-fn from_field(label: &str, e: FieldError) -> ConfigError {
+fn from_field(label: &str, e: FieldError) -> KubeconfigError {
     invalid(label, e.key, e.message)
 }
 
@@ -65,7 +66,7 @@ pub(crate) fn parse_file(
     text: &str,
     label: &str,
     dir: &Path,
-) -> Result<KubeconfigFile, ConfigError> {
+) -> Result<KubeconfigFile, KubeconfigError> {
     let root = yaml::parse(text).map_err(|m| invalid(label, "", m))?;
     let root_node = Node::new(&root);
     if !matches!(root_node.value, Value::Mapping(_) | Value::Null) {
@@ -82,7 +83,7 @@ pub(crate) fn parse_file(
         .opt_str("current-context", "current-context")
         .map_err(|e| from_field(label, e))?
         .map(str::to_string);
-    let entries = |list: &str, inner: &str| -> Result<Vec<Entry>, ConfigError> {
+    let entries = |list: &str, inner: &str| -> Result<Vec<Entry>, KubeconfigError> {
         let mut out: Vec<Entry> = Vec::new();
         let items = root_node
             .opt_seq(list, list)
@@ -122,13 +123,13 @@ pub(crate) fn parse_file(
 }
 
 /// Reads at most [`MAX_FILE_BYTES`]; `Ok(None)` when the file is missing.
-fn read_text(path: &Path) -> Result<Option<String>, ConfigError> {
+fn read_text(path: &Path) -> Result<Option<String>, KubeconfigError> {
     let label = path.display().to_string();
     let f = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
-            return Err(ConfigError::at(
+            return Err(KubeconfigError::at(
                 Kind::Io,
                 &label,
                 "",
@@ -139,7 +140,7 @@ fn read_text(path: &Path) -> Result<Option<String>, ConfigError> {
     let mut buf = Vec::new();
     f.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut buf)
-        .map_err(|e| ConfigError::at(Kind::Io, &label, "", format!("cannot read: {e}")))?;
+        .map_err(|e| KubeconfigError::at(Kind::Io, &label, "", format!("cannot read: {e}")))?;
     if buf.len() as u64 > MAX_FILE_BYTES {
         return Err(invalid(&label, "", "larger than 16 MiB: not a kubeconfig"));
     }
@@ -155,7 +156,7 @@ fn dir_of(path: &Path) -> PathBuf {
     }
 }
 
-fn load_path(path: &Path) -> Result<Option<KubeconfigFile>, ConfigError> {
+fn load_path(path: &Path) -> Result<Option<KubeconfigFile>, KubeconfigError> {
     match read_text(path)? {
         None => Ok(None),
         Some(text) => parse_file(&text, &path.display().to_string(), &dir_of(path)).map(Some),
@@ -163,11 +164,11 @@ fn load_path(path: &Path) -> Result<Option<KubeconfigFile>, ConfigError> {
 }
 
 /// The files `opts` names, parsed, in merge order.
-pub(crate) fn read_files(opts: &LoadOptions) -> Result<Vec<KubeconfigFile>, ConfigError> {
+pub(crate) fn read_files(opts: &LoadOptions) -> Result<Vec<KubeconfigFile>, KubeconfigError> {
     if let Some(p) = &opts.kubeconfig {
         return match load_path(p)? {
             Some(f) => Ok(vec![f]),
-            None => Err(ConfigError::at(
+            None => Err(KubeconfigError::at(
                 Kind::NoConfig,
                 &p.display().to_string(),
                 "",
@@ -190,7 +191,7 @@ pub(crate) fn read_files(opts: &LoadOptions) -> Result<Vec<KubeconfigFile>, Conf
         }
         if files.is_empty() {
             let names: Vec<String> = seen.iter().map(|p| p.display().to_string()).collect();
-            return Err(ConfigError::new(
+            return Err(KubeconfigError::new(
                 Kind::NoConfig,
                 format!(
                     "KUBECONFIG: none of its files exist ({})",
@@ -205,7 +206,7 @@ pub(crate) fn read_files(opts: &LoadOptions) -> Result<Vec<KubeconfigFile>, Conf
         return Ok(files);
     }
     let Some(home) = opts.env.home() else {
-        return Err(ConfigError::new(
+        return Err(KubeconfigError::new(
             Kind::NoConfig,
             "no kubeconfig: neither KUBECONFIG nor HOME is set",
         ));
@@ -213,7 +214,7 @@ pub(crate) fn read_files(opts: &LoadOptions) -> Result<Vec<KubeconfigFile>, Conf
     let p = home.join(".kube").join("config");
     match load_path(&p)? {
         Some(f) => Ok(vec![f]),
-        None => Err(ConfigError::at(
+        None => Err(KubeconfigError::at(
             Kind::NoConfig,
             &p.display().to_string(),
             "",
@@ -258,13 +259,13 @@ fn known_names(files: &[KubeconfigFile], list: impl Fn(&KubeconfigFile) -> &Vec<
 }
 
 /// Reads a file named by a kubeconfig key (relative to the file's folder).
-fn read_ref(file: &KubeconfigFile, key: &str, path: &str) -> Result<Vec<u8>, ConfigError> {
+fn read_ref(file: &KubeconfigFile, key: &str, path: &str) -> Result<Vec<u8>, KubeconfigError> {
     let p = resolve_path(&file.dir, path);
     let mut buf = Vec::new();
     std::fs::File::open(&p)
         .and_then(|f| f.take(MAX_FILE_BYTES).read_to_end(&mut buf))
         .map_err(|e| {
-            ConfigError::at(
+            KubeconfigError::at(
                 Kind::Io,
                 &file.label,
                 key,
@@ -295,7 +296,7 @@ fn data_or_file(
     node: &Node<'_>,
     prefix: &str,
     key: &str,
-) -> Result<Option<(Vec<u8>, String)>, ConfigError> {
+) -> Result<Option<(Vec<u8>, String)>, KubeconfigError> {
     let data_key = format!("{prefix}.{key}-data");
     let file_key = format!("{prefix}.{key}");
     let f = |e| from_field(&file.label, e);
@@ -315,7 +316,7 @@ pub(crate) fn resolve(
     context: Option<&str>,
     env: &Env,
     exec_timeout: Duration,
-) -> Result<Connection, ConfigError> {
+) -> Result<Connection, KubeconfigError> {
     let (ctx_name, ctx_origin, ctx_key) = match context {
         Some(c) if !c.is_empty() => (c.to_string(), labels(files), "context"),
         _ => match files
@@ -324,7 +325,7 @@ pub(crate) fn resolve(
         {
             Some((f, c)) => (c.clone(), f.label.clone(), "current-context"),
             None => {
-                return Err(ConfigError::at(
+                return Err(KubeconfigError::at(
                     Kind::NoConfig,
                     &labels(files),
                     "current-context",
@@ -434,9 +435,29 @@ struct ResolvedCluster {
     exec_cluster_info: serde_json::Value,
 }
 
+/// Why a kubeconfig `server` cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ServerUrlError {
+    Scheme,
+    Credentials,
+    Whitespace,
+    NoHost,
+}
+
+impl fmt::Display for ServerUrlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServerUrlError::Scheme => "the scheme must be https:// or http://",
+            ServerUrlError::Credentials => "credentials in the server URL are not supported",
+            ServerUrlError::Whitespace => "the URL contains whitespace",
+            ServerUrlError::NoHost => "the URL has no host",
+        })
+    }
+}
+
 /// Normalises a server URL: an `https://` default scheme (as client-go),
 /// no trailing slash, a host present, no credentials in it.
-pub(crate) fn normalize_server(raw: &str) -> Result<String, String> {
+pub(crate) fn normalize_server(raw: &str) -> Result<String, ServerUrlError> {
     let s = raw.trim();
     let s = if s.contains("://") {
         s.to_string()
@@ -445,22 +466,22 @@ pub(crate) fn normalize_server(raw: &str) -> Result<String, String> {
     };
     let (scheme, rest) = s.split_once("://").unwrap_or(("", ""));
     if scheme != "https" && scheme != "http" {
-        return Err("the scheme must be https:// or http://".into());
+        return Err(ServerUrlError::Scheme);
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     if authority.contains('@') {
-        return Err("credentials in the server URL are not supported".into());
+        return Err(ServerUrlError::Credentials);
     }
     if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("the URL contains whitespace".into());
+        return Err(ServerUrlError::Whitespace);
     }
     if tls_client::host_of(&s).is_none() {
-        return Err("the URL has no host".into());
+        return Err(ServerUrlError::NoHost);
     }
     Ok(s.trim_end_matches('/').to_string())
 }
 
-fn resolve_cluster(file: &KubeconfigFile, e: &Entry) -> Result<ResolvedCluster, ConfigError> {
+fn resolve_cluster(file: &KubeconfigFile, e: &Entry) -> Result<ResolvedCluster, KubeconfigError> {
     let label = &file.label;
     let key = format!("clusters[{}]", e.name);
     let n = Node::new(&e.body);
@@ -559,7 +580,7 @@ fn resolve_user(
     env: &Env,
     exec_timeout: Duration,
     cluster_info: &serde_json::Value,
-) -> Result<ResolvedUser, ConfigError> {
+) -> Result<ResolvedUser, KubeconfigError> {
     let label = &file.label;
     let key = format!("users[{}]", e.name);
     let n = Node::new(&e.body);
@@ -657,13 +678,13 @@ fn resolve_user(
         // Fail now, with the install hint, if the command is not there.
         plugin
             .resolve_command()
-            .map_err(|e| ConfigError::at(Kind::Credentials, label, k("exec.command"), e.0))?;
+            .map_err(|e| KubeconfigError::at(Kind::Credentials, label, k("exec.command"), e.0))?;
         Arc::new(plugin)
     } else if let Some(tf) = token_file {
         // client-go: the file's token takes precedence over `token`.
         let tf = TokenFile::new(resolve_path(&file.dir, tf));
         tf.prime()
-            .map_err(|e| ConfigError::at(Kind::Credentials, label, k("tokenFile"), e.0))?;
+            .map_err(|e| KubeconfigError::at(Kind::Credentials, label, k("tokenFile"), e.0))?;
         Arc::new(tf)
     } else if let Some(t) = token {
         if !valid_token(t) {
@@ -697,7 +718,7 @@ mod tests {
 
     /// Loads `text` with no environment and a folder that does not exist:
     /// nothing is read from disk and no plugin can be found.
-    fn try_load(text: &str) -> Result<Connection, ConfigError> {
+    fn try_load(text: &str) -> Result<Connection, KubeconfigError> {
         let opts = LoadOptions::with_env(Env::empty());
         super::super::from_kubeconfig_str_with(
             text,
@@ -852,6 +873,7 @@ mod tests {
         assert!(normalize_server("ftp://h").is_err());
         assert!(normalize_server("https://u:secret@h")
             .expect_err("userinfo")
+            .to_string()
             .contains("credentials"));
         assert!(normalize_server("https://").is_err());
         assert!(normalize_server("https://h h").is_err());

@@ -18,7 +18,7 @@
 //! deliberately rejected settings: `proxy-url`, basic auth
 //! (`username`/`password`), `auth-provider`, impersonation (`as`…), and
 //! interactive exec plugins. Each of those is a clear
-//! [`ConfigErrorKind::Unsupported`] error rather than a silent downgrade.
+//! [`KubeconfigErrorKind::Unsupported`] error rather than a silent downgrade.
 //!
 //! Everything here is synchronous; an exec plugin runs on the calling
 //! thread, bounded by a timeout.
@@ -31,7 +31,7 @@ mod pem;
 mod token_file;
 mod yaml;
 
-pub use error::{ConfigError, ConfigErrorKind};
+pub use error::{KubeconfigError, KubeconfigErrorKind};
 pub use exec::{ExecApiVersion, ExecPlugin, ExecSpec, DEFAULT_EXEC_TIMEOUT};
 pub use in_cluster::{in_cluster, SERVICE_ACCOUNT_DIR};
 pub use token_file::{TokenFile, TOKEN_FILE_MAX_AGE};
@@ -153,7 +153,7 @@ impl LoadOptions {
 
 /// Loads the kubeconfig files `opts` points at and resolves the chosen
 /// context into a [`Connection`].
-pub fn load(opts: &LoadOptions) -> Result<Connection, ConfigError> {
+pub fn load(opts: &LoadOptions) -> Result<Connection, KubeconfigError> {
     let files = kubeconfig::read_files(opts)?;
     kubeconfig::resolve(
         &files,
@@ -170,7 +170,7 @@ pub fn from_kubeconfig_str(
     yaml: &str,
     dir: &Path,
     context: Option<&str>,
-) -> Result<Connection, ConfigError> {
+) -> Result<Connection, KubeconfigError> {
     from_kubeconfig_str_with(yaml, dir, context, &LoadOptions::default())
 }
 
@@ -181,7 +181,7 @@ pub fn from_kubeconfig_str_with(
     dir: &Path,
     context: Option<&str>,
     opts: &LoadOptions,
-) -> Result<Connection, ConfigError> {
+) -> Result<Connection, KubeconfigError> {
     let file = kubeconfig::parse_file(yaml, kubeconfig::INLINE_LABEL, dir)?;
     let context = context.or(opts.context.as_deref());
     kubeconfig::resolve(&[file], context, &opts.env, opts.exec_timeout)
@@ -197,7 +197,7 @@ pub fn is_in_cluster(env: &Env) -> bool {
 /// The in-cluster service account when running in a pod, else the
 /// kubeconfig. An explicit `opts.kubeconfig` or `opts.context` means the
 /// caller asked for a kubeconfig, so those always load one.
-pub fn auto(opts: &LoadOptions) -> Result<Connection, ConfigError> {
+pub fn auto(opts: &LoadOptions) -> Result<Connection, KubeconfigError> {
     if opts.kubeconfig.is_none() && opts.context.is_none() && is_in_cluster(&opts.env) {
         in_cluster(&opts.env, &opts.service_account_dir)
     } else {

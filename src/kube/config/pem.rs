@@ -10,30 +10,88 @@ use rustls::crypto::CryptoProvider;
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::fmt;
+
+/// What is wrong with base64 or PEM material, in our own words (decoder
+/// messages can quote the input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PemError {
+    /// A `*-data` field is not base64.
+    Base64,
+    /// No `-----BEGIN ` line at all; what was expected.
+    NotPem(Expected),
+    /// A PEM section is malformed (the reason, e.g. no END line).
+    Section(&'static str),
+    /// PEM, but no `CERTIFICATE` block.
+    NoCertificate,
+    /// PEM, but no private key block.
+    NoKey,
+    /// An encrypted private key (no passphrase can be given).
+    Encrypted,
+    /// A CA certificate that cannot be a trust anchor: its position
+    /// (1-based) and how many there are.
+    BadCa { index: usize, of: usize },
+}
+
+/// The PEM block a [`PemError::NotPem`] expected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expected {
+    Certificate,
+    PrivateKey,
+}
+
+impl fmt::Display for PemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PemError::Base64 => f.write_str("not valid base64"),
+            PemError::NotPem(Expected::Certificate) => {
+                f.write_str("does not contain PEM data (expected -----BEGIN CERTIFICATE-----)")
+            }
+            PemError::NotPem(Expected::PrivateKey) => {
+                f.write_str("does not contain PEM data (expected -----BEGIN … PRIVATE KEY-----)")
+            }
+            PemError::Section(m) => f.write_str(m),
+            PemError::NoCertificate => f.write_str("contains no PEM CERTIFICATE block"),
+            PemError::NoKey => f.write_str(
+                "contains no private key (expected an RSA PRIVATE KEY, \
+                 PRIVATE KEY or EC PRIVATE KEY block)",
+            ),
+            PemError::Encrypted => f.write_str("encrypted private keys are not supported"),
+            PemError::BadCa { of: 1, .. } => {
+                f.write_str("the certificate is not a valid X.509 certificate")
+            }
+            PemError::BadCa { index, .. } => {
+                write!(f, "certificate #{index} is not a valid X.509 certificate")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PemError {}
 
 /// Decodes a kubeconfig `*-data` field: standard base64, padding optional,
 /// line breaks and spaces ignored (Go's decoder skips `\r` and `\n`).
-pub(crate) fn decode_base64(s: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn decode_base64(s: &str) -> Result<Vec<u8>, PemError> {
     let compact: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
     base64::engine::general_purpose::STANDARD_PAD_INDIFFERENT
         .decode(&compact)
-        .map_err(|_| "not valid base64".to_string())
+        .map_err(|_| PemError::Base64)
 }
 
 pub(crate) fn encode_base64(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
 }
 
-fn pem_error(e: &pem::Error) -> String {
+fn pem_error(e: &pem::Error) -> PemError {
     // Never include the error's own text: it can carry input bytes.
-    match e {
-        pem::Error::MissingSectionEnd { .. } => "a PEM section has no END line".into(),
-        pem::Error::IllegalSectionStart { .. } => "a PEM BEGIN line is malformed".into(),
-        pem::Error::Base64Decode(_) => "a PEM section's body is not valid base64".into(),
-        pem::Error::SectionTooLarge => "a PEM section is too large".into(),
-        pem::Error::NoItemsFound => "no PEM item of the expected type".into(),
-        _ => "not valid PEM".into(),
-    }
+    PemError::Section(match e {
+        pem::Error::MissingSectionEnd { .. } => "a PEM section has no END line",
+        pem::Error::IllegalSectionStart { .. } => "a PEM BEGIN line is malformed",
+        pem::Error::Base64Decode(_) => "a PEM section's body is not valid base64",
+        pem::Error::SectionTooLarge => "a PEM section is too large",
+        pem::Error::NoItemsFound => "no PEM item of the expected type",
+        _ => "not valid PEM",
+    })
 }
 
 fn looks_like_pem(b: &[u8]) -> bool {
@@ -41,47 +99,44 @@ fn looks_like_pem(b: &[u8]) -> bool {
 }
 
 /// Every `CERTIFICATE` block of a PEM bundle (at least one).
-pub(crate) fn certificates(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn certificates(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, PemError> {
     if !looks_like_pem(bytes) {
-        return Err("does not contain PEM data (expected -----BEGIN CERTIFICATE-----)".into());
+        return Err(PemError::NotPem(Expected::Certificate));
     }
     let mut out = Vec::new();
     for item in CertificateDer::pem_slice_iter(bytes) {
         out.push(item.map_err(|e| pem_error(&e))?);
     }
     if out.is_empty() {
-        return Err("contains no PEM CERTIFICATE block".into());
+        return Err(PemError::NoCertificate);
     }
     Ok(out)
 }
 
 /// The private key of a PEM file: PKCS#1 `RSA PRIVATE KEY`, PKCS#8
 /// `PRIVATE KEY` or SEC1 `EC PRIVATE KEY`.
-pub(crate) fn private_key(bytes: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+pub(crate) fn private_key(bytes: &[u8]) -> Result<PrivateKeyDer<'static>, PemError> {
     if !looks_like_pem(bytes) {
-        return Err("does not contain PEM data (expected -----BEGIN … PRIVATE KEY-----)".into());
+        return Err(PemError::NotPem(Expected::PrivateKey));
     }
     let encrypted = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
     if encrypted(b"ENCRYPTED PRIVATE KEY") || encrypted(b"Proc-Type: 4,ENCRYPTED") {
-        return Err("encrypted private keys are not supported".into());
+        return Err(PemError::Encrypted);
     }
     PrivateKeyDer::from_pem_slice(bytes).map_err(|e| match e {
-        pem::Error::NoItemsFound => "contains no private key (expected an RSA PRIVATE KEY, \
-                                     PRIVATE KEY or EC PRIVATE KEY block)"
-            .to_string(),
+        pem::Error::NoItemsFound => PemError::NoKey,
         e => pem_error(&e),
     })
 }
 
 /// Checks that every CA certificate can serve as a trust anchor.
-pub(crate) fn check_ca(certs: &[CertificateDer<'static>]) -> Result<(), String> {
+pub(crate) fn check_ca(certs: &[CertificateDer<'static>]) -> Result<(), PemError> {
     for (i, c) in certs.iter().enumerate() {
         let mut store = rustls::RootCertStore::empty();
         if store.add(c.clone()).is_err() {
-            return Err(if certs.len() == 1 {
-                "the certificate is not a valid X.509 certificate".into()
-            } else {
-                format!("certificate #{} is not a valid X.509 certificate", i + 1)
+            return Err(PemError::BadCa {
+                index: i + 1,
+                of: certs.len(),
             });
         }
     }
@@ -143,7 +198,10 @@ mod tests {
         assert_eq!(decode_base64("aGk=").expect("b64"), b"hi");
         assert_eq!(decode_base64("aGk").expect("b64"), b"hi");
         assert_eq!(decode_base64("aG\nk=\r\n").expect("b64"), b"hi");
-        assert_eq!(decode_base64("a$b").expect_err("bad"), "not valid base64");
+        assert_eq!(
+            decode_base64("a$b").expect_err("bad").to_string(),
+            "not valid base64"
+        );
     }
 
     #[test]
@@ -175,6 +233,7 @@ mod tests {
             "-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED PRIVATE KEY-----\n";
         assert!(private_key(enc.as_bytes())
             .expect_err("encrypted")
+            .to_string()
             .contains("encrypted"));
         let unterminated = "-----BEGIN CERTIFICATE-----\nAAAA\n";
         assert!(certificates(unterminated.as_bytes()).is_err());

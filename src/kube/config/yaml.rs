@@ -16,9 +16,27 @@ pub(crate) struct FieldError {
 
 pub(crate) type FieldResult<T> = Result<T, FieldError>;
 
+/// A document that is not YAML: the parser's own description (never
+/// document text) and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct YamlError {
+    /// What is wrong, without scalars from the document.
+    pub what: String,
+    /// ` at line L column C`, or empty.
+    pub at: String,
+}
+
+impl std::fmt::Display for YamlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not valid YAML: {}{}", self.what, self.at)
+    }
+}
+
+impl std::error::Error for YamlError {}
+
 /// Parses one YAML document. The error message carries only the parser's
 /// own description and position, never document text.
-pub(crate) fn parse(text: &str) -> Result<Value, String> {
+pub(crate) fn parse(text: &str) -> Result<Value, YamlError> {
     yaml_serde::from_str::<Value>(text).map_err(|e| {
         let pos = e
             .location()
@@ -36,7 +54,10 @@ pub(crate) fn parse(text: &str) -> Result<Value, String> {
         } else {
             first
         };
-        format!("not valid YAML: {first}{pos}")
+        YamlError {
+            what: first.to_string(),
+            at: pos,
+        }
     })
 }
 
@@ -198,10 +219,12 @@ mod tests {
 
     #[test]
     fn syntax_errors_do_not_echo_text() {
-        let e = parse("token: \"s3cr3t\nusers: [").expect_err("bad");
+        let e = parse("token: \"s3cr3t\nusers: [")
+            .expect_err("bad")
+            .to_string();
         assert!(e.starts_with("not valid YAML"), "{e}");
         assert!(!e.contains("s3cr3t"), "{e}");
-        let e = parse("a: 1\na: 2\n").expect_err("dup");
+        let e = parse("a: 1\na: 2\n").expect_err("dup").to_string();
         assert!(e.contains("duplicate") || e.contains("YAML"), "{e}");
     }
 }

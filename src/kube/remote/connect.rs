@@ -1,34 +1,37 @@
-//! Opening the socket: TCP connect, TLS (our rustls config, or native-tls
-//! under the `native-tls` feature, including
-//! `tls-server-name` and an exec plugin's client certificate), and the
-//! upgrade exchange from `handshake`, all under ONE deadline so a silent
-//! server cannot hang the caller. Blocking I/O on the calling thread; the
-//! socket then goes to the pump thread and is never touched here again.
+//! Opening the socket to a cluster: the TLS settings a [`Connection`]
+//! asks for (our rustls config, or native-tls under the `native-tls`
+//! feature, including `tls-server-name` and an exec plugin's client
+//! certificate) handed to `http`'s client half ([`crate::http::client`]:
+//! TCP, TLS, the exchange, all under ONE deadline so a silent server cannot
+//! hang the caller), the upgrade from `handshake`, and the retry of an
+//! upgrade the server refused before anything ran. Blocking I/O on the
+//! calling thread; the socket then goes to the pump thread and is never
+//! touched here again.
 //!
 //! Timeouts are socket timeouts set per read/write from the time left, and
 //! cleared once the 101 is in (crates.md: a socket timeout must not outlive
-//! the handshake). `WouldBlock` and `TimedOut` both mean "timed out" here.
+//! the handshake).
 
 use super::error::RemoteError;
-use super::handshake::{self, BodyReader, UpgradeRequest};
-use super::request::Endpoint;
+use super::handshake::{self, UpgradeRequest};
+use crate::http::client::{self as http_client, ClientTls, DialError, UpgradeError};
+use crate::http::endpoint::{parse_server, Endpoint};
+use crate::http::response::{Head, Limits};
 use crate::http::stream::ClientSocket;
-#[cfg(not(feature = "native-tls"))]
-use crate::http::{Socket, TlsStream};
 use crate::kube::channel::Protocol;
 use crate::kube::client::backoff::Backoff;
 use crate::kube::connection::Connection;
 use crate::kube::status::Status;
+use crate::kube::tls_client::TlsError;
 #[cfg(not(feature = "native-tls"))]
-use crate::kube::tls_client::{cached_client_config, server_name, TlsError};
+use crate::kube::tls_client::{cached_client_config, server_name};
 #[cfg(feature = "native-tls")]
 use crate::kube::tls_client::{native_connector, verify_name};
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tungstenite::handshake::client::generate_key;
-use tungstenite::protocol::{Role, WebSocketConfig};
+use tungstenite::protocol::WebSocketConfig;
 use tungstenite::WebSocket;
 
 /// Largest message accepted from the server. Output frames are at most a
@@ -56,20 +59,17 @@ pub fn ws_config() -> WebSocketConfig {
 /// read and costs three of them 12 KiB per session instead of 384 KiB.
 pub const SMALL_READ_BUFFER: usize = 4 * 1024;
 
-fn transport(what: &str, ep: &Endpoint, e: impl std::fmt::Display) -> RemoteError {
-    RemoteError::Transport(format!("{what} {}: {e}", ep.authority))
-}
-
-fn timed_out(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
+fn transport(e: DialError) -> RemoteError {
+    match e {
+        DialError::TlsSetup(m) => RemoteError::Tls(TlsError(format!("TLS setup: {m}"))),
+        DialError::Response(e) => RemoteError::Handshake(UpgradeError::Head(e)),
+        other => RemoteError::Transport(other.to_string()),
+    }
 }
 
 /// Upgrades repeated after an answer that says nothing ran: at most this
 /// many, and all within the caller's connect deadline (the REST client's
-/// policy, `kube::client::http::RetryPolicy`).
+/// policy, `kube::client::rest::RetryPolicy`).
 const MAX_RETRIES: u32 = 5;
 /// Largest `Retry-After` honoured; a server asking for more gets its error
 /// passed on.
@@ -165,8 +165,10 @@ fn open_once(
         .credentials
         .bearer()
         .map_err(|e| Attempt::Final(e.into()))?;
-    let tcp = connect_tcp(ep, deadline).map_err(Attempt::NotSent)?;
-    let mut sock = secure(conn, ep, tcp, deadline).map_err(Attempt::Final)?;
+    let tls = client_tls(conn, ep).map_err(Attempt::Final)?;
+    let tcp = http_client::connect_tcp(ep, deadline).map_err(|e| Attempt::NotSent(transport(e)))?;
+    let mut sock = http_client::secure(tcp, tls.as_ref(), ep, deadline)
+        .map_err(|e| Attempt::Final(transport(e)))?;
 
     let key = generate_key();
     let req = handshake::encode_request(&UpgradeRequest {
@@ -176,13 +178,18 @@ fn open_once(
         offer,
         bearer: bearer.as_deref(),
     });
-    write_all(&mut sock, &req, deadline)
-        .map_err(|e| Attempt::Final(transport("sending the upgrade to", ep, e)))?;
+    http_client::write_all(&mut sock, &req, deadline).map_err(|source| {
+        Attempt::Final(transport(DialError::Io {
+            what: "sending the upgrade to",
+            authority: ep.authority.clone(),
+            source,
+        }))
+    })?;
     let (head, rest) = read_head(&mut sock, ep, deadline).map_err(Attempt::Final)?;
 
     if head.code == 101 {
         let protocol = handshake::check_switch(&head, &key, offer)
-            .map_err(|m| Attempt::Final(RemoteError::Handshake(m)))?;
+            .map_err(|e| Attempt::Final(RemoteError::Handshake(e)))?;
         let ws = into_websocket(sock, rest, ep, read_buffer).map_err(Attempt::Final)?;
         return Ok(Opened { ws, protocol });
     }
@@ -203,89 +210,65 @@ fn open_once(
     }))
 }
 
+/// The TLS settings for `ep` from `conn`'s material (and the credentials'
+/// client certificate, e.g. an exec plugin's); none for an http endpoint.
+fn client_tls(conn: &Connection, ep: &Endpoint) -> Result<Option<ClientTls>, RemoteError> {
+    if !ep.tls {
+        return Ok(None);
+    }
+    let mut material = conn.tls.clone();
+    if let Some(cc) = conn.credentials.client_cert()? {
+        material.client_cert = Some(cc);
+    }
+    #[cfg(not(feature = "native-tls"))]
+    let tls = ClientTls::Rustls {
+        config: cached_client_config(&material)?,
+        name: server_name(conn)?,
+    };
+    #[cfg(feature = "native-tls")]
+    let tls = ClientTls::Native {
+        connector: native_connector(&material)?,
+        name: verify_name(conn)?,
+    };
+    Ok(Some(tls))
+}
+
 /// TCP (no Nagle: keystrokes and small frames must not wait) and, for an
 /// https endpoint, TLS with `conn`'s material, before `deadline`. Shared
-/// with the command-line client, which talks to the daemon the same way.
+/// with the command-line client, which talks to the daemon the same way,
+/// and the pod-access client.
 pub(crate) fn dial(
     conn: &Connection,
     ep: &Endpoint,
     deadline: Instant,
 ) -> Result<ClientSocket, RemoteError> {
-    let tcp = connect_tcp(ep, deadline)?;
-    secure(conn, ep, tcp, deadline)
+    let tls = client_tls(conn, ep)?;
+    http_client::dial(ep, tls.as_ref(), deadline).map_err(transport)
 }
 
-/// No Nagle, then TLS for an https endpoint.
-fn secure(
-    conn: &Connection,
-    ep: &Endpoint,
-    tcp: TcpStream,
-    deadline: Instant,
-) -> Result<ClientSocket, RemoteError> {
-    let _ = tcp.set_nodelay(true);
-    if ep.tls {
-        let mut material = conn.tls.clone();
-        if let Some(cc) = conn.credentials.client_cert()? {
-            material.client_cert = Some(cc);
-        }
-        tls_handshake(conn, &material, tcp, ep, deadline)
-    } else {
-        Ok(ClientSocket::Socket(crate::http::Socket::Plain(tcp)))
-    }
-}
-
-/// Reads a response head before `deadline`; returns it and the bytes read
-/// past it (WebSocket data after a 101, or the start of a body).
+/// [`http_client::read_head`] with the default limits, its errors as
+/// [`RemoteError`]s.
 pub(crate) fn read_head(
     sock: &mut ClientSocket,
     ep: &Endpoint,
     deadline: Instant,
-) -> Result<(handshake::Head, Vec<u8>), RemoteError> {
-    let mut buf = Vec::with_capacity(4096);
-    let (head, n) = loop {
-        if let Some(h) = handshake::parse_head(&buf).map_err(RemoteError::Handshake)? {
-            break h;
-        }
-        match read_some(sock, &mut buf, deadline) {
-            Ok(0) => {
-                return Err(transport(
-                    "reading the answer from",
-                    ep,
-                    "connection closed before a response",
-                ))
-            }
-            Ok(_) => {}
-            Err(e) => return Err(transport("reading the answer from", ep, e)),
-        }
-    };
-    let rest = buf.split_off(n);
-    Ok((head, rest))
+) -> Result<(Head, Vec<u8>), RemoteError> {
+    http_client::read_head(sock, ep, &Limits::default(), deadline).map_err(transport)
 }
 
-/// Reads the whole body of a non-101 answer (bounded by
-/// [`handshake::MAX_BODY`], within the deadline); a body cut short still
-/// yields what came.
+/// The whole body of a non-101 answer, bounded by [`handshake::MAX_BODY`]
+/// (see [`http_client::read_body`]).
 pub(crate) fn read_body(
     sock: &mut ClientSocket,
-    head: &handshake::Head,
+    head: &Head,
     rest: &[u8],
     deadline: Instant,
 ) -> Vec<u8> {
-    let mut reader = BodyReader::new(handshake::framing(head), rest);
-    loop {
-        if let Some(b) = reader.body(false) {
-            return b;
-        }
-        let mut chunk = Vec::with_capacity(16 * 1024);
-        match read_some(sock, &mut chunk, deadline) {
-            Ok(0) | Err(_) => return reader.body(true).unwrap_or_default(),
-            Ok(_) => reader.push(&chunk),
-        }
-    }
+    http_client::read_body(sock, head, rest, handshake::MAX_BODY, deadline)
 }
 
-/// The socket after a checked 101, as a client WebSocket: socket timeouts
-/// cleared (the pump takes over), the bytes read past the head kept.
+/// The socket after a checked 101, as a client WebSocket with
+/// [`ws_config`] (and `read_buffer` when given).
 pub(crate) fn into_websocket(
     sock: ClientSocket,
     rest: Vec<u8>,
@@ -297,122 +280,13 @@ pub(crate) fn into_websocket(
         // Taken at construction only (set_config does not resize it).
         config = config.read_buffer_size(n);
     }
-    sock.set_read_timeout(None)
-        .and_then(|()| sock.set_write_timeout(None))
-        .map_err(|e| transport("configuring the socket to", ep, e))?;
-    Ok(WebSocket::from_partially_read(
-        sock,
-        rest,
-        Role::Client,
-        Some(config),
-    ))
+    http_client::into_websocket(sock, rest, ep, config).map_err(transport)
 }
 
-/// TLS over `tcp` with rustls (our `ClientConfig`, our `TlsStream`).
-#[cfg(not(feature = "native-tls"))]
-fn tls_handshake(
-    conn: &Connection,
-    material: &crate::kube::connection::TlsMaterial,
-    tcp: TcpStream,
-    ep: &Endpoint,
-    deadline: Instant,
-) -> Result<ClientSocket, RemoteError> {
-    let cfg = cached_client_config(material)?;
-    let name = server_name(conn)?;
-    let cc = rustls::ClientConnection::new(cfg, name)
-        .map_err(|e| RemoteError::Tls(TlsError(format!("TLS setup: {e}"))))?;
-    let mut tls = TlsStream::new(cc, tcp);
-    tls.handshake(deadline)
-        .map_err(|e| transport("TLS handshake with", ep, e))?;
-    Ok(ClientSocket::Socket(Socket::Tls(Box::new(tls))))
-}
-
-/// TLS over `tcp` with native-tls (the `native-tls` feature).
-#[cfg(feature = "native-tls")]
-fn tls_handshake(
-    conn: &Connection,
-    material: &crate::kube::connection::TlsMaterial,
-    tcp: TcpStream,
-    ep: &Endpoint,
-    deadline: Instant,
-) -> Result<ClientSocket, RemoteError> {
-    let connector = native_connector(material)?;
-    let name = verify_name(conn)?;
-    let tls = crate::http::stream::NativeTlsStream::connect(&connector, &name, tcp, deadline)
-        .map_err(|e| transport("TLS handshake with", ep, e))?;
-    Ok(ClientSocket::NativeTls(Box::new(tls)))
-}
-
-fn connect_tcp(ep: &Endpoint, deadline: Instant) -> Result<TcpStream, RemoteError> {
-    let addrs: Vec<SocketAddr> = (ep.host.as_str(), ep.port)
-        .to_socket_addrs()
-        .map_err(|e| transport("resolving", ep, e))?
-        .collect();
-    let mut last: Option<io::Error> = None;
-    for a in addrs {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        match TcpStream::connect_timeout(&a, left) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(match last {
-        Some(e) => transport("connecting to", ep, e),
-        None => transport("connecting to", ep, "no address (or timed out)"),
-    })
-}
-
-fn left(deadline: Instant) -> io::Result<Duration> {
-    let l = deadline.saturating_duration_since(Instant::now());
-    if l.is_zero() {
-        Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"))
-    } else {
-        Ok(l)
-    }
-}
-
-/// Writes and flushes everything before `deadline`.
-pub(crate) fn write_all(
-    sock: &mut ClientSocket,
-    mut data: &[u8],
-    deadline: Instant,
-) -> io::Result<()> {
-    while !data.is_empty() {
-        sock.set_write_timeout(Some(left(deadline)?))?;
-        match sock.write(data) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => data = &data[n..],
-            Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    loop {
-        sock.set_write_timeout(Some(left(deadline)?))?;
-        match sock.flush() {
-            Ok(()) => return Ok(()),
-            Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Appends what one read gives (0 at EOF), waiting at most until `deadline`.
-fn read_some(sock: &mut ClientSocket, buf: &mut Vec<u8>, deadline: Instant) -> io::Result<usize> {
-    let mut tmp = [0u8; 16 * 1024];
-    loop {
-        sock.set_read_timeout(Some(left(deadline)?))?;
-        match sock.read(&mut tmp) {
-            Ok(n) => {
-                buf.extend_from_slice(&tmp[..n]);
-                return Ok(n);
-            }
-            Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+/// [`http_client::write_all`], for the callers that reach it through this
+/// module (`cli::net`, `session::access`).
+pub(crate) fn write_all(sock: &mut ClientSocket, data: &[u8], deadline: Instant) -> io::Result<()> {
+    http_client::write_all(sock, data, deadline)
 }
 
 /// A WebSocket to any path of the API server, e.g. a pod proxy path (the
@@ -426,7 +300,7 @@ pub fn dial_websocket(
     offer: Option<&str>,
     timeout: Duration,
 ) -> Result<(WebSocket<ClientSocket>, Option<String>), RemoteError> {
-    let ep = super::request::parse_server(&conn.server).map_err(RemoteError::InvalidRequest)?;
+    let ep = parse_server(&conn.server).map_err(|e| RemoteError::InvalidRequest(e.to_string()))?;
     let deadline = Instant::now() + timeout;
     let sock = dial(conn, &ep, deadline)?;
     let bearer = conn.credentials.bearer()?;

@@ -3,6 +3,7 @@
 //! connection, show the server's Status, or report that the process's
 //! outcome is unknown. Messages never contain a token.
 
+use crate::http::client::UpgradeError;
 use crate::kube::channel::ExecStatusError;
 use crate::kube::connection::CredentialsError;
 use crate::kube::status::Status;
@@ -23,7 +24,7 @@ pub enum RemoteError {
     Transport(String),
     /// The server answered the upgrade with something that is not a valid
     /// channel WebSocket (bad 101, no or unknown subprotocol). Nothing ran.
-    Handshake(String),
+    Handshake(UpgradeError),
     /// The server refused the upgrade with an HTTP error carrying a
     /// Kubernetes Status: 404 pod not found, 400 container not valid, 400 no
     /// host assigned, 401/403, 5xx. Nothing ran.

@@ -142,8 +142,7 @@ pub fn attach(
     container: Option<&str>,
     opts: ExecOptions,
 ) -> Result<RemoteProcess, RemoteError> {
-    let (opened, start) = connect(conn, Kind::Attach, namespace, pod, container, &[], opts)?;
-    process::start(opened, start)
+    open(conn, Kind::Attach, namespace, pod, container, &[], opts)
 }
 
 /// [`attach`] with the output handed to `sink` on the stream's own thread
@@ -206,7 +205,8 @@ fn connect(
             "no subprotocol to offer".into(),
         ));
     }
-    let ep = request::parse_server(&conn.server).map_err(RemoteError::InvalidRequest)?;
+    let ep = crate::http::endpoint::parse_server(&conn.server)
+        .map_err(|e| RemoteError::InvalidRequest(e.to_string()))?;
     let path = request::path_and_query(
         &ep.prefix, kind, namespace, pod, container, command, streams,
     );

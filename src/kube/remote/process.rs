@@ -31,7 +31,8 @@ use super::demux::{Demux, ExitStatus, Output};
 use super::error::RemoteError;
 use super::request::{Kind, Streams};
 use crate::http::ws::{
-    run_stream, run_stream_into, try_outbox, Inbound, Outbox, Refused, WsEnd, WsOptions,
+    run_stream, run_stream_into, try_outbox, Inbound, Outbox, OutboxReceiver, Refused, WsEnd,
+    WsOptions,
 };
 use crate::kube::channel::{
     encode_frame, encode_resize, Protocol, TermSize, CLOSE_STDIN_V5, STDIN,
@@ -86,13 +87,13 @@ pub struct RemoteProcess {
     demux: Option<JoinHandle<Demux>>,
 }
 
-pub(crate) fn start(opened: Opened, o: StartOptions) -> Result<RemoteProcess, RemoteError> {
-    let Opened { ws, protocol } = opened;
+/// The stream's outbox, with the first terminal size already in it (it
+/// goes out before any stdin, as kubectl does), and the pump's settings.
+fn outbox_and_options(
+    o: &StartOptions,
+) -> Result<(Outbox, OutboxReceiver, WsOptions), RemoteError> {
     let (outbox, out_rx) = try_outbox(OUTBOX_CAPACITY)
         .map_err(|e| RemoteError::Transport(format!("creating the stream's waker: {e}")))?;
-    let (in_tx, in_rx) = bounded::<Message>(INBOUND_CAPACITY);
-    let (o_tx, o_rx) = bounded::<Output>(o.output_capacity.max(1));
-    // The first size goes out before any stdin, as kubectl does.
     if let (true, Some(size)) = (o.streams.tty, o.initial_size) {
         let _ = outbox.try_send(Message::Binary(encode_resize(size).into()));
     }
@@ -101,6 +102,14 @@ pub(crate) fn start(opened: Opened, o: StartOptions) -> Result<RemoteProcess, Re
         idle_timeout: o.idle_timeout,
         close_timeout: CLOSE_TIMEOUT,
     };
+    Ok((outbox, out_rx, ws_opts))
+}
+
+pub(crate) fn start(opened: Opened, o: StartOptions) -> Result<RemoteProcess, RemoteError> {
+    let Opened { ws, protocol } = opened;
+    let (outbox, out_rx, ws_opts) = outbox_and_options(&o)?;
+    let (in_tx, in_rx) = bounded::<Message>(INBOUND_CAPACITY);
+    let (o_tx, o_rx) = bounded::<Output>(o.output_capacity.max(1));
     let io = std::thread::Builder::new()
         .name("kube-remote-io".into())
         .spawn(move || run_stream(ws, out_rx, in_tx, ws_opts))
@@ -198,16 +207,7 @@ pub(crate) fn start_sink(
     on_end: EndSink,
 ) -> Result<SinkProcess, RemoteError> {
     let Opened { ws, protocol } = opened;
-    let (outbox, out_rx) = try_outbox(OUTBOX_CAPACITY)
-        .map_err(|e| RemoteError::Transport(format!("creating the stream's waker: {e}")))?;
-    if let (true, Some(size)) = (o.streams.tty, o.initial_size) {
-        let _ = outbox.try_send(Message::Binary(encode_resize(size).into()));
-    }
-    let ws_opts = WsOptions {
-        ping_interval: o.ping_interval,
-        idle_timeout: o.idle_timeout,
-        close_timeout: CLOSE_TIMEOUT,
-    };
+    let (outbox, out_rx, ws_opts) = outbox_and_options(&o)?;
     let kind = o.kind;
     let mut demux = Demux::new(protocol);
     if o.raw_frames {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::FrontDoor;
 use crate::api::{ApiError, Code};
 use crate::http::Response;
-use crate::kube::client::http::Request as KubeRequest;
+use crate::kube::client::rest::Request as KubeRequest;
 use crate::kube::client::{Client, KubeError};
 
 /// How long a `/readyz` result answers for on the overflow path.

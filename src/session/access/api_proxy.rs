@@ -48,7 +48,8 @@ impl ApiProxyAccess {
         timeout: Duration,
     ) -> Result<PolledStream, AccessError> {
         let conn = self.client.connection();
-        let ep = parse_server(&conn.server).map_err(|m| AccessError::Kube(KubeError::Config(m)))?;
+        let ep = parse_server(&conn.server)
+            .map_err(|m| AccessError::Kube(KubeError::Config(m.into())))?;
         let deadline = Instant::now() + timeout.max(Duration::from_millis(1));
         let bearer = conn
             .credentials
@@ -59,7 +60,7 @@ impl ApiProxyAccess {
             ep.prefix,
             pr.url_path(),
             ep.authority,
-            crate::kube::client::http::USER_AGENT
+            crate::kube::client::rest::USER_AGENT
         );
         if let Some(b) = bearer {
             req.push_str(&format!("Authorization: Bearer {b}\r\n"));

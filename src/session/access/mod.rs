@@ -38,11 +38,12 @@ mod http1;
 mod tests;
 
 use crate::config::PodAccessMode;
+use crate::http::endpoint::parse_server;
 use crate::http::parse::ChunkedDecoder;
 use crate::http::stream::{ClientSocket, PollStream};
 use crate::http::HttpError;
 use crate::kube::client::{Client, KubeError, ProxyError, ProxyRequest};
-use crate::kube::remote::{connect as raw, request::parse_server};
+use crate::kube::remote::connect as raw;
 use parking_lot::Mutex;
 use std::fmt;
 use std::io::{self, Read, Write};
