@@ -1,4 +1,4 @@
-//! The edit-to-restart benchmark (quality.md "edit-to-restart latency";
+//! The edit-to-restart benchmark (docs/RELIABILITY.md#the-bars: "edit-to-restart latency";
 //! run by `scripts/bench.sh`, ignored by the test suite). Nothing here
 //! asserts a timing: it prints a table saying whether the bar holds.
 //!

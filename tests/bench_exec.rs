@@ -1,7 +1,7 @@
 //! The exec gateway benchmark (issue step 6; run by `scripts/bench.sh`,
 //! ignored by the test suite). One `kubegate serve` with its embedded sim,
 //! and the SAME sim reached directly through its kubeconfig, measured back
-//! to back in one run (quality.md: ratios against a peer, medians, a table
+//! to back in one run (docs/RELIABILITY.md#the-bars: ratios against a peer, medians, a table
 //! saying which bars hold; nothing here asserts a timing).
 //!
 //! 1. Interactive exec relay throughput: `head -c 256MiB /dev/zero` through

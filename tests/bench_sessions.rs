@@ -1,4 +1,4 @@
-//! The watch-session benchmark (quality.md "session start overhead" and
+//! The watch-session benchmark (docs/RELIABILITY.md#the-bars: "session start overhead" and
 //! "idle footprint"; run by `scripts/bench.sh`, ignored by the test suite).
 //! Nothing here asserts a timing: it prints tables saying which bars hold.
 //!

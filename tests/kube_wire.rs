@@ -301,8 +301,8 @@ fn meta_ownership_chain_pod_rs_deployment_by_uid() {
     assert!(meta::controller_ref(&bare).is_none());
 }
 
-/// Random and mutated input never panics any decoder (design.md: no panics on
-/// input bytes). Mutations of real events reach deeper than pure noise.
+/// Random and mutated input never panics any decoder
+/// (docs/fuzzing.md#no-panic-on-input). Mutations of real events reach deeper than pure noise.
 #[test]
 fn decoders_never_panic_on_random_or_mutated_bytes() {
     let mut rng = StdRng::seed_from_u64(7);

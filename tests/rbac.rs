@@ -1,5 +1,4 @@
-//! scripts/rbac.yaml grants exactly what the daemon uses (front-door.md,
-//! "Process behaviour"; docs/deploy.md, "RBAC").
+//! scripts/rbac.yaml grants exactly what the daemon uses (docs/deploy.md#rbac).
 //!
 //! The source of truth is the daemon itself: `kubegate serve` in
 //! `mode = "kubeconfig"` against a separate `kubegate sim` started with

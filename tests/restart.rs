@@ -1,5 +1,5 @@
-//! The daemon survives its own restart (issue 7; sessions.md "Operations",
-//! front-door.md "Process behaviour"): `kubegate serve` in kubeconfig mode
+//! The daemon survives its own restart (issue 7; docs/sessions.md#operations,
+//! docs/cli.md#kubegate-serve-and-kubegate-check-config): `kubegate serve` in kubeconfig mode
 //! against a separate `kubegate sim`, 20 live watch sessions and 5
 //! interactive execs; SIGTERM; the execs end with a clear close reason;
 //! start again on the same state directory: every session is re-adopted

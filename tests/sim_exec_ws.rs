@@ -1,4 +1,5 @@
-//! The exec/attach WebSocket protocol at the frame level (kubernetes.md §4),
+//! The exec/attach WebSocket protocol at the frame level
+//! (docs/kubernetes.md#exec-and-attach-over-websocket),
 //! the way clients other than kubectl speak it: v4 and v5, stdin in text
 //! frames (the Python client), the v5 stdin close, exact channel-3 statuses,
 //! pings while idle, several attachers, and the stream faults.

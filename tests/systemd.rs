@@ -1,4 +1,5 @@
-//! kubegate under systemd (front-door.md "Process behaviour"; docs/deploy.md):
+//! kubegate under systemd (docs/cli.md#kubegate-serve-and-kubegate-check-config;
+//! docs/deploy.md):
 //! - the notify protocol through a fake `NOTIFY_SOCKET` (a path, and an
 //!   abstract `@name`): `READY=1` exactly once, only when the listener is
 //!   bound and `/readyz` answers 200; `RELOADING=1` (with MONOTONIC_USEC)
@@ -144,8 +145,8 @@ fn ready(served: &mut Served, sock: &UnixDatagram) -> String {
         "first notification; log:\n{}",
         served.log()
     );
-    // The stdout line is printed before READY=1 (contract.md), so it is
-    // already in the pipe.
+    // The stdout line is printed before READY=1
+    // (docs/cli.md#kubegate-serve-and-kubegate-check-config), so it is already in the pipe.
     let line = first_line(&mut served.child, Duration::from_secs(5)).expect("the listening line");
     let addr = line
         .trim()

@@ -1,7 +1,6 @@
 //! `kubegate workspace-agent`: the small HTTP/JSON server in a session
-//! pod's `workspace` container that owns the workspace folder (docs/agent.md,
-//! sessions.md "Workspace agent"). The daemon seeds, syncs, reads and
-//! snapshots a session's files only through it.
+//! pod's `workspace` container that owns the workspace folder (docs/agent.md).
+//! The daemon seeds, syncs, reads and snapshots a session's files only through it.
 //!
 //! - `wire.rs` ([`wire`]): the protocol both ends share — version, headers,
 //!   port, token variable, limits, JSON bodies, and the path rules

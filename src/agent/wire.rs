@@ -38,7 +38,7 @@ pub const TOKEN_ENV: &str = "KUBEGATE_WORKSPACE_TOKEN";
 /// The port the pod spec gives the agent.
 pub const DEFAULT_PORT: u16 = 8099;
 
-/// The workspace limits (contract.md's bundle defaults).
+/// The workspace limits (the defaults of docs/config.md#sessions-watch-sessions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Largest single file written, read or snapshotted. Default 8 MiB.

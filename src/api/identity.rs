@@ -25,7 +25,7 @@ impl Identity {
     }
 }
 
-/// A workspace: `project` is the namespace, `uid` its identity (exec.md).
+/// A workspace: `project` is the namespace, `uid` its identity (docs/exec.md#who-may-exec-where).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Workspace {
     pub project: String,

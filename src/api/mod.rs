@@ -1,6 +1,6 @@
-//! The daemon's outside vocabulary, in ONE place (contract.md, "HTTP
-//! API"): every error code, the HTTP status it maps to, and the JSON shape
-//! `{"error": {"code", "message", "details"?}}`; and who is asking
+//! The daemon's outside vocabulary, in ONE place
+//! (docs/api.md#error-codes-and-statuses): every error code, the HTTP status it
+//! maps to, and the JSON shape `{"error": {"code", "message", "details"?}}`; and who is asking
 //! ([`identity`]: the principal and its workspaces). The front door, the
 //! exec gateway and the command-line client all use these; nothing else
 //! spells a code or picks an error status.
@@ -158,8 +158,7 @@ impl Code {
         Code::ALL.into_iter().find(|c| c.as_str() == s)
     }
 
-    /// The HTTP status of this code (contract.md's table; the codes it does
-    /// not pin are documented in docs/api.md).
+    /// The HTTP status of this code (docs/api.md#error-codes-and-statuses).
     pub fn status(self) -> u16 {
         match self {
             Code::Unauthorized => 401,

@@ -1,5 +1,5 @@
 //! `kubegate attach SESSION APP`: the app's io socket (`kubegate.io.v1`,
-//! contract.md "Sessions"), on these threads:
+//! docs/api.md#sessions), on these threads:
 //!
 //! ```text
 //!  stdin thread: read 32 KiB (Ctrl-] in raw mode: detach) ─┐

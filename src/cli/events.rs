@@ -1,5 +1,5 @@
 //! A session's event stream (`GET /v1/sessions/{id}/events`,
-//! `text/event-stream`, contract.md "Sessions") read as it comes: the
+//! `text/event-stream`, docs/api.md#sessions) read as it comes: the
 //! daemon's chunked framing undone by `http::parse::ChunkedDecoder`, the
 //! events split by `session::sse::SseParser` (the parser the daemon's debug
 //! relay uses), each event's data decoded as JSON.

@@ -1,6 +1,6 @@
 //! One connection to a session app's io socket (`GET
 //! /v1/sessions/{id}/io?app=NAME[&lastSeq=N]`, subprotocol
-//! `kubegate.io.v1`, contract.md "Sessions"), shared by `kubegate attach`
+//! `kubegate.io.v1`, docs/api.md#sessions), shared by `kubegate attach`
 //! and `kubegate dev`: the upgrade, the pump thread
 //! (`http::ws::run_stream`, the only code that touches the socket), the
 //! decoding of what arrives, and what a close means.

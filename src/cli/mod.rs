@@ -1,6 +1,6 @@
 //! The binary's command line (`command`: the command word and the flags of
 //! `serve`, `check-config` and `sim`) and the client commands that talk to
-//! a running daemon (contract.md, "Client commands"): `kubegate exec`,
+//! a running daemon (docs/cli.md#the-client-commands): `kubegate exec`,
 //! `kubegate workspaces`, `kubegate sessions`, `kubegate attach`, `kubegate
 //! port-forward` and `kubegate dev`. Decisions (exit codes, client-side
 //! error codes, `-t` without a terminal, environment variables, the attach

@@ -303,7 +303,7 @@ impl Client {
     }
 }
 
-/// The interactive exec request path and query (contract.md, "Exec").
+/// The interactive exec request path and query (docs/api.md#exec).
 /// `tty` is what is asked of the server (`-t` may be dropped when our stdin
 /// is not a terminal).
 /// With `size` (a terminal), `cols`/`rows` ask the daemon to size the

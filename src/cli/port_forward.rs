@@ -1,6 +1,6 @@
 //! `kubegate port-forward SESSION PORT [LOCAL]`: a local HTTP listener on
 //! 127.0.0.1 whose requests go through the daemon's port proxy
-//! (`…/v1/sessions/{id}/ports/{port}/{path}`, contract.md "Sessions").
+//! (`…/v1/sessions/{id}/ports/{port}/{path}`, docs/api.md#sessions).
 //!
 //! The proxy is HTTP-level, not a TCP tunnel: each connection carries ONE
 //! request (its head and body read whole, at most [`MAX_BODY`]), sent to

@@ -1,7 +1,7 @@
 //! The daemon's configuration file (`kubegate serve --config F`,
 //! `kubegate check-config --config F`): TOML, snake_case keys, `_secs`
 //! durations, `_bytes` sizes; relative paths resolve against the config
-//! file's folder (contract.md).
+//! file's folder (docs/config.md#rules-for-every-key).
 //!
 //! Loading is two steps: serde with `deny_unknown_fields` (so a misspelt key
 //! is an error, never ignored), then the checks serde cannot express
@@ -33,7 +33,7 @@ use key_at::key_at;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7443";
 /// Default state directory (the example config points at `./state`).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/kubegate";
-/// Default managed-by label value (exec.md).
+/// Default managed-by label value (docs/exec.md#who-may-exec-where).
 pub const DEFAULT_MANAGED_BY: &str = "kubegate";
 /// Default namespace of session pods.
 pub const DEFAULT_SESSION_NAMESPACE: &str = "default";
@@ -65,7 +65,7 @@ pub const MIN_AUDIT_MAX_BYTES: u64 = 4096;
 pub const MIN_RECORDING_MAX_BYTES: u64 = 4096;
 
 /// A configuration problem: the file, the key at fault and what is wrong.
-/// Displayed as `FILE: KEY: what is wrong` (contract.md).
+/// Displayed as `FILE: KEY: what is wrong` (docs/config.md#rules-for-every-key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     pub file: PathBuf,
@@ -122,8 +122,8 @@ pub enum ClusterMode {
     InCluster,
 }
 
-/// How the daemon opens connections to a session pod (sessions.md,
-/// "Reaching the pod").
+/// How the daemon opens connections to a session pod
+/// (docs/sessions.md#reaching-the-pod).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PodAccessMode {
@@ -309,7 +309,7 @@ fn default_max_ephemeral_storage() -> String {
     "2Gi".into()
 }
 
-/// `[sessions]`: limits and timings of watch sessions (sessions.md).
+/// `[sessions]`: limits and timings of watch sessions (docs/config.md#sessions-watch-sessions).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionsSection {
@@ -401,7 +401,8 @@ impl SimSection {
     }
 }
 
-/// `[exec]`: the limits of exec.md, the workspace-uid label, the audit log.
+/// `[exec]`: the limits of docs/config.md#exec-the-exec-gateway, the
+/// workspace-uid label, the audit log.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExecSection {

@@ -1,4 +1,4 @@
-//! The exec audit log (exec.md "Beyond the seed"): one JSON line per exec,
+//! The exec audit log (docs/exec.md#beyond-the-basic-gateway): one JSON line per exec,
 //! appended and flushed to the kernel before the result is returned. stdin
 //! is never recorded, nor is any token.
 //!

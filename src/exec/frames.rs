@@ -1,4 +1,4 @@
-//! The interactive exec wire format (`kubegate.exec.v1`, contract.md), both
+//! The interactive exec wire format (`kubegate.exec.v1`, docs/api.md#exec), both
 //! directions, sans-IO: the daemon decodes client frames and encodes server
 //! frames; `kubegate exec` does the opposite. Written once here.
 //!

@@ -1,4 +1,4 @@
-//! The exec gateway (exec.md): validated, capped, workspace-checked exec
+//! The exec gateway (docs/exec.md): validated, capped, workspace-checked exec
 //! into pods of labelled Deployments.
 //!
 //! - `frames`: the interactive wire format (sans-IO, shared with the CLI);
@@ -23,7 +23,7 @@ pub mod validate;
 
 use serde::{Deserialize, Serialize};
 
-/// The resolved target, returned with every result (exec.md step 7).
+/// The resolved target, returned with every result (docs/exec.md#resolving-the-target).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Target {

@@ -1,4 +1,4 @@
-//! Target resolution (exec.md "Resolving the target"): the Deployment, its
+//! Target resolution (docs/exec.md#resolving-the-target): the Deployment, its
 //! labels, then a running pod it controls through a ReplicaSet, checked by
 //! UIDs at each step. [`check_deployment`] and [`choose_pod`] are the
 //! sans-IO rules; [`resolve`] makes the three API calls (GET Deployment,

@@ -1,6 +1,6 @@
-//! Concurrency limits on execs, per principal and overall (exec.md "Beyond
-//! the seed"): a slot is taken before any cluster call and given back when
-//! its guard drops; no slot is a clear `EXEC_TOO_MANY` at once, never a
+//! Concurrency limits on execs, per principal and overall
+//! (docs/exec.md#beyond-the-basic-gateway): a slot is taken before any cluster
+//! call and given back when its guard drops; no slot is a clear `EXEC_TOO_MANY` at once, never a
 //! wait.
 
 use crate::api::{ApiError, Code};

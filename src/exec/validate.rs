@@ -1,4 +1,5 @@
-//! Validation of exec requests before any call to Kubernetes (exec.md):
+//! Validation of exec requests before any call to Kubernetes
+//! (docs/exec.md#validation-before-any-call-to-kubernetes):
 //! every failure is `EXEC_INVALID` with a message a person can act on.
 
 use crate::api::{ApiError, Code};
@@ -20,7 +21,8 @@ pub const DEFAULT_MAX_STDIN_FRAME_BYTES: usize = 64 * 1024;
 /// backpressure, docs/ARCHITECTURE.md).
 pub const DEFAULT_OUTPUT_CHANNEL_FRAMES: usize = 128;
 
-/// The limits of exec.md. The daemon builds them from `[exec]`
+/// The limits of docs/exec.md#validation-before-any-call-to-kubernetes. The
+/// daemon builds them from `[exec]`
 /// (`server::settings::exec_limits`, whose keys are validated positive at
 /// config load); [`Limits::default`] holds the same defaults as
 /// `config.example.toml` (a server test checks they agree).
@@ -71,7 +73,7 @@ pub fn invalid(m: impl Into<String>) -> ApiError {
 }
 
 /// Kubernetes' rule for a DNS label ([`check_dns_label`]); exec's messages
-/// are its own (exec.md).
+/// are its own (docs/exec.md#validation-before-any-call-to-kubernetes).
 fn is_dns_label(s: &str) -> bool {
     check_dns_label(s).is_ok()
 }
@@ -82,7 +84,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 impl ExecSpec {
-    /// Checks every rule of exec.md's "Validation".
+    /// Checks every rule of docs/exec.md#validation-before-any-call-to-kubernetes.
     pub fn validate(&self, limits: &Limits) -> Result<(), ApiError> {
         if !is_dns_label(&self.project) {
             return Err(invalid(

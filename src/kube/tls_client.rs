@@ -4,7 +4,7 @@
 //! PKI roots), an optional client certificate, and — only when the
 //! kubeconfig says `insecure-skip-tls-verify` — a verifier that accepts any
 //! server certificate. Always the `ring` provider, explicitly: two providers
-//! in one process make `ClientConfig::builder()` panic (crates.md).
+//! in one process make `ClientConfig::builder()` panic (docs/crates.md#ureq).
 //!
 //! With the `native-tls` cargo feature, `native_connector` builds the
 //! native-tls (OpenSSL) equivalent from the same material, and every client

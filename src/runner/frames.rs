@@ -1,5 +1,5 @@
-//! The debug stream's wire format, sans-IO (sessions.md "While running",
-//! contract.md "`kubegate dev` files"): one server-sent event per frame,
+//! The debug stream's wire format, sans-IO (docs/sessions.md#while-running,
+//! docs/runner.md#the-debug-stream): one server-sent event per frame,
 //! `data: <json>\n\n` with the JSON on one line, and `: heartbeat` comments.
 //!
 //! - events: `{"kind":"event","timestamp","event","payload"}` (and

@@ -1,6 +1,6 @@
-//! `kubegate install-self DEST` (sessions.md "Beyond", docs/runner.md
-//! "install-self"): copies the running executable to `DEST/kubegate`, so an
-//! init container from the kubegate image can bring the binary into a
+//! `kubegate install-self DEST` (docs/sessions.md#a-sessions-pod,
+//! docs/runner.md#kubegate-install-self-dest): copies the running executable to
+//! `DEST/kubegate`, so an init container from the kubegate image can bring the binary into a
 //! session pod's shared `kubegate-bin` volume for `app-runner`.
 //!
 //! Atomic: the copy is written to a temporary file in DEST (created with

@@ -1,5 +1,5 @@
 //! The app's ports in the workspace's `kubegate.toml`, sans-IO
-//! (contract.md, "`kubegate dev` files"): `[[app]]` tables with `name` and
+//! (docs/dev.md#the-manifest): `[[app]]` tables with `name` and
 //! `ports = [8080]` or `ports = [{port = 8080, protocol = "udp"}]`
 //! (protocol `tcp` unless said). Parsed with the `toml` crate, as the
 //! daemon's config is; only what the runner needs is read, the rest of the
@@ -13,7 +13,7 @@
 //! must not re-route the app to nothing.
 //!
 //! [`parse_manifest`] reads the whole manifest, strictly, for `kubegate
-//! dev` (which turns it into a start request): every key contract.md names
+//! dev` (which turns it into a start request): every key docs/dev.md#the-manifest names
 //! and no other, so a typo (`port = 8080`) is an error before anything
 //! starts rather than a silently missing port. Ports go through the same
 //! `port` reading as [`app_ports`], so both spellings mean the same to

@@ -1,4 +1,4 @@
-//! `kubegate app-runner -- CMD…` (sessions.md "Beyond", docs/runner.md):
+//! `kubegate app-runner -- CMD…` (docs/sessions.md#a-sessions-pod, docs/runner.md):
 //! runs a program in the workspace, restarts it when workspace files
 //! change, and serves the session's debug stream (server-sent events on
 //! `GET /events`) with `Runner.RunStarted`/`Runner.RunEnded`, the program's

@@ -1,4 +1,4 @@
-//! Bearer-token authentication (front-door.md): tokens are compared as
+//! Bearer-token authentication (docs/api.md#authentication): tokens are compared as
 //! SHA-256 digests in constant time against every configured principal (no
 //! early exit, so timing tells nothing about which digest came close), taken
 //! from `Authorization: Bearer T` or, on a WebSocket, from the subprotocol

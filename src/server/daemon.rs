@@ -1,6 +1,7 @@
 //! Start-up and shutdown of the daemon ([`Daemon`]).
 //!
-//! Order (front-door.md): config validated, state directory opened, cluster
+//! Order (docs/cli.md#kubegate-serve-and-kubegate-check-config): config
+//! validated, state directory opened, cluster
 //! reachable (`/version` answered; with `mode = "sim"` the embedded sim is
 //! started first and the demo workspace created in it, [`super::demo`]),
 //! the recorded sessions restored (re-adopted or recreated, docs/sessions.md

@@ -1,7 +1,7 @@
 //! Sim mode (`[cluster] mode = "sim"`): the embedded simulated cluster the
 //! daemon starts in its own process, the rule that decides whether its pods
 //! may run without their own host users ([`sim_refusal`]), and the demo
-//! workspace created in it (contract.md, "The example config"): namespace
+//! workspace created in it (docs/config.md#the-example-file): namespace
 //! `demo`, Deployment `hello`, labelled for workspace `demo/demo-uid`.
 //! Also the warning the published demo token earns at every start.
 
@@ -18,7 +18,7 @@ use crate::kube::labels::MANAGED_BY_LABEL;
 use crate::sim::cluster::{Sim, SimOptions};
 
 /// The demo workspace the daemon creates in the embedded sim
-/// (contract.md, "The example config").
+/// (docs/config.md#the-example-file).
 pub const DEMO_PROJECT: &str = "demo";
 pub const DEMO_UID: &str = "demo-uid";
 pub const DEMO_DEPLOYMENT: &str = "hello";
@@ -118,7 +118,7 @@ pub(super) fn start_sim(cfg: &Config) -> Result<(Sim, Connection), StartError> {
 }
 
 /// The demo Deployment: labelled on the Deployment itself with the
-/// managed-by and workspace-uid labels of `demo/demo-uid` (exec.md).
+/// managed-by and workspace-uid labels of `demo/demo-uid` (docs/exec.md#who-may-exec-where).
 pub fn demo_deployment(managed_by: &str, workspace_uid_label: &str) -> Value {
     json!({
         "apiVersion": "apps/v1",

@@ -2,7 +2,8 @@
 //!
 //! - [`serve`]: the process: signals, config, process settings, the
 //!   SIGHUP/SIGTERM loop;
-//! - [`daemon`]: start-up in the order front-door.md sets (config, state
+//! - [`daemon`]: start-up in the order
+//!   docs/cli.md#kubegate-serve-and-kubegate-check-config sets (config, state
 //!   directory, cluster, sessions restored, listener, ready) and shutdown;
 //! - [`systemd`]: the readiness line and `NOTIFY_SOCKET` messages;
 //! - [`demo`]: sim mode: the embedded sim and the demo workspace;

@@ -97,7 +97,7 @@ fn reload(daemon: &Daemon, config_path: &Path) {
 }
 
 /// Every exec, watch and connection holds descriptors: the soft limit goes
-/// up to the hard one (quality.md), as servers do.
+/// up to the hard one (docs/RELIABILITY.md#the-bars), as servers do.
 fn raise_open_file_limit() {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let lim = getrlimit(Resource::Nofile);

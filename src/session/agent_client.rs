@@ -10,7 +10,7 @@
 //!   message says whether the pod's kubegate image is older or newer than
 //!   the daemon.
 //! - Answers are bounded from the agent's limits (a snapshot may be large).
-//! - [`AgentClient::wait_ready`] is sessions.md start step 4: first try at
+//! - [`AgentClient::wait_ready`] is docs/sessions.md#start step 4: first try at
 //!   once, then back off 10 ms doubling to 500 ms until the deadline.
 //!
 //! The JSON bodies are `agent::wire`'s, shared with the agent.
@@ -337,8 +337,8 @@ impl AgentClient {
         self.apply(vec![WriteItem::bytes(path, &bytes)], Vec::new())
     }
 
-    /// Waits until the agent answers `GET /version` (sessions.md start step
-    /// 4): the first try at once, then pauses of 10 ms doubling to 500 ms.
+    /// Waits until the agent answers `GET /version` (docs/sessions.md#start
+    /// step 4): the first try at once, then pauses of 10 ms doubling to 500 ms.
     /// A wrong token or another protocol is final at once; other errors are
     /// retried until `deadline`, and the last one is returned.
     pub fn wait_ready(&self, deadline: Instant) -> Result<VersionInfo, AgentError> {

@@ -1,4 +1,4 @@
-//! The debug frame (sessions.md "While running"): what an app's debug
+//! The debug frame (docs/sessions.md#while-running): what an app's debug
 //! stream carries in each server-sent event's data, checked without
 //! I/O. The engine's relay offers every valid frame to its session; the
 //! app runner and the CLI check theirs with the same rule.

@@ -1,11 +1,11 @@
-//! Watch sessions (sessions.md), in two layers.
+//! Watch sessions (docs/sessions.md), in two layers.
 //!
 //! **The sans-IO core** decides; nothing in it opens a socket, reads a
 //! clock or a file, or starts a thread (inputs carry the time, outputs are
 //! commands), so its tests run without a cluster:
 //!
 //! - [`spec`]: the start request and the app set: strict serde types for
-//!   contract.md's shapes, and validation into a `SessionSpec` (codes
+//!   the shapes of docs/api.md#sessions, and validation into a `SessionSpec` (codes
 //!   `INVALID_APP_NAME` … `INVALID_BUNDLE`, `BAD_REQUEST`).
 //! - [`pod`]: pure builders of the session's Kubernetes objects (the pod,
 //!   its token Secret, Service and Ingress), the endpoints list, the pod

@@ -1,5 +1,5 @@
-//! Pure builders of a session's Kubernetes objects (sessions.md, "A
-//! session's pod", "Service and Ingress"), the endpoints list, and the
+//! Pure builders of a session's Kubernetes objects (docs/sessions.md#a-sessions-pod,
+//! docs/sessions.md#service-and-ingress), the endpoints list, and the
 //! readings of a pod the state machine needs. No I/O.
 //!
 //! The pod:
@@ -48,7 +48,7 @@
 //! `runner: true`, the `exec /kubegate/bin/kubegate app-runner -- "$@"`
 //! wrapper; `runner: false` apps run their command directly.
 //!
-//! The sim (src/sim/podspec.rs) runs these pods as local processes: it
+//! The sim (src/sim/podspec/mod.rs) runs these pods as local processes: it
 //! honours `command`/`args` (argv `kubegate` becomes its own binary, a copy
 //! in a volume runs as is), `$(VAR)` and `$$`, env with the downward API
 //! (`status.podIP`: a loopback 127.0.x.y per pod, so agent, debug and app
@@ -641,7 +641,7 @@ pub fn build_ingress(settings: &PodSettings, p: &Published<'_>) -> Option<Ingres
     serde_json::from_value(v).ok()
 }
 
-/// One endpoint (contract.md: `{app, port, protocol, host, url}`).
+/// One endpoint (docs/api.md#sessions: `{app, port, protocol, host, url}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
     pub app: String,

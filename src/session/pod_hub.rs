@@ -1,4 +1,4 @@
-//! One pod watch for every session (sessions.md "While running": the pod
+//! One pod watch for every session (docs/sessions.md#while-running: the pod
 //! watch), instead of one watch connection and one thread per session.
 //!
 //! ```text
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 /// How long a deleted pod's name is remembered (a session registering after
 /// its pod vanished learns it at once).
 pub const TOMBSTONE_TTL: Duration = Duration::from_secs(600);
-/// Pause before a watch that ended is started again (sessions.md: 2 s).
+/// Pause before a watch that ended is started again (docs/sessions.md#while-running: 2 s).
 pub const REARM_AFTER: Duration = Duration::from_secs(2);
 
 /// What a session hears about its pod.

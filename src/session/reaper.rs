@@ -1,4 +1,4 @@
-//! The orphan reaper's decisions, sans-IO (sessions.md "Operations": pods
+//! The orphan reaper's decisions, sans-IO (docs/sessions.md#operations: pods
 //! that carry the managed-by label AND `kubegate.dev/mode: watch` AND a
 //! session-id that no record knows are reaped after a grace period; never
 //! pods without those labels, such as exec targets).

@@ -1,5 +1,5 @@
 //! Output an app wrote while the daemon was down, read back from its
-//! container log (sessions.md "Operations": "recovered from the container
+//! container log (docs/sessions.md#operations: "recovered from the container
 //! log (`log?sinceTime=`) or announced as a gap"), sans-IO.
 //!
 //! The engine asks `GET …/pods/{pod}/log?container=C&timestamps=true&

@@ -1,5 +1,5 @@
 //! The start request (`POST /v1/sessions`) and the app set (`PUT …/apps`):
-//! strict serde types for contract.md's shapes, and their validation into a
+//! strict serde types for the shapes of docs/api.md#sessions, and their validation into a
 //! [`SessionSpec`] the pod builder and the state machine trust. Sans-IO.
 //!
 //! Parsing is strict, as everywhere in the API (docs/api.md): malformed
@@ -49,7 +49,7 @@ pub const MAX_ENV: usize = 256;
 
 // ------------------------------------------------------------ wire types
 
-/// `POST /v1/sessions` body (contract.md). Serialize too: `kubegate dev`
+/// `POST /v1/sessions` body (docs/api.md#sessions). Serialize too: `kubegate dev`
 /// builds its start request from these types, so client and daemon share
 /// one shape.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

@@ -1,7 +1,7 @@
 //! A sans-IO parser of server-sent events (the `text/event-stream` format
 //! of the WHATWG HTML standard, "Server-sent events"): bytes in, in any
-//! chunking, events out. Used by the debug relay (sessions.md "While
-//! running") and by tests of the daemon's own event stream.
+//! chunking, events out. Used by the debug relay
+//! (docs/sessions.md#while-running) and by tests of the daemon's own event stream.
 //!
 //! What it follows from the standard: lines end with CRLF, LF or a lone CR
 //! (a CRLF split between two pushes is still one line end); a leading UTF-8

@@ -1,4 +1,5 @@
-//! Discovery documents (kubernetes.md §5): `/api`, `/apis`, `/api/v1`,
+//! Discovery documents (docs/kubernetes.md#discovery-what-kubectl-needs):
+//! `/api`, `/apis`, `/api/v1`,
 //! `/apis/{group}[/{version}]` and `/version`, built from the one resource
 //! table in `resources.rs`, so what is advertised is exactly what is served.
 //! Plain JSON only: kubectl falls back from aggregated discovery on its own.
@@ -7,7 +8,8 @@ use super::resources::{ResourceInfo, ALL};
 use serde_json::{json, Value};
 
 /// `/version`: kubectl's dispatcher wrapper picks its binary by `minor`
-/// (contract.md: the sim reports 1.32, whose exec speaks WebSocket v5).
+/// (docs/kubernetes.md#observed-against-kubectl-132-and-the-python-client-37:
+/// the sim reports 1.32, whose exec speaks WebSocket v5).
 pub fn version() -> Value {
     json!({
         "major": "1",

@@ -19,7 +19,7 @@
 //! `GET /sim/faults` returns the counters; `DELETE /sim/faults` clears every
 //! pending fault. Failed requests answer a Status (500/503) or, for 429, the
 //! plain-text body and `Retry-After` header of the real API server's
-//! priority-and-fairness filter (kubernetes.md §1).
+//! priority-and-fairness filter (docs/kubernetes.md#rest-basics).
 
 use crate::http::{Request, Response};
 use crate::kube::status::Status;

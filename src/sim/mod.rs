@@ -1,6 +1,6 @@
 //! The simulated cluster (`kubegate sim`): an in-memory Kubernetes API server,
 //! controllers, and a kubelet that runs containers as local processes.
-//! Spec: shared/spec/sim.md. Uses only `kube`'s wire formats and `http`
+//! Spec: docs/sim.md. Uses only `kube`'s wire formats and `http`
 //! (never session, server, config or cli).
 //!
 //! The API side: [`api`] (routes), [`store`] (objects, resource versions,

@@ -1,5 +1,6 @@
 //! The streaming pod subresources the kubelet serves: `exec` and `attach`
-//! over the WebSocket channel protocol (v5 and v4, kubernetes.md §4), `log`
+//! over the WebSocket channel protocol (v5 and v4,
+//! docs/kubernetes.md#exec-and-attach-over-websocket), `log`
 //! (plain and followed), and `proxy`.
 //!
 //! Each exec/attach socket is driven by `http::ws::run` on its connection

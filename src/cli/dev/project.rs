@@ -238,8 +238,8 @@ pub fn scan(dir: &Path) -> Result<Scan, CliError> {
     Ok(Scan { files, left_out })
 }
 
-/// The bundle limits on the scan's sizes (contract.md's defaults unless
-/// told otherwise), the message saying what to leave out.
+/// The bundle limits on the scan's sizes (the defaults of docs/config.md#sessions-watch-sessions
+/// unless told otherwise), the message saying what to leave out.
 pub fn check_limits(files: &Picture, limits: &BundleLimits) -> Result<(), CliError> {
     let hint = "leave files out with .kubegateignore";
     if files.len() as u64 > limits.max_files {

@@ -1,5 +1,5 @@
 //! [`Api<K>`]: the verbs on one kind, in one namespace or across all of
-//! them, over a [`Client`]. It owns URL building (paths of kubernetes.md §1,
+//! them, over a [`Client`]. It owns URL building (paths of docs/kubernetes.md#rest-basics,
 //! query encoding), the request bodies (DeleteOptions, merge patches), the
 //! decoding of answers (streamed, no size cap; DELETE's object-or-Status),
 //! and the pod -> ReplicaSet -> Deployment walk by controller UIDs.

@@ -3,7 +3,7 @@
 //!
 //! Why a connector of our own: ureq's `TlsConfig` cannot express a
 //! kubeconfig's `tls-server-name`, and would build a second, different
-//! rustls configuration from the same material (crates.md). So the agent's
+//! rustls configuration from the same material (docs/crates.md#ureq). So the agent's
 //! connector chain is ureq's `TcpConnector` (which registers every socket
 //! for `Agent::shutdown`, so watches stay cancellable) followed by
 //! [`KubeTlsConnector`], written like ureq's own `RustlsConnector` but

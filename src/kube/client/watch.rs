@@ -2,7 +2,7 @@
 //! survives everything a long watch meets: the server's own timeout, dropped
 //! and silently dead connections, 429s, and 410 Expired.
 //!
-//! It owns the resume logic of kubernetes.md §3: it remembers the last
+//! It owns the resume logic of docs/kubernetes.md#watch: it remembers the last
 //! resourceVersion (object events and BOOKMARKs advance it; bookmarks are
 //! never yielded), re-watches from it after any end with exponential backoff
 //! and jitter (0.8 s doubling to 30 s; a stream that delivered anything

@@ -1,7 +1,7 @@
 //! Base64 and PEM decoding of kubeconfig certificate and key material, and
 //! up-front validation: CA certificates must parse as trust anchors, and a
 //! client key must load and match its certificate. Validating here matters
-//! because ureq's rustls path panics on an invalid client key (crates.md),
+//! because ureq's rustls path panics on an invalid client key (docs/crates.md#ureq),
 //! and because an error at load time can name the kubeconfig key at fault.
 //! Error strings are our own: decoder messages can quote the input.
 

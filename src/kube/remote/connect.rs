@@ -9,7 +9,7 @@
 //! touched here again.
 //!
 //! Timeouts are socket timeouts set per read/write from the time left, and
-//! cleared once the 101 is in (crates.md: a socket timeout must not outlive
+//! cleared once the 101 is in (docs/crates.md#tungstenite: a socket timeout must not outlive
 //! the handshake).
 
 use super::error::RemoteError;

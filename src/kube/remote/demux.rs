@@ -11,8 +11,8 @@
 //!
 //! The verdict never turns silence into exit code 0: an exec whose stream
 //! ended without channel-3 bytes is `NoStatus`, however it ended. Attach is
-//! the one exception kubernetes.md allows: its status is always Success,
-//! so a normal close (1000) without a status is also Success.
+//! the one exception docs/kubernetes.md#exec-and-attach-over-websocket allows:
+//! its status is always Success, so a normal close (1000) without a status is also Success.
 
 use super::error::RemoteError;
 use super::request::Kind;

@@ -8,7 +8,7 @@
 //!
 //! Why not `tungstenite::client`: on a non-101 answer it keeps only the body
 //! bytes that arrived with the head, so a Status split across TCP segments
-//! would be lost; it also cannot connect to `[::1]` (crates.md) and gives no
+//! would be lost; it also cannot connect to `[::1]` (docs/crates.md#tungstenite) and gives no
 //! deadline for a silent server. This module is sans-IO; `connect` drives
 //! it over a socket with a deadline, then hands the leftover bytes to
 //! `WebSocket::from_partially_read`.

@@ -1,7 +1,7 @@
 //! The exec and attach client: runs a command in a container (`exec`) or
 //! joins a container's main process (`attach`) over the WebSocket channel
 //! protocol (`v5.channel.k8s.io`, falling back to `v4.channel.k8s.io`;
-//! kubernetes.md §4), with no async runtime.
+//! docs/kubernetes.md#exec-and-attach-over-websocket), with no async runtime.
 //!
 //! It owns: the upgrade request (URL, flags, subprotocol offer in ONE
 //! header, bearer token), the upgrade answer (a 101 checked per RFC 6455,
@@ -17,7 +17,8 @@
 //!
 //! Why this shape: a socket can be driven by one thread only (tungstenite
 //! and rustls keep one state per connection), and every known client bug in
-//! kubernetes.md §7 is avoided by construction: channel 3 is collected whole
+//! docs/kubernetes.md#known-traps-each-was-a-real-bug-in-a-mainstream-client is
+//! avoided by construction: channel 3 is collected whole
 //! and decoded once at the end, a stream that ends without a status is an
 //! error (never exit 0), stdin EOF on v5 is the `[255, 0]` half-close (never
 //! a socket close), and output is read until the server closes whatever

@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::http::{Request, Response};
 use crate::session::engine::Handle;
 
-/// Heartbeat comment period on an idle event stream (contract.md).
+/// Heartbeat comment period on an idle event stream (docs/api.md#sessions).
 const SSE_HEARTBEAT: Duration = Duration::from_secs(20);
 
 /// `GET /v1/sessions/{id}/events`: Server-Sent Events from the session's

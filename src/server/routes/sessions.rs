@@ -26,7 +26,7 @@ fn accepted() -> Reply {
 }
 
 /// The io socket of an unknown session: upgraded, then closed with the
-/// socket's own "unknown session" code (contract.md).
+/// socket's own "unknown session" code (docs/api.md#sessions).
 fn unknown_io_socket() -> Reply {
     Reply::Upgrade(Upgrade {
         protocol: Some(IO_PROTOCOL.to_string()),
@@ -158,7 +158,7 @@ impl FrontDoor {
     }
 
     /// `GET /v1/sessions/{id}/io?app=NAME&lastSeq=N`: the app's output from
-    /// its replay ring, then live; stdin and resizes back (contract.md).
+    /// its replay ring, then live; stdin and resizes back (docs/api.md#sessions).
     fn session_io(&self, h: &Arc<Handle>, req: &Request) -> Result<Reply, ApiError> {
         require_websocket(req, IO_PROTOCOL)?;
         let last_seq = match req.query("lastSeq") {

@@ -1,4 +1,4 @@
-//! The pod-access seam (sessions.md "Reaching the pod"): every connection
+//! The pod-access seam (docs/sessions.md#reaching-the-pod): every connection
 //! from the daemon to a session pod's ports — the workspace agent, the
 //! debug streams, reachability, the port proxy — goes through a
 //! [`PodAccess`], picked by `[cluster] pod_access`:

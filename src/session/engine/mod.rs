@@ -405,7 +405,7 @@ impl Engine {
     /// and visibly. Its view and event stream say `failed` (stage `run`,
     /// "internal error: …"), its viewers are closed with 1011, its record
     /// says failed, its pod routes are dropped, and its pods are deleted
-    /// (a failed session leaves no pod, as sessions.md says of any
+    /// (a failed session leaves no pod, as docs/sessions.md#start says of any
     /// failure). Nothing else is touched: other sessions, the hub and the
     /// daemon go on.
     fn owner_panicked(
@@ -602,7 +602,7 @@ impl Engine {
     /// Starts the `session-reaper` thread (one per daemon): every
     /// `grace / 2` (1 s to 30 s) it lists the session namespace's watch
     /// pods and deletes those [`Reaper`] finds orphaned for `grace`
-    /// (sessions.md: managed-by AND mode `watch` AND a session id no
+    /// (docs/sessions.md#operations: managed-by AND mode `watch` AND a session id no
     /// record knows; Evicted pods and every other pod left alone). Ends
     /// with [`Engine::shutdown`].
     pub fn start_reaper(self: &Arc<Self>, grace: Duration) {

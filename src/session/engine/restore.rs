@@ -62,7 +62,7 @@ impl std::error::Error for RestoreError {}
 
 impl Engine {
     /// Daemon start: brings back every session recorded in the state
-    /// directory (sessions.md "Operations"; the decisions are
+    /// directory (docs/sessions.md#operations; the decisions are
     /// [`Session::restore`]'s): lists the session pods once, restores each
     /// app's output ring from `<id>.io/<app>.ring` (the seqs go on), and
     /// starts an owner per session, which re-adopts its pod (attach with

@@ -1,5 +1,5 @@
-//! A session app's terminal-like IO (sessions.md "While running": Output,
-//! Input; contract.md's `GET /v1/sessions/{id}/io` socket):
+//! A session app's terminal-like IO (docs/sessions.md#while-running: Output,
+//! Input; the `GET /v1/sessions/{id}/io` socket of docs/api.md#sessions):
 //!
 //! ```text
 //!  k8s attach ─ kube-remote-io (demux in place) ─────> push ──┐

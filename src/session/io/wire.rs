@@ -1,4 +1,4 @@
-//! The io socket's wire format (contract.md's `GET /v1/sessions/{id}/io`,
+//! The io socket's wire format (docs/api.md#sessions: `GET /v1/sessions/{id}/io`,
 //! subprotocol `kubegate.io.v1`): server frames `[seq][stream][payload]`,
 //! the close codes, the gap notice's text, and a viewer's messages (stdin
 //! bytes, resize). Sans-IO; the only part of `session::io` the CLI and

@@ -1,5 +1,5 @@
-//! A session rebuilt from its record after a daemon restart (sessions.md
-//! "Operations": re-adopted, or resumed from disk), sans-IO.
+//! A session rebuilt from its record after a daemon restart
+//! (docs/sessions.md#operations: re-adopted, or resumed from disk), sans-IO.
 //!
 //! The engine reads every record in the state directory, lists the
 //! session pods once, and hands each session its record and the pods that

@@ -1,4 +1,4 @@
-//! A pod from its create to `running` (sessions.md "Start" 1-8): create,
+//! A pod from its create to `running` (docs/sessions.md#start, steps 1-8): create,
 //! the token Secret, schedule (provisioning progress), the workspace agent,
 //! the seed, then publish and attach every app; and what the pod watch
 //! says about the current pod on the way and afterwards (its end, its
@@ -32,7 +32,7 @@ pub(super) enum Phase {
     Seeding,
     /// Publishing endpoints (`id`) and attaching every app (`attaching`:
     /// the apps whose attach has not answered yet); `running` once both
-    /// are done (sessions.md "Start" 6-8), so a viewer that connects on
+    /// are done (docs/sessions.md#start, steps 6-8), so a viewer that connects on
     /// `running` never types into an app that is not attached yet.
     Publishing {
         id: u64,

@@ -1,11 +1,11 @@
 //! What the machine says: a session's status and the stage of a start or
-//! failure, and the events of its SSE stream (contract.md shapes: `kind`
+//! failure, and the events of its SSE stream (docs/api.md#sessions: `kind`
 //! is the `event:` type, `data` the JSON).
 
 use super::*;
 use crate::session::spec::Io;
 
-/// Where a start (or a later bring-up) stands or failed (contract.md).
+/// Where a start (or a later bring-up) stands or failed (docs/api.md#sessions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
@@ -15,8 +15,8 @@ pub enum Stage {
     Workspace,
     Seed,
     Publish,
-    /// After the session was running (the pod died or vanished). Not in
-    /// contract.md's list: flagged for its owner (docs/sessions.md).
+    /// After the session was running (the pod died or vanished, or could not
+    /// be brought back after a restart: docs/api.md#sessions).
     Run,
 }
 
@@ -116,7 +116,7 @@ pub struct Rejected {
     pub reason: String,
 }
 
-/// An event for the session's SSE stream (contract.md shapes).
+/// An event for the session's SSE stream (docs/api.md#sessions).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     Status {
@@ -156,7 +156,7 @@ pub struct RunEnd {
     pub exit_code: Option<i32>,
     pub reason: String,
     /// The signal that ended it (`"SIGTERM"`), as the app runner reports
-    /// it; an addition to contract.md's shape, sent only when known.
+    /// it (part of the `run` event of docs/api.md#sessions), sent only when known.
     pub signal: Option<String>,
 }
 

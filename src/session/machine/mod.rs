@@ -1,5 +1,6 @@
-//! One session's state machine, sans-IO (sessions.md "Start", "While
-//! running", "Operations"; docs/sessions.md has the diagrams and choices).
+//! One session's state machine, sans-IO (docs/sessions.md#start,
+//! docs/sessions.md#while-running, docs/sessions.md#operations; docs/sessions.md has the
+//! diagrams and choices).
 //!
 //! The engine feeds it what it observes ([`Input`]) and the user's
 //! operations ([`UserOp`]), with the current time; it answers with
@@ -621,7 +622,7 @@ impl Session {
             .collect()
     }
 
-    /// `GET /v1/sessions/{id}` (contract.md).
+    /// `GET /v1/sessions/{id}` (docs/api.md#sessions).
     pub fn view(&self) -> Value {
         let mut v = json!({
             "sessionId": self.who.id,

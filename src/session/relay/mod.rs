@@ -1,5 +1,5 @@
-//! The session's live links to its pod's ports (sessions.md "While
-//! running"), all through the pod-access seam (`session::access`), so they
+//! The session's live links to its pod's ports (docs/sessions.md#while-running),
+//! all through the pod-access seam (`session::access`), so they
 //! work in both `[cluster] pod_access` modes:
 //!
 //! - the debug relay ([`start_relay`]): per app, `GET /events` streamed

@@ -20,7 +20,7 @@
 //!   timer thread with a heap, not a sleeping thread per process.
 //!
 //! What it never does: it knows nothing about pods, the API or pod status
-//! (`podspec.rs` translates a pod into a [`ProcessSpec`]; the kubelet glue
+//! (`podspec/` translates a pod into a [`ProcessSpec`]; the kubelet glue
 //! reports statuses). It never inherits the sim's environment into a
 //! container, and never blocks a container on a slow log reader.
 //!

@@ -5,7 +5,8 @@
 //! What it owns: object identity and bookkeeping (uid, resourceVersion,
 //! creationTimestamp, generation, generateName), optimistic concurrency and
 //! preconditions, the create/update/status/patch/delete semantics of a real
-//! API server (kubernetes.md §1), and watch history/fan-out (§3, `watch`).
+//! API server (docs/kubernetes.md#rest-basics), and watch history/fan-out
+//! (docs/kubernetes.md#watch).
 //! Admission (defaults, validation, ClusterIP allocation) runs inside the
 //! write lock so allocations cannot race.
 //!
