@@ -446,15 +446,12 @@ pub fn agent_main(args: &[String]) -> i32 {
             return 2;
         }
     };
-    let mut signals = match signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ]) {
+    let mut signals = match crate::signals::install(
+        "kubegate workspace-agent",
+        &[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM],
+    ) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("kubegate workspace-agent: installing signal handlers: {e}");
-            return 1;
-        }
+        Err(code) => return code,
     };
     let ws = match Workspace::open(&opts.root, opts.limits) {
         Ok(ws) => ws,
