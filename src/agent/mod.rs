@@ -26,16 +26,15 @@ pub mod wire;
 
 use crate::api::{ApiError, Code};
 use crate::http::{Handler, HttpError, Reply, Request, Response, Server, ServerConfig};
+use crate::token::{self, TokenDigest};
 use base64::Engine as _;
 use fs::{FileWrite, Workspace};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use subtle::ConstantTimeEq;
 use wire::paths;
 use wire::{
     ApplyRequest, ApplyResult, Encoding, FileContent, Snapshot, SnapshotFile, Tree, TreeEntry,
@@ -170,7 +169,7 @@ fn tokenizer_error(e: lexopt::Error) -> UsageError {
 /// The HTTP handler: authentication, routing, and the JSON bodies.
 pub struct Agent {
     ws: Workspace,
-    token_digest: [u8; 32],
+    token_digest: TokenDigest,
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -206,7 +205,7 @@ impl Agent {
     pub fn new(ws: Workspace, token: &str) -> Agent {
         Agent {
             ws,
-            token_digest: Sha256::digest(token.as_bytes()).into(),
+            token_digest: token::digest(token),
         }
     }
 
@@ -214,10 +213,7 @@ impl Agent {
         let token = req
             .bearer_token()
             .or_else(|| req.header(TOKEN_HEADER).map(str::trim));
-        let ok = token.is_some_and(|t| {
-            let d: [u8; 32] = Sha256::digest(t.as_bytes()).into();
-            bool::from(d.ct_eq(&self.token_digest))
-        });
+        let ok = token.is_some_and(|t| token::same_digest(&token::digest(t), &self.token_digest));
         if ok {
             Ok(())
         } else {
