@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod runner;
 pub mod server;
 pub mod session;
+pub mod signals;
 pub mod sim;
 pub mod timer;
 pub mod token;

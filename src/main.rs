@@ -5,8 +5,7 @@
 //! exit code and uses 255 for its own errors, as `attach` does.
 
 use kubegate::cli::command::{self, Command, SimArgs};
-use kubegate::sim::cluster::{Sim, SimError, SimOptions};
-use std::io::Write;
+use kubegate::sim::cluster::SimOptions;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,10 +28,11 @@ fn main() {
             init_logging_with("info");
             kubegate::server::serve_main(&path)
         }
-        Ok(Command::CheckConfig(path)) => check_config(&path),
+        Ok(Command::CheckConfig(path)) => kubegate::server::serve::check_config_main(&path),
         Ok(Command::Sim(a)) => {
             init_logging_with("info");
-            sim_main(a)
+            let warnings = a.warnings();
+            kubegate::sim::standalone::sim_main(sim_options(a), &warnings)
         }
         // Client commands: exit codes of their own (exec: the remote
         // command's, 255 for kubegate's errors; docs/cli.md).
@@ -70,24 +70,9 @@ fn init_logging_with(default_level: &str) {
         .init();
 }
 
-fn check_config(path: &std::path::Path) -> i32 {
-    match kubegate::config::Config::load(path) {
-        Ok(_) => {
-            println!("config ok");
-            0
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            2
-        }
-    }
-}
-
-/// `kubegate sim`: starts the sim and runs it until SIGINT or SIGTERM.
-fn sim_main(a: SimArgs) -> i32 {
-    for w in a.warnings() {
-        log::warn!("{w}");
-    }
+/// The sim's options as `kubegate sim`'s command line gives them (`cli`
+/// parses, `sim` runs, and neither imports the other).
+fn sim_options(a: SimArgs) -> SimOptions {
     let mut opts = SimOptions {
         listen: a.listen,
         kubeconfig_out: a.kubeconfig_out,
@@ -105,37 +90,5 @@ fn sim_main(a: SimArgs) -> i32 {
     if let Some(range) = a.uid_range {
         opts.uid_range = range;
     }
-    // Install the signal handler before anything is started, so a signal
-    // that arrives during start-up still leads to a clean stop.
-    let mut signals = match signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ]) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("kubegate: installing signal handlers: {e}");
-            return 1;
-        }
-    };
-    let sim = match Sim::start(opts) {
-        Ok(s) => s,
-        Err(SimError::Usage(m)) => {
-            eprintln!("kubegate: {m}");
-            return 2;
-        }
-        Err(SimError::Failed(m)) => {
-            eprintln!("kubegate: {m}");
-            return 1;
-        }
-    };
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "kubegate sim listening on {}", sim.url);
-        let _ = out.flush();
-    }
-    if let Some(sig) = signals.forever().next() {
-        log::info!("signal {sig}: stopping the sim");
-    }
-    sim.shutdown();
-    0
+    opts
 }

@@ -11,7 +11,7 @@
 //!   links.
 //! - here: the routes on an `http::Server` (threads `agent-listen`,
 //!   `agent-conn`), the bearer token (checked from the head), the command
-//!   line ([`parse_args`], its [`UsageError`]).
+//!   line ([`parse_args`], read with lexopt; its [`UsageError`]).
 //!
 //! The token comes from `KUBEGATE_WORKSPACE_TOKEN` ([`wire::TOKEN_ENV`]) and
 //! is kept only as its SHA-256 digest, compared in constant time; it is
@@ -25,16 +25,15 @@ pub mod wire;
 
 use crate::api::{ApiError, Code};
 use crate::http::{Handler, HttpError, Reply, Request, Response, Server, ServerConfig};
+use crate::token::{self, TokenDigest};
 use base64::Engine as _;
 use fs::{FileWrite, Workspace};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use subtle::ConstantTimeEq;
 use wire::paths;
 use wire::{
     ApplyRequest, ApplyResult, Encoding, FileContent, Snapshot, SnapshotFile, Tree, TreeEntry,
@@ -83,6 +82,9 @@ pub enum UsageError {
     EmptyRoot,
     /// An argument that is no option of the agent's.
     UnknownOption(String),
+    /// Anything else the tokenizer refuses (a value that is not UTF-8),
+    /// in `exit::usage_text`'s words.
+    Malformed(String),
 }
 
 impl std::fmt::Display for UsageError {
@@ -97,74 +99,76 @@ impl std::fmt::Display for UsageError {
             }
             UsageError::EmptyRoot => f.write_str("--root must not be empty"),
             UsageError::UnknownOption(a) => write!(f, "unknown option {a:?}"),
+            UsageError::Malformed(m) => f.write_str(m),
         }
     }
 }
 
 impl std::error::Error for UsageError {}
 
-/// Parses the arguments after `workspace-agent`. `Ok(None)` is `--help`.
+/// Parses the arguments after `workspace-agent` (with lexopt, as every
+/// command of the binary: `--flag V` or `--flag=V`). `Ok(None)` is
+/// `--help`.
 pub fn parse_args(args: &[String]) -> Result<Option<Options>, UsageError> {
+    use lexopt::prelude::*;
     let mut o = Options::default();
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].as_str();
-        if a == "-h" || a == "--help" {
-            return Ok(None);
-        }
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (a, None),
+    let mut p = lexopt::Parser::from_args(args);
+    while let Some(arg) = p.next().map_err(tokenizer_error)? {
+        let flag = match &arg {
+            Short('h') | Long("help") => return Ok(None),
+            Long(name) => format!("--{name}"),
+            Short(c) => return Err(UsageError::UnknownOption(format!("-{c}"))),
+            Value(v) => return Err(UsageError::UnknownOption(v.to_string_lossy().into_owned())),
         };
-        let mut value = || -> Result<String, UsageError> {
-            if let Some(v) = inline.clone() {
-                return Ok(v);
-            }
-            i += 1;
-            args.get(i)
-                .cloned()
-                .ok_or_else(|| UsageError::MissingValue {
-                    flag: flag.to_string(),
-                })
-        };
+        let value = p
+            .value()
+            .map_err(|_| UsageError::MissingValue { flag: flag.clone() })
+            .and_then(|v| v.string().map_err(tokenizer_error));
         let positive = |v: String| -> Result<u64, UsageError> {
             match v.parse::<u64>() {
                 Ok(n) if n > 0 => Ok(n),
                 _ => Err(UsageError::NotPositive {
-                    flag: flag.to_string(),
+                    flag: flag.clone(),
                     value: v,
                 }),
             }
         };
-        match flag {
+        match flag.as_str() {
             "--listen" => {
-                let v = value()?;
+                let v = value?;
                 o.listen = v.parse::<SocketAddr>().map_err(|e| UsageError::BadListen {
                     reason: e.to_string(),
                     value: v.clone(),
                 })?;
             }
             "--root" => {
-                let v = value()?;
+                let v = value?;
                 if v.is_empty() {
                     return Err(UsageError::EmptyRoot);
                 }
                 o.root = PathBuf::from(v);
             }
-            "--max-file-bytes" => o.limits.max_file_bytes = positive(value()?)?,
-            "--max-files" => o.limits.max_files = positive(value()?)?,
-            "--max-total-bytes" => o.limits.max_total_bytes = positive(value()?)?,
-            _ => return Err(UsageError::UnknownOption(a.to_string())),
+            "--max-file-bytes" => o.limits.max_file_bytes = positive(value?)?,
+            "--max-files" => o.limits.max_files = positive(value?)?,
+            "--max-total-bytes" => o.limits.max_total_bytes = positive(value?)?,
+            _ => return Err(UsageError::UnknownOption(flag)),
         }
-        i += 1;
     }
     Ok(Some(o))
+}
+
+/// A complaint of the tokenizer's in the agent's words.
+fn tokenizer_error(e: lexopt::Error) -> UsageError {
+    match e {
+        lexopt::Error::MissingValue { option: Some(o) } => UsageError::MissingValue { flag: o },
+        other => UsageError::Malformed(crate::exit::usage_text(other)),
+    }
 }
 
 /// The HTTP handler: authentication, routing, and the JSON bodies.
 pub struct Agent {
     ws: Workspace,
-    token_digest: [u8; 32],
+    token_digest: TokenDigest,
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -200,7 +204,7 @@ impl Agent {
     pub fn new(ws: Workspace, token: &str) -> Agent {
         Agent {
             ws,
-            token_digest: Sha256::digest(token.as_bytes()).into(),
+            token_digest: token::digest(token),
         }
     }
 
@@ -208,10 +212,7 @@ impl Agent {
         let token = req
             .bearer_token()
             .or_else(|| req.header(TOKEN_HEADER).map(str::trim));
-        let ok = token.is_some_and(|t| {
-            let d: [u8; 32] = Sha256::digest(t.as_bytes()).into();
-            bool::from(d.ct_eq(&self.token_digest))
-        });
+        let ok = token.is_some_and(|t| token::same_digest(&token::digest(t), &self.token_digest));
         if ok {
             Ok(())
         } else {
@@ -445,15 +446,12 @@ pub fn agent_main(args: &[String]) -> i32 {
             return 2;
         }
     };
-    let mut signals = match signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ]) {
+    let mut signals = match crate::signals::install(
+        "kubegate workspace-agent",
+        &[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM],
+    ) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("kubegate workspace-agent: installing signal handlers: {e}");
-            return 1;
-        }
+        Err(code) => return code,
     };
     let ws = match Workspace::open(&opts.root, opts.limits) {
         Ok(ws) => ws,
@@ -548,5 +546,14 @@ mod tests {
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?}");
         }
+        let text = |v: &[&str]| parse_args(&args(v)).unwrap_err().to_string();
+        assert_eq!(text(&["--listen"]), "--listen needs a value");
+        assert_eq!(text(&["--frobnicate"]), "unknown option \"--frobnicate\"");
+        assert_eq!(text(&["stray"]), "unknown option \"stray\"");
+        assert_eq!(
+            text(&["--max-files=0"]),
+            "--max-files \"0\": expected a positive whole number"
+        );
+        assert_eq!(text(&["--root="]), "--root must not be empty");
     }
 }

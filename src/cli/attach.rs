@@ -481,7 +481,7 @@ impl StateFile {
     }
 
     pub fn put(&self, key: &str, seq: u32) -> io::Result<()> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        use std::os::unix::fs::DirBuilderExt;
         let dir = self
             .path
             .parent()
@@ -507,17 +507,7 @@ impl StateFile {
             };
         }
         let bytes = serde_json::to_vec(&data).map_err(io::Error::other)?;
-        let tmp = dir.join(format!(".attach.json.{}", std::process::id()));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, &self.path)
+        crate::files::write_atomic(&self.path, &bytes, 0o600)
     }
 }
 

@@ -354,8 +354,7 @@ fn settle_auth(a: &mut SimArgs, auth: SimAuth) -> Result<(), UsageError> {
             }
             // With --client-ca the client certificate is the credential.
             if !a.client_ca {
-                let bytes: [u8; 32] = rand::random();
-                a.token = Some(bytes.iter().map(|b| format!("{b:02x}")).collect());
+                a.token = Some(crate::token::random_hex());
             }
         }
         SimAuth::File(p) => a.token = Some(read_sim_token(&p)?),

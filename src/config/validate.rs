@@ -12,6 +12,7 @@ use super::{
     SessionsSection, DEMO_TOKEN_SHA256, MIN_AUDIT_MAX_BYTES, MIN_RECORDING_MAX_BYTES,
 };
 use crate::api::Workspace;
+use crate::kube::image::check_image;
 use crate::kube::labels::MANAGED_BY_LABEL;
 use crate::kube::names::{
     check_dns_label, check_dns_subdomain, check_label_key, check_label_value,
@@ -412,40 +413,6 @@ fn check_principals(principals: &mut [Principal]) -> Result<(), KeyError> {
             }
             *w = parsed;
         }
-    }
-    Ok(())
-}
-
-/// Why a string is not an image reference.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ImageError {
-    Empty,
-    /// Spaces, control characters, or longer than 512 characters.
-    Malformed(String),
-}
-
-impl std::fmt::Display for ImageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ImageError::Empty => f.write_str("must not be empty"),
-            ImageError::Malformed(s) => write!(
-                f,
-                "{s:?} is not an image reference (no spaces, at most 512 characters)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ImageError {}
-
-/// An image reference: not blank, no whitespace or control characters, at
-/// most 512 characters (the registry checks the rest).
-fn check_image(s: &str) -> Result<(), ImageError> {
-    if s.is_empty() {
-        return Err(ImageError::Empty);
-    }
-    if s.len() > 512 || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(ImageError::Malformed(s.into()));
     }
     Ok(())
 }

@@ -35,6 +35,7 @@ pub mod channel;
 pub mod client;
 pub mod config;
 pub mod connection;
+pub mod image;
 pub mod jsonstream;
 pub mod labels;
 pub mod meta;

@@ -1,5 +1,6 @@
-//! `kubegate serve --config F` as a process: signal handlers installed
-//! before anything starts, the config loaded (exit 2 when it is wrong),
+//! `kubegate serve --config F` as a process (and `kubegate check-config`,
+//! [`check_config_main`], its load-and-validate step alone): signal
+//! handlers installed before anything starts, the config loaded (exit 2 when it is wrong),
 //! the process settings a server wants (umask 077, the open-file limit
 //! raised, few malloc arenas), [`Daemon::start`], the readiness
 //! announcement, then the signal loop: SIGHUP reopens the audit log and
@@ -9,30 +10,37 @@
 
 use std::path::Path;
 
-use signal_hook::iterator::Signals;
-
 use super::daemon::Daemon;
 use super::demo::warn_demo_token;
 use super::systemd::{announce_ready, notify_reloading, notify_systemd};
 use crate::config::Config;
 
-/// Installs handlers for `signals`; on failure says so on stderr and
-/// gives the exit code (1). Installed before anything starts, so a signal
-/// during start-up still leads to a clean stop.
-pub fn install_signal_handlers(signals: &[std::ffi::c_int]) -> Result<Signals, i32> {
-    Signals::new(signals).map_err(|e| {
-        eprintln!("kubegate: installing signal handlers: {e}");
-        1
-    })
+/// `kubegate check-config --config F`: loads and validates the config as
+/// `serve` would, without starting anything. Prints `config ok` and gives
+/// 0, or prints the error (which names the key at fault) and gives 2.
+pub fn check_config_main(config_path: &Path) -> i32 {
+    match Config::load(config_path) {
+        Ok(_) => {
+            println!("config ok");
+            crate::exit::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            crate::exit::USAGE
+        }
+    }
 }
 
 /// `kubegate serve --config F`: returns the exit code.
 pub fn serve_main(config_path: &Path) -> i32 {
-    let mut signals = match install_signal_handlers(&[
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ]) {
+    let mut signals = match crate::signals::install(
+        "kubegate",
+        &[
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ],
+    ) {
         Ok(s) => s,
         Err(code) => return code,
     };

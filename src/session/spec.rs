@@ -26,6 +26,7 @@
 //!   and checks entry paths only (the files are already in the workspace).
 
 use crate::api::{ApiError, Code};
+use crate::kube::image::check_image;
 use crate::kube::names::{check_dns_label, NameError};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -686,29 +687,6 @@ fn check_env_name(k: &str) -> Result<(), EnvNameError> {
     }
     if k == "POD_IP" || k.starts_with("KUBEGATE_") {
         return Err(EnvNameError::SetByKubegate);
-    }
-    Ok(())
-}
-
-/// An image reference that is not one: empty, with spaces or control
-/// characters, or longer than 512 characters (`Display`: the message
-/// after the field).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct BadImage(String);
-
-impl fmt::Display for BadImage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:?} is not an image reference (not empty, no spaces, at most 512 characters)",
-            self.0
-        )
-    }
-}
-
-fn check_image(s: &str) -> Result<(), BadImage> {
-    if s.is_empty() || s.len() > 512 || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(BadImage(s.to_string()));
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ use super::store::{Event, PatchType, Selectors, Store, StoreError, Subresource, 
 use super::table;
 use crate::http::{ChunkSink, Handler, HttpError, Reply, Request, Response};
 use crate::kube::status::Status;
+use crate::token::{self, TokenDigest};
 use crossbeam_channel::RecvTimeoutError;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -31,7 +32,7 @@ pub trait PodStreams: Send + Sync {
 #[derive(Default)]
 pub struct Auth {
     /// SHA-256 of the required bearer token, when one is configured.
-    pub token_sha256: Option<[u8; 32]>,
+    pub token_sha256: Option<TokenDigest>,
     /// True when a verified client certificate is enough (`--client-ca`).
     pub accept_client_cert: bool,
 }
@@ -51,12 +52,7 @@ impl Auth {
             return true;
         }
         match (&self.token_sha256, req.bearer_token()) {
-            (Some(want), Some(got)) => {
-                use sha2::Digest;
-                use subtle::ConstantTimeEq;
-                let got: [u8; 32] = sha2::Sha256::digest(got.as_bytes()).into();
-                bool::from(got.ct_eq(want))
-            }
+            (Some(want), Some(got)) => token::same_digest(&token::digest(got), want),
             _ => false,
         }
     }

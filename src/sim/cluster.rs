@@ -163,10 +163,7 @@ impl Sim {
             .map_err(|e| SimError::Failed(format!("starting controllers: {e}")))?;
 
         let auth = Auth {
-            token_sha256: opts.token.as_ref().map(|t| {
-                use sha2::Digest;
-                sha2::Sha256::digest(t.as_bytes()).into()
-            }),
+            token_sha256: opts.token.as_deref().map(crate::token::digest),
             accept_client_cert: opts.client_ca,
         };
         let mut api = ApiServer::new(

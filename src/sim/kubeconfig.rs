@@ -4,7 +4,6 @@
 //! hold a token or a client key.
 
 use base64::Engine;
-use std::io::Write;
 use std::path::Path;
 
 pub struct KubeconfigSpec<'a> {
@@ -63,27 +62,15 @@ fn quote(s: &str) -> String {
     q
 }
 
-/// Writes the kubeconfig atomically (temp file + rename) with mode 0600,
-/// creating the parent folder if needed.
+/// Writes the kubeconfig atomically with mode 0600 ([`crate::files`]:
+/// temp file, sync, rename), creating the parent folder if needed.
 pub fn write(path: &Path, contents: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() {
             std::fs::create_dir_all(dir)?;
         }
     }
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(contents.as_bytes())?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)
+    crate::files::write_atomic(path, contents.as_bytes(), 0o600)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! node side: [`kubelet`], [`podspec`] (a container as a process plan),
 //! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
 //! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
-//! (start and stop), [`controllers`], [`gc`], [`lifecycle`], [`faults`],
+//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`controllers`], [`gc`], [`lifecycle`], [`faults`],
 //! [`tls`], [`kubeconfig`].
 
 pub mod admission;
@@ -32,6 +32,7 @@ pub mod resources;
 pub mod rules;
 pub mod runtime;
 pub mod selector;
+pub mod standalone;
 pub mod store;
 pub mod table;
 pub mod tls;

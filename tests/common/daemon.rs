@@ -17,20 +17,17 @@ use std::time::Duration;
 pub const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.toml");
 
 /// A random bearer token and its SHA-256 hex digest (for `token_sha256`).
+/// (`kubegate::token`, the daemon's own helper).
 pub fn random_token() -> (String, String) {
-    let bytes: [u8; 32] = rand::random();
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let token = kubegate::token::random_hex();
     let digest = token_digest(&token);
     (token, digest)
 }
 
-/// The SHA-256 hex digest of a token, as `token_sha256` holds it.
+/// The SHA-256 hex digest of a token, as `token_sha256` holds it
+/// (`kubegate::token::digest_hex`).
 pub fn token_digest(token: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    kubegate::token::digest_hex(token)
 }
 
 pub struct DaemonProc {

@@ -1,0 +1,49 @@
+//! `kubegate sim` as a process: the signal handlers installed first (so a
+//! signal during start-up still leads to a clean stop), [`Sim::start`],
+//! `kubegate sim listening on URL` on stdout (the line scripts and tests
+//! wait for), then running until SIGINT or SIGTERM and [`Sim::shutdown`].
+//!
+//! The command line is read by `cli::command` (its `SimArgs`); `main.rs`
+//! turns it into [`SimOptions`], since `sim` and `cli` do not import each
+//! other. Exit codes: 0 after a signal, 2 for a usage or configuration
+//! problem found at start ([`SimError::Usage`]), 1 for any other failure.
+
+use super::cluster::{Sim, SimError, SimOptions};
+use crate::exit;
+use std::io::Write;
+
+/// `kubegate sim`: logs `warnings` (what the command line asked that is
+/// risky or deprecated), starts the sim with `opts` and runs it until
+/// SIGINT or SIGTERM. Returns the exit code.
+pub fn sim_main(opts: SimOptions, warnings: &[String]) -> i32 {
+    for w in warnings {
+        log::warn!("{w}");
+    }
+    let mut signals = match crate::signals::install(
+        "kubegate",
+        &[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM],
+    ) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let sim = match Sim::start(opts) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kubegate: {e}");
+            return match e {
+                SimError::Usage(_) => exit::USAGE,
+                SimError::Failed(_) => exit::FAILURE,
+            };
+        }
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "kubegate sim listening on {}", sim.url);
+        let _ = out.flush();
+    }
+    if let Some(sig) = signals.forever().next() {
+        log::info!("signal {sig}: stopping the sim");
+    }
+    sim.shutdown();
+    exit::SUCCESS
+}
