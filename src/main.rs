@@ -29,7 +29,7 @@ fn main() {
             init_logging_with("info");
             kubegate::server::serve_main(&path)
         }
-        Ok(Command::CheckConfig(path)) => check_config(&path),
+        Ok(Command::CheckConfig(path)) => kubegate::server::serve::check_config_main(&path),
         Ok(Command::Sim(a)) => {
             init_logging_with("info");
             sim_main(a)
@@ -68,19 +68,6 @@ fn init_logging_with(default_level: &str) {
         .filter_module("tungstenite", log::LevelFilter::Info)
         .target(env_logger::Target::Stderr)
         .init();
-}
-
-fn check_config(path: &std::path::Path) -> i32 {
-    match kubegate::config::Config::load(path) {
-        Ok(_) => {
-            println!("config ok");
-            0
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            2
-        }
-    }
 }
 
 /// `kubegate sim`: starts the sim and runs it until SIGINT or SIGTERM.

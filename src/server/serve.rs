@@ -26,6 +26,23 @@ pub fn install_signal_handlers(signals: &[std::ffi::c_int]) -> Result<Signals, i
     })
 }
 
+/// `kubegate check-config FILE`: loads and validates the daemon's config
+/// as `serve` would, prints `config ok` (exit 0) or the error (exit 2).
+/// Here rather than in `main.rs` because only `server` (and `config`
+/// itself) knows the config file's types.
+pub fn check_config_main(path: &Path) -> i32 {
+    match Config::load(path) {
+        Ok(_) => {
+            println!("config ok");
+            crate::exit::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            crate::exit::USAGE
+        }
+    }
+}
+
 /// `kubegate serve --config F`: returns the exit code.
 pub fn serve_main(config_path: &Path) -> i32 {
     let mut signals = match install_signal_handlers(&[
