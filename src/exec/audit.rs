@@ -11,7 +11,7 @@
 //! (the folder gone, no space) is a line dropped: counted, and logged once
 //! until writing works again.
 
-use super::Target;
+use super::frames::Target;
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};

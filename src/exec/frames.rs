@@ -10,11 +10,22 @@
 //!   `{"type":"exit","exitCode":N,"reason"?,"message"?}` or
 //!   `{"type":"error","code","message"}`.
 
-use super::Target;
 use crate::api::{ApiError, Code};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tungstenite::Message;
+
+/// The resolved target, returned with every result (exec.md step 7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Target {
+    pub namespace: String,
+    pub deployment: String,
+    pub deployment_uid: String,
+    pub pod: String,
+    pub pod_uid: String,
+    pub container: String,
+}
 
 /// The real subprotocol of interactive exec.
 pub const SUBPROTOCOL: &str = "kubegate.exec.v1";

@@ -6,13 +6,13 @@
 //! built by the daemon from its configuration.
 
 use super::audit::{Audit, Record};
+use super::frames::Target;
 use super::frames::{Exit, TYPE_STDERR};
 use super::interactive::{Interactive, RecordingNote};
 use super::record::Bounds;
 use super::resolve::{resolve, Ownership};
 use super::slots::{Slot, Slots};
 use super::validate::{output_cap, ExecSpec, Limits};
-use super::Target;
 use crate::api::{ApiError, Code, Identity};
 use crate::http::ws::Outbox;
 use crate::http::PeerProbe;

@@ -26,11 +26,11 @@
 //! sends one `EXEC_INVALID` error frame after what it already sent, then
 //! closes.
 
+use super::frames::Target;
 use super::frames::{ClientFrame, Exit, ServerFrame};
 use super::record::{self, Recorder};
 use super::slots::Slot;
 use super::validate::invalid;
-use super::Target;
 use crate::api::{ApiError, Code, Identity};
 use crate::http::ws::{self, Outbox, WsConn, WsOptions};
 use crate::kube::remote::{self, Output, RemoteError, RemoteProcess, TermSize};

@@ -1,7 +1,8 @@
 //! The exec gateway (docs/exec.md): validated, capped, workspace-checked exec
 //! into pods of labelled Deployments.
 //!
-//! - `frames`: the interactive wire format (sans-IO, shared with the CLI);
+//! - `frames`: the interactive wire format and the resolved [`frames::Target`]
+//!   (sans-IO, shared with the CLI and the soak);
 //! - `validate`: request rules and limits (sans-IO);
 //! - `resolve`: Deployment -> ReplicaSet -> Pod (rules sans-IO, then the API calls);
 //! - `gateway`: admission, the one-shot exec, the audit line and metrics;
@@ -20,17 +21,3 @@ pub mod record;
 pub mod resolve;
 pub mod slots;
 pub mod validate;
-
-use serde::{Deserialize, Serialize};
-
-/// The resolved target, returned with every result (docs/exec.md#resolving-the-target).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Target {
-    pub namespace: String,
-    pub deployment: String,
-    pub deployment_uid: String,
-    pub pod: String,
-    pub pod_uid: String,
-    pub container: String,
-}

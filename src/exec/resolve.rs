@@ -4,8 +4,8 @@
 //! sans-IO rules; [`resolve`] makes the three API calls (GET Deployment,
 //! LIST pods and ReplicaSets by the Deployment's selector).
 
+use super::frames::Target;
 use super::validate::ExecSpec;
-use super::Target;
 use crate::api::{ApiError, Code};
 use crate::kube::client::{Api, Client, Deployment, KubeError, ListParams, Pod, ReplicaSet};
 use crate::kube::labels::MANAGED_BY_LABEL;

@@ -426,7 +426,7 @@ fn exec_gateway(
 /// `[cluster]`.
 fn session_engine(cfg: &Config, client: &Client, conn: &Connection) -> Arc<Engine> {
     let ss = &cfg.sessions;
-    let access = crate::session::access::pod_access(&cfg.cluster, client);
+    let access = crate::session::access::from_config(cfg.cluster.pod_access(), client);
     Engine::new(
         client.clone(),
         conn.clone(),

@@ -347,8 +347,3 @@ pub fn from_config(mode: PodAccessMode, client: &Client) -> Arc<dyn PodAccess> {
         PodAccessMode::Direct => Arc::new(direct::DirectAccess::new()),
     }
 }
-
-/// The pod-access seam for `[cluster] pod_access`.
-pub fn pod_access(cluster: &crate::config::ClusterSection, client: &Client) -> Arc<dyn PodAccess> {
-    from_config(cluster.pod_access(), client)
-}
