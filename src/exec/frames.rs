@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tungstenite::Message;
 
-/// The resolved target, returned with every result (exec.md step 7).
+/// The resolved target, returned with every result (docs/exec.md#resolving-the-target).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Target {
