@@ -9,9 +9,11 @@
 //! code on (`exec`, `attach`). A failure of kubegate's own is printed as
 //! `kubegate: CODE: message`, CODE one of [`codes`] or a daemon code.
 //!
-//! Also here: [`Parsed`], what a command line asks for, and
+//! Also here: [`Parsed`], what a command line asks for, [`UsageError`],
 //! [`usage_text`], the one wording of the argument tokenizer's (lexopt's)
-//! complaints, so every command says `--root needs a value` alike.
+//! complaints, so every command says `--root needs a value` alike, and
+//! [`usage_error`], how a top-level usage error is printed (by `cli` and by
+//! the sim, which reads its own flags).
 //!
 //! Out of scope: the daemon's API codes and HTTP statuses (`api::Code`).
 //! This module uses nothing of the crate.
@@ -82,6 +84,33 @@ pub fn usage_text(e: lexopt::Error) -> String {
         E::NonUnicodeValue(v) => format!("{v:?} is not UTF-8 text"),
         other => other.to_string(),
     }
+}
+
+/// A usage error of a command whose flags are read before anything
+/// starts (`cli::command`, `sim::args`): printed by [`usage_error`] as
+/// `kubegate: message`, then the binary's usage, exit [`USAGE`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+impl From<lexopt::Error> for UsageError {
+    fn from(e: lexopt::Error) -> UsageError {
+        UsageError(usage_text(e))
+    }
+}
+
+/// Prints a top-level usage error as `kubegate: message`, a blank line and
+/// `usage` (the binary's command list); the exit code ([`USAGE`]).
+pub fn usage_error(message: &dyn std::fmt::Display, usage: &str) -> i32 {
+    eprintln!("kubegate: {message}\n\n{usage}");
+    USAGE
 }
 
 /// The exit code of a 0/1/2 command for a failure with error code CODE:

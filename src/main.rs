@@ -4,8 +4,7 @@
 //! configuration error, 1 any other failure; `exec` passes on the remote
 //! exit code and uses 255 for its own errors, as `attach` does.
 
-use kubegate::cli::command::{self, Command, SimArgs};
-use kubegate::sim::cluster::SimOptions;
+use kubegate::cli::command::{self, Command};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -14,7 +13,7 @@ fn main() {
     if args.first().map(String::as_str) == Some("__shim") {
         std::process::exit(kubegate::sim::runtime::shim_main(&args[1..]));
     }
-    let code = match command::parse(&args, &kubegate::sim::pod_users::parse_range) {
+    let code = match command::parse(&args) {
         Err(e) => command::usage_error(&e),
         Ok(Command::Help) => {
             print!("{}", command::USAGE);
@@ -29,10 +28,11 @@ fn main() {
             kubegate::server::serve_main(&path)
         }
         Ok(Command::CheckConfig(path)) => kubegate::server::serve::check_config_main(&path),
-        Ok(Command::Sim(a)) => {
+        // The sim reads its own flags; on a usage error it prints the
+        // binary's usage, as `command::usage_error` does.
+        Ok(Command::Sim(rest)) => {
             init_logging_with("info");
-            let warnings = a.warnings();
-            kubegate::sim::standalone::sim_main(sim_options(a), &warnings)
+            kubegate::sim::standalone::sim_main(rest, command::USAGE)
         }
         // Client commands: exit codes of their own (exec: the remote
         // command's, 255 for kubegate's errors; docs/cli.md).
@@ -68,27 +68,4 @@ fn init_logging_with(default_level: &str) {
         .filter_module("tungstenite", log::LevelFilter::Info)
         .target(env_logger::Target::Stderr)
         .init();
-}
-
-/// The sim's options as `kubegate sim`'s command line gives them (`cli`
-/// parses, `sim` runs, and neither imports the other).
-fn sim_options(a: SimArgs) -> SimOptions {
-    let mut opts = SimOptions {
-        listen: a.listen,
-        kubeconfig_out: a.kubeconfig_out,
-        tls: a.tls,
-        token: a.token,
-        client_ca: a.client_ca,
-        state_dir: a.state_dir,
-        namespaces: a.namespaces,
-        fail_images: a.fail_images,
-        allow_remote: a.allow_remote,
-        request_log: a.request_log,
-        pods_dir: a.pods_dir,
-        ..SimOptions::default()
-    };
-    if let Some(range) = a.uid_range {
-        opts.uid_range = range;
-    }
-    opts
 }

@@ -241,19 +241,7 @@ fn forward_websocket(client: &Client, prefix: &str, req: &Request, mut sock: Tcp
                 return answer_refusal(&mut sock, &refusal(502, "Bad Gateway", e.to_string()));
             }
         };
-    let mut head = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n",
-        tungstenite::handshake::derive_accept_key(key.as_bytes())
-    );
-    if let Some(p) = chosen {
-        head.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
-    }
-    head.push_str("\r\n");
-    if sock
-        .write_all(head.as_bytes())
-        .and_then(|()| sock.flush())
-        .is_err()
-    {
+    if crate::http::ws::write_accept(&mut sock, key, chosen.as_deref(), &[]).is_err() {
         return;
     }
     let _ = sock.set_read_timeout(None);

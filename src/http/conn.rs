@@ -175,10 +175,7 @@ pub(crate) fn serve_socket(
     first_admit: Option<Admit>,
 ) {
     let _ = sock.set_write_timeout(Some(shared.cfg.write_timeout));
-    let client_cert_der = match &sock {
-        Socket::Tls(t) => t.peer_leaf_cert(),
-        Socket::Plain(_) => None,
-    };
+    let client_cert_der = peer_cert(&sock);
     let conn = Conn {
         shared,
         sock,
@@ -352,31 +349,14 @@ impl<'a> Conn<'a> {
         };
         let deadline = Instant::now() + cfg.request_read_timeout;
         self.buf.drain(..head.len);
-        let Head {
-            method,
-            target,
-            path,
-            query,
-            headers,
-            minor,
-            body: body_kind,
-            keep_alive,
-            expect_continue,
-            ..
-        } = head;
-        let mut req = Request {
-            method,
-            target,
-            path,
-            query,
-            headers,
-            body: Vec::new(),
-            peer: self.peer,
-            tls: self.sock.is_tls(),
-            client_cert_der: self.client_cert_der.clone(),
-            probe: super::types::PeerProbe::default(),
-            admitted: Context::default(),
-        };
+        let (minor, body_kind, keep_alive, expect_continue) =
+            (head.minor, head.body, head.keep_alive, head.expect_continue);
+        let mut req = head_request(
+            head,
+            self.peer,
+            self.sock.is_tls(),
+            self.client_cert_der.clone(),
+        );
         // The previous request's hold ends with it: the admission decides
         // anew whether this one gets one.
         self.hold = None;
@@ -609,32 +589,7 @@ impl<'a> Conn<'a> {
             hold: _hold,
             ..
         } = self;
-        let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
-        let mut head = format!(
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
-        );
-        if let Some(p) = &up.protocol {
-            if header_ok("sec-websocket-protocol", p) {
-                let _ = write!(head, "Sec-WebSocket-Protocol: {p}\r\n");
-            }
-        }
-        for (k, v) in &up.headers {
-            let lower = k.to_ascii_lowercase();
-            if matches!(
-                lower.as_str(),
-                "upgrade" | "connection" | "sec-websocket-accept" | "sec-websocket-protocol"
-            ) || !header_ok(k, v)
-            {
-                continue;
-            }
-            let _ = write!(head, "{k}: {v}\r\n");
-        }
-        head.push_str("\r\n");
-        if sock
-            .write_all(head.as_bytes())
-            .and_then(|()| sock.flush())
-            .is_err()
-        {
+        if super::ws::write_accept(&mut sock, key, up.protocol.as_deref(), &up.headers).is_err() {
             return;
         }
         let _ = sock.set_read_timeout(None);
@@ -654,7 +609,7 @@ impl<'a> Conn<'a> {
 }
 
 /// A header the server may write: no CR/LF/NUL smuggled in by a handler.
-fn header_ok(name: &str, value: &str) -> bool {
+pub(super) fn header_ok(name: &str, value: &str) -> bool {
     !name.is_empty()
         && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
         && !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
@@ -679,7 +634,13 @@ pub(crate) fn with_retry_after(resp: &mut Response, err: &HttpError) {
 
 /// The request a parsed head describes, without its body (what
 /// [`Handler::admit`] sees).
-pub(crate) fn head_request(head: Head, peer: SocketAddr, sock: &Socket) -> Request {
+/// `client_cert_der`: the TLS client's certificate ([`peer_cert`]).
+pub(crate) fn head_request(
+    head: Head,
+    peer: SocketAddr,
+    tls: bool,
+    client_cert_der: Option<Vec<u8>>,
+) -> Request {
     Request {
         method: head.method,
         target: head.target,
@@ -688,13 +649,18 @@ pub(crate) fn head_request(head: Head, peer: SocketAddr, sock: &Socket) -> Reque
         headers: head.headers,
         body: Vec::new(),
         peer,
-        tls: sock.is_tls(),
-        client_cert_der: match sock {
-            Socket::Tls(t) => t.peer_leaf_cert(),
-            Socket::Plain(_) => None,
-        },
+        tls,
+        client_cert_der,
         probe: super::types::PeerProbe::default(),
         admitted: Context::default(),
+    }
+}
+
+/// The certificate (DER) a TLS client presented; `None` on plain TCP.
+pub(crate) fn peer_cert(sock: &Socket) -> Option<Vec<u8>> {
+    match sock {
+        Socket::Tls(t) => t.peer_leaf_cert(),
+        Socket::Plain(_) => None,
     }
 }
 

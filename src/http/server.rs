@@ -716,7 +716,7 @@ fn head_ready(shared: &Arc<Shared>, p: Pending) -> Option<Pending> {
         }
     };
     let minor = head.minor;
-    let req = conn::head_request(head, peer, &sock);
+    let req = conn::head_request(head, peer, sock.is_tls(), conn::peer_cert(&sock));
     let is_head = req.method == "HEAD";
     let handler = shared.handler.clone();
     let admission = match catch_unwind(AssertUnwindSafe(|| handler.admit(&req))) {

@@ -394,6 +394,42 @@ pub const HANDSHAKE_HEADERS: &[&str] = &[
     "sec-websocket-accept",
 ];
 
+/// Writes the server's answer to a WebSocket handshake whose
+/// `Sec-WebSocket-Key` is `key`: `101 Switching Protocols` with the accept
+/// key, the chosen subprotocol and `headers` (those the handshake owns, and
+/// any with CR, LF or NUL, are left out), then flushes. The one way both
+/// the server's upgrade (`conn`) and the CLI's port-forward answer.
+pub fn write_accept<S: io::Write>(
+    sock: &mut S,
+    key: &str,
+    protocol: Option<&str>,
+    headers: &[(String, String)],
+) -> io::Result<()> {
+    use super::conn::header_ok;
+    use std::fmt::Write as _;
+    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let mut head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
+    );
+    if let Some(p) = protocol.filter(|p| header_ok("sec-websocket-protocol", p)) {
+        let _ = write!(head, "Sec-WebSocket-Protocol: {p}\r\n");
+    }
+    for (k, v) in headers {
+        let lower = k.to_ascii_lowercase();
+        if matches!(
+            lower.as_str(),
+            "upgrade" | "connection" | "sec-websocket-accept" | "sec-websocket-protocol"
+        ) || !header_ok(k, v)
+        {
+            continue;
+        }
+        let _ = write!(head, "{k}: {v}\r\n");
+    }
+    head.push_str("\r\n");
+    sock.write_all(head.as_bytes())?;
+    sock.flush()
+}
+
 /// Whether `name` is one of [`HANDSHAKE_HEADERS`] (any case).
 pub fn is_handshake_header(name: &str) -> bool {
     HANDSHAKE_HEADERS

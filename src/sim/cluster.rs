@@ -14,16 +14,33 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-#[derive(Debug, Clone)]
+/// Where a sim listens unless told otherwise (`--listen`): loopback, any
+/// free port (the URL is printed and written into the kubeconfig).
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+/// How a sim is started: `kubegate sim`'s flags (`super::args`) or the
+/// daemon's embedded sim. `Debug` never prints the token.
+#[derive(Clone)]
 pub struct SimOptions {
+    /// `--listen IP:PORT` (default [`DEFAULT_LISTEN`]).
     pub listen: SocketAddr,
+    /// `--kubeconfig-out PATH`: where the sim writes a kubeconfig for it.
     pub kubeconfig_out: Option<PathBuf>,
+    /// `--tls`, and implied by any credential: kubectl (client-go) sends no
+    /// token or client certificate to a plain-HTTP server.
     pub tls: bool,
+    /// The bearer token; `None` with `--no-auth` or `--client-ca` alone.
     pub token: Option<String>,
+    /// `--client-ca`: clients authenticate with a certificate.
     pub client_ca: bool,
+    /// `--state-dir DIR`: the sim's objects survive a restart there.
     pub state_dir: Option<PathBuf>,
+    /// `--namespace NAME`, repeated: namespaces created at start.
     pub namespaces: Vec<String>,
+    /// `--fail-image GLOB`, repeated: images whose pulls fail.
     pub fail_images: Vec<String>,
+    /// `--allow-remote`: listen beyond loopback.
     pub allow_remote: bool,
     /// `--request-log FILE`: one JSON line per API request (docs/sim.md).
     pub request_log: Option<PathBuf>,
@@ -41,7 +58,7 @@ pub struct SimOptions {
 impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            listen: DEFAULT_LISTEN,
             kubeconfig_out: None,
             tls: false,
             token: None,
@@ -55,6 +72,18 @@ impl Default for SimOptions {
             default_pods_dir: None,
             uid_range: Some(super::pod_users::DEFAULT_UID_RANGE),
         }
+    }
+}
+
+impl std::fmt::Debug for SimOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a token, not even in a debug dump.
+        f.debug_struct("SimOptions")
+            .field("listen", &self.listen)
+            .field("tls", &self.tls)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("client_ca", &self.client_ca)
+            .finish_non_exhaustive()
     }
 }
 

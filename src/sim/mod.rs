@@ -15,6 +15,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod args;
 pub mod cluster;
 pub mod controllers;
 pub mod discovery;

@@ -97,24 +97,17 @@ impl Target {
 }
 
 impl Kubelet {
+    /// The pod and container an exec or attach names: as
+    /// [`Self::target_for_log`], and a pod not yet bound to the node is
+    /// refused.
     fn target(&self, req: &Request, ns: &str, pod_name: &str) -> Result<Target, Reply> {
-        let pod = self
-            .store
-            .get(Resource::Pod, ns, pod_name)
-            .map_err(|_| status(Status::not_found("", "pods", pod_name)))?;
-        let container = pick_container(&pod, req)?;
-        if pod["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
+        let t = self.target_for_log(req, ns, pod_name)?;
+        if t.pod["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
             return Err(bad_request(&format!(
                 "pod {pod_name} does not have a host assigned"
             )));
         }
-        let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
-        let handle = self.container(uid, &container);
-        Ok(Target {
-            pod,
-            container,
-            handle,
-        })
+        Ok(t)
     }
 
     fn upgrade_checks(req: &Request) -> Result<Protocol, Reply> {
@@ -326,6 +319,18 @@ struct StreamSession {
 }
 
 impl StreamSession {
+    /// A stream with `flags`; its first frame names the first channel they
+    /// ask for (where an error is told).
+    fn new(proto: Protocol, flags: Flags, mode: Mode, close_stdin_on_eof: bool) -> Self {
+        StreamSession {
+            proto,
+            first: first_channel(&flags),
+            flags,
+            mode,
+            close_stdin_on_eof,
+        }
+    }
+
     /// Drives the socket on this (the connection's) thread until it
     /// closes, with one thread relaying output into the socket's bounded
     /// outbox (backpressure: it waits when the outbox is full) and one
@@ -454,19 +459,26 @@ fn flags(req: &Request) -> Result<Flags, Reply> {
     })
 }
 
-/// The WebSocket upgrade of an exec or attach: `run` gets the connection
-/// and the first channel the flags ask for (where an error is told).
+/// What an exec or attach streams once its socket is open: the process
+/// and its output, or why not (told on the stream's first channel).
+type Opened = Result<(Arc<Process>, Receiver<super::runtime::OutputChunk>), String>;
+
+/// The WebSocket upgrade of an exec or attach: once the socket is open,
+/// `open` gives the process to stream (or the message the socket fails
+/// with), and `stream` drives it on the connection's thread.
 fn stream_upgrade(
-    proto: Protocol,
-    f: &Flags,
-    run: impl FnOnce(WsConn, u8) + Send + 'static,
+    stream: StreamSession,
+    faults: Arc<Faults>,
+    open: impl FnOnce() -> Opened + Send + 'static,
 ) -> Reply {
-    let first = first_channel(f);
     Reply::Upgrade(Upgrade {
-        protocol: Some(proto.name().to_string()),
+        protocol: Some(stream.proto.name().to_string()),
         headers: Vec::new(),
         max_message_bytes: MAX_MESSAGE,
-        on_open: Box::new(move |conn: WsConn| run(conn, first)),
+        on_open: Box::new(move |conn: WsConn| match open() {
+            Ok((process, output)) => stream.run(conn, process, output, &faults),
+            Err(m) => fail_socket(conn, stream.first, m),
+        }),
     })
 }
 
@@ -504,30 +516,16 @@ impl PodStreams for Kubelet {
             None => Err(ExecRefusal::NotRunning(t.container.clone())),
         };
         let runtime = self.runtime.clone();
-        let faults = self.faults.clone();
-        stream_upgrade(proto, &f, move |conn: WsConn, first: u8| {
-            let plan = match plan {
-                Ok(p) => p,
-                Err(m) => return fail_socket(conn, first, m.to_string()),
-            };
-            let process = match runtime.start(plan) {
-                Ok(p) => p,
-                Err(e) => {
-                    return fail_socket(conn, first, format!("failed to start the command: {e}"))
-                }
-            };
+        let stream = StreamSession::new(proto, f, Mode::Exec, true);
+        stream_upgrade(stream, self.faults.clone(), move || {
+            let process = runtime
+                .start(plan.map_err(|m| m.to_string())?)
+                .map_err(|e| format!("failed to start the command: {e}"))?;
             let Some(output) = process.take_output() else {
                 process.kill();
-                return fail_socket(conn, first, "exec output unavailable".into());
+                return Err("exec output unavailable".into());
             };
-            let stream = StreamSession {
-                proto,
-                first,
-                flags: f,
-                mode: Mode::Exec,
-                close_stdin_on_eof: true,
-            };
-            stream.run(conn, process, output, &faults);
+            Ok((process, output))
         })
     }
 
@@ -549,23 +547,15 @@ impl PodStreams for Kubelet {
         let stdin_once = spec["stdinOnce"].as_bool() == Some(true);
         let running = t.running_process();
         let container = t.container.clone();
-        let faults = self.faults.clone();
-        stream_upgrade(proto, &f, move |conn: WsConn, first: u8| {
-            let Some(process) = running else {
-                return fail_socket(conn, first, format!("container {container} is not running"));
-            };
+        let flags = Flags {
+            stdin: f.stdin && stdin_enabled,
+            ..f
+        };
+        let stream = StreamSession::new(proto, flags, Mode::Attach, stdin_once);
+        stream_upgrade(stream, self.faults.clone(), move || {
+            let process = running.ok_or_else(|| format!("container {container} is not running"))?;
             let sub = process.subscribe();
-            let stream = StreamSession {
-                proto,
-                first,
-                flags: Flags {
-                    stdin: f.stdin && stdin_enabled,
-                    ..f
-                },
-                mode: Mode::Attach,
-                close_stdin_on_eof: stdin_once,
-            };
-            stream.run(conn, process, sub, &faults);
+            Ok((process, sub))
         })
     }
 
@@ -697,7 +687,9 @@ impl PodStreams for Kubelet {
 }
 
 impl Kubelet {
-    /// Like `target`, but logs of an unbound pod are a plain "waiting" error.
+    /// The pod and container a request names (`?container=`, or the only
+    /// one). Unlike [`Self::target`], an unbound pod is no error here: its
+    /// logs are a plain "waiting" error, told by the caller.
     fn target_for_log(&self, req: &Request, ns: &str, pod_name: &str) -> Result<Target, Reply> {
         let pod = self
             .store

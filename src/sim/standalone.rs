@@ -3,20 +3,27 @@
 //! `kubegate sim listening on URL` on stdout (the line scripts and tests
 //! wait for), then running until SIGINT or SIGTERM and [`Sim::shutdown`].
 //!
-//! The command line is read by `cli::command` (its `SimArgs`); `main.rs`
-//! turns it into [`SimOptions`], since `sim` and `cli` do not import each
-//! other. Exit codes: 0 after a signal, 2 for a usage or configuration
+//! The command line is read by [`super::args`] (the words after `sim`,
+//! which `main.rs` passes on with the binary's usage text, since `sim` and
+//! `cli` do not import each other). Exit codes: 0 after a signal, 2 for a
+//! usage error (`kubegate: message`, then the usage) or a configuration
 //! problem found at start ([`SimError::Usage`]), 1 for any other failure.
 
-use super::cluster::{Sim, SimError, SimOptions};
+use super::args;
+use super::cluster::{Sim, SimError};
 use crate::exit;
 use std::io::Write;
 
-/// `kubegate sim`: logs `warnings` (what the command line asked that is
-/// risky or deprecated), starts the sim with `opts` and runs it until
-/// SIGINT or SIGTERM. Returns the exit code.
-pub fn sim_main(opts: SimOptions, warnings: &[String]) -> i32 {
-    for w in warnings {
+/// `kubegate sim ARGV…`: reads the flags (a usage error prints `usage`,
+/// the binary's command list), logs what they ask that is risky or
+/// deprecated, starts the sim and runs it until SIGINT or SIGTERM. Returns
+/// the exit code.
+pub fn sim_main(argv: &[String], usage: &str) -> i32 {
+    let cmd = match args::parse(argv) {
+        Ok(c) => c,
+        Err(e) => return exit::usage_error(&e, usage),
+    };
+    for w in cmd.warnings() {
         log::warn!("{w}");
     }
     let mut signals = match crate::signals::install(
@@ -26,7 +33,7 @@ pub fn sim_main(opts: SimOptions, warnings: &[String]) -> i32 {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let sim = match Sim::start(opts) {
+    let sim = match Sim::start(cmd.opts) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("kubegate: {e}");

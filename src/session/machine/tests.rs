@@ -425,6 +425,9 @@ fn happy_start_goes_running_once_attached(s: &mut Session, name: String, id: u64
 fn every_start_failure_deletes_the_pod_with_its_stage() {
     type Step = fn(&mut Session, &str) -> Vec<Command>;
     let created: Step = |s, n| created(s, n, "u", T0 + 10);
+    // The steps every later stage's case takes first.
+    let running_pod: Step = |s, n| s.handle(running(n), T0 + 20);
+    let agent_ready: Step = |s, n| s.handle(Input::AgentReady { pod: n.into() }, T0 + 30);
     let cases: Vec<(&str, Vec<Step>, Stage, &str)> = vec![
         (
             "create",
@@ -469,7 +472,7 @@ fn every_start_failure_deletes_the_pod_with_its_stage() {
         ),
         (
             "agent",
-            vec![created, |s, n| s.handle(running(n), T0 + 20), |s, n| {
+            vec![created, running_pod, |s, n| {
                 s.handle(
                     Input::AgentFailed {
                         pod: n.into(),
@@ -483,7 +486,7 @@ fn every_start_failure_deletes_the_pod_with_its_stage() {
         ),
         (
             "agent deadline backstop",
-            vec![created, |s, n| s.handle(running(n), T0 + 20), |s, _| {
+            vec![created, running_pod, |s, _| {
                 s.handle(Input::Tick, T0 + 20 + 125_000)
             }],
             Stage::Workspace,
@@ -491,20 +494,15 @@ fn every_start_failure_deletes_the_pod_with_its_stage() {
         ),
         (
             "seed",
-            vec![
-                created,
-                |s, n| s.handle(running(n), T0 + 20),
-                |s, n| s.handle(Input::AgentReady { pod: n.into() }, T0 + 30),
-                |s, n| {
-                    s.handle(
-                        Input::SeedFailed {
-                            pod: n.into(),
-                            message: "disk full".into(),
-                        },
-                        T0 + 40,
-                    )
-                },
-            ],
+            vec![created, running_pod, agent_ready, |s, n| {
+                s.handle(
+                    Input::SeedFailed {
+                        pod: n.into(),
+                        message: "disk full".into(),
+                    },
+                    T0 + 40,
+                )
+            }],
             Stage::Seed,
             "seeding the workspace failed: disk full",
         ),
@@ -512,8 +510,8 @@ fn every_start_failure_deletes_the_pod_with_its_stage() {
             "publish",
             vec![
                 created,
-                |s, n| s.handle(running(n), T0 + 20),
-                |s, n| s.handle(Input::AgentReady { pod: n.into() }, T0 + 30),
+                running_pod,
+                agent_ready,
                 |s, n| s.handle(Input::SeedDone { pod: n.into() }, T0 + 40),
                 |s, _| {
                     s.handle(
@@ -566,6 +564,14 @@ fn every_start_failure_deletes_the_pod_with_its_stage() {
     }
 }
 
+/// Whether the commands stop the watch of pod `name`, then delete it.
+fn watch_stops_before_delete(c: &[Command], name: &str) -> bool {
+    let at = |want: Command| c.iter().position(|x| *x == want).unwrap();
+    let i_watch = at(Command::StopWatch { name: name.into() });
+    let i_del = at(Command::DeletePod { name: name.into() });
+    i_watch < i_del
+}
+
 #[test]
 fn the_pod_vanishing_or_dying_while_running_fails_the_session() {
     let (mut s, name, _) = up(None);
@@ -578,15 +584,7 @@ fn the_pod_vanishing_or_dying_while_running_fails_the_session() {
         }
     );
     // The watch is stopped before the pod is deleted.
-    let i_watch = c
-        .iter()
-        .position(|x| *x == Command::StopWatch { name: name.clone() })
-        .unwrap();
-    let i_del = c
-        .iter()
-        .position(|x| *x == Command::DeletePod { name: name.clone() })
-        .unwrap();
-    assert!(i_watch < i_del);
+    assert!(watch_stops_before_delete(&c, &name));
     assert!(has(&c, |x| *x == Command::StopRelays { pod: name.clone() }));
     assert!(has(&c, |x| *x == Command::CloseAttaches { pod: name.clone() }));
 
@@ -707,15 +705,10 @@ fn suspend_and_resume() {
     );
     let c = s.handle(Input::CheckpointDone { pod: name.clone() }, T0 + 7_000);
     assert_eq!(s.status(), &Status::Suspended);
-    let i_watch = c
-        .iter()
-        .position(|x| *x == Command::StopWatch { name: name.clone() })
-        .unwrap();
-    let i_del = c
-        .iter()
-        .position(|x| *x == Command::DeletePod { name: name.clone() })
-        .unwrap();
-    assert!(i_watch < i_del, "the watch stops before the delete");
+    assert!(
+        watch_stops_before_delete(&c, &name),
+        "the watch stops before the delete"
+    );
     assert_eq!(statuses(&c), ["suspended"]);
     assert!(s.pod().is_none());
     assert_eq!(
@@ -1258,9 +1251,9 @@ pub(super) fn debug(pod: &str, app: &str, frame: Value) -> Input {
     }
 }
 
-/// A debug frame of the app `web` of `pod`.
-fn web_frame(s: &mut Session, pod: &str, frame: Value, at: Millis) -> Vec<Command> {
-    s.handle(debug(pod, "web", frame), at)
+/// The `run` events a debug frame of the app `web` of `pod` produces.
+fn web_runs(s: &mut Session, pod: &str, frame: Value, at: Millis) -> Vec<Value> {
+    runs(&s.handle(debug(pod, "web", frame), at))
 }
 
 /// The `run` events among the commands.
@@ -1289,14 +1282,9 @@ fn runner_frames_become_run_events_once_and_drive_the_generation() {
     assert!(runs(&c).is_empty(), "{c:?}");
     assert_eq!(events(&c)[0].0, "debug");
     // A workspace edit: the run ends with SIGTERM, generation 2 starts.
-    let c = web_frame(
-        &mut s,
-        &name,
-        run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
-        T0 + 7_000,
-    );
+    let killed = run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false);
     assert_eq!(
-        runs(&c),
+        web_runs(&mut s, &name, killed, T0 + 7_000),
         [
             json!({"app": "web", "generation": 1, "phase": "ended", "exitCode": 143,
                 "signal": "SIGTERM", "reason": "program killed by SIGTERM (exit code 143)"})
@@ -1346,14 +1334,9 @@ fn runner_frames_become_run_events_once_and_drive_the_generation() {
     .is_empty());
     // A relay that missed generation 3 entirely learns of its end: the
     // generation follows.
-    let c = web_frame(
-        &mut s,
-        &name,
-        run_ended(3, json!({"exitCode": 127, "error": "sh: not found"}), true),
-        T0 + 10_000,
-    );
+    let missed = run_ended(3, json!({"exitCode": 127, "error": "sh: not found"}), true);
     assert_eq!(
-        runs(&c),
+        web_runs(&mut s, &name, missed, T0 + 10_000),
         [
             json!({"app": "web", "generation": 3, "phase": "ended", "exitCode": 127,
                 "reason": "program could not start: sh: not found"})
@@ -1420,13 +1403,11 @@ fn runner_generations_continue_the_session_count_on_a_new_pod() {
     assert!(s
         .handle(debug(&name, "web", run_started(9, false)), T0 + 9_000)
         .is_empty());
-    let c = web_frame(
-        &mut s,
-        &name2,
-        run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false),
-        T0 + 9_100,
+    let killed = run_ended(1, json!({"exitCode": 143, "signal": "SIGTERM"}), false);
+    assert_eq!(
+        web_runs(&mut s, &name2, killed, T0 + 9_100)[0]["generation"],
+        4
     );
-    assert_eq!(runs(&c)[0]["generation"], 4);
     let c = s.handle(debug(&name2, "web", run_started(2, false)), T0 + 9_200);
     assert_eq!(
         runs(&c),
