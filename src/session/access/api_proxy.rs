@@ -3,8 +3,9 @@
 //! the API server for the polled debug streams.
 
 use super::direct::{check_headers, check_path};
-use super::http1::{raw_exchange, BodyReader, Framing, Nb, RawError, TimedClient};
+use super::http1::{http_error, raw_exchange, Nb, RawError, TimedClient};
 use super::*;
+use crate::http::response::{checked_framing, BodyReader, Framing};
 
 /// Through the API server's pod proxy.
 #[derive(Clone)]
@@ -93,11 +94,11 @@ impl ApiProxyAccess {
                 })?
             }
         };
-        if head.status == 401 {
+        if head.code == 401 {
             conn.credentials.invalidate();
         }
-        let framing = BodyReader::<Nb<ClientSocket>>::framing(&Method::GET, &head)?;
-        if !(200..300).contains(&head.status) {
+        let framing = checked_framing(&head, false).map_err(|e| http_error(&e))?;
+        if !(200..300).contains(&head.code) {
             let reusable = matches!(framing, Framing::Length(n) if n <= MAX_STATUS_BODY as u64)
                 && !find_header(&head.headers, "connection")
                     .is_some_and(|v| v.eq_ignore_ascii_case("close"));
@@ -108,17 +109,17 @@ impl ApiProxyAccess {
                 None,
             )
             .unwrap_or_default();
-            if reusable && matches!(body.framing, Framing::Done) {
+            if reusable && body.is_done() {
                 let mut spare = self.spare_sockets.lock();
                 if spare.len() < SPARE_AGENTS {
-                    spare.push(body.src.sock);
+                    spare.push(body.into_inner().sock);
                 }
             }
             return Err(
-                match crate::kube::client::proxy::server_status(head.status, &b) {
+                match crate::kube::client::proxy::server_status(head.code, &b) {
                     Some(e) => from_proxy(e),
                     None => AccessError::Status {
-                        status: head.status,
+                        status: head.code,
                         body: excerpt(&b),
                     },
                 },
@@ -128,7 +129,7 @@ impl ApiProxyAccess {
             .and_then(|()| sock.set_nonblocking(true))
             .map_err(|e| transport("configuring the socket to", &e))?;
         Ok(PolledStream {
-            status: head.status,
+            status: head.code,
             headers: head.headers,
             body: Box::new(BodyReader::new(Nb(sock), rest, framing)),
         })

@@ -28,8 +28,8 @@
 //! by one thread and can be cut from another with its [`StreamCanceller`].
 //!
 //! Files: this one (the seam: [`PodAccess`], its requests, answers and
-//! errors), [`api_proxy`], [`direct`], and `http1` (the answer reading
-//! both use on raw sockets).
+//! errors), [`api_proxy`], [`direct`], and `http1` (raw-socket glue over
+//! `http::response`, the answer reading both use).
 
 pub mod api_proxy;
 pub mod direct;
@@ -39,9 +39,7 @@ mod tests;
 
 use crate::config::PodAccessMode;
 use crate::http::endpoint::parse_server;
-use crate::http::parse::ChunkedDecoder;
 use crate::http::stream::{ClientSocket, PollStream};
-use crate::http::HttpError;
 use crate::kube::client::{Client, KubeError, ProxyError, ProxyRequest};
 use crate::kube::remote::connect as raw;
 use parking_lot::Mutex;
