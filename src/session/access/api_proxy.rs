@@ -7,6 +7,17 @@ use super::http1::{http_error, raw_exchange, Nb, RawError, TimedClient};
 use super::*;
 use crate::http::response::{checked_framing, BodyReader, Framing};
 
+/// A proxied answer as a stream, cut by cancelling its request.
+fn stream_handle(resp: crate::kube::client::ProxyResponse) -> StreamHandle {
+    let cancel = resp.canceller();
+    StreamHandle {
+        status: resp.status,
+        headers: resp.headers.clone(),
+        body: Box::new(resp),
+        canceller: StreamCanceller(Arc::new(move || cancel.clone().cancel())),
+    }
+}
+
 /// Through the API server's pod proxy.
 #[derive(Clone)]
 pub struct ApiProxyAccess {
@@ -303,11 +314,9 @@ impl PodAccess for ApiProxyAccess {
         &self,
         t: &PodTarget,
         port: u16,
-        path: &str,
-        headers: &[(String, String)],
-        idle: Duration,
+        req: &PodRequest,
     ) -> Result<StreamHandle, AccessError> {
-        let pr = Self::proxy_request(t, port, Method::GET, path, headers, None, idle)?;
+        let pr = Self::proxy_request_of(t, port, req, req.timeout)?;
         let agent = self.take_agent(pr.read_timeout);
         let mut resp = match self.client.pod_proxy_on(agent, &pr) {
             Ok(r) => r,
@@ -321,13 +330,7 @@ impl PodAccess for ApiProxyAccess {
             self.keep_agent(pr.read_timeout, resp.into_agent());
             return Err(err);
         }
-        let cancel = resp.canceller();
-        Ok(StreamHandle {
-            status: resp.status,
-            headers: resp.headers.clone(),
-            body: Box::new(resp),
-            canceller: StreamCanceller(Arc::new(move || cancel.clone().cancel())),
-        })
+        Ok(stream_handle(resp))
     }
 
     fn stream_polled(
@@ -351,13 +354,7 @@ impl PodAccess for ApiProxyAccess {
     ) -> Result<StreamHandle, AccessError> {
         let pr = Self::proxy_request_of(t, port, req, idle)?;
         let resp = self.client.pod_proxy(&pr).map_err(from_proxy)?;
-        let cancel = resp.canceller();
-        Ok(StreamHandle {
-            status: resp.status,
-            headers: resp.headers.clone(),
-            body: Box::new(resp),
-            canceller: StreamCanceller(Arc::new(move || cancel.clone().cancel())),
-        })
+        Ok(stream_handle(resp))
     }
 
     /// A GET of `/` through the proxy: any answer means the port accepted

@@ -212,16 +212,9 @@ impl PodAccess for DirectAccess {
         &self,
         t: &PodTarget,
         port: u16,
-        path: &str,
-        headers: &[(String, String)],
-        idle: Duration,
+        req: &PodRequest,
     ) -> Result<StreamHandle, AccessError> {
-        let req = PodRequest {
-            headers: headers.to_vec(),
-            timeout: idle,
-            ..PodRequest::get(path)
-        };
-        let mut s = self.open(t, port, &req, idle)?;
+        let mut s = self.open(t, port, req, req.timeout)?;
         if !(200..300).contains(&s.status) {
             return Err(status_error(s.status, &mut s));
         }

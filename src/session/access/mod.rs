@@ -293,17 +293,15 @@ pub trait PodAccess: Send + Sync {
         req: &PodRequest,
     ) -> Result<PodResponse, AccessError>;
 
-    /// A GET whose 2xx body is read incrementally (server-sent events).
-    /// The head must arrive within `idle`, then each read within `idle`
-    /// (a read past it fails with `TimedOut`). A non-2xx answer is
-    /// [`AccessError::Status`].
+    /// `req` (a GET of server-sent events, usually) with its 2xx body read
+    /// incrementally. The head must arrive within `req.timeout`, then each
+    /// read within it (a read past it fails with `TimedOut`). A non-2xx
+    /// answer is [`AccessError::Status`].
     fn stream(
         &self,
         t: &PodTarget,
         port: u16,
-        path: &str,
-        headers: &[(String, String)],
-        idle: Duration,
+        req: &PodRequest,
     ) -> Result<StreamHandle, AccessError>;
 
     /// `req` (any method, with its body) with the answer's body as a
@@ -319,7 +317,8 @@ pub trait PodAccess: Send + Sync {
         idle: Duration,
     ) -> Result<StreamHandle, AccessError>;
 
-    /// `GET path` like [`PodAccess::stream`], with the answer's body for a
+    /// `GET path` like [`PodAccess::stream`] (`timeout` bounding the
+    /// connect and the head), with the answer's body for a
     /// poll(2) loop instead of a blocking reader: the debug relays' one
     /// reader thread waits on every open stream at once. A non-2xx answer
     /// is an error. `timeout` bounds the connect and the answer's head.
