@@ -233,7 +233,14 @@ fn failed_stream_attempts_reuse_one_api_server_connection(f: &Fixture) {
         .expect("the sim's port");
     let before = loopback_connections_to(port).len();
     for _ in 0..20 {
-        match a.stream(&f.target, 9, "/events", &[], Duration::from_secs(60)) {
+        match a.stream(
+            &f.target,
+            9,
+            &PodRequest {
+                timeout: Duration::from_secs(60),
+                ..PodRequest::get("/events")
+            },
+        ) {
             Err(e) => assert!(e.is_not_reachable(), "{e}"),
             Ok(_) => panic!("nothing listens on port 9"),
         }
@@ -434,7 +441,14 @@ fn streams(f: &Run) {
     let idle = Duration::from_secs(30);
 
     let second = format!("send-second-{:?}", f.mode);
-    match a.stream(t, 18300, "/missing", &[], idle) {
+    match a.stream(
+        t,
+        18300,
+        &PodRequest {
+            timeout: idle,
+            ..PodRequest::get("/missing")
+        },
+    ) {
         Err(AccessError::Status { status: 404, body }) => assert_eq!(body, "no page"),
         other => panic!("{other:?}"),
     }
@@ -443,9 +457,11 @@ fn streams(f: &Run) {
         .stream(
             t,
             18300,
-            &format!("/events?second={second}"),
-            &[("Accept".into(), "text/event-stream".into())],
-            idle,
+            &PodRequest {
+                headers: vec![("Accept".into(), "text/event-stream".into())],
+                timeout: idle,
+                ..PodRequest::get(&format!("/events?second={second}"))
+            },
         )
         .expect("stream");
     assert_eq!(s.status, 200);

@@ -1,8 +1,10 @@
-//! The connection to the daemon: TCP and TLS through the same code the
-//! Kubernetes exec client uses (`kube::remote::connect::dial`, one deadline
-//! for connect + TLS + request + answer), then either a small HTTP/1.1 GET
-//! (`Connection: close`, body bounded by `handshake::MAX_BODY`) or a
-//! WebSocket upgrade offering `kubegate.exec.v1`. The token goes in the
+//! The connection to the daemon, on `http`'s client half
+//! ([`crate::http::client`]: TCP, TLS, one deadline for connect + TLS +
+//! request + answer), with the TLS settings built once from the CA file
+//! (`kube::tls_client`'s rustls config, or native-tls under the
+//! `native-tls` feature); then either a small HTTP/1.1 request
+//! (`Connection: close`, body bounded by [`MAX_BODY`]) or a WebSocket
+//! upgrade offering `kubegate.exec.v1`. The token goes in the
 //! `Authorization` header only, never in a URL, a log or an error.
 
 use super::args::{CommonArgs, ExecArgs};
@@ -10,14 +12,16 @@ use super::CliError;
 use crate::api::ApiError;
 use crate::exec::frames::SUBPROTOCOL;
 use crate::exit::codes;
-use crate::http::client::check_accept;
+use crate::http::client::{
+    self as http_client, check_accept, upgrade_request, ClientTls, DialError, WsOpenError,
+};
 use crate::http::endpoint::{parse_server, pct, Endpoint};
-use crate::http::response::Head;
+use crate::http::response::{Head, Limits};
 use crate::http::stream::ClientSocket;
 use crate::kube::connection::{Anonymous, Connection, TlsMaterial};
-use crate::kube::remote::connect::{self, dial, read_body, read_head};
-use crate::kube::remote::handshake::{self, encode_upgrade};
+use crate::kube::remote::connect::{client_tls, ws_config};
 use crate::kube::remote::RemoteError;
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tungstenite::handshake::client::generate_key;
@@ -27,17 +31,27 @@ use tungstenite::WebSocket;
 /// 101 (WebSocket).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Largest answer body kept (the daemon's answers are small JSON; a
+/// larger one is refused, not cut).
+pub const MAX_BODY: usize = 1024 * 1024;
+
+/// Largest WebSocket message accepted on a port-forwarded upgrade
+/// ([`Client::open_ws_any`]): the exec client's bound.
+const MAX_MESSAGE: usize = 16 << 20;
+
 /// Where and how to reach the daemon.
 pub struct Client {
-    conn: Connection,
+    server: String,
     ep: Endpoint,
     token: String,
+    /// The TLS settings of an https server (none for http), built once.
+    tls: Option<ClientTls>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("server", &self.conn.server)
+            .field("server", &self.server)
             .finish_non_exhaustive()
     }
 }
@@ -47,7 +61,8 @@ fn config(m: impl Into<String>) -> CliError {
 }
 
 impl Client {
-    /// Resolves the token (reading the token file) and the CA file.
+    /// Resolves the token (reading the token file), the CA file and the
+    /// TLS settings.
     pub fn new(c: &CommonArgs) -> Result<Client, CliError> {
         let ep = parse_server(&c.server).map_err(CliError::usage)?;
         let token = c.token()?;
@@ -58,19 +73,30 @@ impl Client {
             tls.ca_certs = crate::http::tls::certs_from_pem(&pem)
                 .map_err(|e| config(format!("--ca-file {}: {e}", path.display())))?;
         }
+        let server = c.server.trim_end_matches('/').to_string();
         let conn = Connection {
-            server: c.server.trim_end_matches('/').to_string(),
+            server: server.clone(),
             tls,
-            // The token goes into our own requests; `dial` needs no
-            // credentials (no client certificate).
+            // The token goes into our own requests; the TLS settings need
+            // no credentials (no client certificate).
             credentials: Arc::new(Anonymous),
             namespace: String::new(),
         };
-        Ok(Client { conn, ep, token })
+        let tls = client_tls(&conn, &ep).map_err(|e| match e {
+            // A CA that rustls refuses is a configuration problem.
+            RemoteError::Tls(e) => config(format!("TLS settings: {e}")),
+            other => config(format!("TLS settings: {other}")),
+        })?;
+        Ok(Client {
+            server,
+            ep,
+            token,
+            tls,
+        })
     }
 
     pub fn server(&self) -> &str {
-        &self.conn.server
+        &self.server
     }
 
     /// The path with the server's prefix (`https://h/gw` -> `/gw/v1/...`).
@@ -78,22 +104,30 @@ impl Client {
         format!("{}{p}", self.ep.prefix)
     }
 
-    fn unreachable(&self, e: RemoteError) -> CliError {
+    fn unreachable(&self, e: impl fmt::Display) -> CliError {
+        CliError::new(
+            codes::UNREACHABLE,
+            format!("cannot reach the daemon at {}: {e}", self.server()),
+        )
+    }
+
+    fn protocol(&self, e: impl fmt::Display) -> CliError {
+        CliError::new(codes::PROTOCOL, format!("{}: {e}", self.server()))
+    }
+
+    /// A connection or exchange failure: TLS settings the library refuses
+    /// are configuration, an unreadable answer is a protocol error, the
+    /// rest is an unreachable daemon.
+    fn dial_error(&self, e: DialError) -> CliError {
         match e {
-            RemoteError::Handshake(m) => {
-                CliError::new(codes::PROTOCOL, format!("{}: {m}", self.server()))
-            }
-            // A CA that rustls refuses is a configuration problem.
-            RemoteError::Tls(e) => config(format!("TLS settings: {e}")),
-            other => CliError::new(
-                codes::UNREACHABLE,
-                format!("cannot reach the daemon at {}: {other}", self.server()),
-            ),
+            DialError::TlsSetup(m) => config(format!("TLS settings: TLS setup: {m}")),
+            DialError::Response(e) => self.protocol(e),
+            other => self.unreachable(other),
         }
     }
 
     fn dial(&self, deadline: Instant) -> Result<ClientSocket, CliError> {
-        dial(&self.conn, &self.ep, deadline).map_err(|e| self.unreachable(e))
+        http_client::dial(&self.ep, self.tls.as_ref(), deadline).map_err(|e| self.dial_error(e))
     }
 
     fn send(
@@ -102,12 +136,34 @@ impl Client {
         bytes: &[u8],
         deadline: Instant,
     ) -> Result<(), CliError> {
-        connect::write_all(sock, bytes, deadline).map_err(|e| {
-            self.unreachable(RemoteError::Transport(format!(
+        http_client::write_all(sock, bytes, deadline).map_err(|e| {
+            self.unreachable(format_args!(
                 "sending the request to {}: {e}",
                 self.ep.authority
-            )))
+            ))
         })
+    }
+
+    fn head(
+        &self,
+        sock: &mut ClientSocket,
+        deadline: Instant,
+    ) -> Result<(Head, Vec<u8>), CliError> {
+        http_client::read_head(sock, &self.ep, &Limits::default(), deadline)
+            .map_err(|e| self.dial_error(e))
+    }
+
+    /// The whole body after `head` (at most [`MAX_BODY`] bytes kept).
+    fn body(sock: &mut ClientSocket, head: &Head, rest: &[u8], deadline: Instant) -> Vec<u8> {
+        http_client::read_body(sock, head, rest, MAX_BODY, deadline)
+    }
+
+    /// The error a non-success answer carries (`{"error": {...}}`), the
+    /// connection closed.
+    fn refused(sock: &mut ClientSocket, head: &Head, rest: &[u8], deadline: Instant) -> CliError {
+        let body = Self::body(sock, head, rest, deadline);
+        sock.send_close_notify();
+        Self::answer_error(head, &body)
     }
 
     /// The error a non-success answer carries (`{"error": {...}}`).
@@ -141,17 +197,16 @@ impl Client {
         let mut bytes = req.into_bytes();
         bytes.extend_from_slice(body.unwrap_or_default());
         self.send(&mut sock, &bytes, deadline)?;
-        let (head, rest) =
-            read_head(&mut sock, &self.ep, deadline).map_err(|e| self.unreachable(e))?;
-        let body = read_body(&mut sock, &head, &rest, deadline);
+        let (head, rest) = self.head(&mut sock, deadline)?;
+        let body = Self::body(&mut sock, &head, &rest, deadline);
         sock.send_close_notify();
         if !(200..300).contains(&head.code) {
             return Err(Self::answer_error(&head, &body));
         }
-        if body.len() >= handshake::MAX_BODY {
+        if body.len() >= MAX_BODY {
             return Err(CliError::new(
                 codes::PROTOCOL,
-                format!("the answer is larger than {} bytes", handshake::MAX_BODY),
+                format!("the answer is larger than {MAX_BODY} bytes"),
             ));
         }
         Ok(body)
@@ -186,12 +241,9 @@ impl Client {
         req.push_str(extra);
         req.push_str("\r\n");
         self.send(&mut sock, req.as_bytes(), deadline)?;
-        let (head, rest) =
-            read_head(&mut sock, &self.ep, deadline).map_err(|e| self.unreachable(e))?;
+        let (head, rest) = self.head(&mut sock, deadline)?;
         if !(200..300).contains(&head.code) {
-            let body = read_body(&mut sock, &head, &rest, deadline);
-            sock.send_close_notify();
-            return Err(Self::answer_error(&head, &body));
+            return Err(Self::refused(&mut sock, &head, &rest, deadline));
         }
         Ok((sock, head, rest))
     }
@@ -219,7 +271,7 @@ impl Client {
         sock: &mut ClientSocket,
         deadline: Instant,
     ) -> Result<(Head, Vec<u8>), CliError> {
-        read_head(sock, &self.ep, deadline).map_err(|e| self.unreachable(e))
+        self.head(sock, deadline)
     }
 
     /// A WebSocket to any daemon path (already prefixed by
@@ -235,15 +287,13 @@ impl Client {
         let sock = self.dial(deadline)?;
         let scheme = if self.ep.tls { "wss" } else { "ws" };
         let url = format!("{scheme}://{}{path_and_query}", self.ep.authority);
-        crate::kube::remote::upgrade_on(
-            sock,
-            &url,
-            headers,
-            Some(&self.token),
-            offer,
-            deadline.saturating_duration_since(Instant::now()),
-        )
-        .map_err(|e| self.unreachable(e))
+        let mut h = headers.to_vec();
+        h.push(("Authorization".into(), format!("Bearer {}", self.token)));
+        let left = deadline.saturating_duration_since(Instant::now());
+        http_client::websocket_on(sock, &url, &h, offer, MAX_MESSAGE, left).map_err(|e| match e {
+            WsOpenError::Socket(e) => self.unreachable(format_args!("configuring the socket: {e}")),
+            WsOpenError::Upgrade(e) => self.protocol(e),
+        })
     }
 
     /// `Host` and `Authorization` lines of a request to the daemon (each
@@ -273,22 +323,21 @@ impl Client {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let mut sock = self.dial(deadline)?;
         let key = generate_key();
-        let req = encode_upgrade(
+        let agent = concat!("kubegate/", env!("CARGO_PKG_VERSION"));
+        let auth = format!("Bearer {}", self.token);
+        let req = upgrade_request(
             path_and_query,
             &self.ep.authority,
             &key,
-            subprotocol,
-            Some(&self.token),
+            Some(subprotocol),
+            &[("User-Agent", agent), ("Authorization", &auth)],
         );
         self.send(&mut sock, &req, deadline)?;
-        let (head, rest) =
-            read_head(&mut sock, &self.ep, deadline).map_err(|e| self.unreachable(e))?;
+        let (head, rest) = self.head(&mut sock, deadline)?;
         if head.code != 101 {
-            let body = read_body(&mut sock, &head, &rest, deadline);
-            sock.send_close_notify();
-            return Err(Self::answer_error(&head, &body));
+            return Err(Self::refused(&mut sock, &head, &rest, deadline));
         }
-        check_accept(&head, &key).map_err(|m| self.unreachable(RemoteError::Handshake(m)))?;
+        check_accept(&head, &key).map_err(|m| self.protocol(m))?;
         let chosen: Vec<&str> = head.values("sec-websocket-protocol").collect();
         if chosen != [subprotocol] {
             return Err(CliError::new(
@@ -299,7 +348,8 @@ impl Client {
                 ),
             ));
         }
-        connect::into_websocket(sock, rest, &self.ep, None).map_err(|e| self.unreachable(e))
+        http_client::into_websocket(sock, rest, &self.ep, ws_config())
+            .map_err(|e| self.dial_error(e))
     }
 }
 

@@ -405,6 +405,55 @@ pub fn into_websocket(
     ))
 }
 
+/// Why [`websocket_on`] failed.
+#[derive(Debug)]
+pub enum WsOpenError {
+    /// The socket's timeouts could not be set.
+    Socket(io::Error),
+    /// The handshake failed (tungstenite's client handshake).
+    Upgrade(UpgradeError),
+}
+
+impl fmt::Display for WsOpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WsOpenError::Socket(e) => write!(f, "configuring the socket: {e}"),
+            WsOpenError::Upgrade(e) => write!(f, "websocket upgrade: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for WsOpenError {}
+
+/// The client handshake on a connected socket
+/// ([`super::ws::client_handshake`]: `headers` as given, the subprotocol
+/// `offer` as it is, messages up to `max_message` bytes), bounded by
+/// `timeout` through socket timeouts that are cleared once the 101 is in
+/// (whoever pumps the socket takes over). Returns the socket and the
+/// subprotocol the far end chose.
+pub fn websocket_on(
+    sock: ClientSocket,
+    url: &str,
+    headers: &[(String, String)],
+    offer: Option<&str>,
+    max_message: usize,
+    timeout: Duration,
+) -> Result<(WebSocket<ClientSocket>, Option<String>), WsOpenError> {
+    let t = Some(timeout.max(Duration::from_millis(1)));
+    sock.tcp()
+        .set_read_timeout(t)
+        .and_then(|()| sock.tcp().set_write_timeout(t))
+        .map_err(WsOpenError::Socket)?;
+    let (ws, chosen) = super::ws::client_handshake(sock, url, headers, offer, max_message)
+        .map_err(WsOpenError::Upgrade)?;
+    ws.get_ref()
+        .tcp()
+        .set_read_timeout(None)
+        .and_then(|()| ws.get_ref().tcp().set_write_timeout(None))
+        .map_err(WsOpenError::Socket)?;
+    Ok((ws, chosen))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -375,6 +375,18 @@ impl<R: Read> BodyReader<R> {
     pub fn get_mut(&mut self) -> &mut R {
         &mut self.src
     }
+
+    /// The source, e.g. to poll its descriptor.
+    pub fn get_ref(&self) -> &R {
+        &self.src
+    }
+
+    /// Bytes of the body can be handed out without reading `src` (read
+    /// with the head, or decoded and not yet taken): a poll loop reads
+    /// before it waits.
+    pub fn has_buffered(&self) -> bool {
+        self.pos < self.leftover.len() || self.out_pos < self.out.len()
+    }
 }
 
 impl<R: Read> Read for BodyReader<R> {

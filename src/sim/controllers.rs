@@ -116,7 +116,7 @@ fn forward(store: Arc<Store>, res: Resource, tx: Sender<Dirty>, stop: Arc<Atomic
                         .unwrap_or("")
                         .to_string();
                     let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
-                    let deleted = matches!(ev.ty, super::store::EventType::Deleted);
+                    let deleted = matches!(ev.ty, crate::kube::watch::EventType::Deleted);
                     if deleted {
                         if let Some(uid) = o["metadata"]["uid"].as_str() {
                             let _ = tx.send(Dirty::Deleted(uid.to_string()));

@@ -14,25 +14,20 @@
 //! because nothing legitimate needs one and a decoded one must never
 //! reach a request line.
 
+use crate::http::hop::end_to_end_headers;
+use crate::http::response::{
+    checked_framing, parse_final_head, BodyReader, Framing, Limits, ResponseError,
+};
 use crate::http::{Body, ChunkSink, Reply, Request, Response, Upgrade};
 use crate::kube::status::Status;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "upgrade",
-    "te",
-    "trailer",
-    "host",
-    "content-length",
-    "authorization",
-    "accept-encoding",
-];
+/// Request headers the proxy never passes on, beyond the hop-by-hop ones
+/// ([`end_to_end_headers`]): the caller's credential is for the API
+/// server, and the pod's answer is passed on as it is encoded.
+const NOT_FORWARDED: &[&str] = &["authorization", "accept-encoding"];
 
 fn unavailable(msg: &str) -> Response {
     let s = Status::service_unavailable(msg);
@@ -59,14 +54,9 @@ pub fn forward_websocket(req: &Request, ip: &str, port: u16, target: &str) -> Re
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-    let headers: Vec<(String, String)> = req
-        .headers
-        .iter()
-        .filter(|(k, _)| {
-            let k = k.to_ascii_lowercase();
-            !HOP_BY_HOP.contains(&k.as_str()) && !crate::http::ws::is_handshake_header(&k)
-        })
-        .cloned()
+    let headers: Vec<(String, String)> = end_to_end_headers(&req.headers, NOT_FORWARDED)
+        .into_iter()
+        .filter(|(k, _)| !crate::http::ws::is_handshake_header(&k.to_ascii_lowercase()))
         .collect();
     let offer = req.header("sec-websocket-protocol");
     let (ws, chosen) = match crate::http::ws::client_handshake(
@@ -121,10 +111,8 @@ pub fn forward(req: &Request, ip: &str, port: u16, target: &str) -> Response {
         "{} {} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n",
         req.method, target
     );
-    for (k, v) in &req.headers {
-        if !HOP_BY_HOP.contains(&k.as_str()) {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
+    for (k, v) in end_to_end_headers(&req.headers, NOT_FORWARDED) {
+        head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str(&format!("Content-Length: {}\r\n\r\n", req.body.len()));
     if let Err(e) = stream
@@ -133,109 +121,82 @@ pub fn forward(req: &Request, ip: &str, port: u16, target: &str) -> Response {
     {
         return unavailable(&format!("error trying to reach service: {e}"));
     }
-    let mut reader = BufReader::new(stream);
-    let mut raw = Vec::new();
-    // Read the response head (bounded).
-    loop {
-        let mut line = Vec::new();
-        match reader.by_ref().take(16 * 1024).read_until(b'\n', &mut line) {
-            Ok(0) => return unavailable("error trying to reach service: EOF before a response"),
-            Ok(_) => {}
-            Err(e) => return unavailable(&format!("error trying to reach service: {e}")),
-        }
-        raw.extend_from_slice(&line);
-        if line == b"\r\n" || line == b"\n" {
-            break;
-        }
-        if raw.len() > 64 * 1024 {
-            return unavailable("error trying to reach service: response head too large");
-        }
-    }
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut resp = httparse::Response::new(&mut headers);
-    let code = match resp.parse(&raw) {
-        Ok(httparse::Status::Complete(_)) => resp.code.unwrap_or(502),
-        _ => return unavailable("error trying to reach service: malformed response"),
+    let (head, rest) = match read_head(&mut stream) {
+        Ok(h) => h,
+        Err(m) => return unavailable(&format!("error trying to reach service: {m}")),
     };
-    let mut out_headers = Vec::new();
-    let mut length: Option<u64> = None;
-    let mut chunked = false;
-    for h in resp.headers.iter() {
-        let name = h.name.to_ascii_lowercase();
-        let value = String::from_utf8_lossy(h.value).trim().to_string();
-        if name == "content-length" {
-            length = value.parse().ok();
-        } else if name == "transfer-encoding" {
-            chunked = value.to_ascii_lowercase().contains("chunked");
-        }
-        if !HOP_BY_HOP.contains(&name.as_str()) {
-            out_headers.push((h.name.to_string(), value));
-        }
-    }
+    let Ok(framing) = checked_framing(&head, req.method.eq_ignore_ascii_case("HEAD")) else {
+        return unavailable("error trying to reach service: malformed response");
+    };
+    let out_headers = end_to_end_headers(&head.headers, NOT_FORWARDED);
+    let mut body = BodyReader::new(stream, rest, framing);
     // A sized answer stays sized, as the API server's proxy keeps the
     // pod's Content-Length (read whole when small; longer ones stream).
-    if let (false, Some(n)) = (chunked, length.filter(|n| *n <= 1 << 20)) {
-        let mut data = Vec::new();
-        if let Err(e) = reader.by_ref().take(n).read_to_end(&mut data) {
-            return unavailable(&format!("error reading from the pod: {e}"));
+    if let Framing::Length(n) = framing {
+        if n <= 1 << 20 {
+            let mut data = Vec::new();
+            if let Err(e) = copy_body(&mut body, &mut |b| {
+                data.extend_from_slice(b);
+                Ok(())
+            }) {
+                return unavailable(&format!("error reading from the pod: {e}"));
+            }
+            return Response {
+                status: head.code,
+                headers: out_headers,
+                body: Body::Bytes(data),
+            };
         }
-        return Response {
-            status: code,
-            headers: out_headers,
-            body: Body::Bytes(data),
-        };
     }
     let body = Body::Stream(Box::new(move |sink: &mut dyn ChunkSink| {
-        if chunked {
-            copy_chunked(&mut reader, sink)
-        } else {
-            let mut r: Box<dyn Read> = match length {
-                Some(n) => Box::new(reader.take(n)),
-                None => Box::new(reader),
-            };
-            let mut buf = vec![0u8; 32 * 1024];
-            loop {
-                let n = r.read(&mut buf)?;
-                if n == 0 {
-                    return Ok(());
-                }
-                sink.send(&buf[..n])?;
-            }
-        }
+        copy_body(&mut body, &mut |b| sink.send(b))
     }));
     Response {
-        status: code,
+        status: head.code,
         headers: out_headers,
         body,
     }
 }
 
-/// De-chunks an upstream chunked body and re-sends each chunk.
-fn copy_chunked<R: BufRead>(r: &mut R, sink: &mut dyn ChunkSink) -> std::io::Result<()> {
+/// Reads the pod's final response head (interim 1xx skipped, at most
+/// [`crate::http::response::MAX_HEAD_BYTES`]): it and the bytes read past
+/// it, or why not (the 503's message after "error trying to reach
+/// service: ").
+fn read_head(stream: &mut TcpStream) -> Result<(crate::http::response::Head, Vec<u8>), String> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
     loop {
-        let mut line = String::new();
-        if r.by_ref().take(1024).read_line(&mut line)? == 0 {
-            return Ok(());
+        match parse_final_head(&buf, &Limits::default()) {
+            Ok(Some((head, n))) => return Ok((head, buf.split_off(n))),
+            Ok(None) => {}
+            Err(ResponseError::HeadTooLarge { .. }) => return Err("response head too large".into()),
+            Err(_) => return Err("malformed response".into()),
         }
-        let size_str = line.trim().split(';').next().unwrap_or("");
-        let size = u64::from_str_radix(size_str, 16)
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad chunk size"))?;
-        if size == 0 {
-            return Ok(());
+        match stream.read(&mut chunk) {
+            Ok(0) => return Err("EOF before a response".into()),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
         }
-        let mut left = size;
-        let mut buf = vec![0u8; 32 * 1024];
-        while left > 0 {
-            let want = (left as usize).min(buf.len());
-            let n = r.read(&mut buf[..want])?;
-            if n == 0 {
-                return Ok(());
-            }
-            sink.send(&buf[..n])?;
-            left -= n as u64;
+    }
+}
+
+/// Passes the de-framed body on to `send`, piece by piece. A pod closing
+/// inside its body ends the body where it stopped (what the client gets
+/// is what came, as before the shared reader).
+fn copy_body(
+    body: &mut BodyReader<TcpStream>,
+    send: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        match body.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => send(&buf[..n])?,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        let mut crlf = String::new();
-        r.read_line(&mut crlf)?;
     }
 }
 

@@ -1,8 +1,9 @@
 //! Plain HTTP/1.1 requests and WebSocket clients to the daemon and the sim.
-//! The response-head parsing here is the soak's own (one place; it moves to
-//! `http`'s shared parser later).
+//! Answers are read with the crate's one response parser
+//! (`kubegate::http::response`).
 
 use crate::{SoakError, TICK};
+use kubegate::http::response::{parse_complete, Limits};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -49,36 +50,12 @@ pub(crate) fn http(
     parse_response(&resp)
 }
 
+/// Status and de-framed body of a whole `Connection: close` answer, read
+/// with the crate's one response parser.
 pub(crate) fn parse_response(resp: &[u8]) -> Result<(u16, Vec<u8>), SoakError> {
-    let split = resp
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| SoakError::Answer("no response head".into()))?;
-    let head = String::from_utf8_lossy(&resp[..split]).to_ascii_lowercase();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| SoakError::Answer("no status".into()))?;
-    let body = &resp[split + 4..];
-    if !head.contains("transfer-encoding: chunked") {
-        return Ok((status, body.to_vec()));
-    }
-    let mut out = Vec::new();
-    let mut rest = body;
-    while let Some(p) = rest.windows(2).position(|w| w == b"\r\n") {
-        let n = usize::from_str_radix(String::from_utf8_lossy(&rest[..p]).trim(), 16)
-            .map_err(|_| SoakError::Answer("bad chunk size".into()))?;
-        if n == 0 {
-            break;
-        }
-        let data = rest
-            .get(p + 2..p + 2 + n)
-            .ok_or_else(|| SoakError::Answer("short chunk".into()))?;
-        out.extend_from_slice(data);
-        rest = rest.get(p + 2 + n + 2..).unwrap_or_default();
-    }
-    Ok((status, out))
+    let (head, body) =
+        parse_complete(resp, &Limits::default()).map_err(|e| SoakError::Answer(e.to_string()))?;
+    Ok((head.code, body))
 }
 
 pub(crate) fn json_of(b: &[u8]) -> Value {

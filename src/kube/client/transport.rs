@@ -90,6 +90,33 @@ pub fn connector(tls: Option<TlsParts>) -> impl Connector {
         .chain(KubeNativeTlsConnector { tls })
 }
 
+/// The first step both TLS connectors share: nothing to do without a
+/// transport, a plain one passed on when the URL needs no TLS (or it is
+/// secured already), an error for an https URL without TLS settings.
+enum ToSecure<'a, In, Out> {
+    Done(Option<Out>),
+    Secure(In, &'a TlsParts),
+}
+
+fn to_secure<'a, In: Transport, T>(
+    details: &ConnectionDetails,
+    chained: Option<In>,
+    tls: Option<&'a TlsParts>,
+) -> Result<ToSecure<'a, In, Either<In, T>>, ureq::Error> {
+    let Some(transport) = chained else {
+        return Ok(ToSecure::Done(None));
+    };
+    if !details.needs_tls() || transport.is_tls() {
+        return Ok(ToSecure::Done(Some(Either::A(transport))));
+    }
+    let Some(tls) = tls else {
+        return Err(ureq::Error::Tls(
+            "an https URL on a client built without TLS settings",
+        ));
+    };
+    Ok(ToSecure::Secure(transport, tls))
+}
+
 #[cfg(not(feature = "native-tls"))]
 /// Wraps the chained TCP transport in rustls for `https` URLs.
 #[derive(Debug)]
@@ -106,16 +133,9 @@ impl<In: Transport> Connector<In> for KubeTlsConnector {
         details: &ConnectionDetails,
         chained: Option<In>,
     ) -> Result<Option<Self::Out>, ureq::Error> {
-        let Some(transport) = chained else {
-            return Ok(None);
-        };
-        if !details.needs_tls() || transport.is_tls() {
-            return Ok(Some(Either::A(transport)));
-        }
-        let Some(tls) = &self.tls else {
-            return Err(ureq::Error::Tls(
-                "an https URL on a client built without TLS settings",
-            ));
+        let (transport, tls) = match to_secure(details, chained, self.tls.as_ref())? {
+            ToSecure::Done(out) => return Ok(out),
+            ToSecure::Secure(transport, tls) => (transport, tls),
         };
         let mut conn = ClientConnection::new(tls.config.clone(), tls.server_name.clone())?;
         let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
@@ -209,16 +229,9 @@ impl<In: Transport> Connector<In> for KubeNativeTlsConnector {
         details: &ConnectionDetails,
         chained: Option<In>,
     ) -> Result<Option<Self::Out>, ureq::Error> {
-        let Some(transport) = chained else {
-            return Ok(None);
-        };
-        if !details.needs_tls() || transport.is_tls() {
-            return Ok(Some(Either::A(transport)));
-        }
-        let Some(tls) = &self.tls else {
-            return Err(ureq::Error::Tls(
-                "an https URL on a client built without TLS settings",
-            ));
+        let (transport, tls) = match to_secure(details, chained, self.tls.as_ref())? {
+            ToSecure::Done(out) => return Ok(out),
+            ToSecure::Secure(transport, tls) => (transport, tls),
         };
         let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
         sock.set_timeout(details.timeout);

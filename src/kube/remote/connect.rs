@@ -14,7 +14,7 @@
 
 use super::error::RemoteError;
 use super::handshake::{self, UpgradeRequest};
-use crate::http::client::{self as http_client, ClientTls, DialError, UpgradeError};
+use crate::http::client::{self as http_client, ClientTls, DialError, UpgradeError, WsOpenError};
 use crate::http::endpoint::{parse_server, Endpoint};
 use crate::http::response::{Head, Limits};
 use crate::http::stream::ClientSocket;
@@ -27,7 +27,6 @@ use crate::kube::tls_client::TlsError;
 use crate::kube::tls_client::{cached_client_config, server_name};
 #[cfg(feature = "native-tls")]
 use crate::kube::tls_client::{native_connector, verify_name};
-use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tungstenite::handshake::client::generate_key;
@@ -212,7 +211,8 @@ fn open_once(
 
 /// The TLS settings for `ep` from `conn`'s material (and the credentials'
 /// client certificate, e.g. an exec plugin's); none for an http endpoint.
-fn client_tls(conn: &Connection, ep: &Endpoint) -> Result<Option<ClientTls>, RemoteError> {
+/// Also the command-line client's, built once for its daemon.
+pub fn client_tls(conn: &Connection, ep: &Endpoint) -> Result<Option<ClientTls>, RemoteError> {
     if !ep.tls {
         return Ok(None);
     }
@@ -235,8 +235,7 @@ fn client_tls(conn: &Connection, ep: &Endpoint) -> Result<Option<ClientTls>, Rem
 
 /// TCP (no Nagle: keystrokes and small frames must not wait) and, for an
 /// https endpoint, TLS with `conn`'s material, before `deadline`. Shared
-/// with the command-line client, which talks to the daemon the same way,
-/// and the pod-access client.
+/// with the pod-access client (its raw sockets to the API server).
 pub(crate) fn dial(
     conn: &Connection,
     ep: &Endpoint,
@@ -248,7 +247,7 @@ pub(crate) fn dial(
 
 /// [`http_client::read_head`] with the default limits, its errors as
 /// [`RemoteError`]s.
-pub(crate) fn read_head(
+fn read_head(
     sock: &mut ClientSocket,
     ep: &Endpoint,
     deadline: Instant,
@@ -258,18 +257,13 @@ pub(crate) fn read_head(
 
 /// The whole body of a non-101 answer, bounded by [`handshake::MAX_BODY`]
 /// (see [`http_client::read_body`]).
-pub(crate) fn read_body(
-    sock: &mut ClientSocket,
-    head: &Head,
-    rest: &[u8],
-    deadline: Instant,
-) -> Vec<u8> {
+fn read_body(sock: &mut ClientSocket, head: &Head, rest: &[u8], deadline: Instant) -> Vec<u8> {
     http_client::read_body(sock, head, rest, handshake::MAX_BODY, deadline)
 }
 
 /// The socket after a checked 101, as a client WebSocket with
 /// [`ws_config`] (and `read_buffer` when given).
-pub(crate) fn into_websocket(
+fn into_websocket(
     sock: ClientSocket,
     rest: Vec<u8>,
     ep: &Endpoint,
@@ -281,12 +275,6 @@ pub(crate) fn into_websocket(
         config = config.read_buffer_size(n);
     }
     http_client::into_websocket(sock, rest, ep, config).map_err(transport)
-}
-
-/// [`http_client::write_all`], for the callers that reach it through this
-/// module (`cli::net`, `session::access`).
-pub(crate) fn write_all(sock: &mut ClientSocket, data: &[u8], deadline: Instant) -> io::Result<()> {
-    http_client::write_all(sock, data, deadline)
 }
 
 /// A WebSocket to any path of the API server, e.g. a pod proxy path (the
@@ -321,21 +309,12 @@ pub fn upgrade_on(
     offer: Option<&str>,
     timeout: Duration,
 ) -> Result<(WebSocket<ClientSocket>, Option<String>), RemoteError> {
-    let t = Some(timeout.max(Duration::from_millis(1)));
-    sock.tcp()
-        .set_read_timeout(t)
-        .and_then(|()| sock.tcp().set_write_timeout(t))
-        .map_err(|e| RemoteError::Transport(format!("configuring the socket: {e}")))?;
     let mut h = headers.to_vec();
     if let Some(b) = bearer {
         h.push(("Authorization".into(), format!("Bearer {b}")));
     }
-    let (ws, chosen) = crate::http::ws::client_handshake(sock, url, &h, offer, MAX_MESSAGE)
-        .map_err(RemoteError::Handshake)?;
-    ws.get_ref()
-        .tcp()
-        .set_read_timeout(None)
-        .and_then(|()| ws.get_ref().tcp().set_write_timeout(None))
-        .map_err(|e| RemoteError::Transport(format!("configuring the socket: {e}")))?;
-    Ok((ws, chosen))
+    http_client::websocket_on(sock, url, &h, offer, MAX_MESSAGE, timeout).map_err(|e| match e {
+        WsOpenError::Socket(e) => RemoteError::Transport(format!("configuring the socket: {e}")),
+        WsOpenError::Upgrade(e) => RemoteError::Handshake(e),
+    })
 }

@@ -46,9 +46,8 @@ pub fn encode_request(r: &UpgradeRequest<'_>) -> Vec<u8> {
 }
 
 /// The upgrade request bytes for any subprotocol offer (`offer`: the
-/// `Sec-WebSocket-Protocol` value, entries comma-separated). Shared with the
-/// command-line client (`kubegate.exec.v1`).
-pub fn encode_upgrade(
+/// `Sec-WebSocket-Protocol` value, entries comma-separated).
+fn encode_upgrade(
     path_and_query: &str,
     authority: &str,
     key: &str,

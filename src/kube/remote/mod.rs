@@ -129,7 +129,8 @@ pub fn exec(
     if command.is_empty() {
         return Err(RemoteError::InvalidRequest("exec needs a command".into()));
     }
-    open(conn, Kind::Exec, namespace, pod, container, command, opts)
+    let (opened, start) = connect(conn, Kind::Exec, namespace, pod, container, command, opts)?;
+    process::start(opened, start)
 }
 
 /// Attaches to the main process of `container` in `namespace/pod`. stdin
@@ -143,7 +144,8 @@ pub fn attach(
     container: Option<&str>,
     opts: ExecOptions,
 ) -> Result<RemoteProcess, RemoteError> {
-    open(conn, Kind::Attach, namespace, pod, container, &[], opts)
+    let (opened, start) = connect(conn, Kind::Attach, namespace, pod, container, &[], opts)?;
+    process::start(opened, start)
 }
 
 /// [`attach`] with the output handed to `sink` on the stream's own thread
@@ -160,19 +162,6 @@ pub fn attach_into(
 ) -> Result<SinkProcess, RemoteError> {
     let (opened, start) = connect(conn, Kind::Attach, namespace, pod, container, &[], opts)?;
     process::start_sink(opened, start, sink, on_end)
-}
-
-fn open(
-    conn: &Connection,
-    kind: Kind,
-    namespace: &str,
-    pod: &str,
-    container: Option<&str>,
-    command: &[String],
-    opts: ExecOptions,
-) -> Result<RemoteProcess, RemoteError> {
-    let (opened, start) = connect(conn, kind, namespace, pod, container, command, opts)?;
-    process::start(opened, start)
 }
 
 /// Validates, connects and upgrades; the settings to start threads with.

@@ -3,8 +3,20 @@
 //! the API server for the polled debug streams.
 
 use super::direct::{check_headers, check_path};
-use super::http1::{raw_exchange, BodyReader, Framing, Nb, RawError, TimedClient};
+use super::http1::{http_error, raw_exchange, Nb, RawError, TimedClient};
 use super::*;
+use crate::http::response::{checked_framing, BodyReader, Framing};
+
+/// A proxied answer as a stream, cut by cancelling its request.
+fn stream_handle(resp: crate::kube::client::ProxyResponse) -> StreamHandle {
+    let cancel = resp.canceller();
+    StreamHandle {
+        status: resp.status,
+        headers: resp.headers.clone(),
+        body: Box::new(resp),
+        canceller: StreamCanceller(Arc::new(move || cancel.clone().cancel())),
+    }
+}
 
 /// Through the API server's pod proxy.
 #[derive(Clone)]
@@ -93,11 +105,11 @@ impl ApiProxyAccess {
                 })?
             }
         };
-        if head.status == 401 {
+        if head.code == 401 {
             conn.credentials.invalidate();
         }
-        let framing = BodyReader::<Nb<ClientSocket>>::framing(&Method::GET, &head)?;
-        if !(200..300).contains(&head.status) {
+        let framing = checked_framing(&head, false).map_err(|e| http_error(&e))?;
+        if !(200..300).contains(&head.code) {
             let reusable = matches!(framing, Framing::Length(n) if n <= MAX_STATUS_BODY as u64)
                 && !find_header(&head.headers, "connection")
                     .is_some_and(|v| v.eq_ignore_ascii_case("close"));
@@ -108,17 +120,17 @@ impl ApiProxyAccess {
                 None,
             )
             .unwrap_or_default();
-            if reusable && matches!(body.framing, Framing::Done) {
+            if reusable && body.is_done() {
                 let mut spare = self.spare_sockets.lock();
                 if spare.len() < SPARE_AGENTS {
-                    spare.push(body.src.sock);
+                    spare.push(body.into_inner().sock);
                 }
             }
             return Err(
-                match crate::kube::client::proxy::server_status(head.status, &b) {
+                match crate::kube::client::proxy::server_status(head.code, &b) {
                     Some(e) => from_proxy(e),
                     None => AccessError::Status {
-                        status: head.status,
+                        status: head.code,
                         body: excerpt(&b),
                     },
                 },
@@ -128,7 +140,7 @@ impl ApiProxyAccess {
             .and_then(|()| sock.set_nonblocking(true))
             .map_err(|e| transport("configuring the socket to", &e))?;
         Ok(PolledStream {
-            status: head.status,
+            status: head.code,
             headers: head.headers,
             body: Box::new(BodyReader::new(Nb(sock), rest, framing)),
         })
@@ -302,11 +314,9 @@ impl PodAccess for ApiProxyAccess {
         &self,
         t: &PodTarget,
         port: u16,
-        path: &str,
-        headers: &[(String, String)],
-        idle: Duration,
+        req: &PodRequest,
     ) -> Result<StreamHandle, AccessError> {
-        let pr = Self::proxy_request(t, port, Method::GET, path, headers, None, idle)?;
+        let pr = Self::proxy_request_of(t, port, req, req.timeout)?;
         let agent = self.take_agent(pr.read_timeout);
         let mut resp = match self.client.pod_proxy_on(agent, &pr) {
             Ok(r) => r,
@@ -320,13 +330,7 @@ impl PodAccess for ApiProxyAccess {
             self.keep_agent(pr.read_timeout, resp.into_agent());
             return Err(err);
         }
-        let cancel = resp.canceller();
-        Ok(StreamHandle {
-            status: resp.status,
-            headers: resp.headers.clone(),
-            body: Box::new(resp),
-            canceller: StreamCanceller(Arc::new(move || cancel.clone().cancel())),
-        })
+        Ok(stream_handle(resp))
     }
 
     fn stream_polled(
@@ -350,13 +354,7 @@ impl PodAccess for ApiProxyAccess {
     ) -> Result<StreamHandle, AccessError> {
         let pr = Self::proxy_request_of(t, port, req, idle)?;
         let resp = self.client.pod_proxy(&pr).map_err(from_proxy)?;
-        let cancel = resp.canceller();
-        Ok(StreamHandle {
-            status: resp.status,
-            headers: resp.headers.clone(),
-            body: Box::new(resp),
-            canceller: StreamCanceller(Arc::new(move || cancel.clone().cancel())),
-        })
+        Ok(stream_handle(resp))
     }
 
     /// A GET of `/` through the proxy: any answer means the port accepted

@@ -2,8 +2,9 @@
 //! call (`Connection: close`), the whole call bounded by its timeout.
 
 use super::api_proxy::{read_bounded, status_error};
-use super::http1::{read_head, BodyReader, Head, Nb};
+use super::http1::{http_error, read_head, Nb};
 use super::*;
+use crate::http::response::{checked_framing, BodyReader, Framing, Head};
 
 /// TCP to `podIP:port`.
 #[derive(Debug, Clone, Default)]
@@ -98,16 +99,34 @@ impl Read for TimedSocket {
     }
 }
 
+/// What [`DirectAccess::exchange`] got: the head, and what reads the body.
+struct Exchanged {
+    head: Head,
+    sock: TimedSocket,
+    rest: Vec<u8>,
+    framing: Framing,
+    handle: TcpStream,
+}
+
+impl Exchanged {
+    /// The head, the body reader (deadline still armed) and the handle.
+    fn into_body(self) -> (Head, BodyReader<TimedSocket>, TcpStream) {
+        let body = BodyReader::new(self.sock, self.rest, self.framing);
+        (self.head, body, self.handle)
+    }
+}
+
 impl DirectAccess {
     /// Connects, writes the request, reads the head. Returns the head,
-    /// the body reader (deadline still armed) and a handle on the socket.
+    /// the socket (deadline still armed), the bytes read past the head,
+    /// the body's framing and a handle on the socket.
     fn exchange(
         &self,
         t: &PodTarget,
         port: u16,
         req: &PodRequest,
         deadline: Instant,
-    ) -> Result<(Head, BodyReader<TimedSocket>, TcpStream), AccessError> {
+    ) -> Result<Exchanged, AccessError> {
         let (method, path, headers) = (&req.method, req.path.as_str(), &req.headers);
         check_path(path)?;
         check_headers(headers)?;
@@ -156,8 +175,15 @@ impl DirectAccess {
             idle: None,
         };
         let (head, rest) = read_head(&mut timed)?;
-        let framing = BodyReader::<TimedSocket>::framing(method, &head)?;
-        Ok((head, BodyReader::new(timed, rest, framing), handle))
+        let framing =
+            checked_framing(&head, *method == Method::HEAD).map_err(|e| http_error(&e))?;
+        Ok(Exchanged {
+            head,
+            sock: timed,
+            rest,
+            framing,
+            handle,
+        })
     }
 }
 
@@ -173,10 +199,10 @@ impl PodAccess for DirectAccess {
         req: &PodRequest,
     ) -> Result<PodResponse, AccessError> {
         let deadline = Instant::now() + req.timeout;
-        let (head, mut body, _sock) = self.exchange(t, port, req, deadline)?;
+        let (head, mut body, _sock) = self.exchange(t, port, req, deadline)?.into_body();
         let body = read_bounded(&mut body, req.max_response_bytes, None)?;
         Ok(PodResponse {
-            status: head.status,
+            status: head.code,
             headers: head.headers,
             body,
         })
@@ -186,16 +212,9 @@ impl PodAccess for DirectAccess {
         &self,
         t: &PodTarget,
         port: u16,
-        path: &str,
-        headers: &[(String, String)],
-        idle: Duration,
+        req: &PodRequest,
     ) -> Result<StreamHandle, AccessError> {
-        let req = PodRequest {
-            headers: headers.to_vec(),
-            timeout: idle,
-            ..PodRequest::get(path)
-        };
-        let mut s = self.open(t, port, &req, idle)?;
+        let mut s = self.open(t, port, req, req.timeout)?;
         if !(200..300).contains(&s.status) {
             return Err(status_error(s.status, &mut s));
         }
@@ -216,26 +235,28 @@ impl PodAccess for DirectAccess {
             ..PodRequest::get(path)
         };
         let deadline = Instant::now() + timeout.max(Duration::from_millis(1));
-        let (head, mut body, sock) = self.exchange(t, port, &req, deadline)?;
-        if !(200..300).contains(&head.status) {
-            return Err(status_error(head.status, &mut body));
+        let ex = self.exchange(t, port, &req, deadline)?;
+        if !(200..300).contains(&ex.head.code) {
+            let (head, mut body, _) = ex.into_body();
+            return Err(status_error(head.code, &mut body));
         }
+        let Exchanged {
+            head,
+            rest,
+            framing,
+            handle: sock,
+            ..
+        } = ex;
         sock.set_nonblocking(true)
             .map_err(|e| AccessError::Unreachable {
                 message: format!("configuring the socket: {e}"),
             })?;
         // Nothing of the body was read yet: what came with the head, and
-        // the framing, move to the non-blocking reader.
-        let BodyReader {
-            leftover,
-            pos,
-            framing,
-            ..
-        } = body;
+        // the framing, go to the non-blocking reader.
         Ok(PolledStream {
-            status: head.status,
+            status: head.code,
             headers: head.headers,
-            body: Box::new(BodyReader::new(Nb(sock), leftover[pos..].to_vec(), framing)),
+            body: Box::new(BodyReader::new(Nb(sock), rest, framing)),
         })
     }
 
@@ -247,11 +268,12 @@ impl PodAccess for DirectAccess {
         idle: Duration,
     ) -> Result<StreamHandle, AccessError> {
         let deadline = Instant::now() + req.timeout.max(Duration::from_millis(1));
-        let (head, mut body, sock) = self.exchange(t, port, req, deadline)?;
-        body.src.deadline = None;
-        body.src.idle = Some(idle.max(Duration::from_millis(1)));
+        let mut ex = self.exchange(t, port, req, deadline)?;
+        ex.sock.deadline = None;
+        ex.sock.idle = Some(idle.max(Duration::from_millis(1)));
+        let (head, body, sock) = ex.into_body();
         Ok(StreamHandle {
-            status: head.status,
+            status: head.code,
             headers: head.headers,
             body: Box::new(body),
             canceller: StreamCanceller(Arc::new(move || {

@@ -28,8 +28,8 @@
 //! by one thread and can be cut from another with its [`StreamCanceller`].
 //!
 //! Files: this one (the seam: [`PodAccess`], its requests, answers and
-//! errors), [`api_proxy`], [`direct`], and `http1` (the answer reading
-//! both use on raw sockets).
+//! errors), [`api_proxy`], [`direct`], and `http1` (raw-socket glue over
+//! `http::response`, the answer reading both use).
 
 pub mod api_proxy;
 pub mod direct;
@@ -39,9 +39,7 @@ mod tests;
 
 use crate::config::PodAccessMode;
 use crate::http::endpoint::parse_server;
-use crate::http::parse::ChunkedDecoder;
 use crate::http::stream::{ClientSocket, PollStream};
-use crate::http::HttpError;
 use crate::kube::client::{Client, KubeError, ProxyError, ProxyRequest};
 use crate::kube::remote::connect as raw;
 use parking_lot::Mutex;
@@ -295,17 +293,15 @@ pub trait PodAccess: Send + Sync {
         req: &PodRequest,
     ) -> Result<PodResponse, AccessError>;
 
-    /// A GET whose 2xx body is read incrementally (server-sent events).
-    /// The head must arrive within `idle`, then each read within `idle`
-    /// (a read past it fails with `TimedOut`). A non-2xx answer is
-    /// [`AccessError::Status`].
+    /// `req` (a GET of server-sent events, usually) with its 2xx body read
+    /// incrementally. The head must arrive within `req.timeout`, then each
+    /// read within it (a read past it fails with `TimedOut`). A non-2xx
+    /// answer is [`AccessError::Status`].
     fn stream(
         &self,
         t: &PodTarget,
         port: u16,
-        path: &str,
-        headers: &[(String, String)],
-        idle: Duration,
+        req: &PodRequest,
     ) -> Result<StreamHandle, AccessError>;
 
     /// `req` (any method, with its body) with the answer's body as a
@@ -321,7 +317,8 @@ pub trait PodAccess: Send + Sync {
         idle: Duration,
     ) -> Result<StreamHandle, AccessError>;
 
-    /// `GET path` like [`PodAccess::stream`], with the answer's body for a
+    /// `GET path` like [`PodAccess::stream`] (`timeout` bounding the
+    /// connect and the head), with the answer's body for a
     /// poll(2) loop instead of a blocking reader: the debug relays' one
     /// reader thread waits on every open stream at once. A non-2xx answer
     /// is an error. `timeout` bounds the connect and the answer's head.

@@ -213,7 +213,14 @@ fn direct_stream_reads_as_it_comes_and_cancels() {
         b"7\r\nsecond\n\r\n".to_vec(),
     ]);
     let mut s = DirectAccess::new()
-        .stream(&t, p, "/events", &[], Duration::from_secs(10))
+        .stream(
+            &t,
+            p,
+            &PodRequest {
+                timeout: Duration::from_secs(10),
+                ..PodRequest::get("/events")
+            },
+        )
         .unwrap();
     assert_eq!(s.status, 200);
     let mut buf = [0u8; 64];
@@ -245,13 +252,27 @@ fn direct_stream_error_status_and_idle() {
     let (t, p, _rx, _gate) = serve(vec![
         b"HTTP/1.1 404 Not Found\r\nContent-Length: 7\r\n\r\nno page".to_vec(),
     ]);
-    match DirectAccess::new().stream(&t, p, "/events", &[], Duration::from_secs(5)) {
+    match DirectAccess::new().stream(
+        &t,
+        p,
+        &PodRequest {
+            timeout: Duration::from_secs(5),
+            ..PodRequest::get("/events")
+        },
+    ) {
         Err(AccessError::Status { status: 404, body }) => assert_eq!(body, "no page"),
         other => panic!("{other:?}"),
     }
     let (t, p, _rx, _gate) = serve(vec![b"HTTP/1.1 200 OK\r\n\r\n".to_vec()]);
     let mut s = DirectAccess::new()
-        .stream(&t, p, "/", &[], Duration::from_millis(200))
+        .stream(
+            &t,
+            p,
+            &PodRequest {
+                timeout: Duration::from_millis(200),
+                ..PodRequest::get("/")
+            },
+        )
         .unwrap();
     let e = s.read(&mut [0u8; 8]).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::TimedOut);

@@ -7,7 +7,6 @@ use super::agent_ops::{AgentOpError, AgentOps, AgentTarget, Files};
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::fmt;
-use std::io::Write;
 
 /// The seed's files with the apps' entries last. An app container starts
 /// once its entry exists (the wait in its command) and its runner then
@@ -138,10 +137,10 @@ pub(super) fn read_checkpoint(path: &std::path::Path) -> Result<Files, Checkpoin
     Ok(out)
 }
 
-/// Writes `data` to `path` atomically (temporary file, then rename), mode
-/// 0600; missing folders are made 0700 (whatever the umask).
+/// Writes `data` to `path` whole or not at all ([`crate::files::write_atomic`]),
+/// mode 0600; missing folders are made 0700 (whatever the umask).
 pub fn write_atomic(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     let dir = path
         .parent()
         .ok_or_else(|| std::io::Error::other("no parent folder"))?;
@@ -149,21 +148,7 @@ pub fn write_atomic(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> 
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-    ));
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(data)?;
-    f.sync_data()?;
-    drop(f);
-    std::fs::rename(&tmp, path)
+    crate::files::write_atomic(path, data, 0o600)
 }
 
 #[cfg(test)]

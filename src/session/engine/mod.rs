@@ -323,7 +323,7 @@ impl Engine {
                 break id;
             }
         };
-        let token = random_token();
+        let token = crate::token::random_hex();
         let (session, first) = Session::start(
             NewSession {
                 id: id.clone(),
@@ -589,12 +589,6 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "no message".into())
-}
-
-fn random_token() -> String {
-    use rand::Rng;
-    let b: [u8; 32] = rand::rng().random();
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// The orphan reaper's thread.

@@ -314,7 +314,7 @@ impl Kubelet {
                 }
                 match stream.recv_timeout(Duration::from_millis(200)) {
                     Ok(ev) => {
-                        let deleted = matches!(ev.ty, super::store::EventType::Deleted);
+                        let deleted = matches!(ev.ty, crate::kube::watch::EventType::Deleted);
                         self.route(ev.object.clone(), deleted);
                     }
                     Err(RecvTimeoutError::Timeout) => {}

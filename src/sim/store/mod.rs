@@ -27,7 +27,8 @@ mod watch;
 mod tests;
 
 pub use self::error::{CauseKind, FieldCause, StoreError};
-pub use self::watch::{Event, EventType, RecvTimeoutError, TryRecvError, WatchFrom, WatchStream};
+pub use self::watch::{Event, RecvTimeoutError, TryRecvError, WatchFrom, WatchStream};
+use crate::kube::watch::EventType;
 pub use crate::sim::patch::PatchType;
 pub use crate::sim::selector::Selectors;
 

@@ -21,6 +21,7 @@
 //! This module never touches stored objects and never blocks on a reader.
 
 use super::{Obj, StoreError};
+use crate::kube::watch::EventType;
 use crate::sim::resources::{Resource, COUNT};
 use crate::sim::selector::Selectors;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -30,25 +31,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
-
-/// The type of a watch event (BOOKMARK and ERROR are the API layer's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl EventType {
-    /// The wire name: `ADDED`, `MODIFIED`, `DELETED`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
 
 /// One watch event, shared by every watcher that receives it.
 #[derive(Debug)]
