@@ -9,13 +9,14 @@
 //! lexopt.
 //!
 //! - `command`: the binary's top-level command line (`kubegate WORD …`,
-//!   the `serve`, `check-config` and `sim` flags), what `main.rs` dispatches on;
+//!   the `serve` and `check-config` flags; `sim` reads its own, in
+//!   `sim::args`), what `main.rs` dispatches on;
 //! - `args`: the client commands' argument parsing, pure (the environment
 //!   is passed in), so every case is unit-tested; `args::help` their help
 //!   texts;
-//! - `net`: the daemon connection: TCP + TLS through `kube::remote::connect`
-//!   (one connect path, one deadline), a tiny HTTP/1.1 GET and the WebSocket
-//!   upgrade;
+//! - `net`: the daemon connection through `http::client` (the crate's one
+//!   client path: TCP, TLS, one deadline), a tiny HTTP/1.1 GET and the
+//!   WebSocket upgrade;
 //! - `exec`: the interactive exec session, its threads and its exit code;
 //! - `term`: the local terminal: raw mode with a restoring guard, the window
 //!   size, signals;
