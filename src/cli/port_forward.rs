@@ -20,7 +20,7 @@ use super::net::Client;
 use super::{local_io, CliError};
 use crate::exit::codes;
 use crate::http::hop::end_to_end_headers;
-use crate::http::response::decode_chunked;
+use crate::http::response::{BodyDecoder, Framing};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -352,18 +352,24 @@ fn read_request(sock: &mut TcpStream) -> Result<Option<Request>, Refusal> {
     let chunked =
         header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
     let body = if chunked {
+        // De-framed as it arrives, each byte once (a 16 MiB body read in
+        // 16 KiB pieces must not be decoded from its start every time).
+        let mut dec = BodyDecoder::new(Framing::Chunked);
+        let mut body = Vec::new();
         loop {
-            let (body, done) = decode_chunked(&rest);
-            if done {
+            dec.feed(&rest, &mut body)
+                .map_err(|e| bad(format!("the request's chunked body: {e}")))?;
+            if dec.is_done() {
                 break body;
             }
-            if rest.len() > MAX_BODY + 64 * 1024 {
+            if body.len() > MAX_BODY {
                 return Err(refusal(
                     413,
                     "Content Too Large",
                     "the request body is larger than 16 MiB",
                 ));
             }
+            rest.clear();
             read_more(sock, &mut rest, &mut chunk)?;
         }
     } else {

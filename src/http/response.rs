@@ -431,29 +431,19 @@ impl<R: Read> Read for BodyReader<R> {
     }
 }
 
-/// Decodes a chunked body from its start, leniently: the payload so far,
-/// and whether it is over (the last chunk seen, or the framing broke: it
-/// then ends where it broke). For showing what a peer sent (error pages,
-/// a request body to pass on); [`BodyDecoder`] is the strict one.
-pub fn decode_chunked(raw: &[u8]) -> (Vec<u8>, bool) {
-    let mut dec = ChunkedDecoder::new(usize::MAX, MAX_TRAILER_BYTES);
-    let mut out = Vec::new();
-    match dec.feed(raw, &mut out) {
-        Ok(_) => {
-            let done = dec.last_chunk_seen();
-            (out, done)
-        }
-        Err(_) => (out, true),
-    }
-}
-
 /// Collects a body bounded by `max` bytes, as it arrives, leniently: for
 /// an error answer whose body is shown to someone, so a cut or badly
-/// framed body still yields what came.
+/// framed body still yields what came. A chunked body is de-framed as it
+/// arrives (each byte once), and ends where its framing breaks.
 #[derive(Debug)]
 pub struct BodyCollector {
     framing: Framing,
-    raw: Vec<u8>,
+    /// The payload so far (de-framed when chunked).
+    body: Vec<u8>,
+    /// The chunked decoder; `None` once its framing broke.
+    chunks: Option<ChunkedDecoder>,
+    /// Raw bytes taken so far (framing included).
+    taken: usize,
     max: usize,
 }
 
@@ -467,7 +457,10 @@ impl BodyCollector {
     pub fn new(framing: Framing, already: &[u8], max: usize) -> BodyCollector {
         let mut r = BodyCollector {
             framing,
-            raw: Vec::new(),
+            body: Vec::new(),
+            chunks: (framing == Framing::Chunked)
+                .then(|| ChunkedDecoder::new(usize::MAX, MAX_TRAILER_BYTES)),
+            taken: 0,
             max,
         };
         r.push(already);
@@ -477,24 +470,35 @@ impl BodyCollector {
     /// Appends raw bytes (beyond `max` plus framing slack they are
     /// ignored: the body is then cut).
     pub fn push(&mut self, bytes: &[u8]) {
-        let room = (self.max + FRAMING_SLACK).saturating_sub(self.raw.len());
-        self.raw.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        let room = (self.max + FRAMING_SLACK).saturating_sub(self.taken);
+        let bytes = &bytes[..bytes.len().min(room)];
+        self.taken += bytes.len();
+        if self.framing != Framing::Chunked {
+            self.body.extend_from_slice(bytes);
+        } else if let Some(dec) = &mut self.chunks {
+            if dec.feed(bytes, &mut self.body).is_err() {
+                self.chunks = None;
+            }
+        }
     }
 
     /// The body, once complete; at `eof` (or when the cap is hit) whatever
     /// arrived, so a cut body still yields what can be shown.
     pub fn body(&self, eof: bool) -> Option<Vec<u8>> {
-        let full = self.raw.len() >= self.max;
+        let full = self.taken >= self.max;
         let mut body = match self.framing {
-            Framing::Length(n) if self.raw.len() as u64 >= n => self.raw[..n as usize].to_vec(),
-            Framing::Length(_) | Framing::UntilClose if eof || full => self.raw.clone(),
+            Framing::Length(n) if self.body.len() as u64 >= n => self.body[..n as usize].to_vec(),
+            Framing::Length(_) | Framing::UntilClose if eof || full => self.body.clone(),
             Framing::Length(_) | Framing::UntilClose => return None,
             Framing::Chunked => {
-                let (body, done) = decode_chunked(&self.raw);
+                let done = self
+                    .chunks
+                    .as_ref()
+                    .is_none_or(ChunkedDecoder::last_chunk_seen);
                 if !(done || eof || full) {
                     return None;
                 }
-                body
+                self.body.clone()
             }
         };
         body.truncate(self.max);

@@ -191,6 +191,14 @@ fn error_bodies() {
     assert_eq!(r.body(false).map(|b| b.len()), Some(MAX_BODY));
 }
 
+/// What a lenient collector holds of a chunked body: the payload so far,
+/// and whether it is over (the last chunk seen, or the framing broke).
+fn decode_chunked(raw: &[u8]) -> (Vec<u8>, bool) {
+    let r = BodyCollector::new(Framing::Chunked, raw, MAX_BODY);
+    let done = r.body(false).is_some();
+    (r.body(true).unwrap_or_default(), done)
+}
+
 #[test]
 fn chunked_bodies() {
     let raw = b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nTrailer: x\r\n\r\n";
@@ -299,4 +307,18 @@ fn complete_responses() {
         parse_complete(b"HTTP/1.1 200 OK\r\n", &lim()),
         Err(ResponseError::Truncated)
     );
+}
+
+#[test]
+fn a_collector_decodes_chunks_as_they_come_and_stops_where_the_framing_breaks() {
+    let raw = b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+    let mut r = BodyCollector::new(Framing::Chunked, &[], MAX_BODY);
+    for (i, b) in raw.iter().enumerate() {
+        assert_eq!(r.body(false).is_some(), i >= 24, "byte {i}");
+        r.push(std::slice::from_ref(b));
+    }
+    assert_eq!(r.body(false).as_deref(), Some(&b"hello world"[..]));
+    // A broken size line ends the body where it broke, without waiting for EOF.
+    let r = BodyCollector::new(Framing::Chunked, b"5\r\nhello\r\nzz\r\nmore", MAX_BODY);
+    assert_eq!(r.body(false).as_deref(), Some(&b"hello"[..]));
 }
