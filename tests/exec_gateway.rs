@@ -498,8 +498,19 @@ fn tokens_never_reach_the_log() {
         .find_map(|l| l.trim().strip_prefix("token:"))
         .map(|t| t.trim().trim_matches('"').to_string())
         .expect("the sim's kubeconfig has a token");
-    let log = d.log_text();
-    assert!(log.contains(" DEBUG "), "trace logging is not on: {log}");
+    // The interactive exec's end is logged at debug after its last frame
+    // went out, so wait for it: it shows trace logging is on and that the
+    // whole exchange reached the log before the log is searched.
+    let log = wait_for(
+        "the debug line of the exec's end",
+        Duration::from_secs(10),
+        || {
+            let log = d.log_text();
+            log.lines()
+                .any(|l| l.contains(" DEBUG ") && l.contains("interactive exec"))
+                .then_some(log)
+        },
+    );
     assert!(log.contains("exec oneshot"), "{log}");
     for secret in [
         d.token.as_str(),
