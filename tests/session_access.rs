@@ -408,8 +408,7 @@ fn probes(f: &Run) {
         .open(
             t,
             port,
-            &PodRequest::get("/streamed"),
-            Duration::from_secs(10),
+            &PodRequest::get("/streamed").idle(Duration::from_secs(10)),
         )
         .expect("open");
     assert_eq!(s.status, 200);
@@ -418,7 +417,7 @@ fn probes(f: &Run) {
     assert_eq!(body, b"late\n");
     // No answer at all is an error, not a status.
     assert!(a
-        .open(t, 9, &PodRequest::get("/"), Duration::from_secs(10))
+        .open(t, 9, &PodRequest::get("/").idle(Duration::from_secs(10)))
         .is_err_and(|e| e.is_not_reachable()));
 }
 

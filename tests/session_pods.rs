@@ -11,65 +11,10 @@ use kubegate::sim::podspec::{plan_container, PlanContext};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// The pods sim mode builds (no uid named), with a CPU ceiling of 2 and the
-/// app runner on.
-fn settings() -> PodSettings {
-    PodSettings {
-        max_cpu: "2".into(),
-        run_as: None,
-        ..PodSettings::default()
-    }
-}
-
-fn app(name: &str, entry: &str) -> AppSpec {
-    AppSpec {
-        name: name.into(),
-        entry: entry.into(),
-        command: None,
-        image: None,
-        ports: vec![],
-        io: Io::Tty,
-        runner: true,
-    }
-}
-
-/// Two apps: `web` (its own command, a tcp port) and `worker` (streams,
-/// its own image, a udp port, the default command).
-fn spec() -> SessionSpec {
-    let mut web = app("web", "src/main.js");
-    web.command = Some(vec!["node".into(), "--watch".into(), "$(HOME)".into()]);
-    web.ports = vec![Port::tcp(8080)];
-    let mut worker = app("worker", "w.sh");
-    worker.io = Io::Streams;
-    worker.image = Some("alpine:3".into());
-    worker.ports = vec![Port {
-        port: 5353,
-        protocol: Protocol::Udp,
-    }];
-    SessionSpec {
-        apps: vec![web, worker],
-        env: vec![("MODE".into(), "dev $(X)".into())],
-        image: Some("node:22".into()),
-        pull_policy: Some(PullPolicy::Always),
-    }
-}
-
-const NO_REQUEST: Requested = Requested {
-    cpu: None,
-    memory: None,
-    ephemeral_storage: None,
-};
-
-fn input<'a>(spec: &'a SessionSpec, requested: &'a Requested) -> PodInput<'a> {
-    PodInput {
-        session_id: "abc123def456",
-        principal: "demo",
-        spec,
-        pod_name: "kubegate-watch-abc123def456-x1",
-        remaining_life_secs: 21000,
-        requested,
-    }
-}
+// The fixtures the unit tests of `session::pod` use too.
+#[path = "../src/session/pod_fixtures.rs"]
+mod fixtures;
+use fixtures::*;
 
 /// The sim's kubelet turns these containers into processes; plan them the
 /// way it does and check what the processes would see.

@@ -296,6 +296,34 @@ pub fn read_body(
     }
 }
 
+/// One `Connection: close` request: `method path` with `headers` in order
+/// (the caller's `Authorization`, …; never logged here) and, when given,
+/// the body with its `Content-Type` and `Content-Length`.
+pub fn close_request(
+    method: &str,
+    path: &str,
+    authority: &str,
+    headers: &[(&str, &str)],
+    body: Option<(&str, &[u8])>,
+) -> Vec<u8> {
+    let mut s = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        s.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some((content_type, b)) = body {
+        s.push_str(&format!(
+            "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
+            b.len()
+        ));
+    }
+    s.push_str("\r\n");
+    let mut raw = s.into_bytes();
+    if let Some((_, b)) = body {
+        raw.extend_from_slice(b);
+    }
+    raw
+}
+
 /// The WebSocket upgrade request: `GET path_and_query` with the RFC 6455
 /// headers (`key`: base64 of 16 random bytes), the subprotocol `offer` in
 /// ONE header when given, then `headers` in order (the caller's
@@ -484,6 +512,26 @@ mod tests {
         );
         let s = String::from_utf8(upgrade_request("/", "h", KEY, None, &[])).unwrap();
         assert!(!s.contains("Sec-WebSocket-Protocol"));
+    }
+
+    #[test]
+    fn close_request_bytes() {
+        let raw = close_request(
+            "POST",
+            "/v1/exec",
+            "127.0.0.1:7443",
+            &[("Authorization", "Bearer tok")],
+            Some(("application/json", b"{}")),
+        );
+        assert_eq!(
+            String::from_utf8(raw).unwrap(),
+            "POST /v1/exec HTTP/1.1\r\nHost: 127.0.0.1:7443\r\nConnection: close\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        );
+        let raw = close_request("GET", "/healthz", "h", &[], None);
+        assert_eq!(
+            raw,
+            b"GET /healthz HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
+        );
     }
 
     #[test]

@@ -29,8 +29,11 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags};
 /// A socket one thread can drive with poll(2): readable/writable bytes plus
 /// the fd to wait on.
 pub trait PollStream: Read + Write + AsFd + Send {
-    /// Switches the underlying TCP socket between blocking and non-blocking.
-    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()>;
+    /// Switches the underlying socket between blocking and non-blocking
+    /// (`FIONBIO` on the fd, what `TcpStream::set_nonblocking` does).
+    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        Ok(rustix::io::ioctl_fionbio(self.as_fd(), nonblocking)?)
+    }
     /// True when bytes are readable without touching the socket (decrypted
     /// TLS plaintext): read before waiting in poll.
     fn has_buffered_input(&self) -> bool {
@@ -38,11 +41,36 @@ pub trait PollStream: Read + Write + AsFd + Send {
     }
 }
 
-impl PollStream for TcpStream {
-    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        TcpStream::set_nonblocking(self, nonblocking)
-    }
+/// For a stream that knows its TCP socket (`tcp()`): `AsFd` (poll(2)
+/// waits on the socket's fd whatever is layered over it) and, with `timeouts`,
+/// the socket's read and write timeouts, a zero one raised to 1 ms (zero
+/// means "none" to the OS).
+macro_rules! fd_of_tcp {
+    ($t:ty) => {
+        impl AsFd for $t {
+            fn as_fd(&self) -> BorrowedFd<'_> {
+                self.tcp().as_fd()
+            }
+        }
+    };
+    ($t:ty, timeouts) => {
+        fd_of_tcp!($t);
+
+        impl $t {
+            pub fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+                self.tcp()
+                    .set_read_timeout(d.map(|d| d.max(Duration::from_millis(1))))
+            }
+
+            pub fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+                self.tcp()
+                    .set_write_timeout(d.map(|d| d.max(Duration::from_millis(1))))
+            }
+        }
+    };
 }
+
+impl PollStream for TcpStream {}
 
 /// A rustls connection (client or server side) over a TCP socket.
 pub struct TlsStream {
@@ -184,9 +212,6 @@ impl AsFd for TlsStream {
 }
 
 impl PollStream for TlsStream {
-    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        self.sock.set_nonblocking(nonblocking)
-    }
     fn has_buffered_input(&self) -> bool {
         // `process_new_packets` reports buffered plaintext; a cheap proxy
         // without `&mut`: rustls wants no more bytes while plaintext waits.
@@ -220,16 +245,6 @@ impl Socket {
 
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.tcp().peer_addr()
-    }
-
-    pub fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        self.tcp()
-            .set_read_timeout(d.map(|d| d.max(Duration::from_millis(1))))
-    }
-
-    pub fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        self.tcp()
-            .set_write_timeout(d.map(|d| d.max(Duration::from_millis(1))))
     }
 
     /// Ends the connection politely after an error answer: close_notify,
@@ -286,16 +301,9 @@ impl Write for Socket {
     }
 }
 
-impl AsFd for Socket {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.tcp().as_fd()
-    }
-}
+fd_of_tcp!(Socket, timeouts);
 
 impl PollStream for Socket {
-    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        self.tcp().set_nonblocking(nonblocking)
-    }
     fn has_buffered_input(&self) -> bool {
         match self {
             Socket::Plain(_) => false,
@@ -394,17 +402,10 @@ impl Write for NativeTlsStream {
 }
 
 #[cfg(feature = "native-tls")]
-impl AsFd for NativeTlsStream {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.tcp().as_fd()
-    }
-}
+fd_of_tcp!(NativeTlsStream);
 
 #[cfg(feature = "native-tls")]
 impl PollStream for NativeTlsStream {
-    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        self.tcp().set_nonblocking(nonblocking)
-    }
     fn has_buffered_input(&self) -> bool {
         // SSL_pending: plaintext of an already-decrypted record that a
         // short read left behind; poll(2) cannot see it.
@@ -434,16 +435,6 @@ impl ClientSocket {
             #[cfg(feature = "native-tls")]
             ClientSocket::NativeTls(t) => t.tcp(),
         }
-    }
-
-    pub fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        self.tcp()
-            .set_read_timeout(d.map(|d| d.max(Duration::from_millis(1))))
-    }
-
-    pub fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        self.tcp()
-            .set_write_timeout(d.map(|d| d.max(Duration::from_millis(1))))
     }
 
     /// Sends a TLS close_notify, if the connection is TLS.
@@ -484,16 +475,9 @@ impl Write for ClientSocket {
     }
 }
 
-impl AsFd for ClientSocket {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.tcp().as_fd()
-    }
-}
+fd_of_tcp!(ClientSocket, timeouts);
 
 impl PollStream for ClientSocket {
-    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        self.tcp().set_nonblocking(nonblocking)
-    }
     fn has_buffered_input(&self) -> bool {
         match self {
             ClientSocket::Socket(s) => s.has_buffered_input(),

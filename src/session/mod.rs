@@ -55,6 +55,8 @@ pub mod recover;
 pub mod relay;
 pub mod spec;
 pub mod sse;
+#[cfg(test)]
+mod test_http;
 
 use rand::Rng;
 

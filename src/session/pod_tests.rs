@@ -1,64 +1,10 @@
 use super::*;
 use crate::session::spec::{AppSpec, Io, Port, Protocol, PullPolicy, SessionSpec};
 
-/// The pods sim mode builds (no uid named), with a CPU ceiling of 2 and
-/// the app runner on (these tests cover the pod under it; one test turns
-/// it off).
-fn settings() -> PodSettings {
-    PodSettings {
-        max_cpu: "2".into(),
-        run_as: None,
-        ..PodSettings::default()
-    }
-}
-
-fn app(name: &str, entry: &str) -> AppSpec {
-    AppSpec {
-        name: name.into(),
-        entry: entry.into(),
-        command: None,
-        image: None,
-        ports: vec![],
-        io: Io::Tty,
-        runner: true,
-    }
-}
-
-fn spec() -> SessionSpec {
-    let mut web = app("web", "src/main.js");
-    web.command = Some(vec!["node".into(), "--watch".into(), "$(HOME)".into()]);
-    web.ports = vec![Port::tcp(8080)];
-    let mut worker = app("worker", "w.sh");
-    worker.io = Io::Streams;
-    worker.image = Some("alpine:3".into());
-    worker.ports = vec![Port {
-        port: 5353,
-        protocol: Protocol::Udp,
-    }];
-    SessionSpec {
-        apps: vec![web, worker],
-        env: vec![("MODE".into(), "dev $(X)".into())],
-        image: Some("node:22".into()),
-        pull_policy: Some(PullPolicy::Always),
-    }
-}
-
-const NO_REQUEST: Requested = Requested {
-    cpu: None,
-    memory: None,
-    ephemeral_storage: None,
-};
-
-fn input<'a>(spec: &'a SessionSpec, requested: &'a Requested) -> PodInput<'a> {
-    PodInput {
-        session_id: "abc123def456",
-        principal: "demo",
-        spec,
-        pod_name: "kubegate-watch-abc123def456-x1",
-        remaining_life_secs: 21000,
-        requested,
-    }
-}
+// The fixtures tests/session_pods.rs shares (one copy of them).
+#[path = "pod_fixtures.rs"]
+mod fixtures;
+use fixtures::*;
 
 fn env_of(c: &Value) -> Vec<(String, Value)> {
     c["env"]

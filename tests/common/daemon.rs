@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use super::{temp_dir, wait_for, KUBEGATE};
+use kubegate::http::client::close_request;
 use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -304,22 +305,13 @@ impl DaemonProc {
         token: Option<&str>,
         body: Option<&[u8]>,
     ) -> (u16, Vec<u8>) {
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-            self.addr
-        );
-        if let Some(t) = token {
-            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-        }
-        if let Some(b) = body {
-            head.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                b.len()
-            ));
-        }
-        head.push_str("\r\n");
-        let mut raw = head.into_bytes();
-        raw.extend_from_slice(body.unwrap_or_default());
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = bearer
+            .iter()
+            .map(|b| ("Authorization", b.as_str()))
+            .collect();
+        let body = body.map(|b| ("application/json", b));
+        let raw = close_request(method, path, &self.addr, &headers, body);
         raw_exchange(&self.addr, &raw)
     }
 

@@ -3,6 +3,7 @@
 //! (`kubegate::http::response`).
 
 use crate::{SoakError, TICK};
+use kubegate::http::client::close_request;
 use kubegate::http::response::{parse_complete, Limits};
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -29,19 +30,18 @@ pub(crate) fn http(
     s.set_read_timeout(Some(timeout))
         .and_then(|()| s.set_write_timeout(Some(timeout)))
         .map_err(|e| SoakError::Io(format!("socket: {e}")))?;
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(t) = token {
-        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-    }
-    if let Some(b) = body {
-        head.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            b.len()
-        ));
-    }
-    head.push_str("\r\n");
-    let mut raw = head.into_bytes();
-    raw.extend_from_slice(body.unwrap_or_default());
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|b| ("Authorization", b.as_str()))
+        .collect();
+    let raw = close_request(
+        method,
+        path,
+        addr,
+        &headers,
+        body.map(|b| ("application/json", b)),
+    );
     s.write_all(&raw)
         .map_err(|e| SoakError::Io(format!("write: {e}")))?;
     let mut resp = Vec::new();

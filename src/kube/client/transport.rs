@@ -15,8 +15,8 @@
 //! no semver promise: this file is what to fix on a ureq upgrade.
 //!
 //! With the `native-tls` cargo feature, [`TlsParts`] holds a native-tls
-//! connector instead and `KubeNativeTlsConnector` takes the rustls
-//! connector's place (same chain, same rules).
+//! connector instead and [`KubeTlsConnector`] hands the handshake to it
+//! (same chain, same rules).
 
 use crate::kube::connection::{Connection, TlsMaterial};
 use crate::kube::tls_client::{self, TlsError};
@@ -76,80 +76,70 @@ impl fmt::Debug for TlsParts {
     }
 }
 
-/// The full chain: TCP, then our TLS when the URL is `https`.
-#[cfg(not(feature = "native-tls"))]
+/// The full chain: TCP, then our TLS (rustls, or native-tls with that
+/// feature) when the URL is `https`.
 pub fn connector(tls: Option<TlsParts>) -> impl Connector {
     ().chain(TcpConnector::default())
         .chain(KubeTlsConnector { tls })
 }
 
-/// The full chain: TCP, then native-tls when the URL is `https`.
-#[cfg(feature = "native-tls")]
-pub fn connector(tls: Option<TlsParts>) -> impl Connector {
-    ().chain(TcpConnector::default())
-        .chain(KubeNativeTlsConnector { tls })
-}
-
-/// The first step both TLS connectors share: nothing to do without a
-/// transport, a plain one passed on when the URL needs no TLS (or it is
-/// secured already), an error for an https URL without TLS settings.
-enum ToSecure<'a, In, Out> {
-    Done(Option<Out>),
-    Secure(In, &'a TlsParts),
-}
-
-fn to_secure<'a, In: Transport, T>(
-    details: &ConnectionDetails,
-    chained: Option<In>,
-    tls: Option<&'a TlsParts>,
-) -> Result<ToSecure<'a, In, Either<In, T>>, ureq::Error> {
-    let Some(transport) = chained else {
-        return Ok(ToSecure::Done(None));
-    };
-    if !details.needs_tls() || transport.is_tls() {
-        return Ok(ToSecure::Done(Some(Either::A(transport))));
-    }
-    let Some(tls) = tls else {
-        return Err(ureq::Error::Tls(
-            "an https URL on a client built without TLS settings",
-        ));
-    };
-    Ok(ToSecure::Secure(transport, tls))
-}
-
-#[cfg(not(feature = "native-tls"))]
-/// Wraps the chained TCP transport in rustls for `https` URLs.
+/// Wraps the chained TCP transport in TLS for `https` URLs.
 #[derive(Debug)]
 pub struct KubeTlsConnector {
     tls: Option<TlsParts>,
 }
 
+/// The TLS stream of the backend this build has.
 #[cfg(not(feature = "native-tls"))]
-impl<In: Transport> Connector<In> for KubeTlsConnector {
-    type Out = Either<In, TlsTransport>;
+type SecureTransport = TlsTransport;
+#[cfg(feature = "native-tls")]
+type SecureTransport = NativeTlsTransport;
 
+impl<In: Transport> Connector<In> for KubeTlsConnector {
+    type Out = Either<In, SecureTransport>;
+
+    /// Nothing to do without a transport; a plain one passed on when the
+    /// URL needs no TLS (or it is secured already); an error for an https
+    /// URL without TLS settings; else the handshake, bounded by the
+    /// connection's timeout.
     fn connect(
         &self,
         details: &ConnectionDetails,
         chained: Option<In>,
     ) -> Result<Option<Self::Out>, ureq::Error> {
-        let (transport, tls) = match to_secure(details, chained, self.tls.as_ref())? {
-            ToSecure::Done(out) => return Ok(out),
-            ToSecure::Secure(transport, tls) => (transport, tls),
+        let Some(transport) = chained else {
+            return Ok(None);
         };
-        let mut conn = ClientConnection::new(tls.config.clone(), tls.server_name.clone())?;
+        if !details.needs_tls() || transport.is_tls() {
+            return Ok(Some(Either::A(transport)));
+        }
+        let Some(tls) = self.tls.as_ref() else {
+            return Err(ureq::Error::Tls(
+                "an https URL on a client built without TLS settings",
+            ));
+        };
         let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
         sock.set_timeout(details.timeout);
-        conn.complete_io(&mut sock)?;
         let buffers = LazyBuffers::new(
             details.config.input_buffer_size(),
             details.config.output_buffer_size(),
         );
-        Ok(Some(Either::B(TlsTransport {
-            buffers,
-            stream: StreamOwned { conn, sock },
-        })))
+        Ok(Some(Either::B(handshake(tls, sock, buffers)?)))
     }
+}
+
+#[cfg(not(feature = "native-tls"))]
+fn handshake(
+    tls: &TlsParts,
+    mut sock: TransportAdapter,
+    buffers: LazyBuffers,
+) -> Result<TlsTransport, ureq::Error> {
+    let mut conn = ClientConnection::new(tls.config.clone(), tls.server_name.clone())?;
+    conn.complete_io(&mut sock)?;
+    Ok(TlsTransport {
+        buffers,
+        stream: StreamOwned { conn, sock },
+    })
 }
 
 #[cfg(not(feature = "native-tls"))]
@@ -213,48 +203,27 @@ macro_rules! tls_transport {
 #[cfg(not(feature = "native-tls"))]
 tls_transport!(TlsTransport);
 
-/// Wraps the chained TCP transport in native-tls for `https` URLs.
 #[cfg(feature = "native-tls")]
-#[derive(Debug)]
-pub struct KubeNativeTlsConnector {
-    tls: Option<TlsParts>,
-}
-
-#[cfg(feature = "native-tls")]
-impl<In: Transport> Connector<In> for KubeNativeTlsConnector {
-    type Out = Either<In, NativeTlsTransport>;
-
-    fn connect(
-        &self,
-        details: &ConnectionDetails,
-        chained: Option<In>,
-    ) -> Result<Option<Self::Out>, ureq::Error> {
-        let (transport, tls) = match to_secure(details, chained, self.tls.as_ref())? {
-            ToSecure::Done(out) => return Ok(out),
-            ToSecure::Secure(transport, tls) => (transport, tls),
-        };
-        let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
-        sock.set_timeout(details.timeout);
-        // The adapter turns a timeout into an error (never WouldBlock), so
-        // the handshake either completes or fails here.
-        let stream = tls
-            .connector
-            .connect(&tls.server_name, sock)
-            .map_err(|e| match e {
-                native_tls::HandshakeError::Failure(e) => {
-                    ureq::Error::Io(std::io::Error::other(format!("TLS handshake: {e}")))
-                }
-                native_tls::HandshakeError::WouldBlock(_) => ureq::Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "TLS handshake timed out",
-                )),
-            })?;
-        let buffers = LazyBuffers::new(
-            details.config.input_buffer_size(),
-            details.config.output_buffer_size(),
-        );
-        Ok(Some(Either::B(NativeTlsTransport { buffers, stream })))
-    }
+fn handshake(
+    tls: &TlsParts,
+    sock: TransportAdapter,
+    buffers: LazyBuffers,
+) -> Result<NativeTlsTransport, ureq::Error> {
+    // The adapter turns a timeout into an error (never WouldBlock), so
+    // the handshake either completes or fails here.
+    let stream = tls
+        .connector
+        .connect(&tls.server_name, sock)
+        .map_err(|e| match e {
+            native_tls::HandshakeError::Failure(e) => {
+                ureq::Error::Io(std::io::Error::other(format!("TLS handshake: {e}")))
+            }
+            native_tls::HandshakeError::WouldBlock(_) => ureq::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "TLS handshake timed out",
+            )),
+        })?;
+    Ok(NativeTlsTransport { buffers, stream })
 }
 
 /// A native-tls stream over the chained transport, as ureq's own.

@@ -137,11 +137,12 @@ impl FrontDoor {
             body,
             timeout: PORT_PROXY_HEAD_TIMEOUT,
             max_response_bytes: 0,
+            idle: Some(PORT_PROXY_IDLE),
         };
         let mut resp = self
             .engine
             .access()
-            .open(&target, port, &preq, PORT_PROXY_IDLE)
+            .open(&target, port, &preq)
             .map_err(|e| ApiError::new(Code::PortUnreachable, format!("port {port}: {e}")))?;
         let headers = end_to_end_headers(&resp.headers, &[]);
         let status = resp.status;

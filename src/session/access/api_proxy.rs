@@ -293,12 +293,7 @@ impl PodAccess for ApiProxyAccess {
         PodAccessMode::ApiProxy
     }
 
-    fn request(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        req: &PodRequest,
-    ) -> Result<PodResponse, AccessError> {
+    fn request(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PodResponse> {
         let deadline = Instant::now() + req.timeout;
         let pr = Self::proxy_request_of(t, port, req, req.timeout)?;
         let mut resp = self.client.pod_proxy(&pr).map_err(from_proxy)?;
@@ -310,12 +305,7 @@ impl PodAccess for ApiProxyAccess {
         })
     }
 
-    fn stream(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        req: &PodRequest,
-    ) -> Result<StreamHandle, AccessError> {
+    fn stream(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<StreamHandle> {
         let pr = Self::proxy_request_of(t, port, req, req.timeout)?;
         let agent = self.take_agent(pr.read_timeout);
         let mut resp = match self.client.pod_proxy_on(agent, &pr) {
@@ -333,25 +323,13 @@ impl PodAccess for ApiProxyAccess {
         Ok(stream_handle(resp))
     }
 
-    fn stream_polled(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        path: &str,
-        headers: &[(String, String)],
-        timeout: Duration,
-    ) -> Result<PolledStream, AccessError> {
-        let pr = Self::proxy_request(t, port, Method::GET, path, headers, None, timeout)?;
-        self.open_polled(&pr, timeout)
+    fn stream_polled(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PolledStream> {
+        let pr = Self::proxy_request_of(t, port, req, req.timeout)?;
+        self.open_polled(&pr, req.timeout)
     }
 
-    fn open(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        req: &PodRequest,
-        idle: Duration,
-    ) -> Result<StreamHandle, AccessError> {
+    fn open(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<StreamHandle> {
+        let idle = req.idle.unwrap_or(req.timeout);
         let pr = Self::proxy_request_of(t, port, req, idle)?;
         let resp = self.client.pod_proxy(&pr).map_err(from_proxy)?;
         Ok(stream_handle(resp))
@@ -364,7 +342,7 @@ impl PodAccess for ApiProxyAccess {
     /// HTTP is listening). An app that accepts but stays silent past
     /// `timeout` counts as not reachable yet: through the proxy it cannot
     /// be told from a dial still in progress.
-    fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool, AccessError> {
+    fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool> {
         let pr = Self::proxy_request(t, port, Method::GET, "/", &[], None, timeout)?;
         match self.client.pod_proxy(&pr).map_err(from_proxy) {
             Ok(resp) => {

@@ -192,12 +192,7 @@ impl PodAccess for DirectAccess {
         PodAccessMode::Direct
     }
 
-    fn request(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        req: &PodRequest,
-    ) -> Result<PodResponse, AccessError> {
+    fn request(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PodResponse> {
         let deadline = Instant::now() + req.timeout;
         let (head, mut body, _sock) = self.exchange(t, port, req, deadline)?.into_body();
         let body = read_bounded(&mut body, req.max_response_bytes, None)?;
@@ -208,34 +203,17 @@ impl PodAccess for DirectAccess {
         })
     }
 
-    fn stream(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        req: &PodRequest,
-    ) -> Result<StreamHandle, AccessError> {
-        let mut s = self.open(t, port, req, req.timeout)?;
+    fn stream(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<StreamHandle> {
+        let mut s = self.open(t, port, req)?;
         if !(200..300).contains(&s.status) {
             return Err(status_error(s.status, &mut s));
         }
         Ok(s)
     }
 
-    fn stream_polled(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        path: &str,
-        headers: &[(String, String)],
-        timeout: Duration,
-    ) -> Result<PolledStream, AccessError> {
-        let req = PodRequest {
-            headers: headers.to_vec(),
-            timeout,
-            ..PodRequest::get(path)
-        };
-        let deadline = Instant::now() + timeout.max(Duration::from_millis(1));
-        let ex = self.exchange(t, port, &req, deadline)?;
+    fn stream_polled(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PolledStream> {
+        let deadline = Instant::now() + req.timeout.max(Duration::from_millis(1));
+        let ex = self.exchange(t, port, req, deadline)?;
         if !(200..300).contains(&ex.head.code) {
             let (head, mut body, _) = ex.into_body();
             return Err(status_error(head.code, &mut body));
@@ -260,13 +238,8 @@ impl PodAccess for DirectAccess {
         })
     }
 
-    fn open(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        req: &PodRequest,
-        idle: Duration,
-    ) -> Result<StreamHandle, AccessError> {
+    fn open(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<StreamHandle> {
+        let idle = req.idle.unwrap_or(req.timeout);
         let deadline = Instant::now() + req.timeout.max(Duration::from_millis(1));
         let mut ex = self.exchange(t, port, req, deadline)?;
         ex.sock.deadline = None;
@@ -282,7 +255,7 @@ impl PodAccess for DirectAccess {
         })
     }
 
-    fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool, AccessError> {
+    fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool> {
         let addr = socket_addr(t, port)?;
         match connect(addr, timeout) {
             Ok(s) => {

@@ -80,6 +80,9 @@ pub struct PodRequest {
     pub timeout: Duration,
     /// A longer body is [`AccessError::TooLarge`].
     pub max_response_bytes: usize,
+    /// For [`PodAccess::open`]: the bound on each read of the body after
+    /// the head (`timeout` when unset).
+    pub idle: Option<Duration>,
 }
 
 impl PodRequest {
@@ -91,6 +94,7 @@ impl PodRequest {
             body: None,
             timeout: DEFAULT_TIMEOUT,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            idle: None,
         }
     }
 
@@ -111,6 +115,11 @@ impl PodRequest {
 
     pub fn timeout(mut self, d: Duration) -> PodRequest {
         self.timeout = d;
+        self
+    }
+
+    pub fn idle(mut self, d: Duration) -> PodRequest {
+        self.idle = Some(d);
         self
     }
 
@@ -280,61 +289,41 @@ impl fmt::Display for AccessError {
 
 impl std::error::Error for AccessError {}
 
+/// What the seam's calls return: an [`AccessError`] unless said otherwise.
+pub type Result<T, E = AccessError> = std::result::Result<T, E>;
+
 /// The seam. Implementations are cheap to share across threads.
 pub trait PodAccess: Send + Sync {
     /// Which implementation this is.
     fn mode(&self) -> PodAccessMode;
 
     /// One request; the app's answer with its whole body (bounded).
-    fn request(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        req: &PodRequest,
-    ) -> Result<PodResponse, AccessError>;
+    fn request(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PodResponse>;
 
     /// `req` (a GET of server-sent events, usually) with its 2xx body read
     /// incrementally. The head must arrive within `req.timeout`, then each
     /// read within it (a read past it fails with `TimedOut`). A non-2xx
     /// answer is [`AccessError::Status`].
-    fn stream(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        req: &PodRequest,
-    ) -> Result<StreamHandle, AccessError>;
+    fn stream(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<StreamHandle>;
 
     /// `req` (any method, with its body) with the answer's body as a
     /// stream, WHATEVER its status (the app's errors are its answer: the
     /// port proxy route passes them on); `AccessError` only when there is
     /// no answer from the app. `req.timeout` bounds the wait for the
-    /// answer's head, `idle` each read of the body after it.
-    fn open(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        req: &PodRequest,
-        idle: Duration,
-    ) -> Result<StreamHandle, AccessError>;
+    /// answer's head, `req.idle` each read of the body after it.
+    fn open(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<StreamHandle>;
 
-    /// `GET path` like [`PodAccess::stream`] (`timeout` bounding the
-    /// connect and the head), with the answer's body for a
-    /// poll(2) loop instead of a blocking reader: the debug relays' one
-    /// reader thread waits on every open stream at once. A non-2xx answer
-    /// is an error. `timeout` bounds the connect and the answer's head.
-    fn stream_polled(
-        &self,
-        t: &PodTarget,
-        port: u16,
-        path: &str,
-        headers: &[(String, String)],
-        timeout: Duration,
-    ) -> Result<PolledStream, AccessError>;
+    /// `req` (a GET) like [`PodAccess::stream`], with the answer's body
+    /// for a poll(2) loop instead of a blocking reader: the debug relays'
+    /// one reader thread waits on every open stream at once. A non-2xx
+    /// answer is an error. `req.timeout` bounds the connect and the
+    /// answer's head.
+    fn stream_polled(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PolledStream>;
 
     /// Whether the port accepts connections. `Ok(false)` when it refuses,
     /// cannot be reached, or gives no sign within `timeout`; errors are
     /// failures to ask (the pod does not exist, the API server refuses).
-    fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool, AccessError>;
+    fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool>;
 }
 
 /// The implementation `[cluster] pod_access` names.

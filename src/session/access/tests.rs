@@ -2,7 +2,7 @@ use super::api_proxy::from_proxy;
 use super::api_proxy::ApiProxyAccess;
 use super::direct::DirectAccess;
 use super::*;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::net::TcpListener;
 use std::sync::mpsc;
 
@@ -17,23 +17,7 @@ fn serve(parts: Vec<Vec<u8>>) -> (PodTarget, u16, mpsc::Receiver<String>, mpsc::
     std::thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
         let mut r = BufReader::new(s.try_clone().unwrap());
-        let mut head = String::new();
-        let mut len = 0usize;
-        loop {
-            let mut line = String::new();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                len = v.trim().parse().unwrap();
-            }
-            head.push_str(&line);
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let mut body = vec![0u8; len];
-        r.read_exact(&mut body).unwrap();
+        let (mut head, body) = crate::session::test_http::read_request(&mut r);
         head.push_str(&String::from_utf8_lossy(&body));
         let _ = req_tx.send(head);
         let mut w = &s;

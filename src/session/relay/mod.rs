@@ -41,7 +41,7 @@ mod pump;
 #[cfg(test)]
 mod tests;
 
-use crate::session::access::{PodAccess, PodTarget};
+use crate::session::access::{PodAccess, PodRequest, PodTarget};
 use crate::session::access::{PollBody, StreamCanceller};
 use crate::session::sse::SseParser;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
@@ -432,21 +432,15 @@ fn what(relay: &Relay) -> String {
 fn open_stream(relay: &Relay) -> Result<Box<dyn PollBody>, Duration> {
     let mut guard = lock(&relay.progress);
     let p = &mut *guard;
-    let mut headers = vec![
-        ("Accept".to_string(), "text/event-stream".to_string()),
-        ("Cache-Control".to_string(), "no-cache".to_string()),
-    ];
+    let mut req = PodRequest::get(EVENTS_PATH)
+        .header("Accept", "text/event-stream")
+        .header("Cache-Control", "no-cache")
+        .timeout(relay.timings.idle);
     if let Some(id) = p.parser.last_event_id() {
-        headers.push(("Last-Event-ID".to_string(), id.to_string()));
+        req = req.header("Last-Event-ID", id);
     }
     p.parser.reset();
-    match relay.access.stream_polled(
-        &relay.target,
-        relay.port,
-        EVENTS_PATH,
-        &headers,
-        relay.timings.idle,
-    ) {
+    match relay.access.stream_polled(&relay.target, relay.port, &req) {
         Ok(s) => {
             // The reader thread sees the stop flag when woken.
             if !relay.stop.set_current(StreamCanceller::new(pump::wake)) {

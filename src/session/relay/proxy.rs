@@ -49,6 +49,7 @@ pub fn proxy_http(
         body,
         timeout: limits.timeout,
         max_response_bytes: limits.max_response_bytes,
+        idle: None,
     };
     let mut resp = access.request(target, port, &req)?;
     resp.headers = end_to_end_headers(&resp.headers, &[]);

@@ -7,7 +7,7 @@ use crate::session::machine::Reach;
 use crossbeam_channel::unbounded;
 use serde_json::json;
 use std::io::Read;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use ureq::http::Method;
 
@@ -53,24 +53,8 @@ fn script(handler: impl Fn(usize, TcpStream) + Send + Sync + 'static) -> Script 
                 let at = Instant::now();
                 let Ok(r) = s.try_clone() else { return };
                 let mut r = BufReader::new(r);
-                let mut head = String::new();
-                let mut len = 0usize;
-                loop {
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        break;
-                    }
-                    let line = line.to_ascii_lowercase();
-                    if let Some(v) = line.strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap_or(0);
-                    }
-                    head.push_str(&line);
-                    if line == "\r\n" {
-                        break;
-                    }
-                }
-                let mut body = vec![0u8; len];
-                let _ = r.read_exact(&mut body);
+                let (head, body) = crate::session::test_http::read_request(&mut r);
+                let head = head.to_ascii_lowercase();
                 let _ = tx.send(Conn { at, head, body });
                 handler(i, s);
             });
