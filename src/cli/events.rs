@@ -63,9 +63,8 @@ impl EventStream {
         session: &str,
         last_event_id: Option<u64>,
     ) -> Result<EventStream, CliError> {
-        let extra = last_event_id
-            .map(|id| format!("Last-Event-ID: {id}\r\n"))
-            .unwrap_or_default();
+        let id = last_event_id.map(|id| id.to_string());
+        let extra: Vec<(&str, &str)> = id.iter().map(|id| ("Last-Event-ID", id.as_str())).collect();
         let (sock, head, rest) = client.open_stream(
             &format!("/v1/sessions/{session}/events"),
             "text/event-stream",

@@ -13,7 +13,8 @@ use crate::api::ApiError;
 use crate::exec::frames::SUBPROTOCOL;
 use crate::exit::codes;
 use crate::http::client::{
-    self as http_client, check_accept, upgrade_request, ClientTls, DialError, WsOpenError,
+    self as http_client, check_accept, close_request, upgrade_request, ClientTls, DialError,
+    WsOpenError,
 };
 use crate::http::endpoint::{parse_server, pct, Endpoint};
 use crate::http::response::{Head, Limits};
@@ -186,16 +187,8 @@ impl Client {
     pub fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<Vec<u8>, CliError> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let mut sock = self.dial(deadline)?;
-        let mut req = self.request_head(method, path, "application/json");
-        if let Some(b) = body {
-            req.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                b.len()
-            ));
-        }
-        req.push_str("\r\n");
-        let mut bytes = req.into_bytes();
-        bytes.extend_from_slice(body.unwrap_or_default());
+        let body_part = body.map(|b| ("application/json", b));
+        let bytes = self.request(method, path, "application/json", &[], body_part);
         self.send(&mut sock, &bytes, deadline)?;
         let (head, rest) = self.head(&mut sock, deadline)?;
         let body = Self::body(&mut sock, &head, &rest, deadline);
@@ -212,35 +205,41 @@ impl Client {
         Ok(body)
     }
 
-    /// The request line and the headers every request of ours carries
-    /// (`Connection: close`, the token), each line ending in CRLF, without
-    /// the blank line that ends the head.
-    fn request_head(&self, method: &str, path: &str, accept: &str) -> String {
-        format!(
-            "{method} {} HTTP/1.1\r\nHost: {}\r\nAccept: {accept}\r\nConnection: close\r\nUser-Agent: kubegate/{}\r\nAuthorization: Bearer {}\r\n",
-            self.path(path),
-            self.ep.authority,
-            env!("CARGO_PKG_VERSION"),
-            self.token,
-        )
+    /// One request with the headers every request of ours carries
+    /// (`Connection: close`, `Accept`, our `User-Agent`, the token), then
+    /// `extra` and the body.
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        accept: &str,
+        extra: &[(&str, &str)],
+        body: Option<(&str, &[u8])>,
+    ) -> Vec<u8> {
+        let agent = concat!("kubegate/", env!("CARGO_PKG_VERSION"));
+        let bearer = format!("Bearer {}", self.token);
+        let mut headers = vec![
+            ("Accept", accept),
+            ("User-Agent", agent),
+            ("Authorization", bearer.as_str()),
+        ];
+        headers.extend_from_slice(extra);
+        close_request(method, &self.path(path), &self.ep.authority, &headers, body)
     }
 
-    /// `GET path` with the token and `extra` header lines (each ending in
-    /// CRLF), for an answer read as it comes (an event stream): the
+    /// `GET path` with the token and the `extra` headers, for an answer read as it comes (an event stream): the
     /// socket, the head (2xx; otherwise the daemon's error) and the body
     /// bytes read past the head.
     pub fn open_stream(
         &self,
         path: &str,
         accept: &str,
-        extra: &str,
+        extra: &[(&str, &str)],
     ) -> Result<(ClientSocket, Head, Vec<u8>), CliError> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let mut sock = self.dial(deadline)?;
-        let mut req = self.request_head("GET", path, accept);
-        req.push_str(extra);
-        req.push_str("\r\n");
-        self.send(&mut sock, req.as_bytes(), deadline)?;
+        let req = self.request("GET", path, accept, extra, None);
+        self.send(&mut sock, &req, deadline)?;
         let (head, rest) = self.head(&mut sock, deadline)?;
         if !(200..300).contains(&head.code) {
             return Err(Self::refused(&mut sock, &head, &rest, deadline));

@@ -21,19 +21,7 @@ pub fn read_request(r: &mut impl BufRead) -> (String, Vec<u8>) {
             break;
         }
     }
-    let mut body = vec![0u8; len];
-    let got = read_full(r, &mut body);
-    body.truncate(got);
+    let mut body = Vec::with_capacity(len);
+    let _ = r.take(len as u64).read_to_end(&mut body);
     (head, body)
-}
-
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> usize {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
-        }
-    }
-    n
 }
