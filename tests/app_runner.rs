@@ -971,11 +971,12 @@ fn on_a_terminal_the_program_keeps_it() {
     let gate = temp_dir("runner-tty-gate").join("open");
     let addr = format!("127.0.0.1:{}", free_port());
     // The program reports whether stdin is a terminal, whether its group
-    // is the terminal's foreground group, and whether echo is on; then
-    // turns echo off (a later run must find it on again) and exits 5 on
-    // SIGINT.
+    // is the terminal's foreground group, and whether echo is on; it turns
+    // echo off (a later run must find it on again) and traps SIGINT (exit
+    // 5) *before* it says so: the test sends ^C as soon as it reads the
+    // line, and a ^C before the trap killed the shell without "got-int".
     let script = gated!(
-        r#"read -r _ _ _ _ pgrp _ _ tpgid _ < /proc/$$/stat; if [ -t 0 ]; then t=tty; else t=notty; fi; if [ "$pgrp" = "$tpgid" ]; then fg=yes; else fg=no; fi; if stty -a | tr ' ' '\n' | grep -qx -- -echo; then e=off; else e=on; fi; echo "start $KUBEGATE_GENERATION $$ $t fg=$fg echo=$e"; stty -echo; trap 'echo got-int; exit 5' INT; while :; do sleep 0.1; done"#
+        r#"read -r _ _ _ _ pgrp _ _ tpgid _ < /proc/$$/stat; if [ -t 0 ]; then t=tty; else t=notty; fi; if [ "$pgrp" = "$tpgid" ]; then fg=yes; else fg=no; fi; if stty -a | tr ' ' '\n' | grep -qx -- -echo; then e=off; else e=on; fi; stty -echo; trap 'echo got-int; exit 5' INT; echo "start $KUBEGATE_GENERATION $$ $t fg=$fg echo=$e"; while :; do sleep 0.1; done"#
     );
     let child = Command::new("python3")
         .arg("-c")
