@@ -176,7 +176,8 @@ impl Worker {
 
 // ---------------------------------------------------------------- relay
 
-/// The relay's timings (the defaults are the spec's).
+/// The relay's timings (the defaults are docs/sessions.md's, "Debug relay,
+/// reachability, port proxy").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelayTimings {
     /// The wait after the first failure (and after any stream that

@@ -9,7 +9,8 @@ use crossbeam_channel::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The prober's timings (the defaults are the spec's).
+/// The prober's timings (the defaults are docs/sessions.md's, "Debug
+/// relay, reachability, port proxy").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeTimings {
     /// Between probe starts until `unreachable` is reported: 1 s.
