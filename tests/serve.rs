@@ -379,11 +379,7 @@ fn serve_runs_the_demo_on_the_embedded_sim() {
 fn serve_refuses_an_unconfined_sim_for_many_principals_or_a_remote_door() {
     let dir = temp_dir("unconfined");
     let principal = |name: &str, token: &str| {
-        use sha2::Digest;
-        let digest: String = sha2::Sha256::digest(token.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let digest = common::daemon::token_digest(token);
         format!("[[principal]]\nname = \"{name}\"\ntoken_sha256 = \"{digest}\"\n")
     };
     let base = "[cluster]\nmode = \"sim\"\n[cluster.sim]\nuid_range = \"off\"\n";

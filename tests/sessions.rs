@@ -13,9 +13,7 @@ use std::time::Duration;
 
 /// A second principal, `other`, with token `other-token`.
 fn with_other_principal(c: String) -> String {
-    use sha2::Digest;
-    let d = sha2::Sha256::digest(b"other-token");
-    let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = common::daemon::token_digest("other-token");
     format!(
         "{c}\n[[principal]]\nname = \"other\"\ntoken_sha256 = \"{hex}\"\nworkspaces = []\nmay_start_sessions = true\n"
     )

@@ -448,14 +448,6 @@ fn mode(p: &Path) -> u32 {
         & 0o7777
 }
 
-fn sha256_hex(s: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(s.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 #[test]
 fn install_sh_stages_the_service_and_never_overwrites_the_config() {
     let _dog = watchdog(240);
@@ -524,7 +516,10 @@ fn install_sh_stages_the_service_and_never_overwrites_the_config() {
     assert_eq!(c.demo_token_principal(), None);
     assert_eq!(c.principals.len(), 1);
     assert_eq!(c.principals[0].name, "admin");
-    assert_eq!(c.principals[0].token_sha256, sha256_hex(token));
+    assert_eq!(
+        c.principals[0].token_sha256,
+        common::daemon::token_digest(token)
+    );
     let said = out.stdout_str();
     assert!(!said.contains(token), "install.sh printed the token");
     assert!(

@@ -15,7 +15,7 @@
 //!   a port kubegate itself uses in the pod (`PORT_CONFLICT`: tcp 8099, the
 //!   workspace agent, and tcp 9230 + i, app i's debug stream);
 //! - paths (entries and bundle files): relative, normalised, inside the
-//!   workspace (`INVALID_PATH`, see [`check_path`]);
+//!   workspace (`INVALID_PATH`, see [`check_canonical_path`]);
 //! - the bundle: valid base64, at most `sessions.max_files` files,
 //!   `sessions.max_file_bytes` per decoded file and `sessions.max_bundle_bytes`
 //!   in all, no path twice, no path that is both a file and a folder, and
@@ -25,6 +25,7 @@
 //!   forever; a 400 at once says what is wrong. `PUT …/apps` has no bundle
 //!   and checks entry paths only (the files are already in the workspace).
 
+use crate::agent::wire::paths::{MAX_NAME_BYTES, MAX_PATH_BYTES};
 use crate::api::{ApiError, Code};
 use crate::kube::image::check_image;
 use crate::kube::names::{check_dns_label, NameError};
@@ -43,8 +44,6 @@ pub const RESERVED_APP_NAME: &str = "workspace";
 pub const AGENT_PORT: u16 = 8099;
 /// App i's debug stream listens on tcp `INSPECT_BASE_PORT + i`.
 pub const INSPECT_BASE_PORT: u16 = 9230;
-/// Longest bundle path, in bytes (Linux PATH_MAX).
-pub const MAX_PATH_BYTES: usize = 4096;
 /// Most session env entries.
 pub const MAX_ENV: usize = 256;
 
@@ -369,7 +368,7 @@ pub fn validate_apps(apps: Vec<AppRequest>) -> Result<Vec<AppSpec>, ApiError> {
                 format!("{}: {:?} is used by another app", at("name"), a.name),
             ));
         }
-        check_path(&a.entry)
+        check_canonical_path(&a.entry)
             .map_err(|m| bad(Code::InvalidPath, format!("{}: {m}", at("entry"))))?;
         if let Some(cmd) = &a.command {
             if cmd.first().is_none_or(|c| c.is_empty()) {
@@ -470,7 +469,8 @@ fn validate_bundle(b: BundleRequest, limits: BundleLimits) -> Result<Bundle, Api
     let mut seen = BTreeSet::new();
     for (i, f) in b.files.into_iter().enumerate() {
         let at = format!("bundle.files[{i}]");
-        check_path(&f.path).map_err(|m| bad(Code::InvalidPath, format!("{at}.path: {m}")))?;
+        check_canonical_path(&f.path)
+            .map_err(|m| bad(Code::InvalidPath, format!("{at}.path: {m}")))?;
         if !seen.insert(f.path.clone()) {
             return Err(bad(
                 Code::InvalidBundle,
@@ -579,10 +579,19 @@ pub fn check_app_name(name: &str) -> Result<(), AppNameError> {
     Ok(())
 }
 
-/// Why a workspace path is refused ([`check_path`]): the path (when it is
-/// worth showing) and the rule; `Display` is the message after the field.
+/// Why a start or app-set request's path (an entry, a bundle file) is
+/// refused ([`check_canonical_path`]): the path (when it is worth showing)
+/// and the rule; `Display` is the message after the field.
+///
+/// Not the workspace agent's
+/// [`WorkspacePathError`](crate::agent::wire::paths::WorkspacePathError):
+/// that one is `paths::normalize`'s, which takes a client's loose path
+/// (`./a//b/`, `a/../b`) and normalises it, while a path here must already
+/// be in normal form (the spec compares entries with bundle paths as
+/// strings). Both share the length limits
+/// ([`MAX_PATH_BYTES`], [`MAX_NAME_BYTES`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WorkspacePathError {
+pub enum CanonicalPathError {
     Empty,
     /// Longer than [`MAX_PATH_BYTES`].
     TooLong,
@@ -594,61 +603,71 @@ pub enum WorkspacePathError {
     DotComponent(String),
     /// A `..` component.
     Leaves(String),
-    /// A component longer than 255 bytes.
+    /// A component longer than [`MAX_NAME_BYTES`].
     LongComponent(String),
 }
 
-impl fmt::Display for WorkspacePathError {
+impl fmt::Display for CanonicalPathError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WorkspacePathError::Empty => f.write_str("the path is empty"),
-            WorkspacePathError::TooLong => {
+            CanonicalPathError::Empty => f.write_str("the path is empty"),
+            CanonicalPathError::TooLong => {
                 write!(f, "the path is longer than {MAX_PATH_BYTES} bytes")
             }
-            WorkspacePathError::Nul(p) => write!(f, "{p:?} contains NUL"),
-            WorkspacePathError::Absolute(p) => {
+            CanonicalPathError::Nul(p) => write!(f, "{p:?} contains NUL"),
+            CanonicalPathError::Absolute(p) => {
                 write!(f, "{p:?} is absolute (paths are relative to the workspace)")
             }
-            WorkspacePathError::EmptyComponent(p) => {
+            CanonicalPathError::EmptyComponent(p) => {
                 write!(f, "{p:?} is not normalised (an empty component)")
             }
-            WorkspacePathError::DotComponent(p) => {
+            CanonicalPathError::DotComponent(p) => {
                 write!(f, "{p:?} is not normalised (a `.` component)")
             }
-            WorkspacePathError::Leaves(p) => write!(f, "{p:?} leaves the workspace (`..`)"),
-            WorkspacePathError::LongComponent(p) => {
-                write!(f, "{p:?} has a component longer than 255 bytes")
+            CanonicalPathError::Leaves(p) => write!(f, "{p:?} leaves the workspace (`..`)"),
+            CanonicalPathError::LongComponent(p) => {
+                write!(
+                    f,
+                    "{p:?} has a component longer than {MAX_NAME_BYTES} bytes"
+                )
             }
         }
     }
 }
 
-impl std::error::Error for WorkspacePathError {}
+impl std::error::Error for CanonicalPathError {}
 
-/// A workspace path: not empty, at most [`MAX_PATH_BYTES`], no NUL, not
-/// absolute, normalised (no empty, `.` or `..` component, no trailing `/`),
-/// each component at most 255 bytes. So it always stays inside the
-/// workspace root (symlinks are the agent's concern).
-pub fn check_path(p: &str) -> Result<(), WorkspacePathError> {
+/// A start or app-set request's workspace path, already in normal form:
+/// not empty, at most [`MAX_PATH_BYTES`], no NUL, not absolute, normalised
+/// (no empty, `.` or `..` component, no trailing `/`), each component at
+/// most [`MAX_NAME_BYTES`]. So it always stays inside the workspace root
+/// (symlinks are the agent's concern).
+///
+/// Every path `agent::wire::paths::normalize` returns passes this check;
+/// the converse does not hold: the agent also refuses backslashes, names
+/// starting with `.kubegate-tmp-` and paths deeper than 128 components,
+/// which this check lets through (a bundle file so named is refused by the
+/// agent when the workspace is seeded).
+pub fn check_canonical_path(p: &str) -> Result<(), CanonicalPathError> {
     if p.is_empty() {
-        return Err(WorkspacePathError::Empty);
+        return Err(CanonicalPathError::Empty);
     }
     if p.len() > MAX_PATH_BYTES {
-        return Err(WorkspacePathError::TooLong);
+        return Err(CanonicalPathError::TooLong);
     }
     let path = || p.to_string();
     if p.contains('\0') {
-        return Err(WorkspacePathError::Nul(path()));
+        return Err(CanonicalPathError::Nul(path()));
     }
     if p.starts_with('/') {
-        return Err(WorkspacePathError::Absolute(path()));
+        return Err(CanonicalPathError::Absolute(path()));
     }
     for c in p.split('/') {
         match c {
-            "" => return Err(WorkspacePathError::EmptyComponent(path())),
-            "." => return Err(WorkspacePathError::DotComponent(path())),
-            ".." => return Err(WorkspacePathError::Leaves(path())),
-            _ if c.len() > 255 => return Err(WorkspacePathError::LongComponent(path())),
+            "" => return Err(CanonicalPathError::EmptyComponent(path())),
+            "." => return Err(CanonicalPathError::DotComponent(path())),
+            ".." => return Err(CanonicalPathError::Leaves(path())),
+            _ if c.len() > MAX_NAME_BYTES => return Err(CanonicalPathError::LongComponent(path())),
             _ => {}
         }
     }

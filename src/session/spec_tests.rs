@@ -240,8 +240,8 @@ fn paths() {
         assert_eq!(code(&v).0, Code::InvalidPath, "entry {p:?}");
     }
     let long = "a".repeat(256);
-    assert!(check_path(&long).is_err());
-    assert!(check_path(&"a/".repeat(2100)).is_err());
+    assert!(check_canonical_path(&long).is_err());
+    assert!(check_canonical_path(&"a/".repeat(2100)).is_err());
     for ok in [
         "a",
         "a/b/c.js",
@@ -250,7 +250,29 @@ fn paths() {
         "with space/ü.txt",
         "a\\b",
     ] {
-        assert!(check_path(ok).is_ok(), "{ok:?}");
+        assert!(check_canonical_path(ok).is_ok(), "{ok:?}");
+    }
+}
+
+/// The relation `CanonicalPathError`'s doc states: what the agent's
+/// `normalize` returns is canonical, and a loose path the agent would
+/// normalise is not.
+#[test]
+fn canonical_paths_are_what_the_agent_normalises_to() {
+    use crate::agent::wire::paths::normalize;
+    for loose in [
+        "./a",
+        "a//b/",
+        "a/./b",
+        "x/../a/b",
+        &format!("{}/", "n".repeat(255)),
+    ] {
+        let n = normalize(loose).unwrap();
+        assert!(check_canonical_path(&n).is_ok(), "{loose:?} -> {n:?}");
+        assert!(check_canonical_path(loose).is_err(), "{loose:?}");
+    }
+    for p in ["a", "a/b/c.js", ".hidden/x", "a..b"] {
+        assert_eq!(normalize(p).as_deref(), Ok(p));
     }
 }
 

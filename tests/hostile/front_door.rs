@@ -9,7 +9,7 @@
 //! every slot is taken. Figures come from the daemon's `/metrics`. Every
 //! wait is a condition with a deadline.
 
-use crate::common::daemon::{parse_response, DaemonProc};
+use crate::common::daemon::{parse_response, token_digest, DaemonProc};
 use crate::common::wait_for;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -18,18 +18,11 @@ use std::time::Duration;
 
 /// Two more principals: `other` (may start sessions) and `viewer` (may not).
 fn principals(c: String) -> String {
-    use sha2::Digest;
-    let hex = |t: &str| -> String {
-        sha2::Sha256::digest(t.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    };
     format!(
         "{c}\n[[principal]]\nname = \"other\"\ntoken_sha256 = \"{}\"\nworkspaces = []\nmay_start_sessions = true\n\
          \n[[principal]]\nname = \"viewer\"\ntoken_sha256 = \"{}\"\nworkspaces = []\nmay_start_sessions = false\n",
-        hex("other-token"),
-        hex("viewer-token"),
+        token_digest("other-token"),
+        token_digest("viewer-token"),
     )
 }
 

@@ -28,7 +28,16 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// tree walk and of folder deletes.
 pub const MAX_DEPTH: usize = 128;
 
-/// A path the rules refuse: the path as sent and why.
+/// A path the rules refuse: the path as sent and why. Made by [`normalize`]
+/// and [`check_plan`] here and by the filesystem half of the rules
+/// (`agent::fs`), for any path a client sends the agent or the daemon's
+/// workspace routes.
+///
+/// Not the start request's
+/// [`CanonicalPathError`](crate::session::spec::CanonicalPathError): the
+/// session spec does not normalise, it requires its entry and bundle paths
+/// to be in the normal form [`normalize`] returns, with the same length
+/// limits ([`MAX_PATH_BYTES`], [`MAX_NAME_BYTES`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkspacePathError {
     pub path: String,

@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use super::{json_body, json_reply, FrontDoor};
-use crate::agent::wire::paths::{check_plan, normalize, WorkspacePathError as PathError};
+use crate::agent::wire::paths::{check_plan, normalize, WorkspacePathError};
 use crate::agent::wire::{ApplyRequest, Encoding};
 use crate::api::{ApiError, Code, Identity};
 use crate::http::{Reply, Request};
@@ -16,7 +16,7 @@ use crate::kube::labels::MANAGED_BY_LABEL;
 use crate::session::agent_client::AgentError;
 use crate::session::engine::Handle;
 
-fn bad_path(e: PathError) -> ApiError {
+fn bad_path(e: WorkspacePathError) -> ApiError {
     ApiError::new(Code::InvalidPath, e.to_string())
 }
 
