@@ -410,9 +410,10 @@ impl Handler for Agent {
     }
 }
 
-/// The agent's HTTP server settings: few connections (each may carry a
+/// The agent's HTTP server settings: few connections (32; each may carry a
 /// body of up to `body_cap` bytes), a body cap from the limits, time for a
-/// large body to arrive through the API server's proxy.
+/// large body to arrive through the API server's proxy, 1 MiB thread
+/// stacks (folder walks recurse up to `paths::MAX_DEPTH` levels).
 pub fn server_config(limits: &Limits) -> ServerConfig {
     ServerConfig {
         max_connections: 32,

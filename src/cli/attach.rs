@@ -34,6 +34,8 @@ use tungstenite::Message;
 pub const DETACH_KEY: u8 = 0x1d;
 /// Bytes of stdin per frame.
 pub const STDIN_CHUNK: usize = 32 * 1024;
+/// Input (stdin chunks, resizes, a detach) queued for the main thread: 16;
+/// the stdin thread waits when it is full.
 const INPUT_CAPACITY: usize = 16;
 /// How often a changed last seq is written to the state file.
 const SAVE_EVERY: Duration = Duration::from_secs(2);

@@ -30,9 +30,10 @@ use tungstenite::Message;
 
 /// Bytes of stdin per frame (the daemon accepts up to 64 KiB).
 pub const STDIN_CHUNK: usize = 32 * 1024;
-/// Messages queued towards the daemon: at most ~512 KiB of stdin in flight.
+/// Messages queued towards the daemon: 16, at most ~512 KiB of stdin in
+/// flight.
 const OUTBOX_CAPACITY: usize = 16;
-/// Messages between the pump and the main thread.
+/// Messages between the pump and the main thread: 16.
 const INBOUND_CAPACITY: usize = 16;
 /// A ping after this long without sending (load balancers cut idle streams
 /// at 60 s). No idle timeout: while our stdout is slow (a pager) the socket

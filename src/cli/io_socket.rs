@@ -23,8 +23,9 @@ use serde_json::Value;
 use std::time::Duration;
 use tungstenite::Message;
 
+/// Messages queued towards the daemon: 16.
 const OUTBOX_CAPACITY: usize = 16;
-/// Messages the pump may hold for the caller.
+/// Messages the pump may hold for the caller: 16.
 pub const INBOUND_CAPACITY: usize = 16;
 const PING_INTERVAL: Duration = Duration::from_secs(30);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);

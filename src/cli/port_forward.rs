@@ -35,12 +35,12 @@ pub const MAX_BODY: usize = 16 << 20;
 /// Largest request head.
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 100;
-/// A client must send its request within this.
+/// A client must send its request within this: 30 s.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Connect + request + the answer's head from the daemon (which answers
-/// once the pod has answered whole; its own limit is 60 s).
+/// Connect + request + the answer's head from the daemon: 90 s (the daemon
+/// answers once the pod has answered whole; its own limit is 60 s).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(90);
-/// A pause this long in the answer's body ends the copy.
+/// A pause this long in the answer's body ends the copy: 60 s.
 const BODY_IDLE: Duration = Duration::from_secs(60);
 /// On a stop, how long connections under way may still run.
 const DRAIN: Duration = Duration::from_secs(5);

@@ -28,7 +28,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-/// How often a one-shot exec looks whether its caller is still there.
+/// How often a one-shot exec looks whether its caller is still there:
+/// 100 ms.
 const ABORT_CHECK: Duration = Duration::from_millis(100);
 
 /// The gateway's settings; the daemon builds them from `[exec]` and

@@ -46,7 +46,7 @@ use tungstenite::Message;
 
 use super::gateway::{remote_error, Gateway, InteractiveRequest};
 
-/// How often exec-in checks the idle and duration limits.
+/// How often exec-in checks the idle and duration limits: 500 ms.
 const TICK: Duration = Duration::from_millis(500);
 /// Client frames between the client pump and exec-in.
 const INBOUND_CAPACITY: usize = 16;

@@ -291,11 +291,12 @@ const FIRST_HEAD_KEY: u64 = 16;
 /// Bytes read from a pending head's socket per read.
 const HEAD_READ: usize = 4096;
 /// How long an answered connection is drained before it is closed, and
-/// how much of what it still sends is read (and discarded) at most.
+/// how much of what it still sends is read (and discarded) at most: 2 s,
+/// 1 MiB.
 const DRAIN: Duration = Duration::from_millis(2000);
 const DRAIN_BYTES: usize = 1 << 20;
 /// How long a drained connection is then held without reading before it
-/// is closed (an fd and what the kernel already queued; bounded by
+/// is closed: 5 s (an fd and what the kernel already queued; bounded by
 /// `max_pending_heads` with the heads).
 const QUIET: Duration = Duration::from_secs(5);
 
@@ -762,8 +763,8 @@ fn head_ready(shared: &Arc<Shared>, p: Pending) -> Option<Pending> {
 }
 
 /// Writes a small answer on a fresh socket (its send buffer is empty, so
-/// this does not wait; a client that reads nothing is given up after a
-/// few milliseconds) with `Connection: close`, and ends the write side;
+/// this does not wait; a client that reads nothing is given up after
+/// 20 ms) with `Connection: close`, and ends the write side;
 /// the connection comes back to be drained.
 fn answer_now(
     shared: &Shared,

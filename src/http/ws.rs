@@ -283,7 +283,8 @@ pub fn run(
     run_stream(conn.ws, outbound, inbound, opts)
 }
 
-/// Messages queued per direction of a [`bridge`].
+/// Messages queued per direction of a [`bridge`]: 64. A full queue is not
+/// read into: backpressure across the bridge.
 const BRIDGE_QUEUE: usize = 64;
 
 /// Hands each message to another pump's outbox: a full outbox gives the

@@ -34,8 +34,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a deleted pod's name is remembered (a session registering after
-/// its pod vanished learns it at once).
+/// How long a deleted pod's name is remembered: 10 min (a session
+/// registering after its pod vanished learns it at once).
 pub const TOMBSTONE_TTL: Duration = Duration::from_secs(600);
 /// Pause before a watch that ended is started again (docs/sessions.md#while-running: 2 s).
 pub const REARM_AFTER: Duration = Duration::from_secs(2);

@@ -116,6 +116,9 @@ pub struct Sim {
 }
 
 impl Sim {
+    /// Starts every part. The API server is an `http::Server` named
+    /// `sim-http` with 4,096 connection threads at most (watches hold one
+    /// each) and the API server's own 3 MB body limit.
     pub fn start(opts: SimOptions) -> Result<Sim, SimError> {
         if !opts.listen.ip().is_loopback() && !opts.allow_remote {
             return Err(SimError::Usage(format!(

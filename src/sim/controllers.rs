@@ -2,10 +2,11 @@
 //! garbage collector and the namespace controller, on one reconcile thread.
 //!
 //! Level-triggered: watch forwarder threads (one per watched kind) turn store
-//! events into "dirty" keys on one bounded channel; the reconcile thread
+//! events into "dirty" keys on one bounded channel (4,096 keys; a
+//! forwarder waits when it is full); the reconcile thread
 //! re-reads the object and its children from the store and converges them,
 //! so a missed or duplicated event only costs a redundant pass. A periodic
-//! full resync (every few seconds) is the safety net for anything missed
+//! full resync (every 5 s) is the safety net for anything missed
 //! while a watch was being re-armed.
 //!
 //! Rollouts are simplified (documented in docs/sim.md): the new ReplicaSet

@@ -32,6 +32,8 @@ use tungstenite::Message;
 /// Largest message accepted from an exec/attach client: kubectl sends stdin
 /// in frames of at most 32 KiB + 1.
 const MAX_MESSAGE: usize = 1 << 20;
+/// Messages queued each way of an exec/attach socket (its outbox, and the
+/// inbound channel to the "in" thread): 64.
 const OUTBOX: usize = 64;
 
 fn status(s: Status) -> Reply {

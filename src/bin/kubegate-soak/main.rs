@@ -64,7 +64,8 @@ const KILLED_EXIT: i64 = 137;
 const STALL: Duration = Duration::from_secs(30);
 /// A session whose output has not moved for this long at the end is down.
 const QUIET_DOWN: Duration = Duration::from_secs(10);
-/// Read timeout of client sockets: how often loops look at their flags.
+/// Read timeout of client sockets: how often loops look at their flags
+/// (200 ms).
 const TICK: Duration = Duration::from_millis(200);
 /// Drift bar, percent.
 const DRIFT_BAR: f64 = 5.0;

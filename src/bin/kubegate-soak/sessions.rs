@@ -132,7 +132,7 @@ pub(crate) fn sse_open(
 
 /// Reads one session's events until told to stop, reconnecting with
 /// `Last-Event-ID`: statuses and run ends go into the session's state,
-/// statuses also to `status_tx` (the start waits on it).
+/// statuses also to `status_tx` (the start waits on it; bounded to 64).
 pub(crate) fn sse_loop(sh: &Shared, s: &Sess, status_tx: crossbeam_channel::Sender<String>) {
     let id = s.id.lock().clone();
     let mut last_id: Option<u64> = None;

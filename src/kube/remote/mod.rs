@@ -70,7 +70,7 @@ pub struct ExecOptions {
     pub initial_size: Option<TermSize>,
     /// Output chunks buffered between the stream and the consumer (each up
     /// to one server frame, 32 KiB upstream). When full, the socket is no
-    /// longer read: the server slows down; nothing is dropped.
+    /// longer read: the server slows down; nothing is dropped. Default 64.
     pub output_capacity: usize,
     /// Deliver stdout and stderr as whole frames ([`Output::Frame`]) instead
     /// of copied payloads: for relays whose own frames have the same

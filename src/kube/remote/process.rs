@@ -52,7 +52,7 @@ pub const MAX_STDIN_CHUNK: usize = 32 * 1024;
 /// Messages queued towards the socket (stdin, resizes). Each is at most
 /// 32 KiB + 1, so at most ~512 KiB in flight per stream.
 const OUTBOX_CAPACITY: usize = 16;
-/// Messages between the pump and the demux thread.
+/// Messages between the pump and the demux thread: 16.
 const INBOUND_CAPACITY: usize = 16;
 /// How long a Close we send waits for the server's reply.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -13,7 +13,7 @@ use tungstenite::Message;
 
 /// Messages queued towards one viewer's socket (behind its subscription).
 const OUTBOX_FRAMES: usize = 64;
-/// Client messages between a viewer's pump and its input thread.
+/// Client messages between a viewer's pump and its input thread: 16.
 const INBOUND_CAPACITY: usize = 16;
 
 /// Serves one viewer's io socket on the calling (connection) thread until

@@ -342,8 +342,8 @@ pub fn start_relay_with(
 /// already exists; only an attempt that opens a stream gets a thread of
 /// its own, which reads the stream to its end.
 const CONNECTOR_THREADS: usize = 2;
-/// Attempts waiting for a connector; when full, an attempt gets a thread
-/// of its own (as it does if the connectors could not be started).
+/// Attempts waiting for a connector: 4,096; when full, an attempt gets a
+/// thread of its own (as it does if the connectors could not be started).
 const CONNECT_QUEUE: usize = 4096;
 
 static CONNECTORS: std::sync::OnceLock<Option<Sender<Arc<Relay>>>> = std::sync::OnceLock::new();

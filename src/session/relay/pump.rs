@@ -23,14 +23,15 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// One read's size; the buffer is the thread's, not a stream's.
+/// One read's size, 16 KiB; the buffer is the thread's, not a stream's.
 const READ_BUF: usize = 16 * 1024;
 /// Reads of one stream per turn, so a busy stream cannot starve the
 /// others (poll reports it readable again at once).
 const READS_PER_TURN: usize = 16;
-/// How soon a refused frame is offered again.
+/// How soon a refused frame is offered again: 20 ms.
 const RETRY_PENDING: Duration = Duration::from_millis(20);
-/// Stops and idle deadlines are looked at this often (and on a wake).
+/// Stops and idle deadlines are looked at this often (and on a wake):
+/// once a second.
 const SWEEP: Duration = Duration::from_secs(1);
 /// The eventfd's key; streams get the keys after it.
 const WAKER: u64 = 0;

@@ -6,7 +6,8 @@
 //! graceful deletes (SIGTERM, SIGKILL after the grace period, then removal).
 //!
 //! Threads: one watcher thread ("sim-kubelet") routes pod events by uid to
-//! one owner thread per pod ("sim-pod-…"), which alone changes that pod's
+//! one owner thread per pod ("sim-pod-…"; its inbox holds 256 messages and
+//! the watcher waits when it is full), which alone changes that pod's
 //! processes and status; one small waiter thread per running process turns
 //! its exit into a message for the owner. Pods annotated
 //! `sim.kubegate.dev/simulate: "true"` run no processes at all (their

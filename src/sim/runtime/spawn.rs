@@ -6,6 +6,11 @@
 //! async-signal-safe calls (no allocation, no locks), so the child code below
 //! is a straight line of raw syscalls. An exec failure comes back through a
 //! close-on-exec pipe as an errno.
+//!
+//! The fork is vfork-style (`CLONE_VM | CLONE_VFORK`, every signal blocked
+//! across it, as posix_spawn does): the child borrows the parent's memory
+//! until it has exec'd, so no page tables are copied however big the
+//! process is (the daemon with the sim embedded).
 
 use std::ffi::CString;
 use std::io;
