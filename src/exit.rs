@@ -87,8 +87,10 @@ pub fn usage_text(e: lexopt::Error) -> String {
 }
 
 /// A usage error of a command whose flags are read before anything
-/// starts (`cli::command`, `sim::args`): printed by [`usage_error`] as
-/// `kubegate: message`, then the binary's usage, exit [`USAGE`].
+/// starts (`cli::command`, `sim::args`, the workspace agent's): printed
+/// by [`usage_error`] as `kubegate: message`, then the binary's usage (the
+/// agent prints its own, after `kubegate workspace-agent: message`), exit
+/// [`USAGE`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageError(pub String);
 
