@@ -10,6 +10,7 @@
 //! `kubegate: CODE: message`, CODE one of [`codes`] or a daemon code.
 //!
 //! Also here: [`Parsed`], what a command line asks for, [`UsageError`],
+//! [`utf8_args`], the command line as text or a usage error,
 //! [`usage_text`], the one wording of the argument tokenizer's (lexopt's)
 //! complaints, so every command says `--root needs a value` alike, and
 //! [`usage_error`], how a top-level usage error is printed (by `cli` and by
@@ -108,6 +109,23 @@ impl From<lexopt::Error> for UsageError {
     }
 }
 
+/// The command line as UTF-8 text, for the commands that read theirs as
+/// `String`s: the first argument that is not text is refused in the
+/// tokenizer's words (`"\xFF" is not UTF-8 text`, [`usage_text`]).
+pub fn utf8_args<I>(args: I) -> Result<Vec<String>, UsageError>
+where
+    I: IntoIterator,
+    I::Item: Into<std::ffi::OsString>,
+{
+    args.into_iter()
+        .map(|a| {
+            a.into()
+                .into_string()
+                .map_err(|a| lexopt::Error::NonUnicodeValue(a).into())
+        })
+        .collect()
+}
+
 /// Prints a top-level usage error as `kubegate: message`, a blank line and
 /// `usage` (the binary's command list); the exit code ([`USAGE`]).
 pub fn usage_error(message: &dyn std::fmt::Display, usage: &str) -> i32 {
@@ -162,5 +180,17 @@ mod tests {
         assert_eq!(complain(&["-x"]), "unknown option -x");
         assert_eq!(complain(&["x"]), "unexpected argument \"x\"");
         assert_eq!(complain(&["--flag=1"]), "--flag takes no value (got \"1\")");
+    }
+
+    #[test]
+    fn an_argument_that_is_not_text_is_a_usage_error() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(utf8_args(["a", "é"]), Ok(vec!["a".into(), "é".into()]));
+        let bad = [OsStr::new("exec"), OsStr::from_bytes(b"x\xffy")];
+        assert_eq!(
+            utf8_args(bad),
+            Err(UsageError("\"x\\xFFy\" is not UTF-8 text".into()))
+        );
     }
 }
