@@ -10,6 +10,7 @@
 //! `kubegate: CODE: message`, CODE one of [`codes`] or a daemon code.
 //!
 //! Also here: [`Parsed`], what a command line asks for, [`UsageError`],
+//! [`utf8_args`], the command line as text or a usage error,
 //! [`usage_text`], the one wording of the argument tokenizer's (lexopt's)
 //! complaints, so every command says `--root needs a value` alike, and
 //! [`usage_error`], how a top-level usage error is printed (by `cli` and by
@@ -87,8 +88,10 @@ pub fn usage_text(e: lexopt::Error) -> String {
 }
 
 /// A usage error of a command whose flags are read before anything
-/// starts (`cli::command`, `sim::args`): printed by [`usage_error`] as
-/// `kubegate: message`, then the binary's usage, exit [`USAGE`].
+/// starts (`cli::command`, `sim::args`, the workspace agent's): printed
+/// by [`usage_error`] as `kubegate: message`, then the binary's usage (the
+/// agent prints its own, after `kubegate workspace-agent: message`), exit
+/// [`USAGE`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageError(pub String);
 
@@ -104,6 +107,23 @@ impl From<lexopt::Error> for UsageError {
     fn from(e: lexopt::Error) -> UsageError {
         UsageError(usage_text(e))
     }
+}
+
+/// The command line as UTF-8 text, for the commands that read theirs as
+/// `String`s: the first argument that is not text is refused in the
+/// tokenizer's words (`"\xFF" is not UTF-8 text`, [`usage_text`]).
+pub fn utf8_args<I>(args: I) -> Result<Vec<String>, UsageError>
+where
+    I: IntoIterator,
+    I::Item: Into<std::ffi::OsString>,
+{
+    args.into_iter()
+        .map(|a| {
+            a.into()
+                .into_string()
+                .map_err(|a| lexopt::Error::NonUnicodeValue(a).into())
+        })
+        .collect()
 }
 
 /// Prints a top-level usage error as `kubegate: message`, a blank line and
@@ -160,5 +180,17 @@ mod tests {
         assert_eq!(complain(&["-x"]), "unknown option -x");
         assert_eq!(complain(&["x"]), "unexpected argument \"x\"");
         assert_eq!(complain(&["--flag=1"]), "--flag takes no value (got \"1\")");
+    }
+
+    #[test]
+    fn an_argument_that_is_not_text_is_a_usage_error() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(utf8_args(["a", "é"]), Ok(vec!["a".into(), "é".into()]));
+        let bad = [OsStr::new("exec"), OsStr::from_bytes(b"x\xffy")];
+        assert_eq!(
+            utf8_args(bad),
+            Err(UsageError("\"x\\xFFy\" is not UTF-8 text".into()))
+        );
     }
 }

@@ -668,3 +668,44 @@ fn https_daemon_with_a_private_ca() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An argument that is not UTF-8 is a usage error (no command reads one),
+/// told as the command it was given to tells its own: exec's `kubegate:
+/// USAGE: …` and 255, workspaces' and 2, the binary's usage and 2.
+#[test]
+fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = OsStr::from_bytes(b"x\xffy");
+    let said = "\"x\\xFFy\" is not UTF-8 text";
+    let mut c = kg(&["exec", "--token", "t", "-w", "p/u", "d", "--"]);
+    c.arg(bad);
+    let out = run(c, None);
+    assert_eq!(out.code, Some(255), "{}", out.stderr_str());
+    assert!(
+        out.stderr_str()
+            .starts_with(&format!("kubegate: USAGE: {said}")),
+        "{}",
+        out.stderr_str()
+    );
+    let mut c = kg(&["workspaces", "--output"]);
+    c.arg(bad);
+    let out = run(c, None);
+    assert_eq!(out.code, Some(2), "{}", out.stderr_str());
+    assert!(
+        out.stderr_str()
+            .starts_with(&format!("kubegate: USAGE: {said}")),
+        "{}",
+        out.stderr_str()
+    );
+    let mut c = kg(&[]);
+    c.arg(bad);
+    let out = run(c, None);
+    assert_eq!(out.code, Some(2), "{}", out.stderr_str());
+    assert!(
+        out.stderr_str()
+            .starts_with(&format!("kubegate: {said}\n\nusage: kubegate ")),
+        "{}",
+        out.stderr_str()
+    );
+}

@@ -11,7 +11,8 @@
 //!   links.
 //! - here: the routes on an `http::Server` (threads `agent-listen`,
 //!   `agent-conn`), the bearer token (checked from the head), the command
-//!   line ([`parse_args`], read with lexopt; its [`UsageError`]).
+//!   line ([`parse_args`], read with lexopt; refused with the binary's one
+//!   [`UsageError`]).
 //!
 //! The token comes from `KUBEGATE_WORKSPACE_TOKEN` ([`wire::TOKEN_ENV`]) and
 //! is kept only as its SHA-256 digest, compared in constant time; it is
@@ -24,6 +25,7 @@ pub mod fs;
 pub mod wire;
 
 use crate::api::{ApiError, Code};
+use crate::exit::UsageError;
 use crate::http::{Handler, HttpError, Reply, Request, Response, Server, ServerConfig};
 use crate::token::{self, TokenDigest};
 use base64::Engine as _;
@@ -68,101 +70,55 @@ bearer token is read from the environment variable KUBEGATE_WORKSPACE_TOKEN
 (required). Limits default to 8 MiB per file, 10,000 files, 64 MiB in total.
 ";
 
-/// A command line `kubegate workspace-agent` refuses (exit 2, with
-/// [`USAGE`]); its `Display` is the line printed after the program name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UsageError {
-    /// A flag given without its value.
-    MissingValue { flag: String },
-    /// A limit that is not a positive whole number.
-    NotPositive { flag: String, value: String },
-    /// `--listen` that is not `IP:PORT`.
-    BadListen { value: String, reason: String },
-    /// `--root ""`.
-    EmptyRoot,
-    /// An argument that is no option of the agent's.
-    UnknownOption(String),
-    /// Anything else the tokenizer refuses (a value that is not UTF-8),
-    /// in `exit::usage_text`'s words.
-    Malformed(String),
-}
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            UsageError::MissingValue { flag } => write!(f, "{flag} needs a value"),
-            UsageError::NotPositive { flag, value } => {
-                write!(f, "{flag} {value:?}: expected a positive whole number")
-            }
-            UsageError::BadListen { value, reason } => {
-                write!(f, "--listen {value:?}: {reason} (expected IP:PORT)")
-            }
-            UsageError::EmptyRoot => f.write_str("--root must not be empty"),
-            UsageError::UnknownOption(a) => write!(f, "unknown option {a:?}"),
-            UsageError::Malformed(m) => f.write_str(m),
-        }
-    }
-}
-
-impl std::error::Error for UsageError {}
-
 /// Parses the arguments after `workspace-agent` (with lexopt, as every
 /// command of the binary: `--flag V` or `--flag=V`). `Ok(None)` is
-/// `--help`.
+/// `--help`. A refusal is the binary's one [`UsageError`] (exit 2, with
+/// [`USAGE`]); its `Display` is the line printed after the program name.
 pub fn parse_args(args: &[String]) -> Result<Option<Options>, UsageError> {
     use lexopt::prelude::*;
+    let unknown = |a: &str| UsageError(format!("unknown option {a:?}"));
     let mut o = Options::default();
     let mut p = lexopt::Parser::from_args(args);
-    while let Some(arg) = p.next().map_err(tokenizer_error)? {
+    while let Some(arg) = p.next()? {
         let flag = match &arg {
             Short('h') | Long("help") => return Ok(None),
             Long(name) => format!("--{name}"),
-            Short(c) => return Err(UsageError::UnknownOption(format!("-{c}"))),
-            Value(v) => return Err(UsageError::UnknownOption(v.to_string_lossy().into_owned())),
+            Short(c) => return Err(unknown(&format!("-{c}"))),
+            Value(v) => return Err(unknown(&v.to_string_lossy())),
         };
         let value = p
             .value()
-            .map_err(|_| UsageError::MissingValue { flag: flag.clone() })
-            .and_then(|v| v.string().map_err(tokenizer_error));
+            .map_err(|_| UsageError(format!("{flag} needs a value")))
+            .and_then(|v| v.string().map_err(UsageError::from));
         let positive = |v: String| -> Result<u64, UsageError> {
             match v.parse::<u64>() {
                 Ok(n) if n > 0 => Ok(n),
-                _ => Err(UsageError::NotPositive {
-                    flag: flag.clone(),
-                    value: v,
-                }),
+                _ => Err(UsageError(format!(
+                    "{flag} {v:?}: expected a positive whole number"
+                ))),
             }
         };
         match flag.as_str() {
             "--listen" => {
                 let v = value?;
-                o.listen = v.parse::<SocketAddr>().map_err(|e| UsageError::BadListen {
-                    reason: e.to_string(),
-                    value: v.clone(),
-                })?;
+                o.listen = v
+                    .parse::<SocketAddr>()
+                    .map_err(|e| UsageError(format!("--listen {v:?}: {e} (expected IP:PORT)")))?;
             }
             "--root" => {
                 let v = value?;
                 if v.is_empty() {
-                    return Err(UsageError::EmptyRoot);
+                    return Err(UsageError("--root must not be empty".into()));
                 }
                 o.root = PathBuf::from(v);
             }
             "--max-file-bytes" => o.limits.max_file_bytes = positive(value?)?,
             "--max-files" => o.limits.max_files = positive(value?)?,
             "--max-total-bytes" => o.limits.max_total_bytes = positive(value?)?,
-            _ => return Err(UsageError::UnknownOption(flag)),
+            _ => return Err(unknown(&flag)),
         }
     }
     Ok(Some(o))
-}
-
-/// A complaint of the tokenizer's in the agent's words.
-fn tokenizer_error(e: lexopt::Error) -> UsageError {
-    match e {
-        lexopt::Error::MissingValue { option: Some(o) } => UsageError::MissingValue { flag: o },
-        other => UsageError::Malformed(crate::exit::usage_text(other)),
-    }
 }
 
 /// The HTTP handler: authentication, routing, and the JSON bodies.

@@ -27,6 +27,7 @@
 use super::wire::paths::{self, WorkspacePathError, MAX_DEPTH};
 use super::wire::Limits;
 use crate::api::{ApiError, Code};
+use crate::token::hex;
 use parking_lot::RwLock;
 use rustix::fs::{fstat, mkdirat, openat, statat, unlinkat, AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
@@ -95,18 +96,9 @@ fn limit(msg: String) -> ApiError {
     ApiError::new(Code::WorkspaceLimit, msg)
 }
 
-/// `sha256` as 64 lowercase hex digits.
-pub fn hex_digest(d: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(d.len() * 2);
-    for b in d {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
-
+/// The SHA-256 of `content` as 64 lowercase hex digits.
 pub fn sha256_hex(content: &[u8]) -> String {
-    hex_digest(&Sha256::digest(content))
+    hex(&Sha256::digest(content))
 }
 
 mod apply;
@@ -379,7 +371,7 @@ impl Workspace {
                     Err(e) => return Err(internal("reading", rel, e)),
                 }
             }
-            out.push((rel.to_string(), hex_digest(&h.finalize())));
+            out.push((rel.to_string(), hex(&h.finalize())));
             Ok(())
         })?;
         out.sort_unstable_by(|a, b| a.0.cmp(&b.0));

@@ -64,7 +64,13 @@ impl From<lexopt::Error> for SoakError {
     }
 }
 
-pub(crate) fn parse_args(argv: &[String]) -> Result<Args, SoakError> {
+/// Reads the words after the program name (as OsStrings: one that is not
+/// UTF-8 is a usage error in lexopt's words, not a panic).
+pub(crate) fn parse_args<I>(argv: I) -> Result<Args, SoakError>
+where
+    I: IntoIterator,
+    I::Item: Into<std::ffi::OsString>,
+{
     use lexopt::prelude::*;
     let mut m: BTreeMap<&str, String> = BTreeMap::new();
     let mut p = lexopt::Parser::from_args(argv);
@@ -130,7 +136,7 @@ mod tests {
     #[test]
     fn flags_take_values_either_way() {
         let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let a = parse_args(&v(&[
+        let a = parse_args(v(&[
             "--daemon",
             "127.0.0.1:1",
             "--token=t",
@@ -156,11 +162,23 @@ mod tests {
                 "--daemon is required",
             ),
         ] {
-            let e = parse_args(&v(args)).err().expect("an error");
+            let e = parse_args(v(args)).err().expect("an error");
             assert!(
                 matches!(&e, SoakError::Usage(m) if m.contains(said)),
                 "{args:?}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn a_value_that_is_not_text_is_a_usage_error() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let argv = [OsStr::new("--daemon"), OsStr::from_bytes(b"127.0.0.1:\xff")];
+        let e = parse_args(argv).err().expect("an error");
+        assert!(
+            matches!(&e, SoakError::Usage(m) if m.ends_with("is not UTF-8 text")),
+            "{e}"
+        );
     }
 }

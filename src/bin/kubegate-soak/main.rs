@@ -71,8 +71,7 @@ const TICK: Duration = Duration::from_millis(200);
 const DRIFT_BAR: f64 = 5.0;
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let args = match args::parse_args(&argv) {
+    let args = match args::parse_args(std::env::args_os().skip(1)) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("kubegate-soak: {e}\n{}", args::USAGE);

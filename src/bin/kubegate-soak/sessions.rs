@@ -4,16 +4,19 @@
 
 use crate::args::Args;
 use crate::state::{Sess, SessState, Shared};
-use crate::wire::{http, json_of, ws_close, ws_open, ws_read, Got};
+use crate::wire::{dial, http, json_of, ws_close, ws_open, ws_read, Got};
 use crate::{SoakError, APP, APP_NAME, PAD};
+use kubegate::http::client::{self as http_client, close_request};
+use kubegate::http::response::{framing, BodyReader, Limits};
+use kubegate::http::stream::ClientSocket;
 use kubegate::kube::client::rest::Request as KubeRequest;
 use kubegate::kube::client::Client;
 use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Read;
+use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,58 +79,48 @@ impl SessState {
     }
 }
 
-/// Opens the session's event stream (after `last_id`); the reader and a
-/// handle to shut its socket down.
+/// Heartbeats come every 20 s: a longer silence is a dead connection.
+const SSE_SILENCE: Duration = Duration::from_secs(45);
+
+/// Opens the session's event stream (after `last_id`) through the crate's
+/// one client path: the de-framed body as a reader and a handle to shut
+/// its socket down.
 pub(crate) fn sse_open(
     args: &Args,
     id: &str,
     last_id: Option<u64>,
-) -> Result<(BufReader<TcpStream>, TcpStream), SoakError> {
-    let sa: SocketAddr = args
-        .daemon
-        .parse()
-        .map_err(|e| SoakError::Io(format!("address: {e}")))?;
-    let mut s = TcpStream::connect_timeout(&sa, Duration::from_secs(10))
-        .map_err(|e| SoakError::Io(format!("connect: {e}")))?;
-    // Heartbeats come every 20 s: a longer silence is a dead connection.
-    s.set_read_timeout(Some(Duration::from_secs(45)))
-        .map_err(|e| SoakError::Io(format!("socket: {e}")))?;
-    let mut head = format!(
-        "GET /v1/sessions/{id}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\n",
-        args.token
-    );
-    if let Some(l) = last_id {
-        head.push_str(&format!("Last-Event-ID: {l}\r\n"));
+) -> Result<(BodyReader<ClientSocket>, TcpStream), SoakError> {
+    let (ep, mut s) = dial(&args.daemon, Duration::from_secs(10))?;
+    let auth = format!("Bearer {}", args.token);
+    let last = last_id.map(|l| l.to_string());
+    let mut headers = vec![
+        ("Authorization", auth.as_str()),
+        ("Accept", "text/event-stream"),
+    ];
+    if let Some(l) = &last {
+        headers.push(("Last-Event-ID", l));
     }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes())
+    let path = format!("/v1/sessions/{id}/events");
+    let req = close_request("GET", &path, &ep.authority, &headers, None);
+    let deadline = Instant::now() + SSE_SILENCE;
+    http_client::write_all(&mut s, &req, deadline)
         .map_err(|e| SoakError::Io(format!("write: {e}")))?;
-    let handle = s
-        .try_clone()
-        .map_err(|e| SoakError::Io(format!("socket: {e}")))?;
-    let mut r = BufReader::new(s);
-    let mut status = String::new();
-    r.read_line(&mut status)
-        .map_err(|e| SoakError::Io(format!("status line: {e}")))?;
-    if !status.contains(" 200 ") {
+    let (head, rest) = http_client::read_head(&mut s, &ep, &Limits::default(), deadline)
+        .map_err(|e| SoakError::Io(format!("head: {e}")))?;
+    if head.code != 200 {
         return Err(SoakError::Answer(format!(
-            "event stream refused: {}",
-            status.trim()
+            "event stream refused: {} {}",
+            head.code, head.reason
         )));
     }
-    loop {
-        let mut l = String::new();
-        if r.read_line(&mut l)
-            .map_err(|e| SoakError::Io(format!("header: {e}")))?
-            == 0
-        {
-            return Err(SoakError::Answer("event stream ended in its head".into()));
-        }
-        if l == "\r\n" {
-            break;
-        }
-    }
-    Ok((r, handle))
+    s.tcp()
+        .set_read_timeout(Some(SSE_SILENCE))
+        .map_err(|e| SoakError::Io(format!("socket: {e}")))?;
+    let handle = s
+        .tcp()
+        .try_clone()
+        .map_err(|e| SoakError::Io(format!("socket: {e}")))?;
+    Ok((BodyReader::new(s, rest, framing(&head)), handle))
 }
 
 /// Reads one session's events until told to stop, reconnecting with
@@ -155,57 +148,65 @@ pub(crate) fn sse_loop(sh: &Shared, s: &Sess, status_tx: crossbeam_channel::Send
         }
         first = false;
         *s.sse_sock.lock() = Some(handle);
-        let mut pending = String::new();
+        let mut pending: Vec<u8> = Vec::new();
+        let mut buf = vec![0u8; 16 * 1024];
         loop {
-            let mut size = String::new();
-            match r.read_line(&mut size) {
+            // The body ends (0), breaks or stays silent too long: reconnect.
+            match r.read(&mut buf) {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {}
+                Ok(n) => pending.extend_from_slice(&buf[..n]),
             }
-            let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-                break;
-            };
-            if n == 0 {
-                break;
-            }
-            let mut buf = vec![0u8; n + 2];
-            if r.read_exact(&mut buf).is_err() {
-                break;
-            }
-            pending.push_str(&String::from_utf8_lossy(&buf[..n]));
-            while let Some(end) = pending.find("\n\n") {
-                let block: String = pending.drain(..end + 2).collect();
-                let (mut ev, mut data) = (String::new(), String::new());
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("id: ") {
-                        last_id = v.parse().ok().or(last_id);
-                    } else if let Some(v) = line.strip_prefix("event: ") {
-                        ev = v.to_string();
-                    } else if let Some(v) = line.strip_prefix("data: ") {
-                        data.push_str(v);
-                    }
-                }
-                let data: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
-                let mut st = s.st.lock();
-                match ev.as_str() {
-                    "status" => {
-                        let status = data["status"].as_str().unwrap_or("?").to_string();
-                        if !matches!(status.as_str(), "starting" | "running") && !sh.stopping() {
-                            let why = data["error"]["message"].as_str().unwrap_or("");
-                            st.bad_status.push(format!("{status} {why}"));
-                        }
-                        st.last_status = status.clone();
-                        let _ = status_tx.try_send(status);
-                    }
-                    "run" if data["phase"] == "ended" => {
-                        let reason = data["reason"].as_str().unwrap_or("").to_string();
-                        st.runs_ended.push((data["exitCode"].as_i64(), reason));
-                    }
-                    _ => {}
-                }
+            while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = pending.drain(..end + 2).collect();
+                take_event(
+                    sh,
+                    s,
+                    &String::from_utf8_lossy(&block),
+                    &mut last_id,
+                    &status_tx,
+                );
             }
         }
         s.sse_sock.lock().take();
+    }
+}
+
+/// One event block of the stream: its id becomes `last_id`; statuses and
+/// run ends go into the session's state, statuses also to `status_tx`.
+fn take_event(
+    sh: &Shared,
+    s: &Sess,
+    block: &str,
+    last_id: &mut Option<u64>,
+    status_tx: &crossbeam_channel::Sender<String>,
+) {
+    let (mut ev, mut data) = (String::new(), String::new());
+    for line in block.lines() {
+        if let Some(v) = line.strip_prefix("id: ") {
+            *last_id = v.parse().ok().or(*last_id);
+        } else if let Some(v) = line.strip_prefix("event: ") {
+            ev = v.to_string();
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            data.push_str(v);
+        }
+    }
+    let data: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+    let mut st = s.st.lock();
+    match ev.as_str() {
+        "status" => {
+            let status = data["status"].as_str().unwrap_or("?").to_string();
+            if !matches!(status.as_str(), "starting" | "running") && !sh.stopping() {
+                let why = data["error"]["message"].as_str().unwrap_or("");
+                st.bad_status.push(format!("{status} {why}"));
+            }
+            st.last_status = status.clone();
+            let _ = status_tx.try_send(status);
+        }
+        "run" if data["phase"] == "ended" => {
+            let reason = data["reason"].as_str().unwrap_or("").to_string();
+            st.runs_ended.push((data["exitCode"].as_i64(), reason));
+        }
+        _ => {}
     }
 }
 

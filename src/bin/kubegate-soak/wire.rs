@@ -1,19 +1,42 @@
-//! Plain HTTP/1.1 requests and WebSocket clients to the daemon and the sim.
-//! Answers are read with the crate's one response parser
-//! (`kubegate::http::response`).
+//! Plain HTTP/1.1 requests and WebSocket clients to the daemon and the sim,
+//! on the crate's one client path: sockets from `kubegate::http::client`
+//! (its dial, its upgrade request and 101 checks), answers read with the
+//! one response parser (`kubegate::http::response`).
 
 use crate::{SoakError, TICK};
-use kubegate::http::client::close_request;
+use kubegate::http::client::{self as http_client, check_accept, close_request, upgrade_request};
+use kubegate::http::endpoint::{parse_server, Endpoint};
 use kubegate::http::response::{parse_complete, Limits};
+use kubegate::http::stream::ClientSocket;
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-use tungstenite::client::IntoClientRequest;
+use tungstenite::handshake::client::generate_key;
 use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{Message, WebSocket};
 
+/// Longest wait for a WebSocket's TCP connect and for writing its upgrade;
+/// a socket's write timeout once it is open.
+const WS_CONNECT: Duration = Duration::from_secs(10);
+/// Longest wait for the answer to an upgrade.
+const WS_ANSWER: Duration = Duration::from_secs(30);
+/// Most bytes of a refused upgrade's body read (the daemon's JSON error).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// A plain TCP connection (no Nagle) to `addr` (`IP:PORT`), connected
+/// within `timeout`, through the crate's one client dial; the endpoint too
+/// (its authority is the `Host`).
+pub(crate) fn dial(addr: &str, timeout: Duration) -> Result<(Endpoint, ClientSocket), SoakError> {
+    let ep = parse_server(&format!("http://{addr}"))
+        .map_err(|e| SoakError::Io(format!("address {addr}: {e}")))?;
+    let sock = http_client::dial(&ep, None, Instant::now() + timeout)
+        .map_err(|e| SoakError::Io(format!("connect: {e}")))?;
+    Ok((ep, sock))
+}
+
 /// One HTTP/1.1 request with `Connection: close`: status and de-chunked body.
+/// `timeout` bounds the connect and each read and write.
 pub(crate) fn http(
     addr: &str,
     method: &str,
@@ -22,13 +45,10 @@ pub(crate) fn http(
     body: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<(u16, Vec<u8>), SoakError> {
-    let sa: SocketAddr = addr
-        .parse()
-        .map_err(|e| SoakError::Io(format!("address {addr}: {e}")))?;
-    let mut s = TcpStream::connect_timeout(&sa, timeout)
-        .map_err(|e| SoakError::Io(format!("connect: {e}")))?;
-    s.set_read_timeout(Some(timeout))
-        .and_then(|()| s.set_write_timeout(Some(timeout)))
+    let (ep, mut s) = dial(addr, timeout)?;
+    s.tcp()
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| s.tcp().set_write_timeout(Some(timeout)))
         .map_err(|e| SoakError::Io(format!("socket: {e}")))?;
     let bearer = token.map(|t| format!("Bearer {t}"));
     let headers: Vec<(&str, &str)> = bearer
@@ -38,11 +58,12 @@ pub(crate) fn http(
     let raw = close_request(
         method,
         path,
-        addr,
+        &ep.authority,
         &headers,
         body.map(|b| ("application/json", b)),
     );
     s.write_all(&raw)
+        .and_then(|()| s.flush())
         .map_err(|e| SoakError::Io(format!("write: {e}")))?;
     let mut resp = Vec::new();
     s.read_to_end(&mut resp)
@@ -74,51 +95,51 @@ pub(crate) fn error_code(status: u16, body: &[u8]) -> String {
 
 // --------------------------------------------------------------- sockets
 
+/// A WebSocket to the daemon's `path` offering `protocol` only, with the
+/// token: connected and upgraded through `kubegate::http::client` (the
+/// connect and the request within [`WS_CONNECT`], the answer within
+/// [`WS_ANSWER`]); then reads time out every [`TICK`] and writes after
+/// [`WS_CONNECT`]. A refusal is the daemon's `CODE: message`.
 pub(crate) fn ws_open(
     addr: &str,
     token: &str,
     path: &str,
     protocol: &str,
-) -> Result<WebSocket<TcpStream>, SoakError> {
-    let mut req = format!("ws://{addr}{path}")
-        .into_client_request()
-        .map_err(|e| SoakError::Answer(format!("request: {e}")))?;
-    let h = req.headers_mut();
-    h.insert(
-        "Authorization",
-        format!("Bearer {token}")
-            .parse()
-            .map_err(|_| SoakError::Answer("token is not a header value".into()))?,
+) -> Result<WebSocket<ClientSocket>, SoakError> {
+    let (ep, mut sock) = dial(addr, WS_CONNECT)?;
+    let key = generate_key();
+    let auth = format!("Bearer {token}");
+    let req = upgrade_request(
+        path,
+        &ep.authority,
+        &key,
+        Some(protocol),
+        &[("Authorization", &auth)],
     );
-    h.insert(
-        "Sec-WebSocket-Protocol",
-        protocol
-            .parse()
-            .map_err(|_| SoakError::Answer("bad subprotocol".into()))?,
-    );
-    let sa: SocketAddr = addr
-        .parse()
-        .map_err(|e| SoakError::Io(format!("address {addr}: {e}")))?;
-    let tcp = TcpStream::connect_timeout(&sa, Duration::from_secs(10))
-        .map_err(|e| SoakError::Io(format!("connect: {e}")))?;
-    tcp.set_read_timeout(Some(Duration::from_secs(30)))
-        .and_then(|()| tcp.set_write_timeout(Some(Duration::from_secs(10))))
-        .and_then(|()| tcp.set_nodelay(true))
-        .map_err(|e| SoakError::Io(format!("socket: {e}")))?;
-    match tungstenite::client::client(req, tcp) {
-        Ok((ws, _)) => {
-            ws.get_ref()
-                .set_read_timeout(Some(TICK))
-                .map_err(|e| SoakError::Io(format!("socket: {e}")))?;
-            Ok(ws)
-        }
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => {
-            let status = resp.status().as_u16();
-            let body = resp.into_body().unwrap_or_default();
-            Err(SoakError::Answer(error_code(status, &body)))
-        }
-        Err(e) => Err(SoakError::Answer(format!("handshake: {e}"))),
+    http_client::write_all(&mut sock, &req, Instant::now() + WS_CONNECT)
+        .map_err(|e| SoakError::Io(format!("write: {e}")))?;
+    let deadline = Instant::now() + WS_ANSWER;
+    let handshake = |e: &dyn std::fmt::Display| SoakError::Answer(format!("handshake: {e}"));
+    let (head, rest) = http_client::read_head(&mut sock, &ep, &Limits::default(), deadline)
+        .map_err(|e| handshake(&e))?;
+    if head.code != 101 {
+        let body = http_client::read_body(&mut sock, &head, &rest, MAX_ERROR_BODY, deadline);
+        return Err(SoakError::Answer(error_code(head.code, &body)));
     }
+    check_accept(&head, &key).map_err(|e| handshake(&e))?;
+    let chosen: Vec<&str> = head.values("sec-websocket-protocol").collect();
+    if chosen != [protocol] {
+        return Err(handshake(&format_args!(
+            "the daemon chose the subprotocols {chosen:?}, not {protocol}"
+        )));
+    }
+    let ws = http_client::into_websocket(sock, rest, &ep, WebSocketConfig::default())
+        .map_err(|e| handshake(&e))?;
+    let tcp = ws.get_ref().tcp();
+    tcp.set_read_timeout(Some(TICK))
+        .and_then(|()| tcp.set_write_timeout(Some(WS_CONNECT)))
+        .map_err(|e| SoakError::Io(format!("socket: {e}")))?;
+    Ok(ws)
 }
 
 /// What one read of a client socket gave.
@@ -130,7 +151,7 @@ pub(crate) enum Got {
     Closed(Option<u16>, String),
 }
 
-pub(crate) fn ws_read(ws: &mut WebSocket<TcpStream>) -> Got {
+pub(crate) fn ws_read(ws: &mut WebSocket<ClientSocket>) -> Got {
     match ws.read() {
         Ok(Message::Close(f)) => Got::Closed(
             f.as_ref().map(|f| u16::from(f.code)),
@@ -150,7 +171,7 @@ pub(crate) fn ws_read(ws: &mut WebSocket<TcpStream>) -> Got {
 }
 
 /// Our side's close: a Close frame and a short wait for the answer.
-pub(crate) fn ws_close(mut ws: WebSocket<TcpStream>) {
+pub(crate) fn ws_close(mut ws: WebSocket<ClientSocket>) {
     let _ = ws.close(Some(tungstenite::protocol::CloseFrame {
         code: CloseCode::Normal,
         reason: "".into(),
