@@ -4,8 +4,8 @@
 //! configuration error, 1 any other failure; `exec` passes on the remote
 //! exit code and uses 255 for its own errors, as `attach` does.
 
-use kubegate::cli::command::{self, Client, Command};
-use kubegate::exit::{self, UsageError};
+use kubegate::cli::command::{self, Command};
+use kubegate::exit;
 use std::ffi::OsString;
 
 fn main() {
@@ -14,7 +14,10 @@ fn main() {
     let raw: Vec<OsString> = std::env::args_os().skip(1).collect();
     let args = match exit::utf8_args(&raw) {
         Ok(a) => a,
-        Err(e) => std::process::exit(not_text(raw.first(), &e)),
+        Err(e) => {
+            let first = raw.first().and_then(|w| w.to_str());
+            std::process::exit(command::refuse_non_text(first, &e));
+        }
     };
     // Internal: the per-container guardian the sim's kubelet runs (see
     // sim/runtime), before anything else. Not a user command.
@@ -64,30 +67,6 @@ fn main() {
         }
     };
     std::process::exit(code);
-}
-
-/// Refuses a command line with an argument that is not UTF-8 text (every
-/// command reads its words as text) as a usage error of the command it
-/// was given to: a client command's `kubegate: USAGE: message`, exit 255
-/// for exec and attach (they pass a remote exit code on, so their own
-/// errors are 255, usage included), 2 for the others; any other command's
-/// as the binary's usage error (exit 2).
-fn not_text(word: Option<&OsString>, e: &UsageError) -> i32 {
-    let word: Vec<String> = word
-        .and_then(|w| w.to_str())
-        .map(String::from)
-        .into_iter()
-        .collect();
-    match command::parse(&word) {
-        Ok(Command::Client(c, _)) => {
-            eprintln!("kubegate: {}: {e}", exit::codes::USAGE);
-            match c {
-                Client::Exec | Client::Attach => exit::OWN_ERROR,
-                _ => exit::USAGE,
-            }
-        }
-        _ => command::usage_error(e),
-    }
 }
 
 fn init_logging_with(default_level: &str) {

@@ -671,7 +671,8 @@ fn https_daemon_with_a_private_ca() {
 
 /// An argument that is not UTF-8 is a usage error (no command reads one),
 /// told as the command it was given to tells its own: exec's `kubegate:
-/// USAGE: …` and 255, workspaces' and 2, the binary's usage and 2.
+/// USAGE: …` with its synopsis and 255, workspaces' with its synopsis and
+/// 2, the binary's usage and 2.
 #[test]
 fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
     use std::ffi::OsStr;
@@ -684,7 +685,7 @@ fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
     assert_eq!(out.code, Some(255), "{}", out.stderr_str());
     assert!(
         out.stderr_str()
-            .starts_with(&format!("kubegate: USAGE: {said}")),
+            .starts_with(&format!("kubegate: USAGE: {said}\nusage: kubegate exec ")),
         "{}",
         out.stderr_str()
     );
@@ -693,8 +694,9 @@ fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
     let out = run(c, None);
     assert_eq!(out.code, Some(2), "{}", out.stderr_str());
     assert!(
-        out.stderr_str()
-            .starts_with(&format!("kubegate: USAGE: {said}")),
+        out.stderr_str().starts_with(&format!(
+            "kubegate: USAGE: {said}\nusage: kubegate workspaces"
+        )),
         "{}",
         out.stderr_str()
     );

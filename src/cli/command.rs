@@ -65,6 +65,20 @@ pub fn usage_error(e: &UsageError) -> i32 {
     exit::usage_error(e, USAGE)
 }
 
+/// Refuses a command line with an argument that is not UTF-8 text (every
+/// command reads its words as text; `first` is the command word, if it is
+/// text): as a usage error of the command it was given to, a client
+/// command's own (`kubegate: USAGE: message` and its synopsis; 255 for
+/// exec and attach, 2 for the others), any other command's as the
+/// binary's (exit 2).
+pub fn refuse_non_text(first: Option<&str>, e: &UsageError) -> i32 {
+    let word: Vec<String> = first.map(String::from).into_iter().collect();
+    match parse(&word) {
+        Ok(Command::Client(c, _)) => super::refuse_usage(c, e),
+        _ => usage_error(e),
+    }
+}
+
 /// A client command (`crate::cli`): each parses the rest of the line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Client {

@@ -140,14 +140,34 @@ fn client_main<A>(
     };
     match result {
         Ok(code) => code,
-        Err(e) => {
-            report(&e, synopsis);
-            match exits {
-                Exits::Plain => exit::for_code(&e.code),
-                Exits::Own => exit::OWN_ERROR,
-            }
-        }
+        Err(e) => fail(&e, synopsis, exits),
     }
+}
+
+/// Reports a client command's failure; its exit code.
+fn fail(e: &CliError, synopsis: &str, exits: Exits) -> i32 {
+    report(e, synopsis);
+    match exits {
+        Exits::Plain => exit::for_code(&e.code),
+        Exits::Own => exit::OWN_ERROR,
+    }
+}
+
+/// A client command's usage error found before its own parser ran (an
+/// argument that is not UTF-8 text): reported as its parser's would be,
+/// with its synopsis and its exit code (255 for exec and attach).
+pub fn refuse_usage(c: command::Client, e: &exit::UsageError) -> i32 {
+    use args::help;
+    use command::Client;
+    let (synopsis, exits) = match c {
+        Client::Exec => (help::EXEC_SYNOPSIS, Exits::Own),
+        Client::Attach => (help::ATTACH_SYNOPSIS, Exits::Own),
+        Client::Workspaces => (help::WORKSPACES_SYNOPSIS, Exits::Plain),
+        Client::Sessions => (help::SESSIONS_SYNOPSIS, Exits::Plain),
+        Client::PortForward => (help::PORT_FORWARD_SYNOPSIS, Exits::Plain),
+        Client::Dev => (help::DEV_SYNOPSIS, Exits::Plain),
+    };
+    fail(&CliError::usage(e.to_string()), synopsis, exits)
 }
 
 /// `kubegate exec …`: returns the process exit code (the remote command's,
