@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo build --all-targets --locked
-# Moved modules break intra-doc links silently: deny them, private items
-# included (the maintainers' docs are the private ones).
-RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" \
+# Moved modules break intra-doc links silently: deny them, and every other
+# rustdoc warning, private items included (the maintainers' docs are the
+# private ones).
+RUSTDOCFLAGS="-D warnings" \
   cargo doc --no-deps --locked --document-private-items
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --locked --profile ci "$@"

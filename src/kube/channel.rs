@@ -301,7 +301,7 @@ impl std::error::Error for ExecStatusError {}
 ///   code value \"x\"";
 /// - any other Failure: an error with the Status's message and reason;
 /// - any other `status`: "error stream protocol error: unknown error";
-/// - not JSON: "error stream protocol error: <parse error> in \"<bytes>\"".
+/// - not JSON: `"error stream protocol error: <parse error> in \"<bytes>\""`.
 pub fn decode_exit_status(bytes: &[u8]) -> Result<i32, ExecStatusError> {
     if bytes.is_empty() {
         return Ok(0);

@@ -68,7 +68,7 @@ fn non_empty(flag: &str, v: String) -> Result<String, UsageError> {
 }
 
 /// Reads the words after `sim`; the credential is settled by
-/// [`settle_auth`]. Flags not given keep [`SimOptions::default`].
+/// `settle_auth`. Flags not given keep [`SimOptions::default`].
 pub fn parse(argv: &[String]) -> Result<SimCommand, UsageError> {
     let mut o = SimOptions::default();
     let mut auth: Option<(SimAuth, &str)> = None;
