@@ -6,7 +6,7 @@
 //! request (its head and body read whole, at most [`MAX_BODY`]), sent to
 //! the daemon with the token and `Connection: close`; the answer's head is
 //! passed on with `Connection: close` in place of its connection headers,
-//! then its body is copied as it comes until the daemon closes. WebSocket
+//! then its body is copied as it comes until the daemon closes.
 //! WebSocket upgrades are bridged through the daemon's port proxy route;
 //! other upgrades get 501.
 //!
@@ -20,7 +20,9 @@ use super::net::Client;
 use super::{local_io, CliError};
 use crate::exit::codes;
 use crate::http::hop::end_to_end_headers;
-use crate::http::response::{BodyDecoder, Framing};
+use crate::http::parse::{parse_head, BodyKind};
+use crate::http::response::{reason, BodyDecoder, Framing};
+use crate::http::HttpError;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -34,7 +36,6 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const MAX_BODY: usize = 16 << 20;
 /// Largest request head.
 const MAX_HEAD: usize = 64 * 1024;
-const MAX_HEADERS: usize = 100;
 /// A client must send its request within this: 30 s.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connect + request + the answer's head from the daemon: 90 s (the daemon
@@ -171,14 +172,12 @@ struct Request {
 /// Why a request cannot be forwarded: an answer for the client.
 struct Refusal {
     status: u16,
-    reason: &'static str,
     message: String,
 }
 
-fn refusal(status: u16, reason: &'static str, message: impl Into<String>) -> Refusal {
+fn refusal(status: u16, message: impl Into<String>) -> Refusal {
     Refusal {
         status,
-        reason,
         message: message.into(),
     }
 }
@@ -221,11 +220,7 @@ fn forward_websocket(client: &Client, prefix: &str, req: &Request, mut sock: Tcp
     let Some(key) = header("sec-websocket-key") else {
         return answer_refusal(
             &mut sock,
-            &refusal(
-                400,
-                "Bad Request",
-                "a WebSocket upgrade without Sec-WebSocket-Key",
-            ),
+            &refusal(400, "a WebSocket upgrade without Sec-WebSocket-Key"),
         );
     };
     let headers: Vec<(String, String)> = end_to_end_headers(&req.headers, &["authorization"])
@@ -238,7 +233,7 @@ fn forward_websocket(client: &Client, prefix: &str, req: &Request, mut sock: Tcp
             Ok(x) => x,
             Err(e) => {
                 eprintln!("kubegate: GET {}: {e}", req.target);
-                return answer_refusal(&mut sock, &refusal(502, "Bad Gateway", e.to_string()));
+                return answer_refusal(&mut sock, &refusal(502, e.to_string()));
             }
         };
     if crate::http::ws::write_accept(&mut sock, key, chosen.as_deref(), &[]).is_err() {
@@ -263,7 +258,7 @@ fn answer_refusal(sock: &mut TcpStream, r: &Refusal) {
     let head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         r.status,
-        r.reason,
+        reason(r.status),
         body.len()
     );
     let _ = sock
@@ -272,69 +267,38 @@ fn answer_refusal(sock: &mut TcpStream, r: &Refusal) {
         .and_then(|()| sock.flush());
 }
 
-/// Reads the request head and its whole body. `Ok(None)`: the client
+/// Reads the request head (the crate's request parser, lenient about
+/// line ends as httparse is) and its whole body. `Ok(None)`: the client
 /// closed before sending anything.
 fn read_request(sock: &mut TcpStream) -> Result<Option<Request>, Refusal> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 16 * 1024];
-    let bad = |m: String| refusal(400, "Bad Request", m);
-    let (method, target, headers, at) = loop {
-        let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut r = httparse::Request::new(&mut hs);
-        match r.parse(&buf) {
-            Ok(httparse::Status::Complete(n)) => {
-                let headers = r
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        (
-                            h.name.to_string(),
-                            String::from_utf8_lossy(h.value).into_owned(),
-                        )
-                    })
-                    .collect::<Vec<_>>();
-                break (
-                    r.method.unwrap_or("GET").to_string(),
-                    r.path.unwrap_or("/").to_string(),
-                    headers,
-                    n,
-                );
+    let bad = |m: String| refusal(400, m);
+    let head = loop {
+        match parse_head(&buf, MAX_HEAD, false) {
+            Ok(Some(head)) => break head,
+            Ok(None) => {}
+            Err(HttpError::HeadersTooLarge) => {
+                return Err(refusal(431, "the request head is larger than 64 KiB"))
             }
-            Ok(httparse::Status::Partial) => {}
-            Err(e) => return Err(bad(format!("the request does not parse: {e}"))),
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(refusal(
-                431,
-                "Request Header Fields Too Large",
-                "the request head is larger than 64 KiB",
-            ));
+            Err(HttpError::BadRequest(m)) => {
+                return Err(bad(format!("the request does not parse: {m}")))
+            }
+            Err(e) => return Err(bad(format!("the request does not parse: {e:?}"))),
         }
         match sock.read(&mut chunk) {
             Ok(0) if buf.is_empty() => return Ok(None),
             Ok(0) => return Err(bad("the request ended inside its head".into())),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if buf.is_empty() => {
-                let _ = e;
-                return Ok(None);
-            }
+            Err(_) if buf.is_empty() => return Ok(None),
             Err(e) => return Err(bad(format!("reading the request: {e}"))),
         }
     };
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    };
+    let (method, target, headers) = (head.method, head.target, head.headers);
     let websocket = crate::http::ws::wants_websocket(&headers);
-    if header("upgrade").is_some() && !(websocket && method == "GET") {
-        return Err(refusal(
-            501,
-            "Not Implemented",
-            "only WebSocket upgrades (GET) are forwarded",
-        ));
+    if headers.iter().any(|(k, _)| k == "upgrade") && !(websocket && method == "GET") {
+        return Err(refusal(501, "only WebSocket upgrades (GET) are forwarded"));
     }
     // Origin form (`/path?q`); an absolute form (a proxy-style request)
     // keeps its path.
@@ -348,50 +312,40 @@ fn read_request(sock: &mut TcpStream) -> Result<Option<Request>, Refusal> {
     } else {
         return Err(bad(format!("request target {target:?} is not a path")));
     };
-    let mut rest = buf[at..].to_vec();
-    let chunked =
-        header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    let body = if chunked {
-        // De-framed as it arrives, each byte once (a 16 MiB body read in
-        // 16 KiB pieces must not be decoded from its start every time).
-        let mut dec = BodyDecoder::new(Framing::Chunked);
-        let mut body = Vec::new();
-        loop {
-            dec.feed(&rest, &mut body)
-                .map_err(|e| bad(format!("the request's chunked body: {e}")))?;
-            if dec.is_done() {
-                break body;
+    let mut rest = buf[head.len..].to_vec();
+    let too_large = || refusal(413, "the request body is larger than 16 MiB");
+    let body = match head.body {
+        BodyKind::Chunked => {
+            // De-framed as it arrives, each byte once (a 16 MiB body read
+            // in 16 KiB pieces must not be decoded from its start every
+            // time).
+            let mut dec = BodyDecoder::new(Framing::Chunked);
+            let mut body = Vec::new();
+            loop {
+                dec.feed(&rest, &mut body)
+                    .map_err(|e| bad(format!("the request's chunked body: {e}")))?;
+                if dec.is_done() {
+                    break body;
+                }
+                if body.len() > MAX_BODY {
+                    return Err(too_large());
+                }
+                rest.clear();
+                read_more(sock, &mut rest, &mut chunk)?;
             }
-            if body.len() > MAX_BODY {
-                return Err(refusal(
-                    413,
-                    "Content Too Large",
-                    "the request body is larger than 16 MiB",
-                ));
+        }
+        BodyKind::None => Vec::new(),
+        BodyKind::Length(n) => {
+            let len = usize::try_from(n)
+                .ok()
+                .filter(|len| *len <= MAX_BODY)
+                .ok_or_else(too_large)?;
+            while rest.len() < len {
+                read_more(sock, &mut rest, &mut chunk)?;
             }
-            rest.clear();
-            read_more(sock, &mut rest, &mut chunk)?;
+            rest.truncate(len);
+            rest
         }
-    } else {
-        let len = match header("content-length") {
-            None => 0,
-            Some(v) => v
-                .trim()
-                .parse::<usize>()
-                .map_err(|_| bad(format!("Content-Length {v:?}")))?,
-        };
-        if len > MAX_BODY {
-            return Err(refusal(
-                413,
-                "Content Too Large",
-                "the request body is larger than 16 MiB",
-            ));
-        }
-        while rest.len() < len {
-            read_more(sock, &mut rest, &mut chunk)?;
-        }
-        rest.truncate(len);
-        rest
     };
     Ok(Some(Request {
         method,
@@ -404,25 +358,13 @@ fn read_request(sock: &mut TcpStream) -> Result<Option<Request>, Refusal> {
 fn read_more(sock: &mut TcpStream, into: &mut Vec<u8>, chunk: &mut [u8]) -> Result<(), Refusal> {
     loop {
         match sock.read(chunk) {
-            Ok(0) => {
-                return Err(refusal(
-                    400,
-                    "Bad Request",
-                    "the request ended inside its body",
-                ))
-            }
+            Ok(0) => return Err(refusal(400, "the request ended inside its body")),
             Ok(n) => {
                 into.extend_from_slice(&chunk[..n]);
                 return Ok(());
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                return Err(refusal(
-                    400,
-                    "Bad Request",
-                    format!("reading the request body: {e}"),
-                ))
-            }
+            Err(e) => return Err(refusal(400, format!("reading the request body: {e}"))),
         }
     }
 }
@@ -453,7 +395,7 @@ fn forward(
     req: &Request,
     out: &mut TcpStream,
 ) -> Result<(), Refusal> {
-    let gateway = |e: CliError| refusal(502, "Bad Gateway", e.to_string());
+    let gateway = |e: CliError| refusal(502, e.to_string());
     let deadline = Instant::now() + ANSWER_TIMEOUT;
     let mut up = client.connect(deadline).map_err(gateway)?;
     client
@@ -496,28 +438,4 @@ fn forward(
     up.send_close_notify();
     let _ = out.shutdown(std::net::Shutdown::Write);
     Ok(())
-}
-
-/// A reason phrase for the status line (clients ignore it).
-fn reason(code: u16) -> &'static str {
-    match code {
-        200 => "OK",
-        201 => "Created",
-        202 => "Accepted",
-        204 => "No Content",
-        301 => "Moved Permanently",
-        302 => "Found",
-        304 => "Not Modified",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        409 => "Conflict",
-        413 => "Content Too Large",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "",
-    }
 }

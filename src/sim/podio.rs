@@ -186,7 +186,6 @@ fn close_cut() -> Message {
     }))
 }
 
-/// Channel-3 status then close, for a request that cannot run.
 /// Why an exec's process cannot start: told to the client on the socket's
 /// error channel (the text is what kubectl prints).
 #[derive(Debug)]
@@ -210,6 +209,31 @@ impl std::fmt::Display for ExecRefusal {
     }
 }
 
+/// Why an exec or attach has no process to stream: told to the client on
+/// the socket's error channel ([`fail_socket`]).
+#[derive(Debug)]
+enum OpenError {
+    /// The exec cannot run, or the attach's container has no process.
+    Refused(ExecRefusal),
+    /// The runtime could not start the command.
+    Start(std::io::Error),
+    /// The process started without its output (taken already).
+    NoOutput,
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Refused(e) => e.fmt(f),
+            OpenError::Start(e) => write!(f, "failed to start the command: {e}"),
+            OpenError::NoOutput => f.write_str("exec output unavailable"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// Channel-3 status then close, for a request that cannot run.
 fn fail_socket(conn: WsConn, first: u8, msg: String) {
     let Ok((out, rx)) = ws::try_outbox(4) else {
         return;
@@ -462,8 +486,8 @@ fn flags(req: &Request) -> Result<Flags, Reply> {
 }
 
 /// What an exec or attach streams once its socket is open: the process
-/// and its output, or why not (told on the stream's first channel).
-type Opened = Result<(Arc<Process>, Receiver<super::runtime::OutputChunk>), String>;
+/// and its output, or why not (told on the stream's error channel).
+type Opened = Result<(Arc<Process>, Receiver<super::runtime::OutputChunk>), OpenError>;
 
 /// The WebSocket upgrade of an exec or attach: once the socket is open,
 /// `open` gives the process to stream (or the message the socket fails
@@ -479,7 +503,7 @@ fn stream_upgrade(
         max_message_bytes: MAX_MESSAGE,
         on_open: Box::new(move |conn: WsConn| match open() {
             Ok((process, output)) => stream.run(conn, process, output, &faults),
-            Err(m) => fail_socket(conn, stream.first, m),
+            Err(e) => fail_socket(conn, stream.first, e.to_string()),
         }),
     })
 }
@@ -521,11 +545,11 @@ impl PodStreams for Kubelet {
         let stream = StreamSession::new(proto, f, Mode::Exec, true);
         stream_upgrade(stream, self.faults.clone(), move || {
             let process = runtime
-                .start(plan.map_err(|m| m.to_string())?)
-                .map_err(|e| format!("failed to start the command: {e}"))?;
+                .start(plan.map_err(OpenError::Refused)?)
+                .map_err(OpenError::Start)?;
             let Some(output) = process.take_output() else {
                 process.kill();
-                return Err("exec output unavailable".into());
+                return Err(OpenError::NoOutput);
             };
             Ok((process, output))
         })
@@ -555,7 +579,7 @@ impl PodStreams for Kubelet {
         };
         let stream = StreamSession::new(proto, flags, Mode::Attach, stdin_once);
         stream_upgrade(stream, self.faults.clone(), move || {
-            let process = running.ok_or_else(|| format!("container {container} is not running"))?;
+            let process = running.ok_or(OpenError::Refused(ExecRefusal::NotRunning(container)))?;
             let sub = process.subscribe();
             Ok((process, sub))
         })

@@ -43,6 +43,8 @@ pub fn forward_websocket(req: &Request, ip: &str, port: u16, target: &str) -> Re
         Ok(a) => a,
         Err(_) => return unavailable(&format!("invalid pod address {ip}:{port}")).into(),
     };
+    // Plain TCP to the pod IP, not `http::client::connect_tcp`: see
+    // `forward`.
     let stream = match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
         Ok(s) => s,
         Err(e) => {
@@ -92,6 +94,12 @@ pub fn forward(req: &Request, ip: &str, port: u16, target: &str) -> Response {
         Ok(a) => a,
         Err(_) => return unavailable(&format!("invalid pod address {ip}:{port}")),
     };
+    // Its own dial, not `http::client::connect_tcp`: that one dials a
+    // server URL's host (resolving it, trying each address) and folds the
+    // failure into a `DialError` naming the authority, while this is plain
+    // TCP to one literal pod IP whose failure must keep its io error kind
+    // for the API server's own wording ("dial tcp {addr}: connect:
+    // connection refused"), with the API server's 5 s dial bound.
     let mut stream = match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
         Ok(s) => s,
         Err(e) => {
@@ -123,7 +131,7 @@ pub fn forward(req: &Request, ip: &str, port: u16, target: &str) -> Response {
     }
     let (head, rest) = match read_head(&mut stream) {
         Ok(h) => h,
-        Err(m) => return unavailable(&format!("error trying to reach service: {m}")),
+        Err(e) => return unavailable(&format!("error trying to reach service: {e}")),
     };
     let Ok(framing) = checked_framing(&head, req.method.eq_ignore_ascii_case("HEAD")) else {
         return unavailable("error trying to reach service: malformed response");
@@ -158,25 +166,51 @@ pub fn forward(req: &Request, ip: &str, port: u16, target: &str) -> Response {
     }
 }
 
+/// Why no response head came from the pod; its `Display` is the 503's
+/// message after "error trying to reach service: ".
+#[derive(Debug)]
+enum HeadError {
+    /// Longer than [`crate::http::response::MAX_HEAD_BYTES`].
+    TooLarge,
+    /// Not an HTTP/1.1 response head.
+    Malformed,
+    /// The pod closed before a whole head.
+    Eof,
+    /// Reading from the pod failed (or timed out).
+    Read(io::Error),
+}
+
+impl std::fmt::Display for HeadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeadError::TooLarge => f.write_str("response head too large"),
+            HeadError::Malformed => f.write_str("malformed response"),
+            HeadError::Eof => f.write_str("EOF before a response"),
+            HeadError::Read(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for HeadError {}
+
 /// Reads the pod's final response head (interim 1xx skipped, at most
 /// [`crate::http::response::MAX_HEAD_BYTES`]): it and the bytes read past
-/// it, or why not (the 503's message after "error trying to reach
-/// service: ").
-fn read_head(stream: &mut TcpStream) -> Result<(crate::http::response::Head, Vec<u8>), String> {
+/// it.
+fn read_head(stream: &mut TcpStream) -> Result<(crate::http::response::Head, Vec<u8>), HeadError> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
         match parse_final_head(&buf, &Limits::default()) {
             Ok(Some((head, n))) => return Ok((head, buf.split_off(n))),
             Ok(None) => {}
-            Err(ResponseError::HeadTooLarge { .. }) => return Err("response head too large".into()),
-            Err(_) => return Err("malformed response".into()),
+            Err(ResponseError::HeadTooLarge { .. }) => return Err(HeadError::TooLarge),
+            Err(_) => return Err(HeadError::Malformed),
         }
         match stream.read(&mut chunk) {
-            Ok(0) => return Err("EOF before a response".into()),
+            Ok(0) => return Err(HeadError::Eof),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(HeadError::Read(e)),
         }
     }
 }

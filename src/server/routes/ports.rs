@@ -8,19 +8,15 @@ use std::time::Duration;
 
 use super::FrontDoor;
 use crate::api::{ApiError, Code};
-use crate::config::PodAccessMode;
 use crate::http::hop::end_to_end_headers;
-use crate::http::stream::ClientSocket;
 use crate::http::ws::{self, WsOptions};
-use crate::http::{Body, ChunkSink, Reply, Request, Response, Socket, Upgrade};
-use crate::kube::remote;
+use crate::http::{Body, ChunkSink, Reply, Request, Response, Upgrade};
 use crate::session::access::{PodRequest, PodTarget};
 use crate::session::engine::Handle;
 use crate::session::proxy_path::{forward_headers, parse_target};
 
-/// How long the port proxy waits for a connection to an app.
-const PORT_PROXY_CONNECT: Duration = Duration::from_secs(10);
-/// How long the port proxy waits for an app's answer to begin.
+/// How long the port proxy waits for an app's answer to begin (for a
+/// WebSocket: the connect and the handshake).
 const PORT_PROXY_HEAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// Answers up to this long with a Content-Length keep it (read whole).
 const PORT_PROXY_SIZED_MAX: u64 = 1 << 20;
@@ -28,61 +24,36 @@ const PORT_PROXY_SIZED_MAX: u64 = 1 << 20;
 const PORT_PROXY_IDLE: Duration = Duration::from_secs(300);
 
 impl FrontDoor {
-    /// A WebSocket through the port proxy: the app's side first (offering
-    /// what the client offered; in api-proxy mode through the API server's
-    /// pod proxy, which passes upgrades on), then the client's, accepted
-    /// with the subprotocol the app chose; messages bridged both ways.
+    /// A WebSocket through the port proxy: the app's side first, through
+    /// the pod-access seam (offering what the client offered), then the
+    /// client's, accepted with the subprotocol the app chose; messages
+    /// bridged both ways.
     fn port_proxy_websocket(
         &self,
         target: &PodTarget,
         port: u16,
-        path: &str,
+        path: String,
         req: &Request,
     ) -> Result<Reply, ApiError> {
-        let headers: Vec<(String, String)> = forward_headers(&req.headers)
+        let mut preq = PodRequest::get(&path).timeout(PORT_PROXY_HEAD_TIMEOUT);
+        preq.headers = forward_headers(&req.headers)
             .into_iter()
             .filter(|(k, _)| !ws::is_handshake_header(k))
             .collect();
-        let offer = req.header("sec-websocket-protocol");
-        let unreachable =
-            |e: String| ApiError::new(Code::PortUnreachable, format!("port {port}: {e}"));
-        let (app_ws, chosen) = match self.engine.access().mode() {
-            PodAccessMode::Direct => {
-                let addr: std::net::SocketAddr = format!("{}:{port}", target.ip)
-                    .parse()
-                    .map_err(|_| unreachable(format!("bad pod address {}", target.ip)))?;
-                let tcp = std::net::TcpStream::connect_timeout(&addr, PORT_PROXY_CONNECT)
-                    .map_err(|e| unreachable(e.to_string()))?;
-                let _ = tcp.set_nodelay(true);
-                let sock = ClientSocket::Socket(Socket::Plain(tcp));
-                remote::upgrade_on(
-                    sock,
-                    &format!("ws://{addr}{path}"),
-                    &headers,
-                    None,
-                    offer,
-                    PORT_PROXY_HEAD_TIMEOUT,
-                )
-                .map_err(|e| unreachable(e.to_string()))?
-            }
-            PodAccessMode::ApiProxy => remote::dial_websocket(
-                self.engine.conn(),
-                &format!(
-                    "/api/v1/namespaces/{}/pods/{}:{port}/proxy{path}",
-                    target.namespace, target.name
-                ),
-                &headers,
-                offer,
-                PORT_PROXY_HEAD_TIMEOUT,
-            )
-            .map_err(|e| unreachable(e.to_string()))?,
-        };
+        if let Some(offer) = req.header("sec-websocket-protocol") {
+            preq = preq.header("Sec-WebSocket-Protocol", offer);
+        }
+        let app = self
+            .engine
+            .access()
+            .websocket(target, port, &preq)
+            .map_err(|e| ApiError::new(Code::PortUnreachable, format!("port {port}: {e}")))?;
         Ok(Reply::Upgrade(Upgrade {
-            protocol: chosen,
+            protocol: app.protocol,
             headers: Vec::new(),
             max_message_bytes: self.max_body.max(16 << 20),
             on_open: Box::new(move |conn| {
-                if let Err(e) = ws::bridge(conn, app_ws, WsOptions::default()) {
+                if let Err(e) = ws::bridge(conn, app.ws, WsOptions::default()) {
                     log::warn!("port proxy websocket: {e}");
                 }
             }),
@@ -127,7 +98,7 @@ impl FrontDoor {
             ip,
         };
         if req.method == "GET" && ws::wants_websocket(&req.headers) {
-            return self.port_proxy_websocket(&target, port, &path, req);
+            return self.port_proxy_websocket(&target, port, path, req);
         }
         let body = (!req.body.is_empty()).then(|| req.body.clone());
         let preq = PodRequest {

@@ -335,6 +335,18 @@ impl PodAccess for ApiProxyAccess {
         Ok(stream_handle(resp))
     }
 
+    /// The API server's pod proxy passes upgrades on: the handshake goes
+    /// to the proxy path with the daemon's credentials.
+    fn websocket(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PodWebSocket> {
+        let pr = Self::proxy_request_of(t, port, req, req.timeout)?;
+        let (offer, headers) = websocket_headers(req);
+        let conn = self.client.connection();
+        let (ws, protocol) =
+            crate::kube::remote::dial_websocket(conn, &pr.url_path(), &headers, offer, req.timeout)
+                .map_err(from_remote)?;
+        Ok(PodWebSocket { ws, protocol })
+    }
+
     /// A GET of `/` through the proxy: any answer means the port accepted
     /// the connection. The API server tells a refused port (503 Status,
     /// "connection refused") and a failed dial ("dial tcp …") apart from

@@ -255,6 +255,22 @@ impl PodAccess for DirectAccess {
         })
     }
 
+    fn websocket(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PodWebSocket> {
+        check_path(&req.path)?;
+        check_headers(&req.headers)?;
+        let deadline = Instant::now() + req.timeout.max(Duration::from_millis(1));
+        let addr = socket_addr(t, port)?;
+        let tcp = connect(addr, req.timeout)?;
+        let (offer, headers) = websocket_headers(req);
+        let sock = ClientSocket::Socket(crate::http::Socket::Plain(tcp));
+        let url = format!("ws://{addr}{}", req.path);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (ws, protocol) =
+            crate::kube::remote::upgrade_on(sock, &url, &headers, None, offer, left)
+                .map_err(from_remote)?;
+        Ok(PodWebSocket { ws, protocol })
+    }
+
     fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool> {
         let addr = socket_addr(t, port)?;
         match connect(addr, timeout) {

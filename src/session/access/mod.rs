@@ -1,6 +1,7 @@
 //! The pod-access seam (docs/sessions.md#reaching-the-pod): every connection
 //! from the daemon to a session pod's ports — the workspace agent, the
-//! debug streams, reachability, the port proxy — goes through a
+//! debug streams, reachability, the port proxy (HTTP and WebSocket) —
+//! goes through a
 //! [`PodAccess`], picked by `[cluster] pod_access`:
 //!
 //! - [`ApiProxyAccess`](api_proxy::ApiProxyAccess) (`api-proxy`): through the API server's pod proxy,
@@ -42,6 +43,7 @@ use crate::http::endpoint::parse_server;
 use crate::http::stream::{ClientSocket, PollStream};
 use crate::kube::client::{Client, KubeError, ProxyError, ProxyRequest};
 use crate::kube::remote::connect as raw;
+use crate::kube::remote::RemoteError;
 use parking_lot::Mutex;
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -49,6 +51,7 @@ use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tungstenite::WebSocket;
 use ureq::http::Method;
 
 /// Largest response head (status line and headers) accepted.
@@ -229,6 +232,21 @@ impl fmt::Debug for PolledStream {
             .finish_non_exhaustive()
     }
 }
+/// A WebSocket opened to a pod's port ([`PodAccess::websocket`]).
+pub struct PodWebSocket {
+    pub ws: WebSocket<ClientSocket>,
+    /// The subprotocol the app chose, if any.
+    pub protocol: Option<String>,
+}
+
+impl fmt::Debug for PodWebSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PodWebSocket")
+            .field("protocol", &self.protocol)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Why a call to a pod's port got no usable answer.
 #[derive(Debug)]
 pub enum AccessError {
@@ -289,6 +307,36 @@ impl fmt::Display for AccessError {
 
 impl std::error::Error for AccessError {}
 
+/// A failed WebSocket open (`kube::remote`'s dial and handshake) as the
+/// seam's error.
+fn from_remote(e: RemoteError) -> AccessError {
+    match e {
+        RemoteError::InvalidRequest(m) => AccessError::Invalid(m),
+        RemoteError::Credentials(e) => AccessError::Kube(KubeError::Credentials(e.to_string())),
+        RemoteError::Tls(e) => AccessError::Kube(KubeError::Config(format!("TLS: {e}"))),
+        RemoteError::Transport(message) if api_proxy::is_timeout_message(&message) => {
+            AccessError::Timeout { message }
+        }
+        RemoteError::Transport(message) => AccessError::Unreachable { message },
+        e => AccessError::Http {
+            message: e.to_string(),
+        },
+    }
+}
+
+/// The WebSocket subprotocols `req` offers (its `Sec-WebSocket-Protocol`)
+/// and its other headers, less the ones the handshake writes itself.
+fn websocket_headers(req: &PodRequest) -> (Option<&str>, Vec<(String, String)>) {
+    let offer = find_header(&req.headers, "sec-websocket-protocol");
+    let headers = req
+        .headers
+        .iter()
+        .filter(|(k, _)| !crate::http::ws::is_handshake_header(&k.to_ascii_lowercase()))
+        .cloned()
+        .collect();
+    (offer, headers)
+}
+
 /// What the seam's calls return: an [`AccessError`] unless said otherwise.
 pub type Result<T, E = AccessError> = std::result::Result<T, E>;
 
@@ -319,6 +367,14 @@ pub trait PodAccess: Send + Sync {
     /// answer is an error. `req.timeout` bounds the connect and the
     /// answer's head.
     fn stream_polled(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PolledStream>;
+
+    /// A WebSocket to `req.path` (the client handshake, a GET): the
+    /// subprotocols offered are `req`'s `Sec-WebSocket-Protocol` header,
+    /// its other handshake headers are dropped (the handshake writes its
+    /// own), the rest go as given. `req.timeout` bounds the connect and the
+    /// handshake; the socket then has no timeouts (its pump takes over). An
+    /// app that answers without upgrading is [`AccessError::Http`].
+    fn websocket(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PodWebSocket>;
 
     /// Whether the port accepts connections. `Ok(false)` when it refuses,
     /// cannot be reached, or gives no sign within `timeout`; errors are
