@@ -538,11 +538,6 @@ impl Engine {
         ))
     }
 
-    /// The cluster connection (the port proxy opens WebSockets with it).
-    pub fn conn(&self) -> &Connection {
-        &self.conn
-    }
-
     /// The pod-access seam (the port proxy route uses it).
     pub fn access(&self) -> &Arc<dyn PodAccess> {
         &self.access
