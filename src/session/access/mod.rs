@@ -1,8 +1,7 @@
 //! The pod-access seam (docs/sessions.md#reaching-the-pod): every connection
 //! from the daemon to a session pod's ports — the workspace agent, the
 //! debug streams, reachability, the port proxy (HTTP and WebSocket) —
-//! goes through a
-//! [`PodAccess`], picked by `[cluster] pod_access`:
+//! goes through a [`PodAccess`], picked by `[cluster] pod_access`:
 //!
 //! - [`ApiProxyAccess`](api_proxy::ApiProxyAccess) (`api-proxy`): through the API server's pod proxy,
 //!   `/api/v1/namespaces/{ns}/pods/{pod}:{port}/proxy/{path}`
@@ -232,6 +231,7 @@ impl fmt::Debug for PolledStream {
             .finish_non_exhaustive()
     }
 }
+
 /// A WebSocket opened to a pod's port ([`PodAccess::websocket`]).
 pub struct PodWebSocket {
     pub ws: WebSocket<ClientSocket>,
