@@ -476,7 +476,12 @@ fn two_principals_session_pods_cannot_reach_each_other() {
                 .filter(|s| s == "demo's")
         },
     );
-    let out = exec(&pods[1], &["cat", secret.to_str().unwrap()]);
+    // Written `/./…`: the sim maps a session pod's mount paths in a
+    // command's words textually (docs/sim.md), and a checkout under /tmp
+    // (the pod's scratch mount) would otherwise have `cat` read a path in
+    // the pod's own scratch folder, "No such file" instead of the refusal.
+    let across = format!("/.{}", secret.display());
+    let out = exec(&pods[1], &["cat", &across]);
     assert_ne!(
         out.code,
         Some(0),
