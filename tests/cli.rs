@@ -679,35 +679,27 @@ fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
     use std::os::unix::ffi::OsStrExt;
     let bad = OsStr::from_bytes(b"x\xffy");
     let said = "\"x\\xFFy\" is not UTF-8 text";
-    let mut c = kg(&["exec", "--token", "t", "-w", "p/u", "d", "--"]);
-    c.arg(bad);
-    let out = run(c, None);
-    assert_eq!(out.code, Some(255), "{}", out.stderr_str());
-    assert!(
-        out.stderr_str()
-            .starts_with(&format!("kubegate: USAGE: {said}\nusage: kubegate exec ")),
-        "{}",
-        out.stderr_str()
+    // The words before the bad one, the exit code, how stderr begins.
+    let refused = |words: &[&str], code: i32, begins: String| {
+        let mut c = kg(words);
+        c.arg(bad);
+        let out = run(c, None);
+        assert_eq!(out.code, Some(code), "{}", out.stderr_str());
+        assert!(
+            out.stderr_str().starts_with(&begins),
+            "{}",
+            out.stderr_str()
+        );
+    };
+    refused(
+        &["exec", "--token", "t", "-w", "p/u", "d", "--"],
+        255,
+        format!("kubegate: USAGE: {said}\nusage: kubegate exec "),
     );
-    let mut c = kg(&["workspaces", "--output"]);
-    c.arg(bad);
-    let out = run(c, None);
-    assert_eq!(out.code, Some(2), "{}", out.stderr_str());
-    assert!(
-        out.stderr_str().starts_with(&format!(
-            "kubegate: USAGE: {said}\nusage: kubegate workspaces"
-        )),
-        "{}",
-        out.stderr_str()
+    refused(
+        &["workspaces", "--output"],
+        2,
+        format!("kubegate: USAGE: {said}\nusage: kubegate workspaces"),
     );
-    let mut c = kg(&[]);
-    c.arg(bad);
-    let out = run(c, None);
-    assert_eq!(out.code, Some(2), "{}", out.stderr_str());
-    assert!(
-        out.stderr_str()
-            .starts_with(&format!("kubegate: {said}\n\nusage: kubegate ")),
-        "{}",
-        out.stderr_str()
-    );
+    refused(&[], 2, format!("kubegate: {said}\n\nusage: kubegate "));
 }
