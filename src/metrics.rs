@@ -71,6 +71,21 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "Kubernetes API requests and exec/attach upgrades repeated under the retry policy (429/503 with Retry-After, GETs after 5xx or transport errors, connections refused).",
     ),
     (
+        "kubegate_tunnels_active",
+        "gauge",
+        "TCP tunnels open now, by kind (session, deployment).",
+    ),
+    (
+        "kubegate_tunnels_total",
+        "counter",
+        "TCP tunnels ended, by kind and how they ended (closed, idle, max_duration, shutdown, far_error, protocol, peer_closed, socket; or the error code of a pod connection that failed).",
+    ),
+    (
+        "kubegate_tunnel_bytes_total",
+        "counter",
+        "Bytes through TCP tunnels, by direction (in: client to pod, out: pod to client).",
+    ),
+    (
         "kubegate_body_bytes_buffered",
         "gauge",
         "Request body bytes the front door holds in memory now (being read or handled).",
@@ -88,7 +103,7 @@ const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "kubegate_principal_connections",
         "gauge",
-        "Long-lived connections by principal and kind (io, events, ports, keepalive).",
+        "Long-lived connections by principal and kind (io, events, ports, tunnels, keepalive).",
     ),
     (
         "kubegate_refusals_total",

@@ -76,10 +76,13 @@ pub enum Code {
     /// port-proxy streams) or the per-peer limit on connections that have
     /// not authenticated is reached.
     TooManyConnections,
+    /// A tunnel to a port kubegate itself uses in a session's pod (the
+    /// workspace agent's, an app runner's inspect port).
+    PortReserved,
 }
 
 impl Code {
-    pub const ALL: [Code; 33] = [
+    pub const ALL: [Code; 34] = [
         Code::Unauthorized,
         Code::NotFound,
         Code::MethodNotAllowed,
@@ -113,6 +116,7 @@ impl Code {
         Code::WorkspaceUnavailable,
         Code::InvalidProxyPath,
         Code::TooManyConnections,
+        Code::PortReserved,
     ];
 
     /// The wire spelling (`EXEC_INVALID`).
@@ -151,6 +155,7 @@ impl Code {
             Code::WorkspaceUnavailable => "WORKSPACE_UNAVAILABLE",
             Code::InvalidProxyPath => "INVALID_PROXY_PATH",
             Code::TooManyConnections => "TOO_MANY_CONNECTIONS",
+            Code::PortReserved => "PORT_RESERVED",
         }
     }
 
@@ -175,7 +180,7 @@ impl Code {
             | Code::InvalidPath
             | Code::InvalidBundle
             | Code::InvalidProxyPath => 400,
-            Code::ExecTargetForbidden | Code::Forbidden => 403,
+            Code::ExecTargetForbidden | Code::Forbidden | Code::PortReserved => 403,
             Code::ExecTargetNotReady
             | Code::TooManySessions
             | Code::NotRunning

@@ -178,6 +178,13 @@ pub struct ServerSection {
     /// Port-proxy requests in flight for one principal (WebSockets and
     /// streamed answers included; 0: derived).
     pub max_port_streams_per_principal: u64,
+    /// TCP tunnels (`…/tunnels/{port}`, `/v1/exec/tunnel`) one principal
+    /// holds open (0: derived).
+    pub max_tunnels_per_principal: u64,
+    /// A tunnel with no byte either way for this long is closed.
+    pub tunnel_idle_timeout_secs: u64,
+    /// A tunnel is closed after this long whatever it does.
+    pub tunnel_max_duration_secs: u64,
     /// Body bytes the daemon holds at once (0: derived).
     pub body_budget_bytes: u64,
     /// The most of `body_budget_bytes` one principal holds (0: derived).
@@ -206,6 +213,9 @@ impl Default for ServerSection {
             max_io_sockets_per_principal: 0,
             max_event_streams_per_principal: 0,
             max_port_streams_per_principal: 0,
+            max_tunnels_per_principal: 0,
+            tunnel_idle_timeout_secs: 3600,
+            tunnel_max_duration_secs: 24 * 3600,
             body_budget_bytes: 0,
             body_budget_per_principal_bytes: 0,
             head_grace_secs: 5,

@@ -59,6 +59,37 @@ pub struct Record<'a> {
     pub recording_skipped: Option<String>,
 }
 
+/// One audit line of a TCP tunnel (docs/api.md#tunnels): a session's
+/// (`session`) or a workspace Deployment's (`workspace`, `target`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TunnelRecord<'a> {
+    pub time: String,
+    pub principal: &'a str,
+    /// Always `tunnel`.
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<&'a str>,
+    /// `project/uid`, for a Deployment's tunnel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// The Deployment's resolved pod.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<&'a Target>,
+    /// The pod's name.
+    pub pod: &'a str,
+    pub port: u16,
+    /// How it ended: `closed` (both sides' eof, or the client's Close),
+    /// `idle`, `max_duration`, `shutdown`, `far_error`, `protocol`,
+    /// `peer_closed`, `socket`; or the error code when it never opened.
+    pub end: &'a str,
+    /// Client to pod.
+    pub bytes_in: u64,
+    /// Pod to client.
+    pub bytes_out: u64,
+    pub duration_ms: u64,
+}
+
 /// What the metrics read (`kubegate_audit_*`).
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -139,7 +170,7 @@ impl Audit {
     /// Appends one line in a single write (lines never interleave) and
     /// flushes it, rotating first at the cap. A failure is logged here
     /// (once until a line is written again) and counted.
-    pub fn record(&self, r: &Record<'_>) -> io::Result<()> {
+    pub fn record<R: Serialize>(&self, r: &R) -> io::Result<()> {
         let mut line = serde_json::to_vec(r).map_err(io::Error::other)?;
         line.push(b'\n');
         let mut w = self.writer.lock();

@@ -7,6 +7,7 @@
 //! - `resolve`: Deployment -> ReplicaSet -> Pod (rules sans-IO, then the API calls);
 //! - `gateway`: admission, the one-shot exec, the audit line and metrics;
 //! - `interactive`: an admitted interactive exec's threads and limits;
+//! - `tunnel`: a Deployment's TCP tunnel: its checks, target and audit line;
 //! - `slots`: the concurrency limits; `audit`: the JSON-lines audit log;
 //!   `record`: asciinema recordings.
 //!
@@ -20,4 +21,5 @@ pub mod interactive;
 pub mod record;
 pub mod resolve;
 pub mod slots;
+pub mod tunnel;
 pub mod validate;

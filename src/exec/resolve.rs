@@ -179,6 +179,15 @@ fn selector_string(sel: &BTreeMap<String, String>) -> String {
 /// Resolves `spec` in the cluster (validation and the principal's workspace
 /// check come first, in the caller).
 pub fn resolve(client: &Client, own: &Ownership, spec: &ExecSpec) -> Result<Target, ApiError> {
+    resolve_pod(client, own, spec).map(|(t, _)| t)
+}
+
+/// [`resolve`], with the chosen pod's IP (empty when it has none).
+pub fn resolve_pod(
+    client: &Client,
+    own: &Ownership,
+    spec: &ExecSpec,
+) -> Result<(Target, String), ApiError> {
     let ns = spec.project.as_str();
     let dep = match Api::<Deployment>::namespaced(client, ns).get_opt(&spec.deployment) {
         Ok(d) => d,
@@ -202,7 +211,13 @@ pub fn resolve(client: &Client, own: &Ownership, spec: &ExecSpec) -> Result<Targ
             (r.kind == "Deployment").then(|| (uid, r.uid.clone()))
         })
         .collect();
-    choose_pod(spec, &checked, ns, &pods, &rs_owner)
+    let target = choose_pod(spec, &checked, ns, &pods, &rs_owner)?;
+    let ip = pods
+        .iter()
+        .find(|p| p.metadata.name() == target.pod)
+        .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+        .unwrap_or_default();
+    Ok((target, ip))
 }
 
 #[cfg(test)]

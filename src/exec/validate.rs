@@ -86,6 +86,13 @@ fn is_dns_subdomain(s: &str) -> bool {
 impl ExecSpec {
     /// Checks every rule of docs/exec.md#validation-before-any-call-to-kubernetes.
     pub fn validate(&self, limits: &Limits) -> Result<(), ApiError> {
+        self.validate_target()?;
+        self.validate_command(limits)
+    }
+
+    /// The rules on the workspace, Deployment and container (what a
+    /// tunnel, which runs no command, is checked by).
+    pub fn validate_target(&self) -> Result<(), ApiError> {
         if !is_dns_label(&self.project) {
             return Err(invalid(
                 "workspace project must be a lowercase DNS label ([a-z0-9-], starting and ending alphanumeric) of at most 63 characters",
@@ -108,6 +115,10 @@ impl ExecSpec {
                 ));
             }
         }
+        Ok(())
+    }
+
+    fn validate_command(&self, limits: &Limits) -> Result<(), ApiError> {
         if self.command.is_empty() {
             return Err(invalid("command is required (a non-empty list of strings)"));
         }

@@ -27,6 +27,7 @@ pub mod response;
 pub mod server;
 pub mod stream;
 pub mod tls;
+pub mod tunnel;
 pub mod types;
 pub mod ws;
 

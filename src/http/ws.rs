@@ -201,6 +201,16 @@ impl Outbox {
         self.waker.wake();
     }
 
+    /// A handle that can [`Outbox::abort`] and [`Outbox::wake`] the pump
+    /// without holding a sender: the pump still closes normally when the
+    /// last [`Outbox`] is dropped, whoever holds an [`Aborter`].
+    pub fn aborter(&self) -> Aborter {
+        Aborter {
+            waker: self.waker.clone(),
+            abort: self.abort.clone(),
+        }
+    }
+
     /// Messages waiting for the pump.
     pub fn len(&self) -> usize {
         self.tx().map_or(0, Sender::len)
@@ -212,6 +222,27 @@ impl Outbox {
 
     fn tx(&self) -> Option<&Sender<Message>> {
         self.tx.as_ref()
+    }
+}
+
+/// Aborts or wakes a pump without being one of its senders
+/// ([`Outbox::aborter`]).
+#[derive(Clone)]
+pub struct Aborter {
+    waker: Arc<Waker>,
+    abort: Arc<parking_lot::Mutex<Option<CloseFrame>>>,
+}
+
+impl Aborter {
+    /// [`Outbox::abort`]: queued messages are dropped, this Close is sent.
+    pub fn abort(&self, frame: CloseFrame) {
+        *self.abort.lock() = Some(frame);
+        self.waker.wake();
+    }
+
+    /// [`Outbox::wake`].
+    pub fn wake(&self) {
+        self.waker.wake();
     }
 }
 

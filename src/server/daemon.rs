@@ -494,6 +494,10 @@ fn front_door(cfg: &Config, limits: &FrontDoorLimits, p: Parts) -> FrontDoor {
         start_body: limits.start_body,
         budget,
         caps,
+        tunnel_limits: super::routes::TunnelLimits {
+            idle: Duration::from_secs(cfg.server.tunnel_idle_timeout_secs),
+            max_duration: Duration::from_secs(cfg.server.tunnel_max_duration_secs),
+        },
         ready_cache: parking_lot::Mutex::new(None),
         test_hooks: test_hooks(),
     }

@@ -142,18 +142,27 @@ pub enum Kind {
     Events,
     /// Port-proxy WebSockets and streamed answers.
     Ports,
+    /// TCP tunnels (sessions' and the exec gateway's).
+    Tunnels,
     /// Keep-alive connections between (and during) requests.
     KeepAlive,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Io, Kind::Events, Kind::Ports, Kind::KeepAlive];
+    pub const ALL: [Kind; 5] = [
+        Kind::Io,
+        Kind::Events,
+        Kind::Ports,
+        Kind::Tunnels,
+        Kind::KeepAlive,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Io => "io",
             Kind::Events => "events",
             Kind::Ports => "ports",
+            Kind::Tunnels => "tunnels",
             Kind::KeepAlive => "keepalive",
         }
     }
@@ -165,6 +174,7 @@ pub struct CapLimits {
     pub io: usize,
     pub events: usize,
     pub ports: usize,
+    pub tunnels: usize,
     pub keep_alive: usize,
 }
 
@@ -174,6 +184,7 @@ impl CapLimits {
             Kind::Io => self.io,
             Kind::Events => self.events,
             Kind::Ports => self.ports,
+            Kind::Tunnels => self.tunnels,
             Kind::KeepAlive => self.keep_alive,
         }
     }
@@ -335,6 +346,9 @@ impl FrontDoorLimits {
                 ),
                 // A few forwarded browsers' connections per session.
                 ports: n(s.max_port_streams_per_principal, sessions.saturating_mul(4)),
+                // A database, a debugger and a browser's connections per
+                // session: 8 a session.
+                tunnels: n(s.max_tunnels_per_principal, sessions.saturating_mul(8)),
                 keep_alive: n(s.max_connections_per_principal, 64),
             },
             per_peer: n(s.max_connections_per_peer, 64),
@@ -367,6 +381,7 @@ mod tests {
                 io: 64,
                 events: 16,
                 ports: 32,
+                tunnels: 64,
                 keep_alive: 64
             }
         );
@@ -379,6 +394,7 @@ mod tests {
             "body_budget_bytes = 1000\nbody_budget_per_principal_bytes = 10\n\
              max_io_sockets_per_principal = 3\nmax_event_streams_per_principal = 2\n\
              max_port_streams_per_principal = 1\nmax_connections_per_principal = 5\n\
+             max_tunnels_per_principal = 4\n\
              max_connections_per_peer = 7",
         ));
         assert_eq!((l.budget_total, l.budget_share), (1000, 10));
@@ -388,6 +404,7 @@ mod tests {
                 io: 3,
                 events: 2,
                 ports: 1,
+                tunnels: 4,
                 keep_alive: 5
             }
         );

@@ -53,6 +53,7 @@ impl FrontDoor {
             Kind::Io => "session io sockets",
             Kind::Events => "session event streams",
             Kind::Ports => "port-proxy requests in flight",
+            Kind::Tunnels => "TCP tunnels",
             Kind::KeepAlive => "keep-alive connections",
         };
         let e = ApiError::new(
@@ -115,11 +116,15 @@ impl FrontDoor {
                             ["io"] => Kind::Io,
                             ["events"] => Kind::Events,
                             ["ports", ..] => Kind::Ports,
+                            ["tunnels", ..] => Kind::Tunnels,
                             _ => Kind::KeepAlive,
                         };
                     }
                 }
             }
+        }
+        if path == "/v1/exec/tunnel" {
+            kind = Kind::Tunnels;
         }
         let mut admit = Admit::with_limit(limit);
         admit.known = true;

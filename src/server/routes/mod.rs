@@ -9,7 +9,9 @@
 //! - [`workspaces`]: `GET /v1/workspaces` and a session's workspace files;
 //! - [`sessions`]: `/v1/sessions[/{id}]`, its operations and io socket;
 //! - [`events`]: a session's event stream;
-//! - [`ports`]: the port proxy to a session's apps.
+//! - [`ports`]: the port proxy to a session's apps;
+//! - [`tunnels`]: TCP tunnels to a session's pod or a workspace
+//!   Deployment's.
 //!
 //! Every error answer is an [`ApiError`], whose status comes from the one
 //! table in [`crate::api::Code::status`]; the routes spell no status of
@@ -22,6 +24,7 @@ mod exec;
 mod health;
 mod ports;
 mod sessions;
+mod tunnels;
 mod workspaces;
 
 use std::path::PathBuf;
@@ -41,6 +44,7 @@ use crate::session::spec::BundleLimits;
 
 use admission::Admitted;
 pub(in crate::server) use health::{check_writable, cluster_version};
+pub(in crate::server) use tunnels::TunnelLimits;
 
 /// The environment variable that turns the test hooks on (debug builds).
 pub const TEST_HOOKS_ENV: &str = "KUBEGATE_TEST_HOOKS";
@@ -79,6 +83,8 @@ pub(in crate::server) struct FrontDoor {
     pub budget: Arc<Budget>,
     /// Per-principal counts of long-lived connections.
     pub caps: Arc<Caps>,
+    /// Tunnels' clocks (`server.tunnel_*`).
+    pub tunnel_limits: tunnels::TunnelLimits,
     /// The last `/readyz` answer and when (the overflow path answers it).
     pub ready_cache: parking_lot::Mutex<Option<(std::time::Instant, bool)>>,
     /// `POST /v1/sessions/{id}/debug/panic` exists ([`test_hooks`]).
@@ -107,6 +113,8 @@ pub(in crate::server) enum SessionRoute {
     Io,
     /// `…/ports/{port}/{path}`, any method.
     Ports,
+    /// `GET …/tunnels/{port}` (a WebSocket).
+    Tunnel,
     /// `GET …/workspace`.
     Tree,
     /// `POST …/workspace`.
@@ -138,6 +146,8 @@ pub(in crate::server) enum Route<'p> {
     ExecOneShot,
     /// `GET /v1/exec/interactive` (a WebSocket).
     ExecInteractive,
+    /// `GET /v1/exec/tunnel` (a WebSocket).
+    ExecTunnel,
     /// `GET /v1/workspaces`.
     Workspaces,
     /// `GET /v1/sessions`.
@@ -179,8 +189,9 @@ impl<'p> Route<'p> {
             ("/metrics", "GET") => Route::Metrics,
             ("/v1/exec", "POST") => Route::ExecOneShot,
             ("/v1/exec/interactive", "GET") => Route::ExecInteractive,
+            ("/v1/exec/tunnel", "GET") => Route::ExecTunnel,
             ("/v1/workspaces", "GET") => Route::Workspaces,
-            ("/metrics" | "/v1/exec/interactive" | "/v1/workspaces", _) => {
+            ("/metrics" | "/v1/exec/interactive" | "/v1/exec/tunnel" | "/v1/workspaces", _) => {
                 Route::Miss(Method("GET"))
             }
             ("/v1/exec", _) => Route::Miss(Method("POST")),
@@ -202,6 +213,8 @@ impl SessionRoute {
             (["events"], "GET") => Ok(S::Events),
             (["events"], _) => Err(Method("GET")),
             (["ports", ..], _) => Ok(S::Ports),
+            (["tunnels", _], "GET") => Ok(S::Tunnel),
+            (["tunnels", _], _) => Err(Method("GET")),
             (["io"], "GET") => Ok(S::Io),
             (["io"], _) => Err(Method("GET")),
             (["workspace"], "GET") => Ok(S::Tree),
@@ -291,6 +304,7 @@ impl FrontDoor {
             Route::Metrics => Ok(self.metrics_page().into()),
             Route::ExecOneShot => self.exec_oneshot(&who, &req),
             Route::ExecInteractive => self.exec_interactive(&who, &req),
+            Route::ExecTunnel => self.exec_tunnel(&who, &req),
             Route::Workspaces => self.workspaces(&who),
             Route::ListSessions => Ok(self.list_sessions(&who)),
             Route::StartSession => self.session_start(&who, &req),

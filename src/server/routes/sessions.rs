@@ -111,6 +111,7 @@ impl FrontDoor {
             SessionRoute::Events => Ok(super::events::sse_stream(&h, req).into()),
             SessionRoute::Io => self.session_io(&h, req),
             SessionRoute::Ports => self.port_proxy(&h, req),
+            SessionRoute::Tunnel => self.session_tunnel(who, &h, req),
             SessionRoute::Tree => self.workspace_tree(&h),
             SessionRoute::Apply => self.workspace_apply(&h, req),
             SessionRoute::File => self.workspace_file(&h, req),

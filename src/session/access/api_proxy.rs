@@ -354,6 +354,13 @@ impl PodAccess for ApiProxyAccess {
     /// HTTP is listening). An app that accepts but stays silent past
     /// `timeout` counts as not reachable yet: through the proxy it cannot
     /// be told from a dial still in progress.
+    fn tunnel(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<Duplex> {
+        let _ = (t, port, timeout);
+        Err(AccessError::Unsupported(
+            "tunnels through the API server (pods/portforward) are not built yet; use pod_access = \"direct\"".into(),
+        ))
+    }
+
     fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool> {
         let pr = Self::proxy_request(t, port, Method::GET, "/", &[], None, timeout)?;
         match self.client.pod_proxy(&pr).map_err(from_proxy) {

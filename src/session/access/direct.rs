@@ -271,6 +271,14 @@ impl PodAccess for DirectAccess {
         Ok(PodWebSocket { ws, protocol })
     }
 
+    fn tunnel(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<Duplex> {
+        let addr = socket_addr(t, port)?;
+        let sock = connect(addr, timeout)?;
+        Duplex::tcp(sock).map_err(|e| AccessError::Unreachable {
+            message: format!("{addr}: {e}"),
+        })
+    }
+
     fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool> {
         let addr = socket_addr(t, port)?;
         match connect(addr, timeout) {

@@ -40,6 +40,7 @@ mod tests;
 use crate::config::PodAccessMode;
 use crate::http::endpoint::parse_server;
 use crate::http::stream::{ClientSocket, PollStream};
+pub use crate::http::tunnel::Duplex;
 use crate::kube::client::{Client, KubeError, ProxyError, ProxyRequest};
 use crate::kube::remote::connect as raw;
 use crate::kube::remote::RemoteError;
@@ -267,6 +268,8 @@ pub enum AccessError {
     Kube(KubeError),
     /// The call itself is unusable (bad IP, header, path).
     Invalid(String),
+    /// This access mode cannot do that.
+    Unsupported(String),
 }
 
 impl AccessError {
@@ -301,6 +304,7 @@ impl fmt::Display for AccessError {
             }
             AccessError::Kube(e) => write!(f, "the API server: {e}"),
             AccessError::Invalid(m) => write!(f, "invalid pod request: {m}"),
+            AccessError::Unsupported(m) => f.write_str(m),
         }
     }
 }
@@ -375,6 +379,13 @@ pub trait PodAccess: Send + Sync {
     /// handshake; the socket then has no timeouts (its pump takes over). An
     /// app that answers without upgrading is [`AccessError::Http`].
     fn websocket(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PodWebSocket>;
+
+    /// A TCP connection to the pod's port, for a tunnel
+    /// (docs/api.md#tunnels): `direct` connects to `podIP:port`,
+    /// `api-proxy` opens the API server's `pods/portforward`. `timeout`
+    /// bounds the connect (and the port-forward's set-up); the
+    /// connection then has no deadline (the tunnel keeps its own clocks).
+    fn tunnel(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<Duplex>;
 
     /// Whether the port accepts connections. `Ok(false)` when it refuses,
     /// cannot be reached, or gives no sign within `timeout`; errors are
