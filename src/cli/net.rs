@@ -14,7 +14,6 @@ use crate::exec::frames::SUBPROTOCOL;
 use crate::exit::codes;
 use crate::http::client::{
     self as http_client, check_accept, close_request, upgrade_request, ClientTls, DialError,
-    WsOpenError,
 };
 use crate::http::endpoint::{parse_server, pct, Endpoint};
 use crate::http::response::{Head, Limits};
@@ -35,10 +34,6 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest answer body kept (the daemon's answers are small JSON; a
 /// larger one is refused, not cut).
 pub const MAX_BODY: usize = 1024 * 1024;
-
-/// Largest WebSocket message accepted on a port-forwarded upgrade
-/// ([`Client::open_ws_any`]): the exec client's bound.
-const MAX_MESSAGE: usize = 16 << 20;
 
 /// Where and how to reach the daemon.
 pub struct Client {
@@ -245,63 +240,6 @@ impl Client {
             return Err(Self::refused(&mut sock, &head, &rest, deadline));
         }
         Ok((sock, head, rest))
-    }
-
-    /// A connected (and, for https, TLS-established) socket to the daemon,
-    /// for a request of the caller's own (the port forwarder's proxying).
-    pub fn connect(&self, deadline: Instant) -> Result<ClientSocket, CliError> {
-        self.dial(deadline)
-    }
-
-    /// Writes `bytes` to a socket from [`Client::connect`] before `deadline`.
-    pub fn write(
-        &self,
-        sock: &mut ClientSocket,
-        bytes: &[u8],
-        deadline: Instant,
-    ) -> Result<(), CliError> {
-        self.send(sock, bytes, deadline)
-    }
-
-    /// Reads an answer's head from a socket from [`Client::connect`]: the
-    /// head and the bytes read past it.
-    pub fn read_head(
-        &self,
-        sock: &mut ClientSocket,
-        deadline: Instant,
-    ) -> Result<(Head, Vec<u8>), CliError> {
-        self.head(sock, deadline)
-    }
-
-    /// A WebSocket to any daemon path (already prefixed by
-    /// [`Client::path`]) offering `offer` as it is, with `headers` added;
-    /// the socket and the subprotocol chosen.
-    pub fn open_ws_any(
-        &self,
-        path_and_query: &str,
-        headers: &[(String, String)],
-        offer: Option<&str>,
-    ) -> Result<(WebSocket<ClientSocket>, Option<String>), CliError> {
-        let deadline = Instant::now() + CONNECT_TIMEOUT;
-        let sock = self.dial(deadline)?;
-        let scheme = if self.ep.tls { "wss" } else { "ws" };
-        let url = format!("{scheme}://{}{path_and_query}", self.ep.authority);
-        let mut h = headers.to_vec();
-        h.push(("Authorization".into(), format!("Bearer {}", self.token)));
-        let left = deadline.saturating_duration_since(Instant::now());
-        http_client::websocket_on(sock, &url, &h, offer, MAX_MESSAGE, left).map_err(|e| match e {
-            WsOpenError::Socket(e) => self.unreachable(format_args!("configuring the socket: {e}")),
-            WsOpenError::Upgrade(e) => self.protocol(e),
-        })
-    }
-
-    /// `Host` and `Authorization` lines of a request to the daemon (each
-    /// ending in CRLF). The token goes nowhere else.
-    pub fn host_and_auth_headers(&self) -> String {
-        format!(
-            "Host: {}\r\nAuthorization: Bearer {}\r\n",
-            self.ep.authority, self.token
-        )
     }
 
     /// Opens the interactive exec WebSocket at `path_and_query` (already

@@ -121,8 +121,14 @@ fn check_server(s: &mut ServerSection, base: &Path) -> Result<(), KeyError> {
         ),
         ("server.head_grace_secs", s.head_grace_secs),
         ("server.min_head_bytes_per_sec", s.min_head_bytes_per_sec),
-        ("server.tunnel_idle_timeout_secs", s.tunnel_idle_timeout_secs),
-        ("server.tunnel_max_duration_secs", s.tunnel_max_duration_secs),
+        (
+            "server.tunnel_idle_timeout_secs",
+            s.tunnel_idle_timeout_secs,
+        ),
+        (
+            "server.tunnel_max_duration_secs",
+            s.tunnel_max_duration_secs,
+        ),
     ] {
         positive(key, v)?;
     }

@@ -19,10 +19,6 @@
 //! obs-fold continuation lines are refused (httparse's default for
 //! responses), and so are differing `Content-Length` values.
 
-/// The crate's one table of reason phrases (the server's status lines),
-/// for clients that write a status line of their own (the CLI's
-/// port-forward passing an answer on).
-pub(crate) use super::conn::reason;
 use super::parse::ChunkedDecoder;
 use super::types::HttpError;
 use std::fmt;

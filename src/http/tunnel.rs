@@ -298,10 +298,13 @@ pub fn splice<S: PollStream>(ws: WebSocket<S>, far: Duplex, opts: SpliceOptions)
         }
     };
     let (ws_end, in_tx) = ws::run_stream_into(ws, out_rx, in_tx, opts.ws);
-    abort();
+    // What the peer sent before its Close still goes to the far side: the
+    // write thread drains the channel (or stops at once when the tunnel
+    // ended for a reason), then the far side is cut, which ends the read.
     drop(in_tx);
-    let _ = reading.join();
     let _ = writing.join();
+    abort();
+    let _ = reading.join();
     let end = shared.end.lock().take().unwrap_or(match ws_end {
         WsEnd::Closed => End::Done,
         WsEnd::PeerClosed(Some(f)) if u16::from(f.code) != 1000 => {
@@ -320,7 +323,12 @@ pub fn splice<S: PollStream>(ws: WebSocket<S>, far: Duplex, opts: SpliceOptions)
 
 /// `tunnel-read`: the far side into the outbox, then the eof; a read
 /// error ends the tunnel.
-fn read_far(mut reader: Box<dyn Read + Send>, outbox: &ws::Outbox, aborter: &Aborter, shared: &Shared) {
+fn read_far(
+    mut reader: Box<dyn Read + Send>,
+    outbox: &ws::Outbox,
+    aborter: &Aborter,
+    shared: &Shared,
+) {
     let mut buf = vec![0u8; CHUNK];
     loop {
         match reader.read(&mut buf) {
@@ -384,6 +392,9 @@ fn write_loop(
     let never = crossbeam_channel::never();
     let stop_rx = opts.stop.as_ref().unwrap_or(&never);
     let check = |shared: &Shared| -> Result<(), Stop> {
+        if shared.end.lock().is_some() {
+            return Err(Stop::Gone);
+        }
         if let Some(max) = opts.max_duration {
             if shared.start.elapsed() >= max {
                 let f = close_frame(CLOSE_POLICY, "maximum duration reached");
@@ -392,10 +403,16 @@ fn write_loop(
         }
         if let Some(idle) = opts.idle_timeout {
             if shared.idle_for() >= idle {
-                return Err(Stop::End(End::Idle, close_frame(CLOSE_POLICY, "idle timeout")));
+                return Err(Stop::End(
+                    End::Idle,
+                    close_frame(CLOSE_POLICY, "idle timeout"),
+                ));
             }
         }
-        if matches!(stop_rx.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected)) {
+        if matches!(
+            stop_rx.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        ) {
             let f = close_frame(CLOSE_SHUTDOWN, "server shutting down");
             return Err(Stop::End(End::Shutdown, f));
         }
@@ -491,7 +508,9 @@ fn write_all(
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    io::ErrorKind::TimedOut
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::Interrupted
                 ) =>
             {
                 check(shared)?;

@@ -410,14 +410,37 @@ pub struct AttachArgs {
     pub from_start: bool,
 }
 
+/// What `kubegate port-forward` forwards to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwardTarget {
+    /// A watch session's pod (whichever pod it has at each connection).
+    Session(String),
+    /// A pod of a workspace Deployment (`--workspace P/U DEPLOYMENT`).
+    Deployment {
+        project: String,
+        uid: String,
+        deployment: String,
+    },
+}
+
+/// One `[LOCAL:]REMOTE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortPair {
+    /// 0: a free port, picked when listening.
+    pub local: u16,
+    pub remote: u16,
+}
+
 /// `kubegate port-forward` arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortForwardArgs {
     pub common: CommonArgs,
-    pub session: String,
-    pub port: u16,
-    /// 0: any free port.
-    pub local: u16,
+    pub target: ForwardTarget,
+    pub ports: Vec<PortPair>,
+    /// `--address`, as given (default `localhost`: 127.0.0.1 and ::1).
+    pub addresses: Vec<String>,
+    /// The old `SESSION PORT LOCAL` form was used (a deprecation line).
+    pub deprecated_local: bool,
 }
 
 /// A session id as given: non-empty, no slash or other URL syntax (the
@@ -507,34 +530,108 @@ pub fn parse_attach(args: &[String], env: Env<'_>) -> Result<Parsed<AttachArgs>,
     }))
 }
 
+/// `[LOCAL:]REMOTE`: `8080`, `5000:8080`, `:8080` (or `0:8080`) for a free
+/// local port.
+pub fn port_pair(s: &str) -> Result<PortPair, CliError> {
+    match s.split_once(':') {
+        None => {
+            let remote = port_arg("port", s, false)?;
+            Ok(PortPair {
+                local: remote,
+                remote,
+            })
+        }
+        Some((l, r)) => {
+            if r.is_empty() {
+                return Err(usage(format!("{s:?}: the remote port is missing")));
+            }
+            let local = if l.is_empty() {
+                0
+            } else {
+                port_arg("local port", l, true)?
+            };
+            Ok(PortPair {
+                local,
+                remote: port_arg("remote port", r, false)?,
+            })
+        }
+    }
+}
+
 /// Parses `kubegate port-forward` arguments (after the word).
 pub fn parse_port_forward(
     args: &[String],
     env: Env<'_>,
 ) -> Result<Parsed<PortForwardArgs>, CliError> {
     let mut common = CommonRaw::default();
-    let Some(pos) = read_options(args, &mut common, |_, _| Ok(false))? else {
+    let mut workspace: Option<String> = None;
+    let mut addresses: Vec<String> = Vec::new();
+    let Some(pos) = read_options(args, &mut common, |name, p| {
+        match name {
+            "-w" | "--workspace" => workspace = Some(non_empty(name, value(p)?)?),
+            "--address" => {
+                let v = value(p)?;
+                for a in v.split(',').map(str::trim) {
+                    if a.is_empty() {
+                        return Err(usage(format!("--address {v:?}: an empty address")));
+                    }
+                    addresses.push(a.to_string());
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?
+    else {
         return Ok(Parsed::Help);
     };
-    let (session, port, local) = match pos.as_slice() {
-        [] => return Err(usage("missing SESSION and PORT")),
-        [_] => return Err(usage("missing PORT")),
-        [s, p] => {
-            let port = port_arg("PORT", p, false)?;
-            (session_id(s)?, port, port)
-        }
-        [s, p, l] => (
-            session_id(s)?,
-            port_arg("PORT", p, false)?,
-            port_arg("LOCAL", l, true)?,
-        ),
-        [_, _, _, extra, ..] => return Err(usage(format!("unexpected argument {extra:?}"))),
+    let what = if workspace.is_some() {
+        "DEPLOYMENT"
+    } else {
+        "SESSION"
     };
+    let (name, specs) = match pos.split_first() {
+        None => return Err(usage(format!("missing {what} and a port"))),
+        Some((_, [])) => return Err(usage("missing a port ([LOCAL:]REMOTE)")),
+        Some((n, rest)) => (n.clone(), rest),
+    };
+    // The old form, `SESSION PORT LOCAL`: two bare numbers after a session.
+    let bare = |s: &String| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let deprecated_local = workspace.is_none() && specs.len() == 2 && specs.iter().all(bare);
+    let ports = if deprecated_local {
+        vec![PortPair {
+            remote: port_arg("PORT", &specs[0], false)?,
+            local: port_arg("LOCAL", &specs[1], true)?,
+        }]
+    } else {
+        specs
+            .iter()
+            .map(|s| port_pair(s))
+            .collect::<Result<_, _>>()?
+    };
+    let target = match workspace {
+        None => ForwardTarget::Session(session_id(&name)?),
+        Some(w) => {
+            let (project, uid) = parse_workspace(&w)?;
+            if name.is_empty() {
+                return Err(usage("DEPLOYMENT must not be empty"));
+            }
+            ForwardTarget::Deployment {
+                project,
+                uid,
+                deployment: name,
+            }
+        }
+    };
+    if addresses.is_empty() {
+        addresses.push("localhost".into());
+    }
     Ok(Parsed::Run(PortForwardArgs {
         common: common.finish(env)?,
-        session,
-        port,
-        local,
+        target,
+        ports,
+        addresses,
+        deprecated_local,
     }))
 }
 

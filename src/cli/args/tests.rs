@@ -366,19 +366,77 @@ fn session_command_arguments() {
         }
     }
 
+    let pair = |local, remote| PortPair { local, remote };
     match parse_port_forward(&v(&["s1", "8080"]), &e) {
-        Ok(Parsed::Run(a)) => assert_eq!((a.port, a.local), (8080, 8080)),
+        Ok(Parsed::Run(a)) => {
+            assert_eq!(a.target, ForwardTarget::Session("s1".into()));
+            assert_eq!(a.ports, [pair(8080, 8080)]);
+            assert_eq!(a.addresses, ["localhost"]);
+            assert!(!a.deprecated_local);
+        }
         other => panic!("{other:?}"),
     }
+    // The old third positional LOCAL: still read, with a deprecation line.
     match parse_port_forward(&v(&["s1", "8080", "0"]), &e) {
-        Ok(Parsed::Run(a)) => assert_eq!((a.port, a.local), (8080, 0)),
+        Ok(Parsed::Run(a)) => {
+            assert_eq!(a.ports, [pair(0, 8080)]);
+            assert!(a.deprecated_local);
+        }
+        other => panic!("{other:?}"),
+    }
+    match parse_port_forward(
+        &v(&[
+            "--address",
+            "127.0.0.1,::1",
+            "s1",
+            "5000:80",
+            ":5432",
+            "0:22",
+            "9229",
+        ]),
+        &e,
+    ) {
+        Ok(Parsed::Run(a)) => {
+            assert_eq!(
+                a.ports,
+                [pair(5000, 80), pair(0, 5432), pair(0, 22), pair(9229, 9229)]
+            );
+            assert_eq!(a.addresses, ["127.0.0.1", "::1"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    match parse_port_forward(
+        &v(&["--workspace", "demo/demo-uid", "hello", "80", "81"]),
+        &e,
+    ) {
+        Ok(Parsed::Run(a)) => {
+            assert_eq!(
+                a.target,
+                ForwardTarget::Deployment {
+                    project: "demo".into(),
+                    uid: "demo-uid".into(),
+                    deployment: "hello".into()
+                }
+            );
+            // Two ports with --workspace: never the old form.
+            assert_eq!(a.ports, [pair(80, 80), pair(81, 81)]);
+            assert!(!a.deprecated_local);
+        }
         other => panic!("{other:?}"),
     }
     for (args, want) in [
-        (&["s1"][..], "missing PORT"),
+        (&["s1"][..], "missing a port"),
+        (&[][..], "missing SESSION"),
+        (&["-w", "p/u"][..], "missing DEPLOYMENT"),
         (&["s1", "0"], "not 0"),
         (&["s1", "http"], "not a port"),
         (&["s1", "80", "70000"], "not a port"),
+        (&["s1", "80:"], "remote port is missing"),
+        (&["s1", "x:80"], "not a port"),
+        (&["s1", ":0"], "not 0"),
+        (&["--address", "", "s1", "80"], "empty address"),
+        (&["-w", "nouid", "d", "80"], "PROJECT/UID"),
+        (&["s/1", "80"], "not a session id"),
     ] {
         match parse_port_forward(&v(args), &e) {
             Err(err) => assert!(

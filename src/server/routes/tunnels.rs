@@ -243,7 +243,11 @@ impl TunnelEnv {
             format!("kind=\"{}\",end=\"{}\"", o.kind, crate::metrics::label(end)),
         );
         m.add("kubegate_tunnel_bytes_total", "direction=\"in\"", up as i64);
-        m.add("kubegate_tunnel_bytes_total", "direction=\"out\"", down as i64);
+        m.add(
+            "kubegate_tunnel_bytes_total",
+            "direction=\"out\"",
+            down as i64,
+        );
         let elapsed = started.elapsed();
         log::info!(
             "tunnel by {} to {}:{} ({}): {end} ({up} bytes in, {down} out, {} ms)",
