@@ -19,3 +19,4 @@ mod sim_auth;
 mod sim_proxy;
 mod state_dir;
 mod token_secret;
+mod tunnels;
