@@ -422,17 +422,7 @@ impl Encoder {
                 stream_id,
                 data,
                 fin,
-            } => {
-                let len = u32::try_from(data.len())
-                    .ok()
-                    .filter(|&l| l <= MAX_DATA_LENGTH)
-                    .ok_or(SpdyError::Unencodable("DATA payload over 2^24-1 bytes"))?;
-                nonzero(*stream_id)?;
-                out.extend_from_slice(&(stream_id & 0x7FFF_FFFF).to_be_bytes());
-                out.extend_from_slice(&(u32::from(flag(*fin, FLAG_FIN)) << 24 | len).to_be_bytes());
-                out.extend_from_slice(data);
-                return Ok(());
-            }
+            } => return write_data(out, *stream_id, data, *fin),
             Frame::SynStream {
                 stream_id,
                 assoc_id,
@@ -507,6 +497,27 @@ impl Encoder {
         out.extend_from_slice(&payload);
         Ok(())
     }
+}
+
+/// Appends a DATA frame to `out`. DATA needs no compressor state, so
+/// any thread may write one without the connection's [`Encoder`].
+/// Refused: a payload over [`MAX_DATA_LENGTH`], stream id 0.
+pub fn write_data(
+    out: &mut Vec<u8>,
+    stream_id: u32,
+    data: &[u8],
+    fin: bool,
+) -> Result<(), SpdyError> {
+    let len = u32::try_from(data.len())
+        .ok()
+        .filter(|&l| l <= MAX_DATA_LENGTH)
+        .ok_or(SpdyError::Unencodable("DATA payload over 2^24-1 bytes"))?;
+    let id = nonzero(stream_id)?;
+    out.reserve(8 + data.len());
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&(u32::from(flag(fin, FLAG_FIN)) << 24 | len).to_be_bytes());
+    out.extend_from_slice(data);
+    Ok(())
 }
 
 fn flag(on: bool, bit: u8) -> u8 {

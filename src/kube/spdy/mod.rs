@@ -14,7 +14,8 @@
 //!   refuses everything: the connection must end (spdystream tears it down
 //!   on any frame error, and the header zlib stream is out of step).
 //! - [`Encoder::encode`] writes any frame; header blocks go through its one
-//!   zlib stream.
+//!   zlib stream. [`write_data`] writes a DATA frame without it (any
+//!   thread may).
 //! - [`Role`]: stream and PING id parity (client odd, server even).
 //!
 //! Bounds ([`Limits`], defaults in [`Limits::DEFAULT`]): a DATA frame may
@@ -35,7 +36,7 @@ mod headers;
 #[cfg(test)]
 mod frame_tests;
 
-pub use frame::{Decoder, Encoder, Frame, Limits, GOAWAY_OK, MAX_DATA_LENGTH};
+pub use frame::{write_data, Decoder, Encoder, Frame, Limits, GOAWAY_OK, MAX_DATA_LENGTH};
 pub use headers::{Deflater, Headers, Inflater};
 
 use std::fmt;
