@@ -111,3 +111,34 @@ pub fn sse(data: &[u8]) {
     assert_eq!(chunked.last_event_id(), whole.last_event_id());
     assert_eq!(chunked.retry(), whole.retry());
 }
+
+/// The SPDY/3 frame decoder of port-forward (header blocks inflated with
+/// the dictionary), fed in pieces whose sizes come from the data; every
+/// frame decoded is re-encoded by a fresh encoder and must decode again.
+pub fn spdy(data: &[u8]) {
+    use crate::kube::spdy::{Decoder, Encoder, Limits};
+    let Some((&split, rest)) = data.split_first() else {
+        return;
+    };
+    let step = usize::from(split).max(1);
+    let mut dec = Decoder::new(Limits::DEFAULT);
+    let mut enc = Encoder::new();
+    let mut out = Vec::new();
+    'feed: for chunk in rest.chunks(step) {
+        dec.push(chunk);
+        loop {
+            match dec.next() {
+                Ok(Some(frame)) => {
+                    if enc.encode(&frame, &mut out).is_ok() {
+                        let mut again = Decoder::new(Limits::DEFAULT);
+                        again.push(&out);
+                        while let Ok(Some(_)) = again.next() {}
+                    }
+                    out.clear();
+                }
+                Ok(None) => break,
+                Err(_) => break 'feed,
+            }
+        }
+    }
+}

@@ -547,6 +547,10 @@ impl<'a> Conn<'a> {
                     }
                 }
             }
+            Reply::RawUpgrade(up) => {
+                self.raw_upgrade(up);
+                None
+            }
             Reply::Upgrade(up) => {
                 match ws_key {
                     Some(key) => self.upgrade(&key, up),
@@ -577,6 +581,47 @@ impl<'a> Conn<'a> {
     fn close(self) {
         // Dropping the TLS stream sends close_notify.
         drop(self.sock);
+    }
+
+    /// Writes the 101 of a raw upgrade and hands the socket over.
+    fn raw_upgrade(self, up: super::raw::RawUpgrade) {
+        let Conn {
+            mut sock,
+            buf,
+            peer,
+            client_cert_der,
+            hold: _hold,
+            ..
+        } = self;
+        let mut head = String::with_capacity(256);
+        head.push_str("HTTP/1.1 101 Switching Protocols\r\n");
+        let _ = write!(head, "Date: {}\r\n", http_date(SystemTime::now()));
+        for (k, v) in &up.headers {
+            if k.eq_ignore_ascii_case("date") || !header_ok(k, v) {
+                continue;
+            }
+            let _ = write!(head, "{k}: {v}\r\n");
+        }
+        head.push_str("\r\n");
+        if sock
+            .write_all(head.as_bytes())
+            .and_then(|()| sock.flush())
+            .is_err()
+        {
+            return;
+        }
+        let _ = sock.set_read_timeout(None);
+        let _ = sock.set_write_timeout(None);
+        let conn = super::raw::RawConn {
+            sock,
+            early: buf,
+            peer,
+            client_cert_der,
+        };
+        let on_open = up.on_open;
+        if catch_unwind(AssertUnwindSafe(move || on_open(conn))).is_err() {
+            log::error!("raw upgrade handler panicked for {peer}");
+        }
     }
 
     fn upgrade(self, key: &str, up: Upgrade) {

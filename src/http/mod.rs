@@ -6,7 +6,8 @@
 //!
 //! Server half: it parses requests (with limits, `parse`), routes nothing
 //! itself, and hands each request to a [`Handler`], which answers with a
-//! full response, a chunked stream, or a WebSocket upgrade. Shape: one
+//! full response, a chunked stream, a WebSocket upgrade, or a raw upgrade
+//! to another protocol ([`raw`]). Shape: one
 //! listener thread; one thread per connection, bounded in number;
 //! keep-alive; a streaming response runs on its connection's thread; an
 //! upgraded WebSocket is driven by [`ws::run`], which waits in poll(2) on
@@ -23,6 +24,7 @@ mod conn;
 pub mod endpoint;
 pub mod hop;
 pub(crate) mod parse;
+pub mod raw;
 pub mod response;
 pub mod server;
 pub mod stream;

@@ -316,6 +316,9 @@ pub struct Upgrade {
 pub enum Reply {
     Response(Response),
     Upgrade(Upgrade),
+    /// A `101 Switching Protocols` to something other than WebSocket
+    /// (`http::raw`).
+    RawUpgrade(crate::http::raw::RawUpgrade),
 }
 
 impl From<Response> for Reply {

@@ -120,9 +120,9 @@ pub struct Outbox {
 
 /// The pump's side of the outbound queue (give it to [`run`]).
 pub struct OutboxReceiver {
-    rx: Receiver<Message>,
-    waker: Arc<Waker>,
-    abort: Arc<parking_lot::Mutex<Option<CloseFrame>>>,
+    pub(super) rx: Receiver<Message>,
+    pub(super) waker: Arc<Waker>,
+    pub(super) abort: Arc<parking_lot::Mutex<Option<CloseFrame>>>,
 }
 
 /// A bounded outbound queue of `capacity` messages and its waker.

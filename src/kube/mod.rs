@@ -2,8 +2,8 @@
 //! with the simulated cluster.
 //!
 //! Sans-IO (bytes and values in, bytes and values out), shared with the sim:
-//! `status`, `meta`, `watch`, `channel`, `jsonstream`, `protobuf`, `time`,
-//! `quantity`.
+//! `status`, `meta`, `watch`, `channel`, `jsonstream`, `protobuf`, `spdy`,
+//! `time`, `quantity`.
 //! The client, which does I/O: `connection` (what a cluster is reached
 //! with), `config` (kubeconfig, in-cluster, credentials), `tls_client` (the
 //! one rustls configuration), `client` (REST, errors, typed resources,
@@ -21,6 +21,8 @@
 //!   `channel`.
 //! - `protobuf`: decoding of kubectl's protobuf request bodies into the JSON
 //!   the same request would have carried.
+//! - `spdy`: SPDY/3 frames and zlib header blocks for `pods/portforward`
+//!   (server and client roles).
 //! - `time`: RFC 3339 timestamps.
 //! - `names`: Kubernetes' name rules (DNS labels and subdomains, label
 //!   keys and values).
@@ -43,6 +45,7 @@ pub mod names;
 pub mod protobuf;
 pub mod quantity;
 pub mod remote;
+pub mod spdy;
 pub mod status;
 pub mod time;
 pub mod tls_client;

@@ -23,6 +23,9 @@ pub trait PodStreams: Send + Sync {
     fn exec(&self, req: &Request, ns: &str, pod: &str) -> Reply;
     fn attach(&self, req: &Request, ns: &str, pod: &str) -> Reply;
     fn log(&self, req: &Request, ns: &str, pod: &str) -> Reply;
+    /// `pods/portforward`: SPDY tunnelled in WebSocket (GET), plain SPDY
+    /// (POST, raw upgrade) and the v4 WebSocket (`sim::portforward`).
+    fn port_forward(&self, req: &Request, ns: &str, pod: &str) -> Reply;
     /// `target`: the request-target for the pod, path and query, already
     /// cleaned and encoded (`proxy::pod_target`).
     fn proxy(&self, req: &Request, ns: &str, pod: &str, port: u16, target: &str) -> Reply;
@@ -418,7 +421,7 @@ impl ApiServer {
         };
         let status = match reply {
             Reply::Response(r) => r.status,
-            Reply::Upgrade(_) => 101,
+            Reply::Upgrade(_) | Reply::RawUpgrade(_) => 101,
         };
         let query = req.target.split_once('?').map_or("", |(_, q)| q);
         let mut line = json!({
@@ -664,6 +667,10 @@ impl ApiServer {
                 Some(s) => s.attach(req, ns, name),
                 None => no_kubelet(),
             },
+            ("portforward", "GET" | "POST") => match &self.streams {
+                Some(s) => s.port_forward(req, ns, name),
+                None => no_kubelet(),
+            },
             ("log", "GET") => match &self.streams {
                 Some(s) => s.log(req, ns, name),
                 None => no_kubelet(),
@@ -905,7 +912,9 @@ impl Handler for ApiServer {
         self.log_request(head, &reply);
         match reply {
             Reply::Response(r) => crate::http::Admission::Refuse(r),
-            Reply::Upgrade(_) => crate::http::Admission::Admit(crate::http::Admit::default()),
+            Reply::Upgrade(_) | Reply::RawUpgrade(_) => {
+                crate::http::Admission::Admit(crate::http::Admit::default())
+            }
         }
     }
 

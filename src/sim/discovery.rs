@@ -80,6 +80,7 @@ fn subresource_entry(r: &ResourceInfo, sub: &str) -> Value {
         "scale" => ("Scale", &["get", "patch", "update"]),
         "exec" => ("PodExecOptions", &["create", "get"]),
         "attach" => ("PodAttachOptions", &["create", "get"]),
+        "portforward" => ("PodPortForwardOptions", &["create", "get"]),
         "log" => ("Pod", &["get"]),
         "proxy" => (
             "PodProxyOptions",
@@ -238,6 +239,7 @@ mod tests {
             "pods",
             "pods/exec",
             "pods/attach",
+            "pods/portforward",
             "pods/status",
             "pods/log",
             "services",

@@ -28,6 +28,7 @@ pub mod patch;
 pub mod pod_users;
 pub mod podio;
 pub mod podspec;
+pub mod portforward;
 pub mod proxy;
 pub mod resources;
 pub mod rules;

@@ -695,6 +695,10 @@ impl PodStreams for Kubelet {
         .into()
     }
 
+    fn port_forward(&self, req: &Request, ns: &str, pod: &str) -> Reply {
+        self.serve_port_forward(req, ns, pod)
+    }
+
     fn proxy(&self, req: &Request, ns: &str, pod: &str, port: u16, target: &str) -> Reply {
         let obj = match self.store.get(Resource::Pod, ns, pod) {
             Ok(o) => o,

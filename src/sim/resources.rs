@@ -88,7 +88,7 @@ pub const ALL: &[ResourceInfo; COUNT] = &[
         singular: "pod",
         namespaced: true,
         short_names: &["po"],
-        subresources: &["status", "exec", "attach", "log", "proxy"],
+        subresources: &["status", "exec", "attach", "log", "proxy", "portforward"],
         has_generation: true,
     },
     ResourceInfo {

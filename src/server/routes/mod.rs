@@ -342,7 +342,7 @@ impl Handler for FrontDoor {
         };
         let status = match &reply {
             Reply::Response(r) => r.status,
-            Reply::Upgrade(_) => 101,
+            Reply::Upgrade(_) | Reply::RawUpgrade(_) => 101,
         };
         self.metrics.inc(
             "kubegate_http_requests_total",
