@@ -89,14 +89,15 @@ fn until_status(sse: &mut SseClient, want: &str) {
     );
 }
 
-/// A daemon in `direct` access mode with `server_keys` added, and a
+/// A daemon in access mode `mode` with `server_keys` added, and a
 /// running session of APP_PY answering on 8080.
-fn start(server_keys: &str) -> (DaemonProc, String, SseClient) {
+fn start(mode: &str, server_keys: &str) -> (DaemonProc, String, SseClient) {
     let d = DaemonProc::start_with(
         |c| {
-            let direct = c.replace("# pod_access = \"api-proxy\"", "pod_access = \"direct\"");
-            assert_ne!(direct, c, "the example's pod_access line changed");
-            direct.replace("[server]\n", &format!("[server]\n{server_keys}\n"))
+            let line = format!("pod_access = \"{mode}\"");
+            let moded = c.replace("# pod_access = \"api-proxy\"", &line);
+            assert_ne!(moded, c, "the example's pod_access line changed");
+            moded.replace("[server]\n", &format!("[server]\n{server_keys}\n"))
         },
         "info",
     );
@@ -289,9 +290,21 @@ fn keep_alive(port: u16, n: usize) -> Vec<String> {
 }
 
 #[test]
-fn tunnels_carry_tcp_half_close_keep_alive_fifty_connections_and_follow_the_session() {
+fn direct_tunnels_carry_tcp_half_close_keep_alive_fifty_connections_and_follow_the_session() {
     let _wd = common::bench::watchdog("tunnels: direct", 300);
-    let (d, id, mut sse) = start("");
+    carry_tcp("direct");
+}
+
+/// Through the API server's `pods/portforward` (SPDY over WebSocket): the
+/// half-close travels as a FIN on the data stream.
+#[test]
+fn api_proxy_tunnels_carry_tcp_half_close_keep_alive_fifty_connections_and_follow_the_session() {
+    let _wd = common::bench::watchdog("tunnels: api-proxy", 300);
+    carry_tcp("api-proxy");
+}
+
+fn carry_tcp(mode: &str) {
+    let (d, id, mut sse) = start(mode, "");
 
     // The raw route: bytes, the client's eof, the whole echo, the pod's
     // eof, then Close 1000.
@@ -425,7 +438,10 @@ fn tunnels_carry_tcp_half_close_keep_alive_fifty_connections_and_follow_the_sess
 #[test]
 fn reserved_ports_the_cap_and_the_idle_timeout() {
     let _wd = common::bench::watchdog("tunnels: limits", 200);
-    let (d, id, _sse) = start("max_tunnels_per_principal = 2\ntunnel_idle_timeout_secs = 1");
+    let (d, id, _sse) = start(
+        "direct",
+        "max_tunnels_per_principal = 2\ntunnel_idle_timeout_secs = 1",
+    );
     // kubegate's own ports: the agent's, the app's inspect port.
     for port in [8099, 9230] {
         let (st, body) = tunnel(&d, &format!("/v1/sessions/{id}/tunnels/{port}"))

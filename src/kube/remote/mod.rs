@@ -9,7 +9,7 @@
 //! per [`RemoteProcess`]: a bounded output channel, a stdin writer with
 //! backpressure, resizes, and the exit status from channel 3.
 //!
-//! It never: speaks SPDY; frames channels itself (`kube::channel` does);
+//! It never (exec and attach): speaks SPDY; frames channels itself (`kube::channel` does);
 //! drives a socket outside `http::ws::run_stream` (the one poll(2) pump);
 //! builds TLS settings of its own (`kube::tls_client`); follows proxies
 //! (`HTTPS_PROXY` is ignored); retries (a caller decides whether a failed
@@ -31,12 +31,15 @@
 //! - `connect`: TCP, TLS and the upgrade under one deadline (blocking I/O);
 //! - `demux`: messages to output chunks, and the end to an exit status (sans-IO);
 //! - `process`: the threads and the handles;
+//! - `portforward`: one TCP connection to a pod's port through
+//!   `pods/portforward` (SPDY over a WebSocket; its own pump thread);
 //! - `error`: [`RemoteError`].
 
 pub(crate) mod connect;
 mod demux;
 mod error;
 pub(crate) mod handshake;
+pub mod portforward;
 mod process;
 pub(crate) mod request;
 

@@ -337,6 +337,23 @@ impl PodAccess for ApiProxyAccess {
 
     /// The API server's pod proxy passes upgrades on: the handshake goes
     /// to the proxy path with the daemon's credentials.
+    fn tunnel(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<Duplex> {
+        use crate::kube::remote::portforward::{self, PortForwardError as E};
+        let conn = self.client.connection();
+        portforward::open(conn, &t.namespace, &t.name, port, timeout).map_err(|e| match e {
+            E::Open(e) => from_remote(e),
+            e if e.is_refused() => AccessError::Refused {
+                message: e.to_string(),
+            },
+            E::Timeout => AccessError::Timeout {
+                message: e.to_string(),
+            },
+            e => AccessError::Unreachable {
+                message: e.to_string(),
+            },
+        })
+    }
+
     fn websocket(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PodWebSocket> {
         let pr = Self::proxy_request_of(t, port, req, req.timeout)?;
         let (offer, headers) = websocket_headers(req);
@@ -354,13 +371,6 @@ impl PodAccess for ApiProxyAccess {
     /// HTTP is listening). An app that accepts but stays silent past
     /// `timeout` counts as not reachable yet: through the proxy it cannot
     /// be told from a dial still in progress.
-    fn tunnel(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<Duplex> {
-        let _ = (t, port, timeout);
-        Err(AccessError::Unsupported(
-            "tunnels through the API server (pods/portforward) are not built yet; use pod_access = \"direct\"".into(),
-        ))
-    }
-
     fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool> {
         let pr = Self::proxy_request(t, port, Method::GET, "/", &[], None, timeout)?;
         match self.client.pod_proxy(&pr).map_err(from_proxy) {

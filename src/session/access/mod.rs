@@ -268,8 +268,6 @@ pub enum AccessError {
     Kube(KubeError),
     /// The call itself is unusable (bad IP, header, path).
     Invalid(String),
-    /// This access mode cannot do that.
-    Unsupported(String),
 }
 
 impl AccessError {
@@ -304,7 +302,6 @@ impl fmt::Display for AccessError {
             }
             AccessError::Kube(e) => write!(f, "the API server: {e}"),
             AccessError::Invalid(m) => write!(f, "invalid pod request: {m}"),
-            AccessError::Unsupported(m) => f.write_str(m),
         }
     }
 }
