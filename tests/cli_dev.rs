@@ -128,9 +128,9 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
     (status, body.to_string())
 }
 
-/// `kubegate port-forward ID PORT 0`: the child and its local address.
+/// `kubegate port-forward ID :PORT`: the child and its local address.
 fn port_forward(d: &DaemonProc, id: &str, port: &str) -> (Child, String) {
-    let mut child = kg(d, &["port-forward", id, port, "0"])
+    let mut child = kg(d, &["port-forward", id, &format!(":{port}")])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -860,9 +860,9 @@ fn the_port_proxy_streams_and_upgrades_in_direct_access_mode_too() {
     sse.until(|e| e.event == "reachability" && e.data["state"] == "reachable");
     websocket_echoes_through_the_port_proxy(&d, &id);
     answers_stream_through_the_port_proxy(&d, &id);
-    // `kubegate port-forward` bridges WebSockets through the same route.
+    // `kubegate port-forward` carries WebSockets too (a tunnel carries any TCP).
     let mut pf = std::process::Command::new(common::KUBEGATE)
-        .args(["port-forward", &id, "8081", "0", "--server"])
+        .args(["port-forward", &id, ":8081", "--server"])
         .arg(format!("http://{}", d.addr))
         .env("KUBEGATE_TOKEN", &d.token)
         .stdin(std::process::Stdio::null())

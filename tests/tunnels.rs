@@ -455,9 +455,7 @@ fn reserved_ports_the_cap_and_the_idle_timeout() {
         );
     }
     // A port nothing listens on: 502 before the upgrade.
-    let (st, body) = tunnel(&d, &format!("/v1/sessions/{id}/tunnels/7999"))
-        .err()
-        .expect("refused");
+    let (st, body) = tunnel(&d, &format!("/v1/sessions/{id}/tunnels/7999")).expect_err("refused");
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     assert_eq!(
         (st, v["error"]["code"].as_str()),
@@ -468,9 +466,7 @@ fn reserved_ports_the_cap_and_the_idle_timeout() {
     // The cap: two tunnels open, the third refused from the head.
     let mut a = tunnel(&d, &format!("/v1/sessions/{id}/tunnels/7000")).expect("first");
     let b = tunnel(&d, &format!("/v1/sessions/{id}/tunnels/7000")).expect("second");
-    let (st, body) = tunnel(&d, &format!("/v1/sessions/{id}/tunnels/7000"))
-        .err()
-        .expect("third");
+    let (st, body) = tunnel(&d, &format!("/v1/sessions/{id}/tunnels/7000")).expect_err("third");
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     assert_eq!(
         (st, v["error"]["code"].as_str()),
@@ -574,9 +570,7 @@ fn a_workspace_deployment_is_tunnelled_behind_the_exec_checks() {
             "EXEC_INVALID",
         ),
     ] {
-        let (got, body) = tunnel(&d, &format!("/v1/exec/tunnel?{q}"))
-            .err()
-            .expect("refused");
+        let (got, body) = tunnel(&d, &format!("/v1/exec/tunnel?{q}")).expect_err("refused");
         let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         assert_eq!(
             (got, v["error"]["code"].as_str()),

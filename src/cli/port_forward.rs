@@ -273,14 +273,16 @@ pub fn run(a: &PortForwardArgs) -> Result<(), CliError> {
             listeners.push((l, bound, *pair));
         }
     }
-    // Only once every listener is bound is anything said or accepted.
+    // Only once every listener is bound is anything said or accepted. The
+    // lines are information: a reader that took the first and closed our
+    // stdout does not stop the forwarding.
     {
+        let text: String = listeners
+            .iter()
+            .map(|(_, bound, pair)| format!("Forwarding from {bound} -> {}\n", pair.remote))
+            .collect();
         let mut out = io::stdout().lock();
-        for (_, bound, pair) in &listeners {
-            writeln!(out, "Forwarding from {bound} -> {}", pair.remote)
-                .map_err(|e| local_io("writing stdout", e))?;
-        }
-        out.flush().map_err(|e| local_io("writing stdout", e))?;
+        let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
     }
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,

@@ -122,7 +122,7 @@ impl Duplex {
 }
 
 /// How a [`splice`] behaves besides moving bytes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SpliceOptions {
     /// End (1008 `idle timeout`) after this long without a byte either way.
     pub idle_timeout: Option<Duration>,
@@ -132,17 +132,6 @@ pub struct SpliceOptions {
     pub ws: WsOptions,
     /// Disconnected (every sender dropped): end with 1001.
     pub stop: Option<Receiver<()>>,
-}
-
-impl Default for SpliceOptions {
-    fn default() -> Self {
-        SpliceOptions {
-            idle_timeout: None,
-            max_duration: None,
-            ws: WsOptions::default(),
-            stop: None,
-        }
-    }
 }
 
 /// How a tunnel ended.

@@ -481,6 +481,7 @@ mod tests {
                 io: 2,
                 events: 1,
                 ports: 1,
+                tunnels: 1,
                 keep_alive: 1,
             },
             Some(Box::new(move |p, k, n| {
@@ -493,6 +494,13 @@ mod tests {
         assert!(caps.acquire("b", Kind::Io).is_some(), "b has its own");
         let e = caps.acquire("a", Kind::Events).unwrap();
         assert!(caps.acquire("a", Kind::Events).is_none());
+        let t = caps.acquire("a", Kind::Tunnels).unwrap();
+        assert!(
+            caps.acquire("a", Kind::Tunnels).is_none(),
+            "a's tunnel cap is 1"
+        );
+        drop(t);
+        assert!(caps.acquire("a", Kind::Tunnels).is_some());
         assert_eq!(caps.count("a", Kind::Io), 2);
         assert_eq!(caps.max_of(Kind::Io), 2);
         drop(a1);

@@ -432,12 +432,8 @@ impl Inbound for SpdyInbound {
                 }
             }
             Message::Text(_) => self.fail("port-forward protocol: a text message".into()),
-            Message::Close(_) => {
-                if !self.data_done {
-                    self.fail(
-                        PortForwardError::Closed("the API server closed it".into()).to_string(),
-                    );
-                }
+            Message::Close(_) if !self.data_done => {
+                self.fail(PortForwardError::Closed("the API server closed it".into()).to_string());
             }
             _ => {}
         }

@@ -418,6 +418,23 @@ mod tests {
             ),
             (
                 "GET",
+                "/v1/sessions/s1/tunnels/5432",
+                Route::Session("s1", Ok(S::Tunnel)),
+            ),
+            (
+                "POST",
+                "/v1/sessions/s1/tunnels/5432",
+                Route::Session("s1", Err(Miss::Method("GET"))),
+            ),
+            (
+                "GET",
+                "/v1/sessions/s1/tunnels/5432/x",
+                Route::Session("s1", Err(Miss::NotFound)),
+            ),
+            ("GET", "/v1/exec/tunnel", Route::ExecTunnel),
+            ("POST", "/v1/exec/tunnel", Route::Miss(Miss::Method("GET"))),
+            (
+                "GET",
                 "/v1/sessions/s1/workspace",
                 Route::Session("s1", Ok(S::Tree)),
             ),
