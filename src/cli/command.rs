@@ -36,8 +36,8 @@ commands:
                 kubegate sessions [list [--output table|json] | stop ID | resume ID]
   attach        join a session app's output and input (Ctrl-] detaches in raw mode)
                 kubegate attach [--from-start] SESSION APP
-  port-forward  forward local HTTP requests to a port of a session's pod
-                kubegate port-forward SESSION PORT [LOCAL]
+  port-forward  forward local TCP connections to a port of a session's pod
+                kubegate port-forward SESSION [LOCAL:]REMOTE...
   dev           run a project folder (its kubegate.toml) as a session: prefixed output,
                 local edits synced, Ctrl-C stops it
                 kubegate dev [--stdin APP] [DIR]

@@ -66,7 +66,7 @@ pub const CLOSE_SHUTDOWN: u16 = 1001;
 /// The write half of a far side: bytes, then an optional half-close. A
 /// write that times out (`TimedOut`/`WouldBlock`) made no progress and is
 /// tried again after the clocks are looked at: give the writer a short
-/// timeout ([`Duplex::tcp`] takes [`TICK`]).
+/// timeout ([`Duplex::tcp`] takes 250 ms).
 pub trait HalfClose: Write + Send {
     /// No more bytes will be written (TCP: `shutdown(Write)`).
     fn close_write(&mut self) -> io::Result<()>;

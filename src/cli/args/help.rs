@@ -102,23 +102,36 @@ exit codes: 0 detached; 1 the session ended (its status is printed);
     )
 }
 
-pub const PORT_FORWARD_SYNOPSIS: &str = "usage: kubegate port-forward SESSION PORT [LOCAL]
+pub const PORT_FORWARD_SYNOPSIS: &str =
+    "usage: kubegate port-forward [--address ADDR,...] SESSION [LOCAL:]REMOTE...
+       kubegate port-forward --workspace P/UID [--address ADDR,...] DEPLOYMENT [LOCAL:]REMOTE...
        (kubegate port-forward --help for more)";
 
 pub fn port_forward_help() -> String {
     format!(
-        "usage: kubegate port-forward SESSION PORT [LOCAL]
+        "usage: kubegate port-forward [--address ADDR,...] SESSION [LOCAL:]REMOTE...
+       kubegate port-forward --workspace P/UID [--address ADDR,...] DEPLOYMENT [LOCAL:]REMOTE...
 
-Listens on 127.0.0.1:LOCAL (default: PORT; 0 picks a free port) and sends
-every HTTP request it receives to PORT of the session's pod through the
-daemon's port proxy. One request per connection (answers carry
-Connection: close); WebSocket upgrades are answered 501 (the daemon's port
-proxy forwards plain HTTP only). Ctrl-C or SIGTERM stops it.
+Listens on LOCAL (default: REMOTE; empty or 0, as in :5432, picks a free
+port) and carries every connection it accepts, as TCP, to port REMOTE of
+the session's pod (whichever pod the session has then) or of a pod of the
+workspace's Deployment, each through its own tunnel of the daemon. Any TCP
+works: databases, debuggers, HTTP with keep-alive, WebSockets. Prints
+kubectl's lines (Forwarding from ..., Handling connection for ...). When
+the target is gone (a suspended session), connections are closed and
+stderr says so once; the listener stays and is served again once the
+target is back. Ctrl-C or SIGTERM stops it.
 
 options:
+  -w, --workspace P/UID   forward to DEPLOYMENT of this workspace (not read
+                          from KUBEGATE_WORKSPACE)
+  --address ADDR,...      where to listen: localhost (the default: 127.0.0.1
+                          and ::1) or IP addresses; repeatable
 {COMMON_HELP}
+The old form SESSION PORT LOCAL still works (a deprecation line).
+
 exit codes: 0 stopped by a signal; 2 usage or configuration error; 1 any
-other failure (an unknown session, a local port in use).
+other failure (an unknown session or Deployment, a local port in use).
 "
     )
 }
