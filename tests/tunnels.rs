@@ -528,10 +528,18 @@ fn echo_deployment() -> Value {
 #[test]
 fn a_workspace_deployment_is_tunnelled_behind_the_exec_checks() {
     let _wd = common::bench::watchdog("tunnels: deployment", 200);
-    let d = DaemonProc::start_with(
-        |c| c.replace("# pod_access = \"api-proxy\"", "pod_access = \"direct\""),
-        "info",
-    );
+    deployment_tunnels("direct");
+}
+
+#[test]
+fn a_workspace_deployment_is_tunnelled_through_the_api_server() {
+    let _wd = common::bench::watchdog("tunnels: deployment, api-proxy", 200);
+    deployment_tunnels("api-proxy");
+}
+
+fn deployment_tunnels(mode: &str) {
+    let line = format!("pod_access = \"{mode}\"");
+    let d = DaemonProc::start_with(|c| c.replace("# pod_access = \"api-proxy\"", &line), "info");
     d.create(&echo_deployment());
     d.wait_deployment_ready("demo", "echo");
     let path = "/v1/exec/tunnel?project=demo&uid=demo-uid&deployment=echo&port=7000";

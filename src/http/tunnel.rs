@@ -513,3 +513,217 @@ fn write_all(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::event::{PollFd, PollFlags};
+    use std::net::{TcpListener, TcpStream};
+    use tungstenite::protocol::Role;
+
+    /// Server and client WebSockets over loopback, and a TCP pair (the
+    /// far side's socket, the far peer).
+    fn sockets() -> (
+        WebSocket<TcpStream>,
+        WebSocket<TcpStream>,
+        TcpStream,
+        TcpStream,
+    ) {
+        let tcp_pair = || {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (s, _) = l.accept().unwrap();
+            (s, c)
+        };
+        let (s, c) = tcp_pair();
+        let (far, peer) = tcp_pair();
+        (
+            WebSocket::from_raw_socket(s, Role::Server, None),
+            WebSocket::from_raw_socket(c, Role::Client, None),
+            far,
+            peer,
+        )
+    }
+
+    fn watchdog(secs: u64) -> crossbeam_channel::Sender<()> {
+        let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+        std::thread::spawn(move || {
+            if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(Duration::from_secs(secs))
+            {
+                eprintln!("watchdog: test hung");
+                std::process::abort();
+            }
+        });
+        tx
+    }
+
+    fn start(
+        ws: WebSocket<TcpStream>,
+        far: TcpStream,
+        opts: SpliceOptions,
+    ) -> std::thread::JoinHandle<Totals> {
+        std::thread::spawn(move || splice(ws, Duplex::tcp(far).unwrap(), opts))
+    }
+
+    /// Reads the client until a Close: bytes, eof seen, the Close's code
+    /// and reason.
+    fn drain(c: &mut WebSocket<TcpStream>) -> (Vec<u8>, bool, u16, String) {
+        let (mut bytes, mut eof) = (Vec::new(), false);
+        loop {
+            match c.read().unwrap() {
+                Message::Binary(b) => bytes.extend_from_slice(&b),
+                Message::Text(t) => {
+                    assert!(is_eof(&t), "{t}");
+                    eof = true;
+                }
+                Message::Close(f) => {
+                    let _ = c.flush();
+                    let (code, reason) = f.map_or((1005, String::new()), |f| {
+                        (u16::from(f.code), f.reason.to_string())
+                    });
+                    return (bytes, eof, code, reason);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn the_eof_is_only_its_control_message() {
+        assert!(is_eof(EOF_TEXT));
+        assert!(is_eof(r#"{ "type" : "eof" }"#));
+        for t in [
+            r#"{"type":"EOF"}"#,
+            r#"{"type":"eof","x":1}"#,
+            "eof",
+            "",
+            "{}",
+        ] {
+            assert!(!is_eof(t), "{t}");
+        }
+        let f = close_frame(4502, &"é".repeat(100));
+        assert!(f.reason.len() <= 123 && f.reason.chars().all(|c| c == 'é'));
+    }
+
+    /// A peer that does not read stops the far side being read: what the
+    /// far peer can push in is bounded (socket buffers and the 32-message
+    /// outbox), not what it has to send; then every byte arrives, in
+    /// order, the far peer's half-close as the eof, and both eofs make a
+    /// 1000.
+    #[test]
+    fn a_slow_reader_holds_the_far_side_back_and_loses_nothing() {
+        let _wd = watchdog(60);
+        let (ws, mut client, far, peer) = sockets();
+        let splice = start(ws, far, SpliceOptions::default());
+        let pattern = |i: u64| (i.wrapping_mul(2_654_435_761) >> 7) as u8;
+        peer.set_nonblocking(true).unwrap();
+        let (mut written, target) = (0u64, 256u64 << 20);
+        let mut chunk = vec![0u8; 64 * 1024];
+        // Write until the far peer has had no room for a whole second.
+        'fill: while written < target {
+            for (k, b) in chunk.iter_mut().enumerate() {
+                *b = pattern(written + k as u64);
+            }
+            let n = loop {
+                match (&peer).write(&chunk) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        let mut fds = [PollFd::new(&peer, PollFlags::OUT)];
+                        let ready =
+                            crate::http::stream::poll(&mut fds, Some(Duration::from_secs(1)))
+                                .unwrap();
+                        if ready == 0 {
+                            break 'fill;
+                        }
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            };
+            written += n as u64;
+        }
+        eprintln!("the far peer was held back after {written} bytes");
+        assert!(
+            written < 64 << 20,
+            "{written} bytes went in although nobody read: not held back"
+        );
+        peer.set_nonblocking(false).unwrap();
+        peer.shutdown(std::net::Shutdown::Write).unwrap();
+        // Now read it all, then our own eof.
+        let mut got = 0u64;
+        let mut eof = false;
+        while !eof {
+            match client.read().unwrap() {
+                Message::Binary(b) => {
+                    for (k, byte) in b.iter().enumerate() {
+                        assert_eq!(*byte, pattern(got + k as u64), "byte {}", got + k as u64);
+                    }
+                    got += b.len() as u64;
+                }
+                Message::Text(t) => eof = is_eof(&t),
+                m => panic!("{m:?}"),
+            }
+        }
+        assert_eq!(got, written);
+        client.send(Message::text(EOF_TEXT)).unwrap();
+        let (rest, _, code, _) = drain(&mut client);
+        assert!(rest.is_empty());
+        assert_eq!(code, 1000);
+        let t = splice.join().unwrap();
+        assert_eq!((t.up, t.down, t.end), (0, written, End::Done));
+    }
+
+    #[test]
+    fn the_clocks_and_the_stop_end_a_tunnel() {
+        let _wd = watchdog(60);
+        // The maximum duration, although bytes keep moving.
+        let (ws, mut client, far, mut peer) = sockets();
+        let opts = SpliceOptions {
+            max_duration: Some(Duration::from_millis(300)),
+            idle_timeout: Some(Duration::from_secs(30)),
+            ..SpliceOptions::default()
+        };
+        let splice = start(ws, far, opts);
+        peer.write_all(b"x").unwrap();
+        let (bytes, _, code, reason) = drain(&mut client);
+        assert_eq!(
+            (bytes.as_slice(), code, reason.as_str()),
+            (&b"x"[..], 1008, "maximum duration reached")
+        );
+        assert_eq!(splice.join().unwrap().end, End::MaxDuration);
+        // Nothing either way: the idle timeout.
+        let (ws, mut client, far, _peer) = sockets();
+        let opts = SpliceOptions {
+            idle_timeout: Some(Duration::from_millis(300)),
+            ..SpliceOptions::default()
+        };
+        let splice = start(ws, far, opts);
+        let (_, _, code, reason) = drain(&mut client);
+        assert_eq!((code, reason.as_str()), (1008, "idle timeout"));
+        assert_eq!(splice.join().unwrap().end, End::Idle);
+        // The stop channel: 1001.
+        let (ws, mut client, far, _peer) = sockets();
+        let (stop_tx, stop_rx) = bounded::<()>(0);
+        let opts = SpliceOptions {
+            stop: Some(stop_rx),
+            ..SpliceOptions::default()
+        };
+        let splice = start(ws, far, opts);
+        drop(stop_tx);
+        let (_, _, code, _) = drain(&mut client);
+        assert_eq!(code, 1001);
+        assert_eq!(splice.join().unwrap().end, End::Shutdown);
+        // The far side reset: 4502 with the API code.
+        let (ws, mut client, far, peer) = sockets();
+        let splice = start(ws, far, SpliceOptions::default());
+        // Closed with unread bytes, the peer resets the connection.
+        client.send(Message::binary(b"unread".to_vec())).unwrap();
+        let mut one = [0u8; 1];
+        assert_eq!(peer.peek(&mut one).unwrap(), 1);
+        drop(peer);
+        let (_, _, code, reason) = drain(&mut client);
+        assert_eq!(code, CLOSE_FAR_ERROR);
+        assert!(reason.starts_with("PORT_UNREACHABLE: "), "{reason}");
+        assert!(matches!(splice.join().unwrap().end, End::FarError(_)));
+    }
+}
