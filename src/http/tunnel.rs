@@ -52,6 +52,9 @@ const CHUNK: usize = 32 * 1024;
 const QUEUE: usize = 32;
 /// How often the write thread looks at its clocks while nothing comes.
 const TICK: Duration = Duration::from_millis(250);
+/// After the WebSocket ended, how long what the peer sent before may
+/// still take to reach a far side that reads slowly: 5 s.
+const DRAIN: Duration = Duration::from_secs(5);
 
 /// Close code: the peer broke the protocol (text other than the eof,
 /// bytes after its eof).
@@ -204,6 +207,9 @@ struct Shared {
     start: Instant,
     /// Set once by whoever ends the tunnel first with a reason.
     end: parking_lot::Mutex<Option<End>>,
+    /// Once the WebSocket is over: until when the write thread may still
+    /// deliver what came before its end ([`DRAIN`]).
+    drain_until: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl Shared {
@@ -255,6 +261,7 @@ pub fn splice<S: PollStream>(ws: WebSocket<S>, far: Duplex, opts: SpliceOptions)
         last: AtomicU64::new(0),
         start: Instant::now(),
         end: parking_lot::Mutex::new(None),
+        drain_until: parking_lot::Mutex::new(None),
     });
     let aborter = outbox.aborter();
     let reading = {
@@ -291,6 +298,7 @@ pub fn splice<S: PollStream>(ws: WebSocket<S>, far: Duplex, opts: SpliceOptions)
     // write thread drains the channel (or stops at once when the tunnel
     // ended for a reason), then the far side is cut, which ends the read.
     drop(in_tx);
+    *shared.drain_until.lock() = Some(Instant::now() + DRAIN);
     let _ = writing.join();
     abort();
     let _ = reading.join();
@@ -381,7 +389,12 @@ fn write_loop(
     let never = crossbeam_channel::never();
     let stop_rx = opts.stop.as_ref().unwrap_or(&never);
     let check = |shared: &Shared| -> Result<(), Stop> {
-        if shared.end.lock().is_some() {
+        if shared.end.lock().is_some()
+            || shared
+                .drain_until
+                .lock()
+                .is_some_and(|d| Instant::now() >= d)
+        {
             return Err(Stop::Gone);
         }
         if let Some(max) = opts.max_duration {

@@ -24,6 +24,12 @@
 //!   half-close is the DATA FIN;
 //! - its abort, and dropping the writer, close the WebSocket.
 //!
+//! A refused port shows only after the set-up: the kubelet replies to
+//! both streams, then dials the pod, and on failure FINs the data stream
+//! and writes its text on the error stream. So a data FIN before any byte
+//! is held until the error stream FINs (then it is the pod's end of file)
+//! or speaks (then it is the error).
+//!
 //! Server PINGs are echoed; SETTINGS and WINDOW_UPDATE are ignored (no
 //! flow control, as spdystream).
 
@@ -160,6 +166,8 @@ pub fn open(
         broken: false,
         data_done: false,
         error_said: false,
+        data_seen: false,
+        held_fin: false,
     };
     std::thread::Builder::new()
         .name("kube-pf-io".into())
@@ -170,6 +178,7 @@ pub fn open(
                 close_timeout: Duration::from_secs(5),
             };
             let (_, mut inbound) = ws::run_stream_into(ws, out_rx, inbound, opts);
+            inbound.release_fin();
             inbound.flush();
         })
         .map_err(|e| PortForwardError::Closed(format!("starting its thread: {e}")))?;
@@ -337,6 +346,12 @@ struct SpdyInbound {
     broken: bool,
     data_done: bool,
     error_said: bool,
+    /// A byte came on the data stream.
+    data_seen: bool,
+    /// The data stream's FIN came before any byte: held until the error
+    /// stream says whether the dial failed (the kubelet FINs the data
+    /// stream first, then writes its text) or FINs too.
+    held_fin: bool,
 }
 
 impl SpdyInbound {
@@ -361,11 +376,19 @@ impl SpdyInbound {
     }
 
     fn fail(&mut self, m: String) {
-        if !self.error_said && !self.data_done {
+        if !self.error_said && (!self.data_done || self.held_fin) {
+            self.held_fin = false;
             self.pending.push_back(Chunk::Error(m));
         }
         self.error_said = true;
         self.broken = true;
+    }
+
+    /// A held FIN goes to the reader after all.
+    fn release_fin(&mut self) {
+        if std::mem::take(&mut self.held_fin) {
+            self.pending.push_back(Chunk::Fin);
+        }
     }
 
     fn frame(&mut self, f: Frame) {
@@ -376,20 +399,30 @@ impl SpdyInbound {
                 fin,
             } => {
                 if !data.is_empty() {
+                    self.data_seen = true;
                     self.pending.push_back(Chunk::Data(data));
                 }
                 if fin && !self.data_done {
                     self.data_done = true;
-                    self.pending.push_back(Chunk::Fin);
+                    if self.data_seen {
+                        self.pending.push_back(Chunk::Fin);
+                    } else {
+                        self.held_fin = true;
+                    }
                 }
             }
             Frame::Data {
                 stream_id: ERROR_STREAM,
                 data,
-                ..
-            } if !data.is_empty() => {
-                let text = lossy(&data);
-                self.fail(PortForwardError::Remote(text).to_string());
+                fin,
+            } => {
+                if !data.is_empty() {
+                    let text = lossy(&data);
+                    self.fail(PortForwardError::Remote(text).to_string());
+                }
+                if fin {
+                    self.release_fin();
+                }
             }
             Frame::RstStream {
                 stream_id: DATA_STREAM,
