@@ -42,7 +42,15 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_header('Content-Length', str(len(body)))
         self.end_headers(); self.wfile.write(body)
     def log_message(self, *a): pass
+held = []
+def serve_sink():
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((ip, 7002)); s.listen(16)
+    while True:
+        c, _ = s.accept()
+        held.append(c)
 threading.Thread(target=serve_echo, daemon=True).start()
+threading.Thread(target=serve_sink, daemon=True).start()
 http.server.ThreadingHTTPServer((ip, 8080), H).serve_forever()
 "#;
 
@@ -301,10 +309,105 @@ fn scenario(sim: &SimProc, websockets: bool, big: bool) {
 #[test]
 fn kubectl_port_forward_over_websocket_and_spdy_plain() {
     let _w = watchdog("port-forward plain", 240);
-    let sim = SimProc::start(&[]);
+    let log = common::temp_dir("pf-log").join("requests.jsonl");
+    let sim = SimProc::start(&["--request-log", log.to_str().unwrap()]);
     workloads(&sim);
     scenario(&sim, true, true);
+    let upgrades = |log: &str| -> Vec<(String, bool)> {
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| {
+                v["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/portforward"))
+            })
+            .map(|v| {
+                assert_eq!(v["status"], 101, "{v}");
+                (
+                    v["method"].as_str().unwrap().to_string(),
+                    v["upgrade"] == true,
+                )
+            })
+            .collect()
+    };
+    let ws = upgrades(&std::fs::read_to_string(&log).unwrap());
+    assert_eq!(ws.len(), 3, "{ws:?}");
+    assert!(ws.iter().all(|(m, u)| m == "GET" && *u), "{ws:?}");
     scenario(&sim, false, true);
+    // The fallback really was plain SPDY: POSTs, no WebSocket.
+    let all = upgrades(&std::fs::read_to_string(&log).unwrap());
+    assert_eq!(all.len(), 6, "{all:?}");
+    assert!(all[3..].iter().all(|(m, u)| m == "POST" && !*u), "{all:?}");
+}
+
+/// A pod that never reads: the client's writes stop (the sim stops
+/// reading kubectl, kubectl stops reading the client) instead of piling
+/// up in the sim; its memory stays flat. Both transports.
+#[test]
+fn a_pod_that_does_not_read_stops_the_client_not_the_sims_memory() {
+    let _w = watchdog("port-forward backpressure", 120);
+    let sim = SimProc::start(&[]);
+    sim.apply(&pod("echo"));
+    wait_serving(&sim, "echo");
+    let pid = sim.child.id();
+    for websockets in [true, false] {
+        let f = Forward::start(&sim, websockets, &["pod/echo", ":7002", ":7000"]);
+        let rss_before = common::bench::status_field(pid, "VmRSS:");
+        let mut c = connect(f.ports[0]);
+        c.set_write_timeout(Some(Duration::from_millis(1500)))
+            .unwrap();
+        let chunk = vec![7u8; 64 * 1024];
+        let mut written = 0usize;
+        while written < 512 << 20 {
+            match c.write(&chunk) {
+                Ok(n) => written += n,
+                Err(_) => break,
+            }
+        }
+        let rss_after = common::bench::status_field(pid, "VmRSS:");
+        eprintln!(
+            "websockets={websockets}: {} MiB accepted before the writes stopped; sim RSS {} -> {} MiB",
+            written >> 20,
+            rss_before >> 10,
+            rss_after >> 10
+        );
+        assert!(written < 96 << 20, "{} MiB went in", written >> 20);
+        assert!(
+            rss_after < rss_before + 48 * 1024,
+            "sim RSS {rss_before} -> {rss_after} KiB"
+        );
+        drop(c);
+        drop(f);
+    }
+}
+
+/// The sim stops with forwards open (both transports): kubectl loses its
+/// pod, the sim exits cleanly and in time.
+#[test]
+fn the_sim_stops_with_forwards_open() {
+    let _w = watchdog("port-forward stop", 120);
+    let mut sim = SimProc::start(&[]);
+    sim.apply(&pod("echo"));
+    wait_serving(&sim, "echo");
+    let mut forwards = Vec::new();
+    let mut open = Vec::new();
+    for websockets in [true, false] {
+        let f = Forward::start(&sim, websockets, &["pod/echo", ":7000"]);
+        let mut c = connect(f.ports[0]);
+        c.write_all(b"x").unwrap();
+        let mut one = [0u8; 1];
+        c.read_exact(&mut one).unwrap();
+        open.push(c);
+        forwards.push(f);
+    }
+    let t = Instant::now();
+    assert_eq!(sim.stop(), Some(0));
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    for f in &mut forwards {
+        let (code, stderr) = f.wait_exit(Duration::from_secs(20));
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains("lost connection to pod"), "{stderr}");
+    }
 }
 
 #[test]
