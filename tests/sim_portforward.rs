@@ -15,10 +15,17 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A pod program: a TCP echo server on 7000 (echoes until the client's
-/// EOF, then closes) and an HTTP server on 8080, on the pod's own IP.
+/// EOF, then closes), a sink on 7002 (accepts, never reads) and an HTTP
+/// server on 8080, on the pod's own IP.
 const SERVER: &str = r#"
 import os, socket, threading, http.server
 ip = os.environ['POD_IP']
+def listen(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((ip, port)); s.listen(128)
+    return s
+# Every port listens before the HTTP one (the tests' readiness check).
+echo_sock, sink_sock = listen(7000), listen(7002)
 def echo(c):
     try:
         while True:
@@ -29,11 +36,14 @@ def echo(c):
     finally:
         c.close()
 def serve_echo():
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((ip, 7000)); s.listen(128)
     while True:
-        c, _ = s.accept()
+        c, _ = echo_sock.accept()
         threading.Thread(target=echo, args=(c,), daemon=True).start()
+held = []
+def serve_sink():
+    while True:
+        c, _ = sink_sock.accept()
+        held.append(c)
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
     def do_GET(self):
@@ -42,13 +52,6 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_header('Content-Length', str(len(body)))
         self.end_headers(); self.wfile.write(body)
     def log_message(self, *a): pass
-held = []
-def serve_sink():
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((ip, 7002)); s.listen(16)
-    while True:
-        c, _ = s.accept()
-        held.append(c)
 threading.Thread(target=serve_echo, daemon=True).start()
 threading.Thread(target=serve_sink, daemon=True).start()
 http.server.ThreadingHTTPServer((ip, 8080), H).serve_forever()
@@ -991,4 +994,83 @@ fn v4_websocket_port_forward_with_a_raw_client() {
     let start = Instant::now();
     while v4_next(&mut ws, false).is_some() {}
     assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+// ------------------------------------- the JavaScript and Python clients
+
+/// Where scripts/peer-clients.sh installs the peer clients; `None` (with a
+/// skip line) when they are missing outside CI; a failure in CI.
+fn peer_clients(which: &str, marker: &str) -> Option<std::path::PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))
+        .expect("HOME or XDG_CACHE_HOME");
+    let dir = cache.join("kubegate").join("peer-clients");
+    if dir.join(marker).exists() {
+        return Some(dir);
+    }
+    let msg = format!(
+        "the {which} client is not installed under {} (run scripts/peer-clients.sh)",
+        dir.display()
+    );
+    assert!(std::env::var_os("CI").is_none(), "{msg}");
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
+/// Runs a peer client script; its `ok …` line.
+fn run_peer(sim: &SimProc, dir: &std::path::Path, cmd: &[&str], port: u16, bytes: usize) -> String {
+    let mut c = Command::new(cmd[0]);
+    c.args(&cmd[1..])
+        .env("PEER_CLIENTS", dir)
+        .env("KUBECONFIG", &sim.kubeconfig)
+        .env("POD", "echo")
+        .env("PORT", port.to_string())
+        .env("BYTES", bytes.to_string());
+    let out = common::run_with_timeout(c, None, Duration::from_secs(40));
+    assert_eq!(
+        out.code,
+        Some(0),
+        "{cmd:?} port {port}:\nstdout: {}\nstderr: {}",
+        out.stdout_str(),
+        out.stderr_str()
+    );
+    out.stdout_str()
+}
+
+fn peer_scenario(cmd: &[&str], which: &str, marker: &str) {
+    let Some(dir) = peer_clients(which, marker) else {
+        return;
+    };
+    for tls in [false, true] {
+        let sim = SimProc::start(if tls { &["--tls"] } else { &[] });
+        sim.apply(&pod("echo"));
+        wait_serving(&sim, "echo");
+        let ok = run_peer(&sim, &dir, cmd, 7000, 1 << 20);
+        assert_eq!(ok.trim(), format!("ok {}", 1 << 20));
+        let ok = run_peer(&sim, &dir, cmd, 7001, 0);
+        assert!(
+            ok.starts_with("ok error forwarding port 7001 to pod ")
+                && ok.contains("connection refused"),
+            "{ok}"
+        );
+    }
+}
+
+#[test]
+fn the_javascript_clients_port_forward() {
+    let _w = watchdog("javascript port-forward", 120);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peer/portforward.mjs");
+    peer_scenario(
+        &["node", script],
+        "JavaScript",
+        "node/node_modules/@kubernetes/client-node",
+    );
+}
+
+#[test]
+fn the_python_clients_port_forward() {
+    let _w = watchdog("python port-forward", 120);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peer/portforward.py");
+    peer_scenario(&["python3", script], "Python", "python/kubernetes");
 }

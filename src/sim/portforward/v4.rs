@@ -30,8 +30,11 @@ use tungstenite::Message;
 
 /// Ports one v4 WebSocket may forward (2 channels each, a channel is a byte).
 pub const MAX_PORTS: usize = 64;
-/// Messages queued each way between the pump and the threads.
+/// Messages queued from the pod readers to the pump.
 const QUEUE: usize = 64;
+/// Messages queued from the pump to `sim-pf-v4`: with messages of at most
+/// 2 MiB, a client can make the sim hold 16 MiB per WebSocket at most.
+const INBOUND: usize = 8;
 /// Bytes read from a pod per message.
 const POD_READ: usize = 32 * 1024;
 
@@ -86,7 +89,7 @@ pub fn serve(
             let Ok((out, out_rx)) = ws::try_outbox(QUEUE.max(2 * ports.len() + 2)) else {
                 return;
             };
-            let (in_tx, in_rx) = bounded(QUEUE);
+            let (in_tx, in_rx) = bounded(INBOUND);
             let sockets = Sockets::default();
             let writers = open(&pod, &ports, base64, &out, &sockets);
             let thread = {
