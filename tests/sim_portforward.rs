@@ -1074,3 +1074,59 @@ fn the_python_clients_port_forward() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peer/portforward.py");
     peer_scenario(&["python3", script], "Python", "python/kubernetes");
 }
+
+/// Hostile v4 messages: empty ones, unknown channels and error channels
+/// are ignored; an oversized message (over 2 MiB) or bad base64 ends that
+/// WebSocket only.
+#[test]
+fn hostile_v4_messages_end_only_their_websocket() {
+    let _w = watchdog("hostile v4", 60);
+    let sim = SimProc::start(&[]);
+    sim.apply(&pod("echo"));
+    wait_serving(&sim, "echo");
+    let prefixes = |ws: &mut WebSocket<TcpStream>, base64: bool| {
+        for _ in 0..2 {
+            assert!(v4_next(ws, base64).is_some());
+        }
+    };
+    let mut ws = ws_open(&sim, "echo", "?ports=7000", Some("v4.channel.k8s.io"));
+    prefixes(&mut ws, false);
+    ws.send(Message::Binary(Vec::new().into())).unwrap();
+    v4_send(&mut ws, false, 9, b"no such channel");
+    v4_send(&mut ws, false, 1, b"error channels are write-only");
+    v4_send(&mut ws, false, 0, b"still here");
+    let (ch, data) = v4_next(&mut ws, false).unwrap();
+    assert_eq!((ch, data.as_slice()), (0, &b"still here"[..]));
+    let mut big = vec![0u8; (2 << 20) + 1];
+    big[0] = 0;
+    let _ = ws.send(Message::Binary(big.into()));
+    let end = loop {
+        match ws.read() {
+            Ok(Message::Close(f)) => break f.map(|f| u16::from(f.code)),
+            Ok(_) => {}
+            Err(_) => break None,
+        }
+    };
+    assert!(matches!(end, Some(1009) | None), "{end:?}");
+    let mut ws = ws_open(
+        &sim,
+        "echo",
+        "?ports=7000",
+        Some("v4.base64.channel.k8s.io"),
+    );
+    prefixes(&mut ws, true);
+    ws.send(Message::Text("0!!not base64!!".into())).unwrap();
+    let end = loop {
+        match ws.read() {
+            Ok(Message::Close(f)) => break f.map(|f| u16::from(f.code)),
+            Ok(_) => {}
+            Err(_) => break None,
+        }
+    };
+    assert_eq!(end, Some(1002));
+    // The sim serves on.
+    let mut ws = ws_open(&sim, "echo", "?ports=7000", None);
+    prefixes(&mut ws, false);
+    v4_send(&mut ws, false, 0, b"again");
+    assert_eq!(v4_next(&mut ws, false).unwrap().1, b"again");
+}
