@@ -1307,3 +1307,109 @@ fn ws_echo_latency() {
         p99.saturating_sub(d99)
     );
 }
+
+// ---------------------------------------------------------- raw upgrades
+
+/// A raw upgrade to a made-up `echo/1` protocol: bytes come back as sent
+/// (a line `bye` makes the server send `bye` and close).
+fn raw_echo(req: Request) -> Reply {
+    use kubegate::http::raw::{self, RawUpgrade};
+    if req.header("upgrade") != Some("echo/1") {
+        return Response::text(400, "upgrade to echo/1").into();
+    }
+    Reply::RawUpgrade(RawUpgrade {
+        headers: vec![
+            ("Connection".into(), "Upgrade".into()),
+            ("Upgrade".into(), "echo/1".into()),
+            ("X-Bad".into(), "a\r\nX-Injected: 1".into()),
+        ],
+        on_open: Box::new(|conn| {
+            let (out, out_rx) = ws::outbox(4);
+            let (in_tx, in_rx) = bounded::<Message>(4);
+            let echo = std::thread::spawn(move || {
+                for m in in_rx {
+                    let bye = matches!(&m, Message::Binary(b) if b.ends_with(b"bye\n"));
+                    if out.send(m).is_err() {
+                        break;
+                    }
+                    if bye {
+                        let _ = out.send(Message::Close(None));
+                        break;
+                    }
+                }
+            });
+            let (end, inbound) = raw::run(conn, out_rx, in_tx, None);
+            drop(inbound);
+            let _ = echo.join();
+            let _ = end;
+        }),
+    })
+}
+
+#[test]
+fn raw_upgrade_carries_bytes_both_ways_early_bytes_included() {
+    let _w = watchdog(30);
+    let server = serve(ServerConfig::default(), raw_echo);
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // The head and the first protocol bytes in one write.
+    s.write_all(
+        b"POST /x HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: echo/1\r\nContent-Length: 0\r\n\r\nearly ",
+    )
+    .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    assert!(
+        head.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("\r\nUpgrade: echo/1\r\n"), "{head}");
+    assert!(head.contains("\r\nConnection: Upgrade\r\n"), "{head}");
+    assert!(head.contains("\r\nDate: "), "{head}");
+    assert!(!head.contains("X-Injected"), "{head}");
+    let mut got = [0u8; 6];
+    r.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"early ");
+    // A megabyte each way, then the server's close after `bye`.
+    let data: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let mut w = s.try_clone().unwrap();
+    let sent = data.clone();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&sent).unwrap();
+        w.write_all(b"bye\n").unwrap();
+    });
+    let mut back = Vec::new();
+    r.read_to_end(&mut back).unwrap();
+    writer.join().unwrap();
+    assert_eq!(back.len(), data.len() + 4);
+    assert!(back[..data.len()] == data[..]);
+    assert_eq!(&back[data.len()..], b"bye\n");
+}
+
+#[test]
+fn raw_upgrade_ends_when_the_client_closes() {
+    let _w = watchdog(30);
+    let server = serve(ServerConfig::default(), raw_echo);
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /x HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: echo/1\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 101 "));
+    assert_eq!(server.connections(), 1);
+    drop(s);
+    wait_for(
+        "the upgraded connection to end",
+        Duration::from_secs(10),
+        || server.connections() == 0,
+    );
+}

@@ -216,7 +216,10 @@ impl Inflater {
                 return Ok(out);
             }
             if full {
-                let more = out.capacity().min(max_out + 1 - out.len()).max(1);
+                let more = out
+                    .capacity()
+                    .min(max_out.saturating_add(1) - out.len())
+                    .max(1);
                 out.reserve(more);
             } else if !progressed {
                 return Err(SpdyError::BadHeaderBlock(

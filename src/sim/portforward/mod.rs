@@ -38,9 +38,12 @@ pub const V4_BASE64: &str = "v4.base64.channel.k8s.io";
 
 /// How often a forward checks that its pod still exists.
 pub const POD_CHECK: Duration = Duration::from_millis(250);
-/// Largest message accepted on a port-forward WebSocket: kubectl's SPDY
-/// writes are at most 32 KiB + a frame head; v4 clients send up to 1 MiB.
-const MAX_MESSAGE: usize = 1 << 20;
+/// Largest message accepted in kubectl's SPDY tunnel: its writes are at
+/// most 32 KiB + a frame head.
+const MAX_TUNNEL_MESSAGE: usize = 1 << 20;
+/// Largest v4 message: the Python client sends what one `recv(1 MiB)`
+/// gave, plus its channel byte.
+const MAX_V4_MESSAGE: usize = 2 << 20;
 
 fn status(s: Status) -> Reply {
     Response::json(s.http_code(), s.to_json()).into()
@@ -182,10 +185,10 @@ impl Kubelet {
         };
         match form(req) {
             Err(r) => r,
-            Ok(Form::Tunnel) => spdy::tunnel(target, MAX_MESSAGE),
+            Ok(Form::Tunnel) => spdy::tunnel(target, MAX_TUNNEL_MESSAGE),
             Ok(Form::Spdy) => spdy::plain(target),
             Ok(Form::V4 { base64, protocol }) => match v4::ports(req) {
-                Ok(ports) => v4::serve(target, ports, base64, protocol, MAX_MESSAGE),
+                Ok(ports) => v4::serve(target, ports, base64, protocol, MAX_V4_MESSAGE),
                 Err(msg) => status(Status::bad_request(&msg)),
             },
         }

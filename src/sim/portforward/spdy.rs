@@ -9,7 +9,7 @@
 //!   client sends, answers SYN_STREAMs (SYN_REPLY, or RST_STREAM), pairs
 //!   streams by `requestID`, dials the pod, writes the client's DATA to
 //!   the pod socket (blocking: a slow pod stops this thread, the bounded
-//!   inbound channel fills, the pump stops reading the client: no
+//!   inbound channel (16 messages) fills, the pump stops reading the client: no
 //!   unbounded buffer), echoes PINGs, watches the pod;
 //! - `sim-pf-pod` (1 per open pod connection, at most [`MAX_PAIRS`] per
 //!   session) reads the pod socket into DATA frames on the outbox
@@ -45,8 +45,11 @@ use tungstenite::Message;
 /// Stream pairs (local connections) open at once per session, pending
 /// ones included; a SYN_STREAM past this is refused (REFUSED_STREAM).
 pub const MAX_PAIRS: usize = 128;
-/// Messages queued each way between the pump and the session.
+/// Messages queued from the session and the pod readers to the pump.
 const QUEUE: usize = 64;
+/// Messages queued from the pump to the session: with messages of at most
+/// 1 MiB, a client can make the sim hold 16 MiB per session at most.
+const INBOUND: usize = 16;
 /// Bytes read from a pod per DATA frame (kubectl's own writes: 32 KiB).
 const POD_READ: usize = 32 * 1024;
 /// How long half a pair may wait for the other (the kubelet's
@@ -65,7 +68,7 @@ pub fn tunnel(pod: PodRef, max_message: usize) -> Reply {
             let Ok((out, out_rx)) = ws::try_outbox(QUEUE) else {
                 return;
             };
-            let (in_tx, in_rx) = bounded(QUEUE);
+            let (in_tx, in_rx) = bounded(INBOUND);
             let sockets = Sockets::default();
             let Some(session) = start(pod, out, in_rx, sockets.clone()) else {
                 return;
@@ -93,7 +96,7 @@ pub fn plain(pod: PodRef) -> Reply {
             let Ok((out, out_rx)) = ws::try_outbox(QUEUE) else {
                 return;
             };
-            let (in_tx, in_rx) = bounded(QUEUE);
+            let (in_tx, in_rx) = bounded(INBOUND);
             let sockets = Sockets::default();
             let Some(session) = start(pod, out, in_rx, sockets.clone()) else {
                 return;

@@ -7,8 +7,9 @@
 //! ended just goes quiet; the WebSocket closes (1000) once every port's
 //! connection has ended, or when the pod is gone.
 //!
-//! Threads: the connection's thread pumps the socket; `sim-pf-v4` (1)
-//! writes the client's data to the pod sockets (blocking: a slow pod stops
+//! Threads: the connection's thread queues the prefixes, then pumps the
+//! socket; `sim-pf-v4` (1) dials the ports (a refused one's error text),
+//! then writes the client's data to the pod sockets (blocking: a slow pod stops
 //! it, then the pump stops reading the client) and watches the pod;
 //! `sim-pf-v4-pod` (1 per port) reads a pod socket into the outbox
 //! (waiting when it is full).
@@ -30,8 +31,11 @@ use tungstenite::Message;
 
 /// Ports one v4 WebSocket may forward (2 channels each, a channel is a byte).
 pub const MAX_PORTS: usize = 64;
-/// Messages queued each way between the pump and the threads.
+/// Messages queued from the pod readers to the pump.
 const QUEUE: usize = 64;
+/// Messages queued from the pump to `sim-pf-v4`: with messages of at most
+/// 2 MiB, a client can make the sim hold 16 MiB per WebSocket at most.
+const INBOUND: usize = 8;
 /// Bytes read from a pod per message.
 const POD_READ: usize = 32 * 1024;
 
@@ -83,20 +87,30 @@ pub fn serve(
         headers: Vec::new(),
         max_message_bytes: max_message,
         on_open: Box::new(move |conn: WsConn| {
-            let Ok((out, out_rx)) = ws::try_outbox(QUEUE.max(2 * ports.len() + 2)) else {
+            let Ok((out, out_rx)) = ws::try_outbox(QUEUE.max(2 * ports.len())) else {
                 return;
             };
-            let (in_tx, in_rx) = bounded(QUEUE);
+            // The prefixes first, before any pod byte can be queued (the
+            // outbox has room for them: this never waits).
+            for (i, port) in ports.iter().enumerate() {
+                let ch = (2 * i) as u8;
+                let _ = out.send(message(base64, ch, &port.to_le_bytes()));
+                let _ = out.send(message(base64, ch + 1, &port.to_le_bytes()));
+            }
+            let (in_tx, in_rx) = bounded(INBOUND);
             let sockets = Sockets::default();
-            let writers = open(&pod, &ports, base64, &out, &sockets);
+            // Dialling and error texts happen on `sim-pf-v4`, while the
+            // pump already drains the outbox (a pod greeting first cannot
+            // fill it with nobody draining).
             let thread = {
                 let sockets = sockets.clone();
-                let out = out.clone();
                 std::thread::Builder::new()
                     .name("sim-pf-v4".into())
-                    .spawn(move || inbound(&pod, writers, base64, &in_rx, &out, &sockets))
+                    .spawn(move || {
+                        let writers = open(&pod, &ports, base64, &out, &sockets);
+                        inbound(&pod, writers, base64, &in_rx, &out, &sockets);
+                    })
             };
-            drop(out);
             let Ok(thread) = thread else {
                 return;
             };
@@ -128,8 +142,8 @@ fn close_normal() -> Message {
     }))
 }
 
-/// Sends the port prefixes, dials every port, starts the readers; returns
-/// the write halves by port index (`None`: that port failed).
+/// Dials every port and starts its reader, or sends the error text;
+/// returns the write halves by port index (`None`: that port failed).
 fn open(
     pod: &PodRef,
     ports: &[u16],
@@ -137,12 +151,6 @@ fn open(
     out: &Outbox,
     sockets: &Sockets,
 ) -> Vec<Option<TcpStream>> {
-    // Room for every prefix: the outbox holds 2 per port and more.
-    for (i, port) in ports.iter().enumerate() {
-        let ch = (2 * i) as u8;
-        let _ = out.send(message(base64, ch, &port.to_le_bytes()));
-        let _ = out.send(message(base64, ch + 1, &port.to_le_bytes()));
-    }
     let live = Arc::new(AtomicUsize::new(ports.len()));
     let mut writers = Vec::with_capacity(ports.len());
     for (i, &port) in ports.iter().enumerate() {
