@@ -1,7 +1,8 @@
 //! The pod-access seam (docs/sessions.md#reaching-the-pod): every connection
 //! from the daemon to a session pod's ports — the workspace agent, the
-//! debug streams, reachability, the port proxy (HTTP and WebSocket) —
-//! goes through a [`PodAccess`], picked by `[cluster] pod_access`:
+//! debug streams, reachability, the port proxy (HTTP and WebSocket), the
+//! TCP tunnels (of a Deployment's pod too) — goes through a
+//! [`PodAccess`], picked by `[cluster] pod_access`:
 //!
 //! - [`ApiProxyAccess`](api_proxy::ApiProxyAccess) (`api-proxy`): through the API server's pod proxy,
 //!   `/api/v1/namespaces/{ns}/pods/{pod}:{port}/proxy/{path}`
@@ -24,8 +25,11 @@
 //! no whole-call deadline), and checks the deadline between reads of the
 //! body; a call may therefore overrun by at most one read timeout.
 //!
-//! Threads: none. Every call runs on its caller's thread; a stream is read
-//! by one thread and can be cut from another with its [`StreamCanceller`].
+//! Threads: none, but for a tunnel in `api-proxy` mode, whose
+//! port-forward WebSocket is pumped by its own `kube-pf-io` thread
+//! (`kube::remote::portforward`) until the tunnel ends. Every other call
+//! runs on its caller's thread; a stream is read by one thread and can be
+//! cut from another with its [`StreamCanceller`].
 //!
 //! Files: this one (the seam: [`PodAccess`], its requests, answers and
 //! errors), [`api_proxy`], [`direct`], and `http1` (raw-socket glue over
