@@ -385,7 +385,20 @@ fn carry_tcp(mode: &str) {
         assert!(a.starts_with(&format!("hello /r{i} from ")), "{a}");
     }
 
+    // A figure for the report (debug build, loopback, 2 cores): one small
+    // echo per new connection, sequential, through the CLI and the daemon.
+    let t0 = std::time::Instant::now();
+    for i in 0..20u32 {
+        let data = pattern(50 + i, 16);
+        assert!(echo_through(echo_port, &data) == data);
+    }
+    eprintln!(
+        "{mode}: a new connection's echo through port-forward: {:?} on average",
+        t0.elapsed() / 20
+    );
+
     // 50 concurrent connections, byte-exact.
+    let t0 = std::time::Instant::now();
     let workers: Vec<_> = (0..50u32)
         .map(|i| {
             std::thread::spawn(move || {
@@ -404,6 +417,10 @@ fn carry_tcp(mode: &str) {
         50,
         "every connection echoed byte-exact: {}",
         pf.stderr()
+    );
+    eprintln!(
+        "{mode}: 50 concurrent connections of 64 KiB each way: {:?}",
+        t0.elapsed()
     );
 
     // Suspend: the target is gone, said once, the listener stays.

@@ -96,6 +96,12 @@ impl Forwarder {
     fn serve(&self, local: TcpStream, pair: PortPair, local_port: u16) {
         let ws = match self.client.open_ws(&self.path(pair.remote), SUBPROTOCOL) {
             Ok(ws) => ws,
+            // Our own cap at the daemon: not an outage of the target.
+            Err(e) if e.code == "TOO_MANY_CONNECTIONS" => {
+                eprintln!("kubegate: connection for {local_port} refused by the daemon: {e}");
+                let _ = local.shutdown(std::net::Shutdown::Both);
+                return;
+            }
             Err(e) => {
                 if !self.down.swap(true, Ordering::SeqCst) {
                     eprintln!(
@@ -128,13 +134,22 @@ impl Forwarder {
         };
         let totals = splice(ws, far, opts);
         match totals.end {
-            End::Done | End::Shutdown => {}
+            // The local client going away (a reset, a write refused) is
+            // its own business, as with kubectl.
+            End::Done | End::Shutdown | End::FarError(_) | End::Idle | End::MaxDuration => {}
             End::PeerClosed(code, reason) => {
                 eprintln!(
                     "kubegate: connection for {local_port} ended by the daemon ({code}): {reason}"
                 );
             }
-            other => eprintln!("kubegate: connection for {local_port} ended: {other:?}"),
+            End::Socket(e) => {
+                eprintln!(
+                    "kubegate: connection for {local_port}: the daemon's connection failed: {e}"
+                );
+            }
+            End::Protocol(m) => {
+                eprintln!("kubegate: connection for {local_port}: the daemon broke the tunnel protocol: {m}");
+            }
         }
     }
 }
