@@ -308,13 +308,11 @@ fn api_proxy_tunnels_carry_tcp_half_close_keep_alive_fifty_connections_and_follo
     carry_tcp("api-proxy");
 }
 
-fn carry_tcp(mode: &str) {
-    let (d, id, mut sse) = start(mode, "");
-
-    // Nothing listens on 7999: `direct` knows before the upgrade (502);
-    // through the API server the kubelet dials after the streams are set
-    // up, so the tunnel opens and ends with 4502 and the kubelet's text.
-    match tunnel(&d, &format!("/v1/sessions/{id}/tunnels/7999")) {
+/// Nothing listens on 7999: `direct` knows before the upgrade (502);
+/// through the API server the kubelet dials after the streams are set up,
+/// so the tunnel opens and ends with 4502 and the kubelet's text.
+fn refused_port(d: &DaemonProc, id: &str, mode: &str) {
+    match tunnel(d, &format!("/v1/sessions/{id}/tunnels/7999")) {
         Err((st, body)) => {
             assert_eq!(mode, "direct", "{st} {}", String::from_utf8_lossy(&body));
             let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -340,6 +338,42 @@ fn carry_tcp(mode: &str) {
             assert!(reason.contains("error forwarding port 7999"), "{reason}");
         }
     }
+}
+
+/// The audit log and the metrics count the bytes of the first tunnel.
+fn audited_and_counted(d: &DaemonProc, id: &str) {
+    let audit =
+        std::fs::read_to_string(d.dir.join("state").join("audit.jsonl")).unwrap_or_default();
+    let line: Value = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["kind"] == "tunnel" && v["bytesIn"] == 200_000)
+        .unwrap_or_else(|| panic!("no audit line of the first tunnel: {audit}"));
+    assert_eq!(line["session"], id);
+    assert_eq!(
+        (line["port"].as_u64(), line["bytesOut"].as_u64()),
+        (Some(7000), Some(200_000))
+    );
+    assert_eq!(line["end"], "closed");
+    let (st, m) = d.request("GET", "/metrics", Some(&d.token), None);
+    assert_eq!(st, 200);
+    let m = String::from_utf8_lossy(&m);
+    let bytes_in = m
+        .lines()
+        .find_map(|l| l.strip_prefix("kubegate_tunnel_bytes_total{direction=\"in\"} "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(bytes_in >= 200_000 + (1 << 20), "{m}");
+    assert!(
+        m.contains("kubegate_tunnels_total{kind=\"session\",end=\"closed\"}"),
+        "{m}"
+    );
+}
+
+fn carry_tcp(mode: &str) {
+    let (d, id, mut sse) = start(mode, "");
+
+    refused_port(&d, &id, mode);
 
     // The raw route: bytes, the client's eof, the whole echo, the pod's
     // eof, then Close 1000.
@@ -458,33 +492,7 @@ fn carry_tcp(mode: &str) {
     let pod = new_pod.first().expect("the new pod");
     assert!(answers[0].ends_with(pod.as_str()), "{answers:?} {pod}");
 
-    // The audit log and the metrics count the bytes.
-    let audit =
-        std::fs::read_to_string(d.dir.join("state").join("audit.jsonl")).unwrap_or_default();
-    let line: Value = audit
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["kind"] == "tunnel" && v["bytesIn"] == 200_000)
-        .unwrap_or_else(|| panic!("no audit line of the first tunnel: {audit}"));
-    assert_eq!(line["session"], id.as_str());
-    assert_eq!(
-        (line["port"].as_u64(), line["bytesOut"].as_u64()),
-        (Some(7000), Some(200_000))
-    );
-    assert_eq!(line["end"], "closed");
-    let (st, m) = d.request("GET", "/metrics", Some(&d.token), None);
-    assert_eq!(st, 200);
-    let m = String::from_utf8_lossy(&m);
-    let bytes_in = m
-        .lines()
-        .find_map(|l| l.strip_prefix("kubegate_tunnel_bytes_total{direction=\"in\"} "))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    assert!(bytes_in >= 200_000 + (1 << 20), "{m}");
-    assert!(
-        m.contains("kubegate_tunnels_total{kind=\"session\",end=\"closed\"}"),
-        "{m}"
-    );
+    audited_and_counted(&d, &id);
 }
 
 #[test]
