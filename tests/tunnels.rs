@@ -559,6 +559,13 @@ fn reserved_ports_the_cap_and_the_idle_timeout() {
         m.contains("kubegate_refusals_total{reason=\"tunnels\"} "),
         "{m}"
     );
+
+    // A stopping daemon ends its tunnels with 1001.
+    let mut e = tunnel(&d, &format!("/v1/sessions/{id}/tunnels/7000")).expect("a tunnel");
+    let mut d = d;
+    assert_eq!(d.stop(), Some(0));
+    let (_, _, code) = read_to_close(&mut e);
+    assert_eq!(code, Some(1001));
 }
 
 /// A Deployment of the demo workspace whose pod echoes on 7000.
@@ -650,6 +657,19 @@ fn deployment_tunnels(mode: &str) {
             "{q}: {v}"
         );
     }
+    // A Deployment of the namespace without the workspace's labels.
+    let mut stranger = echo_deployment();
+    stranger["metadata"]["name"] = json!("stranger");
+    stranger["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "someone-else"});
+    d.create(&stranger);
+    let q = "project=demo&uid=demo-uid&deployment=stranger&port=7000";
+    let (got, body) = tunnel(&d, &format!("/v1/exec/tunnel?{q}")).expect_err("not ours");
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    assert_eq!(
+        (got, v["error"]["code"].as_str()),
+        (403, Some("EXEC_TARGET_FORBIDDEN")),
+        "{v}"
+    );
     let audit =
         std::fs::read_to_string(d.dir.join("state").join("audit.jsonl")).unwrap_or_default();
     assert!(
