@@ -188,7 +188,13 @@ fn addresses(given: &[String]) -> Result<Vec<(IpAddr, bool)>, CliError> {
             })?;
         out.push((ip, false));
     }
-    out.dedup_by(|a, b| a.0 == b.0);
+    // `localhost,127.0.0.1` names one address twice: listen once.
+    let mut seen = Vec::new();
+    out.retain(|(ip, _)| {
+        let new = !seen.contains(ip);
+        seen.push(*ip);
+        new
+    });
     Ok(out)
 }
 
@@ -374,5 +380,39 @@ fn accept_loop(fwd: &Arc<Forwarder>, l: &TcpListener, local_port: u16, pair: Por
             fwd.done();
             eprintln!("kubegate: warning: no thread for a connection on {local_port}: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn localhost_is_both_loopbacks_once_each() {
+        let v4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        assert_eq!(
+            addresses(&["localhost".into()]).unwrap(),
+            [(v4, false), (v6, true)]
+        );
+        assert_eq!(
+            addresses(&["localhost".into(), "127.0.0.1".into(), "[::1]".into()]).unwrap(),
+            [(v4, false), (v6, true)]
+        );
+        assert_eq!(
+            addresses(&["0.0.0.0".into()]).unwrap(),
+            [(IpAddr::V4(Ipv4Addr::UNSPECIFIED), false)]
+        );
+        let e = addresses(&["example.com".into()]).unwrap_err();
+        assert!(
+            e.is_usage() && e.message.contains("not an IP address"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(enc("demo-uid_1.x~"), "demo-uid_1.x~");
+        assert_eq!(enc("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
     }
 }

@@ -1,7 +1,7 @@
 //! Hop-by-hop header rules (RFC 9110 section 7.6.1): which headers of a
 //! message belong to one connection and are not forwarded by a proxy.
 //! Every proxy of the crate filters through it: the daemon's port proxy
-//! (both ways), the sim's pod proxy and `kubegate port-forward`.
+//! (both ways) and the sim's pod proxy.
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1, plus the old
 /// `Proxy-Connection` and `Keep-Alive`), and the framing headers: the

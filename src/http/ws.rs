@@ -429,8 +429,8 @@ pub const HANDSHAKE_HEADERS: &[&str] = &[
 /// Writes the server's answer to a WebSocket handshake whose
 /// `Sec-WebSocket-Key` is `key`: `101 Switching Protocols` with the accept
 /// key, the chosen subprotocol and `headers` (those the handshake owns, and
-/// any with CR, LF or NUL, are left out), then flushes. The one way both
-/// the server's upgrade (`conn`) and the CLI's port-forward answer.
+/// any with CR, LF or NUL, are left out), then flushes (the server's
+/// upgrade, `conn`).
 pub fn write_accept<S: io::Write>(
     sock: &mut S,
     key: &str,
