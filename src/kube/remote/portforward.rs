@@ -583,3 +583,146 @@ impl Drop for PfWriter {
         self.aborter.abort(normal_close());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inbound(capacity: usize) -> (SpdyInbound, Receiver<Chunk>, ws::OutboxReceiver) {
+        let (outbox, out_rx) = ws::outbox(4);
+        let (tx, rx) = bounded(capacity);
+        let i = SpdyInbound {
+            decoder: Decoder::new(Limits::DEFAULT),
+            data: tx,
+            pending: VecDeque::new(),
+            pings: outbox,
+            broken: false,
+            data_done: false,
+            error_said: false,
+            data_seen: false,
+            held_fin: false,
+        };
+        (i, rx, out_rx)
+    }
+
+    fn data(stream: u32, bytes: &[u8], fin: bool) -> Message {
+        let mut out = Vec::new();
+        write_data(&mut out, stream, bytes, fin).unwrap();
+        Message::binary(out)
+    }
+
+    fn control(f: &Frame) -> Message {
+        let mut out = Vec::new();
+        Encoder::new().encode(f, &mut out).unwrap();
+        Message::binary(out)
+    }
+
+    /// What the reader would get, as text.
+    fn taken(rx: &Receiver<Chunk>) -> Vec<String> {
+        rx.try_iter()
+            .map(|c| match c {
+                Chunk::Data(d) => format!("data {}", String::from_utf8_lossy(&d)),
+                Chunk::Fin => "fin".into(),
+                Chunk::Error(e) => format!("error {e}"),
+            })
+            .collect()
+    }
+
+    fn offer(i: &mut SpdyInbound, m: Message) {
+        assert!(i.offer(m).is_ok());
+    }
+
+    #[test]
+    fn the_data_stream_and_its_fin_reach_the_reader() {
+        let (mut i, rx, _o) = inbound(8);
+        offer(&mut i, data(DATA_STREAM, b"hello", false));
+        offer(&mut i, data(DATA_STREAM, b"", true));
+        offer(&mut i, data(ERROR_STREAM, b"", true));
+        assert_eq!(taken(&rx), ["data hello", "fin"]);
+    }
+
+    #[test]
+    fn a_refused_dial_is_an_error_not_an_end_of_file() {
+        // The kubelet's order: data FIN, then the text, then error FIN.
+        let (mut i, rx, _o) = inbound(8);
+        offer(&mut i, data(DATA_STREAM, b"", true));
+        assert!(taken(&rx).is_empty(), "the FIN is held");
+        offer(
+            &mut i,
+            data(ERROR_STREAM, b"error forwarding port 1: refused", false),
+        );
+        offer(&mut i, data(ERROR_STREAM, b"", true));
+        assert_eq!(taken(&rx), ["error error forwarding port 1: refused"]);
+        // A pod that closes without a byte: the error stream's FIN frees it.
+        let (mut i, rx, _o) = inbound(8);
+        offer(&mut i, data(DATA_STREAM, b"", true));
+        offer(&mut i, data(ERROR_STREAM, b"", true));
+        assert_eq!(taken(&rx), ["fin"]);
+    }
+
+    #[test]
+    fn resets_goaways_and_broken_frames_end_the_reader() {
+        let (mut i, rx, _o) = inbound(8);
+        offer(
+            &mut i,
+            control(&Frame::RstStream {
+                stream_id: DATA_STREAM,
+                status: 5,
+            }),
+        );
+        assert_eq!(
+            taken(&rx),
+            ["error the pod side reset the stream (status 5)"]
+        );
+        let (mut i, rx, _o) = inbound(8);
+        offer(&mut i, data(DATA_STREAM, b"x", false));
+        offer(
+            &mut i,
+            control(&Frame::GoAway {
+                last_good_stream_id: 3,
+                status: 0,
+            }),
+        );
+        let got = taken(&rx);
+        assert_eq!(got[0], "data x");
+        assert!(
+            got[1].starts_with("error the port-forward ended: GOAWAY"),
+            "{got:?}"
+        );
+        let (mut i, rx, _o) = inbound(8);
+        offer(
+            &mut i,
+            Message::binary(vec![0x80, 0x03, 0x00, 0x63, 0, 0, 0, 0]),
+        );
+        let got = taken(&rx);
+        assert!(
+            got[0].starts_with("error port-forward protocol: "),
+            "{got:?}"
+        );
+        offer(&mut i, data(DATA_STREAM, b"after", false));
+        assert!(taken(&rx).is_empty(), "nothing after a broken frame");
+    }
+
+    #[test]
+    fn a_full_reader_channel_holds_the_next_message() {
+        let (mut i, rx, _o) = inbound(1);
+        offer(&mut i, data(DATA_STREAM, b"a", false));
+        offer(&mut i, data(DATA_STREAM, b"b", false));
+        // "b" is pending: the next message is given back, unread.
+        let m = data(DATA_STREAM, b"c", false);
+        assert!(matches!(i.offer(m), Err(Refused::Full(_))));
+        assert_eq!(taken(&rx), ["data a"]);
+        offer(&mut i, data(DATA_STREAM, b"c", false));
+        assert_eq!(taken(&rx), ["data b"]);
+        assert_eq!(i.pending.len(), 1);
+    }
+
+    #[test]
+    fn server_pings_are_echoed_ours_are_not() {
+        let (mut i, _rx, _o) = inbound(8);
+        offer(&mut i, control(&Frame::Ping { id: 2 }));
+        assert_eq!(i.pings.len(), 1, "the server's PING is echoed");
+        offer(&mut i, control(&Frame::Ping { id: 1 }));
+        assert_eq!(i.pings.len(), 1, "an echo of our own is not echoed back");
+    }
+}
