@@ -193,15 +193,7 @@ impl Gateway {
         checked: &mut bool,
     ) -> Result<(Slot, Target), ApiError> {
         spec.validate(&self.settings.limits)?;
-        if !who.holds(&spec.project, &spec.uid) {
-            return Err(ApiError::new(
-                Code::ExecTargetForbidden,
-                format!(
-                    "workspace {}/{} is not one this token may act on",
-                    spec.project, spec.uid
-                ),
-            ));
-        }
+        check_workspace(who, spec)?;
         let slot = self.slots.acquire(&who.name)?;
         *checked = true;
         let target = resolve(&self.client, &self.settings.ownership, spec)?;
@@ -503,6 +495,21 @@ impl Gateway {
             }
         }
     }
+}
+
+/// The principal holds the spec's workspace (`EXEC_TARGET_FORBIDDEN`
+/// otherwise), checked before any cluster call.
+pub(super) fn check_workspace(who: &Identity, spec: &ExecSpec) -> Result<(), ApiError> {
+    if !who.holds(&spec.project, &spec.uid) {
+        return Err(ApiError::new(
+            Code::ExecTargetForbidden,
+            format!(
+                "workspace {}/{} is not one this token may act on",
+                spec.project, spec.uid
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Kubernetes' own messages are passed on; credential and TLS details

@@ -7,10 +7,10 @@
 
 use super::audit::TunnelRecord;
 use super::frames::Target;
-use super::gateway::Gateway;
+use super::gateway::{check_workspace, Gateway};
 use super::resolve::resolve_pod;
 use super::validate::ExecSpec;
-use crate::api::{ApiError, Code, Identity};
+use crate::api::{ApiError, Identity};
 use crossbeam_channel::Receiver;
 
 impl Gateway {
@@ -24,15 +24,7 @@ impl Gateway {
         spec: &ExecSpec,
     ) -> Result<(Target, String), ApiError> {
         spec.validate_target()?;
-        if !who.holds(&spec.project, &spec.uid) {
-            return Err(ApiError::new(
-                Code::ExecTargetForbidden,
-                format!(
-                    "workspace {}/{} is not one this token may act on",
-                    spec.project, spec.uid
-                ),
-            ));
-        }
+        check_workspace(who, spec)?;
         resolve_pod(&self.client, &self.settings.ownership, spec)
     }
 

@@ -38,10 +38,12 @@ fn dim(req: &Request, k: &str) -> Result<Option<u16>, ApiError> {
     }
 }
 
-/// The interactive exec's parameters from the query string.
-fn interactive_request(req: &Request) -> Result<InteractiveRequest, ApiError> {
+/// The workspace, Deployment, container and command of a query string
+/// (`/v1/exec/interactive`, `/v1/exec/tunnel`); `container=` empty is
+/// "not given".
+pub(super) fn query_spec(req: &Request) -> ExecSpec {
     let text = |k: &str| req.query(k).unwrap_or("").to_string();
-    let spec = ExecSpec {
+    ExecSpec {
         project: text("project"),
         uid: text("uid"),
         deployment: text("deployment"),
@@ -54,7 +56,12 @@ fn interactive_request(req: &Request) -> Result<InteractiveRequest, ApiError> {
             .into_iter()
             .map(str::to_string)
             .collect(),
-    };
+    }
+}
+
+/// The interactive exec's parameters from the query string.
+fn interactive_request(req: &Request) -> Result<InteractiveRequest, ApiError> {
+    let spec = query_spec(req);
     let initial_size = match (dim(req, "cols")?, dim(req, "rows")?) {
         (Some(width), Some(height)) => Some(TermSize { width, height }),
         (None, None) => None,

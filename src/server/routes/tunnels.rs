@@ -19,7 +19,6 @@ use super::{require_websocket, FrontDoor};
 use crate::api::{ApiError, Code, Identity};
 use crate::exec::audit::TunnelRecord;
 use crate::exec::frames::Target;
-use crate::exec::validate::ExecSpec;
 use crate::http::tunnel::{splice, Duplex, SpliceOptions, MAX_MESSAGE, SUBPROTOCOL};
 use crate::http::ws::WsOptions;
 use crate::http::{Reply, Request, Upgrade};
@@ -133,23 +132,14 @@ impl FrontDoor {
     /// then as a session's tunnel.
     pub(super) fn exec_tunnel(&self, who: &Identity, req: &Request) -> Result<Reply, ApiError> {
         require_websocket(req, SUBPROTOCOL)?;
-        let text = |k: &str| req.query(k).unwrap_or("").to_string();
         let port = parse_port(req.query("port").unwrap_or("")).ok_or_else(|| {
             ApiError::new(
                 Code::ExecInvalid,
                 "port must be 1-65535 in decimal, no sign or leading zero",
             )
         })?;
-        let spec = ExecSpec {
-            project: text("project"),
-            uid: text("uid"),
-            deployment: text("deployment"),
-            container: req
-                .query("container")
-                .filter(|c| !c.is_empty())
-                .map(str::to_string),
-            command: Vec::new(),
-        };
+        // A tunnel runs no command: `command` is not looked at.
+        let spec = super::exec::query_spec(req);
         let (target, ip) = self.gateway.tunnel_target(who, &spec)?;
         let pod = PodTarget {
             namespace: target.namespace.clone(),
