@@ -466,12 +466,17 @@ fn carry_tcp(mode: &str) {
     );
     assert_eq!(st, 202, "{v}");
     until_status(&mut sse, "suspended");
-    let mut s = TcpStream::connect(("127.0.0.1", echo_port)).expect("the listener stays");
-    s.set_read_timeout(Some(T)).expect("timeout");
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
-    assert!(buf.is_empty(), "no pod, no bytes");
-    pf.wait_stderr("is not reachable now");
+    // (A connection in the moment the old pod is still going may reach
+    // it: ask until one is refused.)
+    wait_for("a connection refused for want of a pod", T, || {
+        let s = TcpStream::connect(("127.0.0.1", echo_port)).expect("the listener stays");
+        s.set_read_timeout(Some(T)).expect("timeout");
+        let _ = s.shutdown(Shutdown::Write);
+        let mut buf = Vec::new();
+        let _ = (&s).read_to_end(&mut buf);
+        assert!(buf.is_empty(), "nothing was sent, nothing comes back");
+        pf.stderr().contains("is not reachable now").then_some(())
+    });
     assert!(pf.stderr().contains("NOT_RUNNING"), "{}", pf.stderr());
     // Resume: a new pod, reached by the same local port.
     let (st, v) = d.json(
