@@ -149,7 +149,9 @@ pub fn open(
         .map_err(PortForwardError::Open)?;
     if chosen.as_deref() != Some(TUNNEL_PROTOCOL) {
         return Err(PortForwardError::Protocol(format!(
-            "the API server chose {chosen:?}, not {TUNNEL_PROTOCOL}"
+            "the API server chose {chosen:?}, not {TUNNEL_PROTOCOL} (API servers before \
+             Kubernetes 1.31, or with the PortForwardWebsockets feature gate off, do not \
+             tunnel port-forward in a WebSocket)"
         )));
     }
     let mut decoder = Decoder::new(Limits::DEFAULT);
