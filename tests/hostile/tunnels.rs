@@ -235,6 +235,38 @@ fn tunnel_requests_are_refused_from_the_head_and_before_any_cluster_call() {
         before,
         "a refused tunnel asked the cluster something"
     );
+    // An honest tunnel does: one WebSocket GET of the pod's portforward,
+    // with the daemon's User-Agent (what tests/rbac.rs maps to verbs).
+    let mut ws = wait_for("the echo through the API server", T, || {
+        let auth = format!("Bearer {own}");
+        let (mut ws, _) = d.ws(&path, &[("Authorization", &auth)], &[PROTOCOL]).ok()?;
+        ws.send(Message::binary(b"x".to_vec())).ok()?;
+        match ws.read().ok()? {
+            Message::Binary(b) if b[..] == b"x"[..] => Some(ws),
+            _ => None,
+        }
+    });
+    let _ = ws.close(None);
+    let logged: Vec<Value> = std::fs::read_to_string(f.d.dir.join("sim-requests.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| {
+            v["target"]
+                .as_str()
+                .is_some_and(|t| t.ends_with("/portforward"))
+        })
+        .collect();
+    assert!(!logged.is_empty(), "no port-forward in the request log");
+    for v in &logged {
+        assert_eq!(v["method"], "GET", "{v}");
+        assert!(
+            v["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("kubegate/")),
+            "{v}"
+        );
+    }
 }
 
 type Ws = tungstenite::WebSocket<TcpStream>;

@@ -145,7 +145,12 @@ pub fn open(
     }
     let deadline = Instant::now() + timeout;
     let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}/portforward");
-    let (mut ws, chosen) = dial_websocket(conn, &path, &[], Some(TUNNEL_PROTOCOL), timeout)
+    // Our User-Agent, as on every call (audit logs, tests/rbac.rs).
+    let agent = [(
+        "User-Agent".to_string(),
+        crate::kube::client::rest::USER_AGENT.to_string(),
+    )];
+    let (mut ws, chosen) = dial_websocket(conn, &path, &agent, Some(TUNNEL_PROTOCOL), timeout)
         .map_err(PortForwardError::Open)?;
     if chosen.as_deref() != Some(TUNNEL_PROTOCOL) {
         return Err(PortForwardError::Protocol(format!(
