@@ -457,6 +457,15 @@ fn carry_tcp(mode: &str) {
         t0.elapsed()
     );
 
+    // A tunnel open across the suspend ends with its pod.
+    let mut open = tunnel(&d, &format!("/v1/sessions/{id}/tunnels/7000")).expect("tunnel");
+    open.send(Message::binary(b"before".to_vec()))
+        .expect("send");
+    assert_eq!(
+        open.read().expect("the echo").into_data().as_ref(),
+        b"before"
+    );
+
     // Suspend: the target is gone, said once, the listener stays.
     let old_pod = d.session_pods(&id);
     let (st, v) = d.json(
@@ -478,6 +487,19 @@ fn carry_tcp(mode: &str) {
         pf.stderr().contains("is not reachable now").then_some(())
     });
     assert!(pf.stderr().contains("NOT_RUNNING"), "{}", pf.stderr());
+    // The open tunnel ended with its pod: the pod's eof (ours answers it)
+    // then 1000, or 4502 when its connection broke.
+    let code = loop {
+        match open.read() {
+            Ok(Message::Text(_)) => {
+                let _ = open.send(Message::text(EOF));
+            }
+            Ok(Message::Close(f)) => break f.map(|f| u16::from(f.code)),
+            Ok(_) => {}
+            Err(e) => panic!("the open tunnel: {e}"),
+        }
+    };
+    assert!(matches!(code, Some(1000 | 4502)), "{code:?}");
     // Resume: a new pod, reached by the same local port.
     let (st, v) = d.json(
         "POST",
