@@ -1,0 +1,141 @@
+//! Gateway routing's states (docs/sessions.md#routing-states): the
+//! session's HTTPRoutes are read back ([`Command::ReadRoutes`], answered by
+//! [`Input::RoutesRead`]) after every publish and on ticks while the pod is
+//! up: every [`ROUTE_POLL_UNSETTLED_MS`] while a route is not
+//! `programmed`, every [`ROUTE_POLL_SETTLED_MS`] once all are. A change of
+//! a tcp port's state is a `routing` event; the view's endpoints carry
+//! the last state read.
+
+use super::*;
+use crate::session::gateway::{RouteState, Routing};
+use crate::session::spec::Protocol;
+
+/// The poll period while some route is `pending` or `unprogrammed`.
+pub const ROUTE_POLL_UNSETTLED_MS: Millis = 1_000;
+/// The poll period once every route is `programmed` (a Gateway deleted
+/// under them shows within this).
+pub const ROUTE_POLL_SETTLED_MS: Millis = 5_000;
+
+/// What a read of the session's routes found: the state of each route
+/// by its port (a port without a route is `pending`), or why the read
+/// failed.
+pub type RoutesReading = Result<Vec<(u16, RouteState)>, String>;
+
+/// The read-back of the routes. Rules: one read in flight at most, except
+/// right after a publish (a newer answer may overtake an older one; the
+/// next poll corrects it); `states` holds the last state read per tcp port
+/// (absent: `pending`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct RouteReads {
+    pub(super) states: BTreeMap<u16, RouteState>,
+    pub(super) in_flight: bool,
+    pub(super) last_at: Option<Millis>,
+}
+
+impl Session {
+    fn gateway_routing(&self) -> bool {
+        matches!(self.settings.routing, Routing::Gateway(_))
+    }
+
+    /// The tcp ports of every app with the app's name, in order (the ports
+    /// a route exists for).
+    fn routed_ports(&self) -> Vec<(String, u16)> {
+        self.apps
+            .list
+            .iter()
+            .flat_map(|a| {
+                a.spec
+                    .ports
+                    .iter()
+                    .filter(|p| p.protocol == Protocol::Tcp)
+                    .map(|p| (a.spec.name.clone(), p.port))
+            })
+            .collect()
+    }
+
+    /// An endpoint's routing state: `None` without gateway routing or for
+    /// a udp port.
+    pub(super) fn route_state_of(&self, port: u16, protocol: Protocol) -> Option<RouteState> {
+        (self.gateway_routing() && protocol == Protocol::Tcp).then(|| {
+            self.route_reads
+                .states
+                .get(&port)
+                .cloned()
+                .unwrap_or(RouteState::Pending)
+        })
+    }
+
+    /// True while gateway routes of a running pod are not all
+    /// `programmed` (the ticks come faster then).
+    pub(super) fn routes_unsettled(&self) -> bool {
+        self.gateway_routing()
+            && self.pod.phase == Phase::Up
+            && self
+                .routed_ports()
+                .iter()
+                .any(|(_, p)| self.route_reads.states.get(p) != Some(&RouteState::Programmed))
+    }
+
+    /// After a publish: read the routes at once.
+    pub(super) fn read_routes_now(&mut self, now: Millis, out: &mut Vec<Command>) {
+        if self.gateway_routing() && !self.routed_ports().is_empty() {
+            self.route_reads.in_flight = true;
+            self.route_reads.last_at = Some(now);
+            out.push(Command::ReadRoutes);
+        }
+    }
+
+    /// On a tick: a read when one is due.
+    pub(super) fn poll_routes(&mut self, now: Millis, out: &mut Vec<Command>) {
+        if !self.gateway_routing()
+            || self.pod.phase != Phase::Up
+            || self.route_reads.in_flight
+            || self.routed_ports().is_empty()
+        {
+            return;
+        }
+        let period = if self.routes_unsettled() {
+            ROUTE_POLL_UNSETTLED_MS
+        } else {
+            ROUTE_POLL_SETTLED_MS
+        };
+        if self
+            .route_reads
+            .last_at
+            .is_none_or(|t| now.saturating_sub(t) >= period)
+        {
+            self.read_routes_now(now, out);
+        }
+    }
+
+    /// [`Input::RoutesRead`]: new states become `routing` events.
+    pub(super) fn routes_read(&mut self, reading: RoutesReading, out: &mut Vec<Command>) {
+        self.route_reads.in_flight = false;
+        let found = match reading {
+            Ok(found) => found,
+            // The last states stand (the engine logged why); the next poll
+            // tries again.
+            Err(_) => return,
+        };
+        let found: BTreeMap<u16, RouteState> = found.into_iter().collect();
+        let domain = self.settings.base_domain.clone().unwrap_or_default();
+        for (app, port) in self.routed_ports() {
+            let now_state = found.get(&port).cloned().unwrap_or(RouteState::Pending);
+            let before = self
+                .route_reads
+                .states
+                .get(&port)
+                .cloned()
+                .unwrap_or(RouteState::Pending);
+            if now_state != before {
+                out.push(Command::Emit(Event::Routing {
+                    app,
+                    port,
+                    host: pod::endpoint_host(port, &self.who.id, &domain),
+                    state: now_state.clone(),
+                }));
+            }
+        }
+        self.route_reads.states = found;
+    }
+}
