@@ -44,6 +44,8 @@ mod runs;
 #[cfg(test)]
 mod adopt_tests;
 #[cfg(test)]
+mod routing_tests;
+#[cfg(test)]
 mod tests;
 
 pub use adopt::{Record, RecordError, RunRecord, DRAIN_DEADLINE_MS};
