@@ -9,15 +9,18 @@
 //! are replaced, the port proxy with every method it forwards, workspace
 //! reads and writes, reload, setApps, suspend, resume, stop), then a
 //! restart with a live session (SIGTERM, start again: the pod re-adopted,
-//! the output written meanwhile read from its log), then SIGTERM.
+//! the output written meanwhile read from its log), then SIGTERM; then a
+//! second daemon with gateway routing (`routing = "gateway"`: the Gateway
+//! read at start, a session's HTTPRoutes created, read back, replaced on a
+//! re-route and deleted for a port gone).
 //! Every logged request whose User-Agent is the daemon's (`kubegate/…`;
 //! kubectl's own set-up requests are not) is mapped to what the API
 //! server's authorizer checks — (namespace, apiGroup, resource[/sub], verb)
 //! — the way upstream's RequestInfo does: GET on a collection is `list`, or
 //! `watch` with `watch=true`; GET on an object `get`; POST `create`; PUT
 //! `update`; PATCH `patch`; DELETE `delete`; a WebSocket GET on
-//! pods/exec or pods/attach needs `get` AND `create` (Kubernetes 1.35+,
-//! `AuthorizePodWebsocketUpgradeCreatePermission`).
+//! pods/exec, pods/attach or pods/portforward needs `get` AND `create`
+//! (Kubernetes 1.35+, `AuthorizePodWebsocketUpgradeCreatePermission`).
 //!
 //! Then both directions: every used (namespace, group, resource, verb) is
 //! granted in that namespace by the Roles/ClusterRoles bound there in
@@ -43,10 +46,24 @@ const RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rbac.yaml");
 /// and the example workspace's project (config.example.toml).
 const SESSION_NS: &str = "default";
 const WORKSPACE_NS: &str = "demo";
+/// The namespace of the Gateway in rbac.yaml's gateway Role.
+const GATEWAY_NS: &str = "infra";
 
-/// Granted but not seen in the run, each with its reason. Empty today:
-/// every verb in rbac.yaml is exercised above.
-const ALLOWANCES: &[(&str, &str, &str, &str)] = &[];
+/// Granted but not seen in the run, each with its reason.
+const ALLOWANCES: &[(&str, &str, &str, &str)] = &[
+    (
+        "",
+        "pods/portforward",
+        "get",
+        "the TCP tunnel route (issue 15's tunnels): the WebSocket upgrade is checked as get",
+    ),
+    (
+        "",
+        "pods/portforward",
+        "create",
+        "the TCP tunnel route (issue 15's tunnels): newer API servers also check create on the upgrade",
+    ),
+];
 
 /// One authorization check: (namespace or "" for cluster scope, apiGroup,
 /// resource or resource/subresource, verb).
@@ -107,7 +124,7 @@ fn checks_of(line: &Value) -> Vec<Check> {
         .split('&')
         .any(|kv| kv == "watch=true" || kv == "watch=1");
     let verbs: Vec<&str> = match (method, name, sub) {
-        ("GET", _, Some("exec" | "attach")) if upgrade => vec!["get", "create"],
+        ("GET", _, Some("exec" | "attach" | "portforward")) if upgrade => vec!["get", "create"],
         ("GET" | "HEAD", None, _) if watch => vec!["watch"],
         ("GET" | "HEAD", None, _) => vec!["list"],
         ("GET" | "HEAD", Some(_), _) => vec!["get"],
@@ -176,6 +193,19 @@ fn the_mapping_follows_the_api_servers_request_info() {
             true
         ),
         ["d||pods/exec|get", "d||pods/exec|create"]
+    );
+    assert_eq!(
+        c("GET", "/api/v1/namespaces/d/pods/p/portforward", "", true),
+        ["d||pods/portforward|get", "d||pods/portforward|create"]
+    );
+    assert_eq!(
+        c(
+            "GET",
+            "/apis/gateway.networking.k8s.io/v1/namespaces/d/httproutes",
+            "labelSelector=a%3Db",
+            false
+        ),
+        ["d|gateway.networking.k8s.io|httproutes|list"]
     );
     assert_eq!(
         c(
@@ -380,6 +410,16 @@ fn rbac_yaml_has_the_expected_shape() {
     // No cluster-wide grant: ClusterRoles only through namespaced bindings.
     assert!(!g.by_ns.contains_key(""), "no ClusterRoleBinding");
     assert!(g.by_ns.contains_key(SESSION_NS) && g.by_ns.contains_key(WORKSPACE_NS));
+    // The Gateway's namespace gets `get gateways` and nothing else.
+    let gw: Vec<&Triple> = g.by_ns[GATEWAY_NS].iter().collect();
+    assert_eq!(
+        gw,
+        [&(
+            "gateway.networking.k8s.io".to_string(),
+            "gateways".to_string(),
+            "get".to_string()
+        )]
+    );
     for d in &docs {
         assert!(
             d["apiVersion"] == "v1" || d["apiVersion"] == "rbac.authorization.k8s.io/v1",
@@ -441,7 +481,7 @@ fn until_status(sse: &mut SseClient, want: &str) -> Vec<SseEvent> {
     seen
 }
 
-fn daemon_config(sim_kubeconfig: &Path, digest: &str) -> String {
+fn daemon_config(sim_kubeconfig: &Path, digest: &str, routing: &str) -> String {
     format!(
         r#"[server]
 listen = "127.0.0.1:0"
@@ -451,7 +491,7 @@ state_dir = "./state"
 mode = "kubeconfig"
 kubeconfig = "{}"
 session_namespace = "{SESSION_NS}"
-ingress_base_domain = "dev.example.com"
+{routing}
 
 [[principal]]
 name = "demo"
@@ -612,13 +652,107 @@ fn restart_with_a_live_session(d: &mut DaemonProc) {
     until_status(&mut sse, "stopped");
 }
 
+/// An app whose debug stream declares 8080 and 8081 (8080's route
+/// replaced, 8081's created), then, a second later, 8081 alone (8080's
+/// route deleted).
+const ROUTES_PY: &str = r#"
+import http.server, json, os, time
+class Events(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for ports in ([8080, 8081], [8081]):
+            ev = {"event": "Kernel.PortsResolved", "payload": {"ports": [{"port": p} for p in ports]}}
+            self.wfile.write(("data: %s\n\n" % json.dumps(ev)).encode())
+            self.wfile.flush()
+            time.sleep(1)
+        while True:
+            time.sleep(1)
+            self.wfile.write(b": hb\n\n")
+            self.wfile.flush()
+    def log_message(self, *a): pass
+host, port = os.environ["KUBEGATE_INSPECT_ADDR"].rsplit(":", 1)
+http.server.ThreadingHTTPServer((host, int(port)), Events).serve_forever()
+"#;
+
+/// A daemon with gateway routing: the Gateway read at start, one
+/// session's routes created, read back, replaced, deleted; then a stop.
+fn drive_gateway(sim: &SimProc, token: &str, digest: &str) {
+    sim.apply(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+        "metadata": {"name": "sim"}, "spec": {"controllerName": "example.com/gw"}}),
+    );
+    sim.apply(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "public", "namespace": GATEWAY_NS},
+        "spec": {"gatewayClassName": "sim",
+                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    );
+    let mut d = DaemonProc::start_config(
+        &daemon_config(
+            &sim.kubeconfig,
+            digest,
+            &format!(
+                "routing = \"gateway\"\nbase_domain = \"dev.example.com\"\ngateway = \"{GATEWAY_NS}/public\""
+            ),
+        ),
+        sim.kubeconfig.clone(),
+        token,
+        "info",
+    );
+    let body = json!({
+        "apps": [{"name": "web", "entry": "app.py", "command": ["python3", "app.py"],
+                  "io": "streams", "ports": [{"port": 8080}], "runner": false}],
+        "bundle": {"files": [{"path": "app.py", "content": ROUTES_PY}]}
+    });
+    let (id, mut sse) = d.create_session(&body);
+    let seen = sse.until(|e| {
+        (e.event == "routing" && e.data["port"] == 8081 && e.data["state"] == "programmed")
+            || status_of(e) == Some("failed")
+    });
+    assert_ne!(seen.last().and_then(status_of), Some("failed"), "{seen:#?}");
+    wait_for("8080's route deleted", Duration::from_secs(30), || {
+        let v = sim.kubectl_json(&[
+            "-n",
+            SESSION_NS,
+            "get",
+            "httproutes",
+            "-l",
+            &format!("kubegate.dev/session-id={id}"),
+        ]);
+        let names: Vec<&str> = v["items"]
+            .as_array()?
+            .iter()
+            .filter_map(|r| r["metadata"]["name"].as_str())
+            .collect();
+        (names == [format!("kubegate-run-{id}-p8081")]).then_some(())
+    });
+    let (st, _) = d.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}"),
+        Some(&d.token),
+        None,
+    );
+    assert_eq!(st, 204);
+    until_status(&mut sse, "stopped");
+    assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
+}
+
 #[test]
 fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
     let _dog = watchdog(600);
     let dir = temp_dir("rbac");
     let log = dir.join("requests.jsonl");
     let log_arg = log.display().to_string();
-    let sim = SimProc::start(&["--request-log", &log_arg, "--namespace", WORKSPACE_NS]);
+    let sim = SimProc::start(&[
+        "--request-log",
+        &log_arg,
+        "--namespace",
+        WORKSPACE_NS,
+        "--namespace",
+        GATEWAY_NS,
+    ]);
     sim.apply(&kubegate::server::demo::demo_deployment(
         "kubegate",
         "kubegate.dev/workspace-uid",
@@ -634,7 +768,11 @@ fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
 
     let (token, digest) = common::daemon::random_token();
     let mut d = DaemonProc::start_config(
-        &daemon_config(&sim.kubeconfig, &digest),
+        &daemon_config(
+            &sim.kubeconfig,
+            &digest,
+            "ingress_base_domain = \"dev.example.com\"",
+        ),
         sim.kubeconfig.clone(),
         &token,
         "info",
@@ -642,6 +780,7 @@ fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
     drive(&sim, &d);
     restart_with_a_live_session(&mut d);
     assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
+    drive_gateway(&sim, &token, &digest);
 
     let text = std::fs::read_to_string(&log).expect("read the request log");
     let mut used: BTreeSet<Check> = BTreeSet::new();
