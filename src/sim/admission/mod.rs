@@ -5,8 +5,8 @@
 //!   helpers the kinds share, metadata (names, labels, annotations) and
 //!   namespaces.
 //! - `pods.rs`, `services.rs`, `workloads.rs` (Deployments, ReplicaSets,
-//!   Ingresses), `config.rs` (ConfigMaps, Secrets): each kind's defaults
-//!   and rules.
+//!   Ingresses), `config.rs` (ConfigMaps, Secrets), `gateway.rs` (the
+//!   Gateway API kinds): each kind's defaults and rules.
 //! - [`allocator`]: ClusterIPs and NodePorts.
 //! - the syntax rules on names, keys and ports are [`crate::sim::rules`]'s.
 //!
