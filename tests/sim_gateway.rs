@@ -179,9 +179,42 @@ fn gateway_api_kinds_are_served_and_routes_get_status() {
     assert!(added, "ADDED before MODIFIED");
     assert_eq!(seen.metadata.generation, Some(1));
 
-    // The status subresource: a main write keeps status (and a spec
-    // change bumps the generation, so status is re-observed); a status
-    // write keeps the spec.
+    status_subresource(&routes);
+    kubectl_tables(&sim);
+    // Deleting the Gateway turns its routes unaccepted.
+    sim.kubectl_ok(&["delete", "gateway", "public", "-n", "infra"]);
+    wait_conditions(
+        &routes,
+        "dangling",
+        &[
+            ("Accepted", "False", "NoMatchingParent"),
+            ("ResolvedRefs", "False", "BackendNotFound"),
+        ],
+    );
+    // Creating the missing Service resolves the refs.
+    sim.kubectl_ok(&["create", "service", "clusterip", "nope", "--tcp=80:80"]);
+    wait_conditions(
+        &routes,
+        "dangling",
+        &[
+            ("Accepted", "False", "NoMatchingParent"),
+            ("ResolvedRefs", "True", "ResolvedRefs"),
+        ],
+    );
+    // List and delete.
+    let list = routes.list(&ListParams::labels("suite=gw")).expect("list");
+    assert_eq!(list.items.len(), 3);
+    sim.kubectl_ok(&["delete", "httproute", "orphan"]);
+    assert!(matches!(routes.get("orphan"), Err(KubeError::NotFound(_))));
+    stopper.stop();
+    drop(rx);
+    let _ = watching.join();
+}
+
+/// A main write keeps status (and a spec change bumps the generation, so
+/// status is re-observed); a status write keeps the spec; another
+/// controller's entry is kept beside ours.
+fn status_subresource(routes: &Api<HttpRoute>) {
     let mut changed = routes.get("ok").expect("get");
     changed.spec.as_mut().expect("spec")["hostnames"] = json!(["other.example.com"]);
     changed.status = Some(json!({"parents": []}));
@@ -211,8 +244,10 @@ fn gateway_api_kinds_are_served_and_routes_get_status() {
         let v = serde_json::to_value(routes.get("ok").ok()?).ok()?;
         (v["status"]["parents"].as_array()?.len() == 2).then_some(())
     });
+}
 
-    // kubectl's tables: the CRDs' printer columns.
+/// kubectl's tables: the CRDs' printer columns.
+fn kubectl_tables(sim: &SimProc) {
     let out = sim.kubectl_ok(&["get", "httproutes"]);
     let head: Vec<&str> = out
         .lines()
@@ -233,35 +268,6 @@ fn gateway_api_kinds_are_served_and_routes_get_status() {
         out.contains("sim") && out.contains("example.com/any") && out.contains("True"),
         "{out}"
     );
-
-    // Deleting the Gateway turns its routes unaccepted.
-    sim.kubectl_ok(&["delete", "gateway", "public", "-n", "infra"]);
-    wait_conditions(
-        &routes,
-        "dangling",
-        &[
-            ("Accepted", "False", "NoMatchingParent"),
-            ("ResolvedRefs", "False", "BackendNotFound"),
-        ],
-    );
-    // Creating the missing Service resolves the refs.
-    sim.kubectl_ok(&["create", "service", "clusterip", "nope", "--tcp=80:80"]);
-    wait_conditions(
-        &routes,
-        "dangling",
-        &[
-            ("Accepted", "False", "NoMatchingParent"),
-            ("ResolvedRefs", "True", "ResolvedRefs"),
-        ],
-    );
-    // List and delete.
-    let list = routes.list(&ListParams::labels("suite=gw")).expect("list");
-    assert_eq!(list.items.len(), 3);
-    sim.kubectl_ok(&["delete", "httproute", "orphan"]);
-    assert!(matches!(routes.get("orphan"), Err(KubeError::NotFound(_))));
-    stopper.stop();
-    drop(rx);
-    let _ = watching.join();
 }
 
 #[test]
