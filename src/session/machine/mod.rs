@@ -56,7 +56,9 @@ use lifecycle::AfterCheckpoint;
 pub use ports::ports_resolved_from;
 use ports::PortChange;
 use routing::RouteReads;
-pub use routing::{RoutesReading, ROUTE_POLL_SETTLED_MS, ROUTE_POLL_UNSETTLED_MS};
+pub use routing::{
+    RoutesReading, ROUTE_POLL_FAST_FOR_MS, ROUTE_POLL_SETTLED_MS, ROUTE_POLL_UNSETTLED_MS,
+};
 pub use runs::{runner_event_from, RunnerEvent};
 use runs::{started_pos, RunTrack};
 

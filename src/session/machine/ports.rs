@@ -86,7 +86,7 @@ impl Session {
 
     /// [`Input::PublishDone`]: the bring-up's, or a port change's.
     pub(super) fn publish_done(&mut self, id: u64, now: Millis, out: &mut Vec<Command>) {
-        self.read_routes_now(now, out);
+        self.routes_published(now, out);
         if self.bring_up_published(id, now, out) {
             return;
         }

@@ -1,19 +1,23 @@
 //! Gateway routing's states (docs/sessions.md#routing-states): the
 //! session's HTTPRoutes are read back ([`Command::ReadRoutes`], answered by
 //! [`Input::RoutesRead`]) after every publish and on ticks while the pod is
-//! up: every [`ROUTE_POLL_UNSETTLED_MS`] while a route is not
-//! `programmed`, every [`ROUTE_POLL_SETTLED_MS`] once all are. A change of
-//! a tcp port's state is a `routing` event; the view's endpoints carry
-//! the last state read.
+//! up: every [`ROUTE_POLL_UNSETTLED_MS`] while a route is `pending` within
+//! [`ROUTE_POLL_FAST_FOR_MS`] of the last publish (a controller is about to
+//! answer), every [`ROUTE_POLL_SETTLED_MS`] otherwise (all programmed, a
+//! known failure, or a controller that never answers: a cluster without
+//! one is not polled every second forever). A change of a tcp port's state
+//! is a `routing` event; the view's endpoints carry the last state read.
 
 use super::*;
 use crate::session::gateway::{RouteState, Routing};
 use crate::session::spec::Protocol;
 
-/// The poll period while some route is `pending` or `unprogrammed`.
+/// The poll period while some route is `pending`, shortly after a publish.
 pub const ROUTE_POLL_UNSETTLED_MS: Millis = 1_000;
-/// The poll period once every route is `programmed` (a Gateway deleted
-/// under them shows within this).
+/// How long after a publish a `pending` route is polled fast.
+pub const ROUTE_POLL_FAST_FOR_MS: Millis = 30_000;
+/// The poll period otherwise (a Gateway deleted under programmed routes
+/// shows within this).
 pub const ROUTE_POLL_SETTLED_MS: Millis = 5_000;
 
 /// What a read of the session's routes found: the state of each route
@@ -30,6 +34,9 @@ pub(super) struct RouteReads {
     pub(super) states: BTreeMap<u16, RouteState>,
     pub(super) in_flight: bool,
     pub(super) last_at: Option<Millis>,
+    /// Until when a `pending` route is polled fast (the last publish plus
+    /// [`ROUTE_POLL_FAST_FOR_MS`]); cleared by the first tick past it.
+    pub(super) fast_until: Option<Millis>,
 }
 
 impl Session {
@@ -65,19 +72,27 @@ impl Session {
         })
     }
 
-    /// True while gateway routes of a running pod are not all
-    /// `programmed` (the ticks come faster then).
+    /// True while a gateway route of a running pod is `pending` shortly
+    /// after a publish (the ticks come faster then).
     pub(super) fn routes_unsettled(&self) -> bool {
         self.gateway_routing()
             && self.pod.phase == Phase::Up
-            && self
-                .routed_ports()
-                .iter()
-                .any(|(_, p)| self.route_reads.states.get(p) != Some(&RouteState::Programmed))
+            && self.route_reads.fast_until.is_some()
+            && self.routed_ports().iter().any(|(_, p)| {
+                matches!(
+                    self.route_reads.states.get(p),
+                    None | Some(RouteState::Pending)
+                )
+            })
     }
 
-    /// After a publish: read the routes at once.
-    pub(super) fn read_routes_now(&mut self, now: Millis, out: &mut Vec<Command>) {
+    /// After a publish: read the routes at once, then fast while pending.
+    pub(super) fn routes_published(&mut self, now: Millis, out: &mut Vec<Command>) {
+        self.route_reads.fast_until = Some(now + ROUTE_POLL_FAST_FOR_MS);
+        self.read_routes_now(now, out);
+    }
+
+    fn read_routes_now(&mut self, now: Millis, out: &mut Vec<Command>) {
         if self.gateway_routing() && !self.routed_ports().is_empty() {
             self.route_reads.in_flight = true;
             self.route_reads.last_at = Some(now);
@@ -87,6 +102,9 @@ impl Session {
 
     /// On a tick: a read when one is due.
     pub(super) fn poll_routes(&mut self, now: Millis, out: &mut Vec<Command>) {
+        if self.route_reads.fast_until.is_some_and(|t| now >= t) {
+            self.route_reads.fast_until = None;
+        }
         if !self.gateway_routing()
             || self.pod.phase != Phase::Up
             || self.route_reads.in_flight

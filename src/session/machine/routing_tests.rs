@@ -160,7 +160,7 @@ fn routes_are_published_per_tcp_port_and_read_back_as_states() {
     assert_eq!(events(&c).len(), 1);
     assert_eq!(events(&c)[0].1["app"], "worker");
     // Settled: polled every 5 s.
-    assert_eq!(s.tick_interval_ms(), 5_000);
+    assert_eq!(s.tick_interval_ms(), ROUTE_POLL_SETTLED_MS);
     assert_eq!(reads(&s.handle(Input::Tick, T0 + 8_000)), 0);
     assert_eq!(reads(&s.handle(Input::Tick, T0 + 12_000)), 1);
     // The Gateway went away: unprogrammed, with the condition's words.
@@ -182,7 +182,8 @@ fn routes_are_published_per_tcp_port_and_read_back_as_states() {
         )]
     );
     assert_eq!(view_routing(&s, 8080)["state"], "unprogrammed");
-    assert_eq!(s.tick_interval_ms(), ROUTE_POLL_UNSETTLED_MS);
+    // A known failure is polled at the settled rate.
+    assert_eq!(s.tick_interval_ms(), ROUTE_POLL_SETTLED_MS);
     // A failed read changes nothing; a route gone is pending again.
     let c = s.handle(
         Input::RoutesRead {
@@ -261,4 +262,68 @@ fn ingress_routing_keeps_todays_shape() {
     assert_eq!(view_routing(&s, 8080), Value::Null);
     assert_eq!(reads(&s.handle(Input::Tick, T0 + 60_000)), 0);
     assert_eq!(s.tick_interval_ms(), 5_000);
+}
+
+#[test]
+fn a_route_pending_for_long_is_polled_at_the_settled_rate() {
+    // A cluster whose Gateway has no controller: routes stay pending.
+    let (mut s, _, _, _) = up_with(gateway_settings());
+    read(&mut s, vec![], T0 + 5_100);
+    assert_eq!(s.tick_interval_ms(), ROUTE_POLL_UNSETTLED_MS);
+    let mut at = T0 + 6_000;
+    let mut fast = 0;
+    while at < T0 + 5_000 + ROUTE_POLL_FAST_FOR_MS {
+        if reads(&s.handle(Input::Tick, at)) == 1 {
+            fast += 1;
+            read(&mut s, vec![], at + 10);
+        }
+        at += 1_000;
+    }
+    assert!(fast >= 25, "{fast} fast reads in the first 30 s");
+    // Past the window: every 5 s.
+    s.handle(Input::Tick, at);
+    assert_eq!(s.tick_interval_ms(), ROUTE_POLL_SETTLED_MS);
+    let c = s.handle(Input::Tick, at + 1_000);
+    assert_eq!(reads(&c), 0);
+    assert_eq!(view_routing(&s, 8080), json!({"state": "pending"}));
+}
+
+#[test]
+fn garbage_in_a_route_status_is_pending_not_a_panic() {
+    use crate::kube::client::HttpRoute;
+    use crate::session::gateway::route_state;
+    let parent = GatewayParent {
+        namespace: "infra".into(),
+        name: "public".into(),
+        section: None,
+    };
+    let ours = json!({"namespace": "infra", "name": "public"});
+    for status in [
+        json!("a string"),
+        json!({"parents": "not a list"}),
+        json!({"parents": [1, null, {"parentRef": 7}]}),
+        json!({"parents": [{"parentRef": ours, "conditions": {"type": "Accepted"}}]}),
+        json!({"parents": [{"parentRef": ours, "conditions": [7, {"type": 1}, {"type": "Accepted", "status": 3}]}]}),
+        json!({"parents": [{"parentRef": {"name": ["public"], "namespace": "infra"}}]}),
+    ] {
+        let r: HttpRoute = serde_json::from_value(json!({
+            "metadata": {"name": "r", "namespace": "dev"}, "status": status}))
+        .expect("route");
+        let st = route_state(&r, &parent);
+        assert_eq!(st, RouteState::Pending, "{status}");
+    }
+    // A non-string status is not True: unprogrammed, with empty words.
+    let r: HttpRoute = serde_json::from_value(json!({
+        "metadata": {"name": "r", "namespace": "dev"},
+        "status": {"parents": [{"parentRef": ours, "conditions": [
+            {"type": "Accepted", "status": 3}, {"type": "ResolvedRefs", "status": "True"}]}]}}))
+    .expect("route");
+    assert_eq!(
+        route_state(&r, &parent),
+        RouteState::Unprogrammed {
+            condition: "Accepted".into(),
+            reason: String::new(),
+            message: String::new(),
+        }
+    );
 }
