@@ -61,13 +61,14 @@ impl Session {
     }
 
     /// An endpoint's routing state: `None` without gateway routing or for
-    /// a udp port.
+    /// a udp port; `pending` while the pod is not up (its routes go with
+    /// it, and a new pod's are not read yet).
     pub(super) fn route_state_of(&self, port: u16, protocol: Protocol) -> Option<RouteState> {
         (self.gateway_routing() && protocol == Protocol::Tcp).then(|| {
-            self.route_reads
-                .states
-                .get(&port)
-                .cloned()
+            let known = self.pod.phase == Phase::Up;
+            known
+                .then(|| self.route_reads.states.get(&port).cloned())
+                .flatten()
                 .unwrap_or(RouteState::Pending)
         })
     }
@@ -88,6 +89,10 @@ impl Session {
 
     /// After a publish: read the routes at once, then fast while pending.
     pub(super) fn routes_published(&mut self, now: Millis, out: &mut Vec<Command>) {
+        if self.pod.phase != Phase::Up {
+            // A bring-up's publish: the routes are a new pod's, read afresh.
+            self.route_reads.states.clear();
+        }
         self.route_reads.fast_until = Some(now + ROUTE_POLL_FAST_FOR_MS);
         self.read_routes_now(now, out);
     }

@@ -327,3 +327,44 @@ fn garbage_in_a_route_status_is_pending_not_a_panic() {
         }
     );
 }
+
+#[test]
+fn states_are_pending_while_the_pod_is_not_up_and_read_afresh_after() {
+    let (mut s, name, _, _) = up_with(gateway_settings());
+    read(
+        &mut s,
+        vec![
+            (8080, RouteState::Programmed),
+            (3000, RouteState::Programmed),
+        ],
+        T0 + 5_100,
+    );
+    s.user(UserOp::Suspend, T0 + 6_000).expect("suspend");
+    s.handle(Input::CheckpointDone { pod: name }, T0 + 7_000);
+    assert_eq!(s.status(), &Status::Suspended);
+    assert_eq!(view_routing(&s, 8080), json!({"state": "pending"}));
+    // No polling while suspended.
+    assert_eq!(reads(&s.handle(Input::Tick, T0 + 60_000)), 0);
+    // Resumed: the new pod's routes are published and read; programmed
+    // again is an event (the view said pending meanwhile).
+    let later = T0 + 100_000;
+    let c = s.user(UserOp::Resume, later).expect("resume");
+    let name2 = created_pod(&c).metadata.name().to_string();
+    let c = super::tests::recreated(&mut s, &name2, later);
+    let id = publish_id(&c);
+    attach_all(&mut s, &name2, later + 5);
+    let c = s.handle(Input::PublishDone { id }, later + 6);
+    assert_eq!(s.status(), &Status::Running);
+    assert_eq!(reads(&c), 1);
+    assert_eq!(view_routing(&s, 8080), json!({"state": "pending"}));
+    let c = read(
+        &mut s,
+        vec![
+            (8080, RouteState::Programmed),
+            (3000, RouteState::Programmed),
+        ],
+        later + 7,
+    );
+    assert_eq!(events(&c).len(), 2, "{c:?}");
+    assert_eq!(view_routing(&s, 8080), json!({"state": "programmed"}));
+}
