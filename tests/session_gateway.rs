@@ -276,3 +276,103 @@ fn a_config_naming_both_layers_refuses_to_start_naming_routing() {
         "{err}"
     );
 }
+
+/// A cluster that answers `/version` and nothing else (404 Status): no
+/// API group is served.
+fn bare_cluster() -> (
+    String,
+    std::thread::JoinHandle<()>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.set_nonblocking(true).expect("nonblocking");
+    let url = format!("http://{}", l.local_addr().expect("addr"));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    let t = std::thread::spawn(move || {
+        while !stopped.load(Ordering::Relaxed) {
+            let Ok((s, _)) = l.accept() else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            s.set_nonblocking(false).expect("blocking");
+            s.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            let mut r = BufReader::new(s);
+            let mut line = String::new();
+            if r.read_line(&mut line).is_err() {
+                continue;
+            }
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).map_or(true, |n| n == 0) || h == "\r\n" {
+                    break;
+                }
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+            let (status, body) = if path == "/version" {
+                (
+                    "200 OK",
+                    json!({"major": "1", "minor": "32", "gitVersion": "v1.32.0"}),
+                )
+            } else {
+                (
+                    "404 Not Found",
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": "the server could not find the requested resource",
+                    "reason": "NotFound", "code": 404}),
+                )
+            };
+            let body = body.to_string();
+            let mut s = r.into_inner();
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, t, stop)
+}
+
+#[test]
+fn a_cluster_without_the_chosen_layers_api_refuses_to_start_naming_routing() {
+    let (url, t, stop) = bare_cluster();
+    let dir = temp_dir("routing-discovery");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n"
+        ),
+    )
+    .expect("write the kubeconfig");
+    let (_, digest) = random_token();
+    for (routing, missing) in [
+        (
+            "routing = \"gateway\"\nbase_domain = \"d.io\"\ngateway = \"infra/public\"",
+            "gateway.networking.k8s.io/v1 HTTPRoute",
+        ),
+        ("base_domain = \"d.io\"", "networking.k8s.io/v1 Ingress"),
+    ] {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"./state\"\n[cluster]\nmode = \"kubeconfig\"\nkubeconfig = \"{}\"\n{routing}\n[[principal]]\nname = \"p\"\ntoken_sha256 = \"{digest}\"\n",
+            kubeconfig.display()
+        );
+        let path = dir.join("kubegate.toml");
+        std::fs::write(&path, text).expect("write the config");
+        let out = std::process::Command::new(KUBEGATE)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .output()
+            .expect("kubegate serve");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("cluster.routing"), "{err}");
+        assert!(err.contains(missing), "{missing}: {err}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = t.join();
+}
