@@ -81,11 +81,16 @@ pub fn reconcile(store: &Store) -> Result<(), StoreError> {
             }
         }
     }
+    let routes = all(Resource::HttpRoute);
+    if routes.is_empty() {
+        // Most Service changes of a cluster without routes stop here.
+        return Ok(());
+    }
     let services: HashSet<(String, String)> = all(Resource::Service)
         .iter()
         .map(|s| (ns_of(s), name_of(s)))
         .collect();
-    for r in all(Resource::HttpRoute) {
+    for r in routes {
         let parents = route_parents(&r, &gateways, &services);
         match store.modify(Resource::HttpRoute, &ns_of(&r), &name_of(&r), &mut |o| {
             let mut kept: Vec<Value> = o["status"]["parents"]
