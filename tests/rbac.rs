@@ -6,18 +6,22 @@
 //! a cluster: `/readyz`, `GET /v1/workspaces`, a one-shot exec, and one
 //! watch session's whole life (start with a published port and an Ingress,
 //! each pod's token Secret, attach, the debug stream re-routing the port so the Service and Ingress
-//! are replaced, the port proxy with every method it forwards, workspace
+//! are replaced, the port proxy with every method it forwards, a TCP
+//! tunnel to the app and one to the workspace's Deployment, workspace
 //! reads and writes, reload, setApps, suspend, resume, stop), then a
 //! restart with a live session (SIGTERM, start again: the pod re-adopted,
-//! the output written meanwhile read from its log), then SIGTERM.
+//! the output written meanwhile read from its log), then SIGTERM; then a
+//! second daemon with gateway routing (`routing = "gateway"`: the Gateway
+//! read at start, a session's HTTPRoutes created, read back, replaced on a
+//! re-route and deleted for a port gone).
 //! Every logged request whose User-Agent is the daemon's (`kubegate/…`;
 //! kubectl's own set-up requests are not) is mapped to what the API
 //! server's authorizer checks — (namespace, apiGroup, resource[/sub], verb)
 //! — the way upstream's RequestInfo does: GET on a collection is `list`, or
 //! `watch` with `watch=true`; GET on an object `get`; POST `create`; PUT
 //! `update`; PATCH `patch`; DELETE `delete`; a WebSocket GET on
-//! pods/exec or pods/attach needs `get` AND `create` (Kubernetes 1.35+,
-//! `AuthorizePodWebsocketUpgradeCreatePermission`).
+//! pods/exec, pods/attach or pods/portforward needs `get` AND `create`
+//! (Kubernetes 1.35+, `AuthorizePodWebsocketUpgradeCreatePermission`).
 //!
 //! Then both directions: every used (namespace, group, resource, verb) is
 //! granted in that namespace by the Roles/ClusterRoles bound there in
@@ -43,9 +47,10 @@ const RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rbac.yaml");
 /// and the example workspace's project (config.example.toml).
 const SESSION_NS: &str = "default";
 const WORKSPACE_NS: &str = "demo";
+/// The namespace of the Gateway in rbac.yaml's gateway Role.
+const GATEWAY_NS: &str = "infra";
 
-/// Granted but not seen in the run, each with its reason. Empty today:
-/// every verb in rbac.yaml is exercised above.
+/// Granted but not seen in the run, each with its reason.
 const ALLOWANCES: &[(&str, &str, &str, &str)] = &[];
 
 /// One authorization check: (namespace or "" for cluster scope, apiGroup,
@@ -107,7 +112,7 @@ fn checks_of(line: &Value) -> Vec<Check> {
         .split('&')
         .any(|kv| kv == "watch=true" || kv == "watch=1");
     let verbs: Vec<&str> = match (method, name, sub) {
-        ("GET", _, Some("exec" | "attach")) if upgrade => vec!["get", "create"],
+        ("GET", _, Some("exec" | "attach" | "portforward")) if upgrade => vec!["get", "create"],
         ("GET" | "HEAD", None, _) if watch => vec!["watch"],
         ("GET" | "HEAD", None, _) => vec!["list"],
         ("GET" | "HEAD", Some(_), _) => vec!["get"],
@@ -176,6 +181,19 @@ fn the_mapping_follows_the_api_servers_request_info() {
             true
         ),
         ["d||pods/exec|get", "d||pods/exec|create"]
+    );
+    assert_eq!(
+        c("GET", "/api/v1/namespaces/d/pods/p/portforward", "", true),
+        ["d||pods/portforward|get", "d||pods/portforward|create"]
+    );
+    assert_eq!(
+        c(
+            "GET",
+            "/apis/gateway.networking.k8s.io/v1/namespaces/d/httproutes",
+            "labelSelector=a%3Db",
+            false
+        ),
+        ["d|gateway.networking.k8s.io|httproutes|list"]
     );
     assert_eq!(
         c(
@@ -380,6 +398,16 @@ fn rbac_yaml_has_the_expected_shape() {
     // No cluster-wide grant: ClusterRoles only through namespaced bindings.
     assert!(!g.by_ns.contains_key(""), "no ClusterRoleBinding");
     assert!(g.by_ns.contains_key(SESSION_NS) && g.by_ns.contains_key(WORKSPACE_NS));
+    // The Gateway's namespace gets `get gateways` and nothing else.
+    let gw: Vec<&Triple> = g.by_ns[GATEWAY_NS].iter().collect();
+    assert_eq!(
+        gw,
+        [&(
+            "gateway.networking.k8s.io".to_string(),
+            "gateways".to_string(),
+            "get".to_string()
+        )]
+    );
     for d in &docs {
         assert!(
             d["apiVersion"] == "v1" || d["apiVersion"] == "rbac.authorization.k8s.io/v1",
@@ -441,7 +469,7 @@ fn until_status(sse: &mut SseClient, want: &str) -> Vec<SseEvent> {
     seen
 }
 
-fn daemon_config(sim_kubeconfig: &Path, digest: &str) -> String {
+fn daemon_config(sim_kubeconfig: &Path, digest: &str, routing: &str) -> String {
     format!(
         r#"[server]
 listen = "127.0.0.1:0"
@@ -451,7 +479,7 @@ state_dir = "./state"
 mode = "kubeconfig"
 kubeconfig = "{}"
 session_namespace = "{SESSION_NS}"
-ingress_base_domain = "dev.example.com"
+{routing}
 
 [[principal]]
 name = "demo"
@@ -519,6 +547,17 @@ fn drive(sim: &SimProc, d: &DaemonProc) {
         let (st, b) = d.request(m, &format!("{base}/ports/8081/x"), Some(&d.token), body);
         assert_eq!(st, 200, "{m}: {}", String::from_utf8_lossy(&b));
     }
+    // A TCP tunnel to the app (pods/portforward through the API server):
+    // one HTTP request over it, the app's answer back.
+    tunnel_http(d, &format!("{base}/tunnels/8081"));
+    // The exec gateway's tunnel to the workspace's Deployment: its pod
+    // listens on nothing, so the kubelet's refusal ends it with 4502 — the
+    // port-forward request was made and authorized in the workspace's
+    // namespace either way.
+    let q = format!("project={WORKSPACE_NS}&uid=demo-uid&deployment=hello&port=7999");
+    let mut ws = open_tunnel(d, &format!("/v1/exec/tunnel?{q}"));
+    let (_, close) = read_tunnel(&mut ws);
+    assert_eq!(close.as_ref().map(|c| c.0), Some(4502), "{close:?}");
     // The workspace agent, through the pod proxy.
     let (st, v) = d.json(
         "POST",
@@ -589,6 +628,60 @@ fn drive(sim: &SimProc, d: &DaemonProc) {
     );
 }
 
+type Ws = tungstenite::WebSocket<std::net::TcpStream>;
+
+/// A `kubegate.tunnel.v1` WebSocket (docs/api.md#tunnels), opened.
+fn open_tunnel(d: &DaemonProc, path: &str) -> Ws {
+    let auth = format!("Bearer {}", d.token);
+    match d.ws(path, &[("Authorization", &auth)], &["kubegate.tunnel.v1"]) {
+        Ok((ws, _)) => ws,
+        Err((st, b)) => panic!("{path}: {st} {}", String::from_utf8_lossy(&b)),
+    }
+}
+
+/// Reads a tunnel to its Close, answering the pod's eof with ours: the
+/// bytes and the Close's code and reason.
+fn read_tunnel(ws: &mut Ws) -> (Vec<u8>, Option<(u16, String)>) {
+    let mut bytes = Vec::new();
+    loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Binary(b)) => bytes.extend_from_slice(&b),
+            // The pod's half-close: ours answers it, so both eofs are sent.
+            Ok(tungstenite::Message::Text(t)) => {
+                assert_eq!(t.as_str(), r#"{"type":"eof"}"#);
+                ws.send(tungstenite::Message::Text(t))
+                    .expect("send our eof");
+            }
+            Ok(tungstenite::Message::Close(f)) => {
+                let _ = ws.flush();
+                return (bytes, f.map(|f| (u16::from(f.code), f.reason.to_string())));
+            }
+            Ok(_) => {}
+            Err(tungstenite::Error::ConnectionClosed) => return (bytes, None),
+            Err(e) => panic!("reading the tunnel: {e}"),
+        }
+    }
+}
+
+/// One `Connection: close` HTTP request through a session tunnel.
+fn tunnel_http(d: &DaemonProc, path: &str) {
+    let mut ws = open_tunnel(d, path);
+    let req = "GET /tunnelled HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n";
+    ws.send(tungstenite::Message::Binary(req.as_bytes().to_vec().into()))
+        .expect("send the request");
+    let (bytes, close) = read_tunnel(&mut ws);
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.starts_with("HTTP/1.0 200") && text.ends_with("GET /tunnelled"),
+        "{text:?} {close:?}"
+    );
+    assert_eq!(
+        close.as_ref().map(|c| c.0),
+        Some(1000),
+        "{text:?} {close:?}"
+    );
+}
+
 /// A session left running across a daemon restart: the next start lists
 /// the session pods, re-adopts the pod and reads its log; then it stops.
 fn restart_with_a_live_session(d: &mut DaemonProc) {
@@ -612,13 +705,107 @@ fn restart_with_a_live_session(d: &mut DaemonProc) {
     until_status(&mut sse, "stopped");
 }
 
+/// An app whose debug stream declares 8080 and 8081 (8080's route
+/// replaced, 8081's created), then, a second later, 8081 alone (8080's
+/// route deleted).
+const ROUTES_PY: &str = r#"
+import http.server, json, os, time
+class Events(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for ports in ([8080, 8081], [8081]):
+            ev = {"event": "Kernel.PortsResolved", "payload": {"ports": [{"port": p} for p in ports]}}
+            self.wfile.write(("data: %s\n\n" % json.dumps(ev)).encode())
+            self.wfile.flush()
+            time.sleep(1)
+        while True:
+            time.sleep(1)
+            self.wfile.write(b": hb\n\n")
+            self.wfile.flush()
+    def log_message(self, *a): pass
+host, port = os.environ["KUBEGATE_INSPECT_ADDR"].rsplit(":", 1)
+http.server.ThreadingHTTPServer((host, int(port)), Events).serve_forever()
+"#;
+
+/// A daemon with gateway routing: the Gateway read at start, one
+/// session's routes created, read back, replaced, deleted; then a stop.
+fn drive_gateway(sim: &SimProc, token: &str, digest: &str) {
+    sim.apply(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+        "metadata": {"name": "sim"}, "spec": {"controllerName": "example.com/gw"}}),
+    );
+    sim.apply(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "public", "namespace": GATEWAY_NS},
+        "spec": {"gatewayClassName": "sim",
+                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    );
+    let mut d = DaemonProc::start_config(
+        &daemon_config(
+            &sim.kubeconfig,
+            digest,
+            &format!(
+                "routing = \"gateway\"\nbase_domain = \"dev.example.com\"\ngateway = \"{GATEWAY_NS}/public\""
+            ),
+        ),
+        sim.kubeconfig.clone(),
+        token,
+        "info",
+    );
+    let body = json!({
+        "apps": [{"name": "web", "entry": "app.py", "command": ["python3", "app.py"],
+                  "io": "streams", "ports": [{"port": 8080}], "runner": false}],
+        "bundle": {"files": [{"path": "app.py", "content": ROUTES_PY}]}
+    });
+    let (id, mut sse) = d.create_session(&body);
+    let seen = sse.until(|e| {
+        (e.event == "routing" && e.data["port"] == 8081 && e.data["state"] == "programmed")
+            || status_of(e) == Some("failed")
+    });
+    assert_ne!(seen.last().and_then(status_of), Some("failed"), "{seen:#?}");
+    wait_for("8080's route deleted", Duration::from_secs(30), || {
+        let v = sim.kubectl_json(&[
+            "-n",
+            SESSION_NS,
+            "get",
+            "httproutes",
+            "-l",
+            &format!("kubegate.dev/session-id={id}"),
+        ]);
+        let names: Vec<&str> = v["items"]
+            .as_array()?
+            .iter()
+            .filter_map(|r| r["metadata"]["name"].as_str())
+            .collect();
+        (names == [format!("kubegate-run-{id}-p8081")]).then_some(())
+    });
+    let (st, _) = d.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}"),
+        Some(&d.token),
+        None,
+    );
+    assert_eq!(st, 204);
+    until_status(&mut sse, "stopped");
+    assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
+}
+
 #[test]
 fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
     let _dog = watchdog(600);
     let dir = temp_dir("rbac");
     let log = dir.join("requests.jsonl");
     let log_arg = log.display().to_string();
-    let sim = SimProc::start(&["--request-log", &log_arg, "--namespace", WORKSPACE_NS]);
+    let sim = SimProc::start(&[
+        "--request-log",
+        &log_arg,
+        "--namespace",
+        WORKSPACE_NS,
+        "--namespace",
+        GATEWAY_NS,
+    ]);
     sim.apply(&kubegate::server::demo::demo_deployment(
         "kubegate",
         "kubegate.dev/workspace-uid",
@@ -634,7 +821,11 @@ fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
 
     let (token, digest) = common::daemon::random_token();
     let mut d = DaemonProc::start_config(
-        &daemon_config(&sim.kubeconfig, &digest),
+        &daemon_config(
+            &sim.kubeconfig,
+            &digest,
+            "ingress_base_domain = \"dev.example.com\"",
+        ),
         sim.kubeconfig.clone(),
         &token,
         "info",
@@ -642,6 +833,7 @@ fn rbac_yaml_grants_exactly_what_the_daemon_uses() {
     drive(&sim, &d);
     restart_with_a_live_session(&mut d);
     assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
+    drive_gateway(&sim, &token, &digest);
 
     let text = std::fs::read_to_string(&log).expect("read the request log");
     let mut used: BTreeSet<Check> = BTreeSet::new();

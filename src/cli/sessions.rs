@@ -53,8 +53,10 @@ pub fn run(a: &SessionsArgs) -> Result<(), CliError> {
 
 /// One row per session: ID, STATUS, APPS (comma-separated names), CREATED
 /// (as the daemon gives it, RFC 3339 UTC), ENDPOINTS (each endpoint's URL,
-/// or `app:port` when it has none; `-` for none). A failed session's
-/// status shows its stage: `failed(schedule)`.
+/// or `app:port` when it has none; `-` for none; with gateway routing its
+/// routing state after it: `(programmed)`, `(pending)`,
+/// `(unprogrammed:REASON)`, docs/sessions.md#routing-states). A failed
+/// session's status shows its stage: `failed(schedule)`.
 pub fn table(list: &[Value]) -> String {
     let dash = |s: String| if s.is_empty() { "-".to_string() } else { s };
     let mut rows: Vec<Vec<String>> = vec![["ID", "STATUS", "APPS", "CREATED", "ENDPOINTS"]
@@ -75,9 +77,21 @@ pub fn table(list: &[Value]) -> String {
             .as_array()
             .map(|eps| {
                 eps.iter()
-                    .map(|e| match e["url"].as_str() {
-                        Some(u) if !u.is_empty() => u.to_string(),
-                        _ => format!("{}:{}", text(&e["app"]), e["port"]),
+                    .map(|e| {
+                        let at = match e["url"].as_str() {
+                            Some(u) if !u.is_empty() => u.to_string(),
+                            _ => format!("{}:{}", text(&e["app"]), e["port"]),
+                        };
+                        match (
+                            e["routing"]["state"].as_str(),
+                            e["routing"]["reason"].as_str(),
+                        ) {
+                            (Some("unprogrammed"), Some(r)) if !r.is_empty() => {
+                                format!("{at}(unprogrammed:{r})")
+                            }
+                            (Some(state), _) => format!("{at}({state})"),
+                            (None, _) => at,
+                        }
                     })
                     .collect()
             })
@@ -136,5 +150,18 @@ mod tests {
              ghi  suspended         -           x                     -\n"
         );
         assert_eq!(table(&[]), "ID  STATUS  APPS  CREATED  ENDPOINTS\n");
+        // Gateway routing: each endpoint's routing state.
+        let v: Value = serde_json::from_str(
+            r#"[{"sessionId":"g","status":"running","apps":[{"name":"web"}],"createdAt":"c",
+                 "endpoints":[
+                   {"app":"web","port":80,"url":"https://80-g.d","routing":{"state":"programmed"}},
+                   {"app":"web","port":81,"url":"https://81-g.d","routing":{"state":"unprogrammed",
+                    "condition":"Accepted","reason":"NoMatchingParent","message":"m"}},
+                   {"app":"web","port":82,"url":"https://82-g.d","routing":{"state":"pending"}}]}]"#,
+        )
+        .unwrap();
+        assert!(table(v.as_array().unwrap()).ends_with(
+            "https://80-g.d(programmed),https://81-g.d(unprogrammed:NoMatchingParent),https://82-g.d(pending)\n"
+        ));
     }
 }

@@ -262,14 +262,30 @@ pub struct ClusterSection {
     /// Argv of an app container whose app names no command.
     #[serde(default = "default_app_command")]
     pub default_app_command: Vec<String>,
-    /// Session endpoints get `<port>-<sessionId>.<domain>` and an Ingress;
-    /// without it, Service only (endpoints have no host).
+    /// Which layer routes session endpoints (docs/config.md#routing):
+    /// `auto` decides from the other keys ([`ClusterSection::routing`]).
+    #[serde(default)]
+    pub routing: RoutingMode,
+    /// Session endpoints get `<port>-<sessionId>.<domain>`, routed by an
+    /// Ingress or by HTTPRoutes; without it, Service only (endpoints have
+    /// no host).
+    #[serde(default)]
+    pub base_domain: Option<String>,
+    /// The older name of `base_domain` (kept as an alias; both set is an
+    /// error). Use [`ClusterSection::base_domain`].
     #[serde(default)]
     pub ingress_base_domain: Option<String>,
-    /// `spec.ingressClassName` of session Ingresses (needs a base domain).
+    /// The Gateway session HTTPRoutes attach to, `namespace/name`
+    /// (gateway routing).
+    #[serde(default)]
+    pub gateway: Option<String>,
+    /// The Gateway listener (`sectionName`) the routes attach to.
+    #[serde(default)]
+    pub gateway_section: Option<String>,
+    /// `spec.ingressClassName` of session Ingresses (ingress routing).
     #[serde(default)]
     pub ingress_class: Option<String>,
-    /// TLS Secret of session Ingresses (needs a base domain).
+    /// TLS Secret of session Ingresses (ingress routing).
     #[serde(default)]
     pub ingress_tls_secret: Option<String>,
     /// Per-container ceilings (Kubernetes quantities); requests = limits.
@@ -283,7 +299,59 @@ pub struct ClusterSection {
     pub sim: SimSection,
 }
 
+/// `[cluster] routing` as written (docs/config.md#routing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoutingMode {
+    /// Decided from the configuration alone: a `gateway` -> gateway; a base
+    /// domain without one -> ingress; neither -> none; a `gateway` beside
+    /// Ingress keys -> refused (naming `cluster.routing`).
+    #[default]
+    Auto,
+    Ingress,
+    Gateway,
+    None,
+}
+
+/// The routing layer a validated configuration resolved to
+/// ([`ClusterSection::routing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoutingLayer {
+    /// A Service only: endpoints have no host.
+    None,
+    /// One Ingress per session, a rule per tcp port.
+    Ingress,
+    /// One `gateway.networking.k8s.io/v1` HTTPRoute per tcp port.
+    Gateway,
+}
+
 impl ClusterSection {
+    /// The base domain, under either of its names (validated: at most one
+    /// is set).
+    pub fn base_domain(&self) -> Option<&str> {
+        self.base_domain
+            .as_deref()
+            .or(self.ingress_base_domain.as_deref())
+    }
+
+    /// The routing layer `routing` resolves to (validated at load: `auto`
+    /// with both layers' keys is refused there).
+    pub fn routing(&self) -> RoutingLayer {
+        match self.routing {
+            RoutingMode::Ingress => RoutingLayer::Ingress,
+            RoutingMode::Gateway => RoutingLayer::Gateway,
+            RoutingMode::None => RoutingLayer::None,
+            RoutingMode::Auto if self.gateway.is_some() => RoutingLayer::Gateway,
+            RoutingMode::Auto if self.base_domain().is_some() => RoutingLayer::Ingress,
+            RoutingMode::Auto => RoutingLayer::None,
+        }
+    }
+
+    /// `gateway` split into (namespace, name) (validated at load).
+    pub fn gateway_ref(&self) -> Option<(&str, &str)> {
+        self.gateway.as_deref().and_then(|g| g.split_once('/'))
+    }
+
     /// `pod_access`, or its default: `direct` in-cluster, `api-proxy`
     /// otherwise (sim and kubeconfig: the daemon is outside the pod network).
     pub fn pod_access(&self) -> PodAccessMode {

@@ -705,3 +705,104 @@ fn error_display_names_file_and_key() {
     };
     assert_eq!(e.to_string(), "/x/k.toml: server.listen: bad");
 }
+
+#[test]
+fn routing_resolves_from_the_configuration_alone() {
+    let layer = |lines: &str| {
+        parse(&format!("{}{lines}\n", minimal()))
+            .unwrap()
+            .cluster
+            .routing()
+    };
+    assert_eq!(layer(""), RoutingLayer::None);
+    assert_eq!(
+        layer("base_domain = \"dev.example.com\""),
+        RoutingLayer::Ingress
+    );
+    // The older name is an alias.
+    let c = parse(&format!(
+        "{}ingress_base_domain = \"dev.example.com\"\n",
+        minimal()
+    ))
+    .unwrap();
+    assert_eq!(c.cluster.routing(), RoutingLayer::Ingress);
+    assert_eq!(c.cluster.base_domain(), Some("dev.example.com"));
+    assert_eq!(
+        layer("base_domain = \"dev.example.com\"\ngateway = \"infra/public\""),
+        RoutingLayer::Gateway
+    );
+    let c = parse(&format!(
+        "{}routing = \"gateway\"\ningress_base_domain = \"d.io\"\ngateway = \"infra/public\"\ngateway_section = \"https\"\n",
+        minimal()
+    ))
+    .unwrap();
+    assert_eq!(c.cluster.routing(), RoutingLayer::Gateway);
+    assert_eq!(c.cluster.gateway_ref(), Some(("infra", "public")));
+    assert_eq!(c.cluster.gateway_section.as_deref(), Some("https"));
+    assert_eq!(c.cluster.base_domain(), Some("d.io"));
+    assert_eq!(
+        layer("routing = \"ingress\"\nbase_domain = \"d.io\"\ningress_class = \"nginx\""),
+        RoutingLayer::Ingress
+    );
+    assert_eq!(layer("routing = \"none\""), RoutingLayer::None);
+}
+
+#[test]
+fn each_routing_refusal_names_its_key() {
+    let refusal = |lines: &str| {
+        let e = parse(&format!("{}{lines}\n", minimal())).unwrap_err();
+        (e.key, e.message)
+    };
+    // Both layers under `auto`: refused naming `routing`.
+    for ingress in [
+        "ingress_base_domain = \"d.io\"",
+        "base_domain = \"d.io\"\ningress_class = \"nginx\"",
+        "base_domain = \"d.io\"\ningress_tls_secret = \"tls\"",
+    ] {
+        let (k, m) = refusal(&format!("gateway = \"infra/gw\"\n{ingress}"));
+        assert_eq!(k, "cluster.routing", "{ingress}: {m}");
+        assert!(m.contains("routing = \"gateway\""), "{m}");
+    }
+    let keys = [
+        // The alias and its new name together.
+        (
+            "base_domain = \"a.io\"\ningress_base_domain = \"b.io\"",
+            "cluster.ingress_base_domain",
+        ),
+        ("base_domain = \"A..io\"", "cluster.base_domain"),
+        ("ingress_base_domain = \"A..io\"", "cluster.ingress_base_domain"),
+        // An Ingress TLS secret (or class) with gateway routing.
+        (
+            "routing = \"gateway\"\nbase_domain = \"d.io\"\ngateway = \"infra/gw\"\ningress_tls_secret = \"tls\"",
+            "cluster.ingress_tls_secret",
+        ),
+        (
+            "routing = \"gateway\"\nbase_domain = \"d.io\"\ngateway = \"infra/gw\"\ningress_class = \"nginx\"",
+            "cluster.ingress_class",
+        ),
+        // Gateway routing needs its Gateway and a domain.
+        ("routing = \"gateway\"\nbase_domain = \"d.io\"", "cluster.gateway"),
+        ("gateway = \"infra/gw\"", "cluster.base_domain"),
+        ("routing = \"ingress\"", "cluster.base_domain"),
+        (
+            "routing = \"ingress\"\nbase_domain = \"d.io\"\ngateway = \"infra/gw\"",
+            "cluster.gateway",
+        ),
+        ("routing = \"none\"\nbase_domain = \"d.io\"", "cluster.base_domain"),
+        ("routing = \"none\"\ngateway = \"infra/gw\"", "cluster.gateway"),
+        ("routing = \"sideways\"", "cluster.routing"),
+        // The Gateway's shape.
+        ("base_domain = \"d.io\"\ngateway = \"gw\"", "cluster.gateway"),
+        ("base_domain = \"d.io\"\ngateway = \"Infra/gw\"", "cluster.gateway"),
+        ("base_domain = \"d.io\"\ngateway = \"infra/g/w\"", "cluster.gateway"),
+        ("base_domain = \"d.io\"\ngateway = \"/gw\"", "cluster.gateway"),
+        (
+            "base_domain = \"d.io\"\ngateway = \"infra/gw\"\ngateway_section = \"Bad_Name\"",
+            "cluster.gateway_section",
+        ),
+        ("base_domain = \"d.io\"\ngateway_section = \"https\"", "cluster.gateway_section"),
+    ];
+    for (lines, key) in keys {
+        assert_eq!(refusal(lines).0, key, "{lines}");
+    }
+}

@@ -8,8 +8,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use super::{
-    ClusterMode, ClusterSection, Config, ExecSection, KeyError, Principal, ServerSection,
-    SessionsSection, DEMO_TOKEN_SHA256, MIN_AUDIT_MAX_BYTES, MIN_RECORDING_MAX_BYTES,
+    ClusterMode, ClusterSection, Config, ExecSection, KeyError, Principal, RoutingLayer,
+    RoutingMode, ServerSection, SessionsSection, DEMO_TOKEN_SHA256, MIN_AUDIT_MAX_BYTES,
+    MIN_RECORDING_MAX_BYTES,
 };
 use crate::api::Workspace;
 use crate::kube::image::check_image;
@@ -218,28 +219,7 @@ fn check_cluster(c: &mut ClusterSection, base: &Path) -> Result<(), KeyError> {
             "must name a program (a non-empty first element)".into(),
         );
     }
-    if let Some(d) = &c.ingress_base_domain {
-        check_dns_subdomain(d)
-            .or_else(|m| err("cluster.ingress_base_domain", format!("{d:?}: {m}")))?;
-        // `<port>-<sessionId>.<domain>` must stay a valid host name.
-        if d.len() > 253 - 64 {
-            return err(
-                "cluster.ingress_base_domain",
-                "longer than 189 characters: session hosts would exceed 253".into(),
-            );
-        }
-    }
-    for (key, v) in [
-        ("cluster.ingress_class", &c.ingress_class),
-        ("cluster.ingress_tls_secret", &c.ingress_tls_secret),
-    ] {
-        if let Some(v) = v {
-            if c.ingress_base_domain.is_none() {
-                return err(key, "only allowed with cluster.ingress_base_domain".into());
-            }
-            check_dns_subdomain(v).or_else(|m| err(key, format!("{v:?}: {m}")))?;
-        }
-    }
+    check_routing(c)?;
     for (key, v) in [
         ("cluster.max_cpu", &c.max_cpu),
         ("cluster.max_memory", &c.max_memory),
@@ -249,6 +229,140 @@ fn check_cluster(c: &mut ClusterSection, base: &Path) -> Result<(), KeyError> {
             Ok(q) if q.is_positive() => {}
             Ok(_) => return err(key, format!("{v:?} must be positive")),
             Err(m) => return err(key, m.to_string()),
+        }
+    }
+    Ok(())
+}
+
+/// The routing keys (docs/config.md#routing): the base domain under one
+/// of its two names, the layer `routing` resolves to, and only the keys of
+/// that layer.
+fn check_routing(c: &ClusterSection) -> Result<(), KeyError> {
+    let domain_key = match (&c.base_domain, &c.ingress_base_domain) {
+        (Some(_), Some(_)) => {
+            return err(
+                "cluster.ingress_base_domain",
+                "is the older name of cluster.base_domain: set cluster.base_domain or cluster.ingress_base_domain, not both".into(),
+            )
+        }
+        (None, Some(_)) => "cluster.ingress_base_domain",
+        _ => "cluster.base_domain",
+    };
+    if let Some(d) = c.base_domain() {
+        check_dns_subdomain(d).or_else(|m| err(domain_key, format!("{d:?}: {m}")))?;
+        // `<port>-<sessionId>.<domain>` must stay a valid host name.
+        if d.len() > 253 - 64 {
+            return err(
+                domain_key,
+                "longer than 189 characters: session hosts would exceed 253".into(),
+            );
+        }
+    }
+    if let Some(g) = &c.gateway {
+        let parsed = g.split_once('/').filter(|(ns, n)| {
+            check_dns_label(ns).is_ok() && check_dns_subdomain(n).is_ok() && !n.contains('/')
+        });
+        if parsed.is_none() {
+            return err(
+                "cluster.gateway",
+                format!("{g:?} is not \"namespace/name\" (a DNS label, a DNS subdomain)"),
+            );
+        }
+    }
+    if let Some(s) = &c.gateway_section {
+        check_dns_subdomain(s)
+            .or_else(|m| err("cluster.gateway_section", format!("{s:?}: {m}")))?;
+        if c.gateway.is_none() {
+            return err(
+                "cluster.gateway_section",
+                "only allowed with cluster.gateway".into(),
+            );
+        }
+    }
+    for (key, v) in [
+        ("cluster.ingress_class", &c.ingress_class),
+        ("cluster.ingress_tls_secret", &c.ingress_tls_secret),
+    ] {
+        if let Some(v) = v {
+            check_dns_subdomain(v).or_else(|m| err(key, format!("{v:?}: {m}")))?;
+        }
+    }
+    // `auto` with both layers' keys is ambiguous: say which one.
+    let ingress_keys: Vec<&str> = [
+        (
+            "cluster.ingress_base_domain",
+            c.ingress_base_domain.is_some(),
+        ),
+        ("cluster.ingress_class", c.ingress_class.is_some()),
+        ("cluster.ingress_tls_secret", c.ingress_tls_secret.is_some()),
+    ]
+    .iter()
+    .filter(|(_, set)| *set)
+    .map(|(k, _)| *k)
+    .collect();
+    if c.routing == RoutingMode::Auto && c.gateway.is_some() && !ingress_keys.is_empty() {
+        return err(
+            "cluster.routing",
+            format!(
+                "\"auto\" cannot choose: cluster.gateway names a Gateway and {} configures an Ingress; set routing = \"gateway\" or \"ingress\"",
+                ingress_keys.join(", ")
+            ),
+        );
+    }
+    match c.routing() {
+        RoutingLayer::Gateway => {
+            if c.gateway.is_none() {
+                return err(
+                    "cluster.gateway",
+                    "required with routing = \"gateway\" (\"namespace/name\" of the Gateway)"
+                        .into(),
+                );
+            }
+            if c.base_domain().is_none() {
+                return err(
+                    "cluster.base_domain",
+                    "required with gateway routing (the routes' host names)".into(),
+                );
+            }
+            for key in ["cluster.ingress_class", "cluster.ingress_tls_secret"] {
+                if ingress_keys.contains(&key) {
+                    return err(
+                        key,
+                        "an Ingress setting, not used with gateway routing (TLS is the Gateway listener's)".into(),
+                    );
+                }
+            }
+        }
+        RoutingLayer::Ingress => {
+            if c.base_domain().is_none() {
+                return err(
+                    "cluster.base_domain",
+                    "required with routing = \"ingress\"".into(),
+                );
+            }
+            if c.gateway.is_some() {
+                return err(
+                    "cluster.gateway",
+                    "only allowed with gateway routing".into(),
+                );
+            }
+        }
+        RoutingLayer::None => {
+            for (key, set) in [
+                (domain_key, c.base_domain().is_some()),
+                ("cluster.gateway", c.gateway.is_some()),
+                ("cluster.ingress_class", c.ingress_class.is_some()),
+                ("cluster.ingress_tls_secret", c.ingress_tls_secret.is_some()),
+            ] {
+                if set {
+                    let why = if c.routing == RoutingMode::None {
+                        "not used with routing = \"none\""
+                    } else {
+                        "only allowed with a base domain (cluster.base_domain)"
+                    };
+                    return err(key, why.into());
+                }
+            }
         }
     }
     Ok(())

@@ -28,7 +28,7 @@ use super::demo::{
 };
 use super::routes::{check_writable, cluster_version, test_hooks, FrontDoor};
 use super::settings::{exec_settings, size};
-use crate::config::{ClusterMode, Config, ConfigError};
+use crate::config::{ClusterMode, Config, ConfigError, RoutingLayer};
 use crate::exec::audit::Audit;
 use crate::exec::gateway::Gateway;
 use crate::http::{Server, ServerConfig};
@@ -152,6 +152,7 @@ impl Daemon {
         let version = cluster_version(&client)
             .map_err(|e| failed(format!("cluster at {server_url} is not reachable: {e}")))?;
         log::info!("cluster {server_url} answered /version: {version}");
+        check_routing_layer(&client, cfg)?;
 
         if sim.is_some() {
             seed_demo(&client, cfg)
@@ -325,6 +326,46 @@ fn connect(cfg: &Config) -> Result<Cluster, StartError> {
 
 /// The front door's server settings from `[server]` (TLS when both files
 /// are configured).
+/// The configured routing layer, validated against the cluster's discovery
+/// (docs/config.md#routing): the kind it creates must be served, or the
+/// start is refused naming `cluster.routing`. With gateway routing the
+/// Gateway is read: absent or unreadable is a warning (its routes show
+/// `unprogrammed` or `pending` until it is there), not a refusal.
+fn check_routing_layer(client: &Client, cfg: &Config) -> Result<(), StartError> {
+    use crate::kube::client::rest::Request as KubeRequest;
+    use crate::kube::client::{Api, Gateway, KubeError};
+    let (group_version, plural, kind) = match cfg.cluster.routing() {
+        RoutingLayer::None => return Ok(()),
+        RoutingLayer::Ingress => ("networking.k8s.io/v1", "ingresses", "Ingress"),
+        RoutingLayer::Gateway => ("gateway.networking.k8s.io/v1", "httproutes", "HTTPRoute"),
+    };
+    let path = format!("/apis/{group_version}");
+    let served = match client.send_json::<serde_json::Value>(&KubeRequest::get(&path)) {
+        Ok(v) => v["resources"]
+            .as_array()
+            .is_some_and(|rs| rs.iter().any(|r| r["name"] == plural)),
+        Err(KubeError::NotFound(_)) => false,
+        Err(e) => return Err(failed(format!("reading the cluster's {path}: {e}"))),
+    };
+    if !served {
+        return Err(StartError::Refused(format!(
+            "cluster.routing: the routing layer needs {group_version} {kind}, which the cluster does not serve ({path} does not list {plural})"
+        )));
+    }
+    if let Some((ns, name)) = cfg.cluster.gateway_ref() {
+        if cfg.cluster.routing() == RoutingLayer::Gateway {
+            match Api::<Gateway>::namespaced(client, ns).get(name) {
+                Ok(_) => log::info!("routing: HTTPRoutes attach to Gateway {ns}/{name}"),
+                Err(e) => log::warn!(
+                    "routing: Gateway {ns}/{name} (cluster.gateway): {e}; session routes stay unprogrammed until it can be read"
+                ),
+            }
+        }
+    }
+    log::info!("routing: {group_version} {kind} served");
+    Ok(())
+}
+
 fn server_config(cfg: &Config, limits: &FrontDoorLimits) -> Result<ServerConfig, StartError> {
     let tls = match (&cfg.server.tls_cert, &cfg.server.tls_key) {
         (Some(c), Some(k)) => {

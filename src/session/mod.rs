@@ -10,6 +10,8 @@
 //! - [`pod`]: pure builders of the session's Kubernetes objects (the pod,
 //!   its token Secret, Service and Ingress), the endpoints list, the pod
 //!   name and labels, and the readings of a pod the machine needs.
+//! - [`gateway`]: the Gateway API layer: one HTTPRoute per published tcp
+//!   port, and a route's status read as the endpoint's routing state.
 //! - [`machine`]: the per-session state machine: inputs the engine
 //!   observes, commands it must carry out, events for the SSE stream; and
 //!   a session rebuilt from its record after a daemon restart.
@@ -45,6 +47,7 @@ pub mod access;
 pub mod agent_client;
 pub mod engine;
 pub mod frame;
+pub mod gateway;
 pub mod io;
 pub mod machine;
 pub mod pod;

@@ -61,6 +61,8 @@
 //! only defaults them). What it needs from the host:
 //! `sh` and `sleep` (the wait loop), and the default app command's program.
 
+use super::gateway::RouteState;
+pub use super::gateway::Routing;
 use super::spec::{AppSpec, Io, Port, Protocol, SessionSpec, AGENT_PORT, INSPECT_BASE_PORT};
 use crate::kube::client::resources::ContainerStateTerminated;
 use crate::kube::client::{Ingress, Pod, Secret, Service};
@@ -101,7 +103,10 @@ pub struct PodSettings {
     pub workspace_image: String,
     pub default_app_image: String,
     pub default_app_command: Vec<String>,
-    pub ingress_base_domain: Option<String>,
+    /// Endpoints get `<port>-<sessionId>.<domain>` (either routing layer).
+    pub base_domain: Option<String>,
+    /// Which layer routes the endpoints (`[cluster] routing`, resolved).
+    pub routing: Routing,
     pub ingress_class: Option<String>,
     pub ingress_tls_secret: Option<String>,
     pub max_cpu: String,
@@ -132,7 +137,8 @@ impl Default for PodSettings {
                 .into(),
             default_app_image: "docker.io/library/busybox:1.37".into(),
             default_app_command: vec!["sh".into(), "$(KUBEGATE_ENTRY)".into()],
-            ingress_base_domain: None,
+            base_domain: None,
+            routing: Routing::None,
             ingress_class: None,
             ingress_tls_secret: None,
             max_cpu: "1".into(),
@@ -518,7 +524,7 @@ pub type AppPorts<'a> = &'a [(String, Vec<Port>)];
 /// The Service's and the Ingress's metadata: both named
 /// [`service_name`], labelled as the session, owned by the pod (its
 /// controller: they go with it).
-fn published_metadata(settings: &PodSettings, p: &Published<'_>) -> Value {
+pub(super) fn published_metadata(settings: &PodSettings, p: &Published<'_>) -> Value {
     json!({
         "name": service_name(p.session_id),
         "namespace": settings.namespace,
@@ -593,10 +599,13 @@ pub fn endpoint_host(port: u16, session_id: &str, base_domain: &str) -> String {
 }
 
 /// The session's Ingress, owned by the pod: one rule per tcp port; `None`
-/// without a base domain or without tcp ports.
+/// without ingress routing, a base domain or tcp ports.
 pub fn build_ingress(settings: &PodSettings, p: &Published<'_>) -> Option<Ingress> {
     let (session_id, ports) = (p.session_id, p.ports);
-    let domain = settings.ingress_base_domain.as_deref()?;
+    if settings.routing != Routing::Ingress {
+        return None;
+    }
+    let domain = settings.base_domain.as_deref()?;
     let svc = service_name(session_id);
     let tcp: Vec<u16> = ports
         .iter()
@@ -652,6 +661,10 @@ pub struct Endpoint {
     pub host: String,
     /// `https://<host>`, or null where host is "".
     pub url: Option<String>,
+    /// With gateway routing, the route's state for a tcp port
+    /// (docs/sessions.md#routing-states); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RouteState>,
 }
 
 /// The endpoints of `ports` (in order).
@@ -674,6 +687,7 @@ pub fn endpoints(
                 protocol: p.protocol,
                 url: (!host.is_empty()).then(|| format!("https://{host}")),
                 host,
+                routing: None,
             }
         })
         .collect()

@@ -467,7 +467,12 @@ fn ingress() {
         build_ingress(&st, &published("sid", "demo", "pod", "uid", &p)).is_none(),
         "no base domain: Service only"
     );
-    st.ingress_base_domain = Some("dev.example.com".into());
+    st.base_domain = Some("dev.example.com".into());
+    assert!(
+        build_ingress(&st, &published("sid", "demo", "pod", "uid", &p)).is_none(),
+        "no ingress routing: no Ingress"
+    );
+    st.routing = Routing::Ingress;
     let ing = build_ingress(&st, &published("sid", "demo", "pod", "uid", &p)).unwrap();
     let v = serde_json::to_value(&ing).unwrap();
     assert_eq!(v["metadata"]["name"], "kubegate-run-sid");

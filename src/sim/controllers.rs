@@ -1,5 +1,6 @@
 //! The sim's controller manager: Deployment -> ReplicaSet -> Pods, the
-//! garbage collector and the namespace controller, on one reconcile thread.
+//! garbage collector, the namespace controller and the Gateway API
+//! controller (`sim::gateway`), on one reconcile thread.
 //!
 //! Level-triggered: watch forwarder threads (one per watched kind) turn store
 //! events into "dirty" keys on one bounded channel (4,096 keys; a
@@ -14,6 +15,7 @@
 //! `desired - new.availableReplicas`, so old pods go as new ones become
 //! available; `Recreate` empties the old ones first.
 
+use super::gateway;
 use super::gc;
 use super::lifecycle::{self, DeleteOptions};
 use super::resources::Resource;
@@ -35,6 +37,9 @@ pub(crate) enum Dirty {
     /// An object with this uid was deleted: its dependents must go.
     Deleted(String),
     Namespace(String),
+    /// A Gateway API object or a Service changed: the Gateway API
+    /// controller's pass (`sim::gateway`).
+    GatewayApi,
     /// Re-examine everything.
     All,
 }
@@ -53,6 +58,9 @@ const WATCHED: &[Resource] = &[
     Resource::ConfigMap,
     Resource::Secret,
     Resource::Ingress,
+    Resource::GatewayClass,
+    Resource::Gateway,
+    Resource::HttpRoute,
 ];
 
 impl Controllers {
@@ -144,6 +152,15 @@ fn forward(store: Arc<Store>, res: Resource, tx: Sender<Dirty>, stop: Arc<Atomic
                         Resource::Namespace => {
                             let _ = tx.send(Dirty::Namespace(name));
                         }
+                        Resource::GatewayClass
+                        | Resource::Gateway
+                        | Resource::HttpRoute
+                        | Resource::Service => {
+                            let _ = tx.send(Dirty::GatewayApi);
+                            if deleted {
+                                let _ = tx.send(Dirty::Namespace(ns));
+                            }
+                        }
                         _ => {
                             if deleted {
                                 let _ = tx.send(Dirty::Namespace(ns));
@@ -195,6 +212,7 @@ fn reconcile_loop(store: Arc<Store>, rx: Receiver<Dirty>, stop: Arc<AtomicBool>)
         }
         if batch.contains(&Dirty::All) {
             batch.clear();
+            batch.insert(Dirty::GatewayApi);
             gc::sweep(&store);
             for d in store
                 .list(Resource::Deployment, None, &Selectors::default())
@@ -225,7 +243,8 @@ fn reconcile_loop(store: Arc<Store>, rx: Receiver<Dirty>, stop: Arc<AtomicBool>)
             Dirty::ReplicaSet(..) => 1,
             Dirty::Deployment(..) => 2,
             Dirty::Namespace(_) => 3,
-            Dirty::All => 4,
+            Dirty::GatewayApi => 4,
+            Dirty::All => 5,
         });
         for d in items {
             let r = match &d {
@@ -236,6 +255,7 @@ fn reconcile_loop(store: Arc<Store>, rx: Receiver<Dirty>, stop: Arc<AtomicBool>)
                 Dirty::ReplicaSet(ns, name) => reconcile_replicaset(&store, ns, name),
                 Dirty::Deployment(ns, name) => reconcile_deployment(&store, ns, name),
                 Dirty::Namespace(name) => gc::reconcile_namespace(&store, name),
+                Dirty::GatewayApi => gateway::reconcile(&store),
                 Dirty::All => Ok(()),
             };
             match r {

@@ -260,7 +260,25 @@ mod tests {
             .iter()
             .filter_map(|g| g["name"].as_str())
             .collect();
-        assert_eq!(g, vec!["apps", "networking.k8s.io"]);
+        assert_eq!(
+            g,
+            vec!["apps", "gateway.networking.k8s.io", "networking.k8s.io"]
+        );
+        let gw = resource_list("gateway.networking.k8s.io", "v1").expect("gateway api");
+        let names: Vec<&str> = gw["resources"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        for n in [
+            "gatewayclasses",
+            "gateways",
+            "httproutes",
+            "httproutes/status",
+        ] {
+            assert!(names.contains(&n), "{n} missing");
+        }
         assert_eq!(version()["minor"], "32");
     }
 }

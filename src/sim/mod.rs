@@ -10,7 +10,7 @@
 //! node side: [`kubelet`], [`podspec`] (a container as a process plan),
 //! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
 //! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
-//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`controllers`], [`gc`], [`lifecycle`], [`faults`],
+//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`],
 //! [`tls`], [`kubeconfig`].
 
 pub mod admission;
@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod discovery;
 pub mod faults;
+pub mod gateway;
 pub mod gc;
 pub mod kubeconfig;
 pub mod kubelet;

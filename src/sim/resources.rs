@@ -12,6 +12,9 @@ pub enum Resource {
     Deployment,
     ReplicaSet,
     Ingress,
+    GatewayClass,
+    Gateway,
+    HttpRoute,
 }
 
 /// Static facts about a resource kind, as discovery reports them.
@@ -64,7 +67,7 @@ impl ResourceInfo {
 }
 
 /// Number of resource kinds (the length of [`ALL`]).
-pub const COUNT: usize = 8;
+pub const COUNT: usize = 11;
 
 pub const ALL: &[ResourceInfo; COUNT] = &[
     ResourceInfo {
@@ -163,6 +166,44 @@ pub const ALL: &[ResourceInfo; COUNT] = &[
         subresources: &["status"],
         has_generation: true,
     },
+    // Gateway API (docs/sim.md#gateway-api): served as the CRDs are, with
+    // their short names.
+    ResourceInfo {
+        resource: Resource::GatewayClass,
+        group: "gateway.networking.k8s.io",
+        version: "v1",
+        kind: "GatewayClass",
+        plural: "gatewayclasses",
+        singular: "gatewayclass",
+        namespaced: false,
+        short_names: &["gc"],
+        subresources: &["status"],
+        has_generation: true,
+    },
+    ResourceInfo {
+        resource: Resource::Gateway,
+        group: "gateway.networking.k8s.io",
+        version: "v1",
+        kind: "Gateway",
+        plural: "gateways",
+        singular: "gateway",
+        namespaced: true,
+        short_names: &["gtw"],
+        subresources: &["status"],
+        has_generation: true,
+    },
+    ResourceInfo {
+        resource: Resource::HttpRoute,
+        group: "gateway.networking.k8s.io",
+        version: "v1",
+        kind: "HTTPRoute",
+        plural: "httproutes",
+        singular: "httproute",
+        namespaced: true,
+        short_names: &[],
+        subresources: &["status"],
+        has_generation: true,
+    },
 ];
 
 impl Resource {
@@ -183,6 +224,9 @@ impl Resource {
             Resource::Deployment => 5,
             Resource::ReplicaSet => 6,
             Resource::Ingress => 7,
+            Resource::GatewayClass => 8,
+            Resource::Gateway => 9,
+            Resource::HttpRoute => 10,
         }
     }
 

@@ -524,9 +524,12 @@ fn supported_fields(res: Resource) -> &'static [&'static str] {
             "spec.type",
         ],
         Resource::ReplicaSet => &["metadata.name", "metadata.namespace", "status.replicas"],
-        Resource::ConfigMap | Resource::Deployment | Resource::Ingress => {
-            &["metadata.name", "metadata.namespace"]
-        }
+        Resource::ConfigMap
+        | Resource::Deployment
+        | Resource::Ingress
+        | Resource::GatewayClass
+        | Resource::Gateway
+        | Resource::HttpRoute => &["metadata.name", "metadata.namespace"],
     }
 }
 

@@ -95,6 +95,26 @@ fn columns(res: Resource) -> Vec<Col> {
             c("Ports", "string", 0),
             c("Age", "string", 0),
         ],
+        // The Gateway API CRDs' additionalPrinterColumns.
+        Resource::GatewayClass => vec![
+            c("Name", "string", 0),
+            c("Controller", "string", 0),
+            c("Accepted", "string", 0),
+            c("Age", "string", 0),
+            c("Description", "string", 1),
+        ],
+        Resource::Gateway => vec![
+            c("Name", "string", 0),
+            c("Class", "string", 0),
+            c("Address", "string", 0),
+            c("Programmed", "string", 0),
+            c("Age", "string", 0),
+        ],
+        Resource::HttpRoute => vec![
+            c("Name", "string", 0),
+            c("Hostnames", "string", 0),
+            c("Age", "string", 0),
+        ],
     }
 }
 
@@ -387,6 +407,63 @@ fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
                 json!(age(o)),
             ]
         }
+        Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
+            gateway_cells(res, o, name)
+        }
+    }
+}
+
+/// A condition's status (`.status.conditions[?(@.type=="T")].status`).
+fn condition(o: &Value, ty: &str) -> String {
+    o["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == ty)
+        .map(|c| s(&c["status"]))
+        .unwrap_or_default()
+}
+
+/// A CRD column's list value, as the API server prints a JSONPath list:
+/// JSON of the array, or "" when absent.
+fn json_list(v: &Value) -> String {
+    if v.as_array().is_some_and(|a| !a.is_empty()) {
+        v.to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// The Gateway API kinds' cells (their CRDs' printer columns).
+fn gateway_cells(res: Resource, o: &Value, name: Value) -> Vec<Value> {
+    match res {
+        Resource::GatewayClass => vec![
+            name,
+            json!(s(&o["spec"]["controllerName"])),
+            json!(condition(o, "Accepted")),
+            json!(age(o)),
+            json!(s(&o["spec"]["description"])),
+        ],
+        Resource::Gateway => {
+            let addrs: Vec<String> = o["status"]["addresses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| s(&a["value"]))
+                .collect();
+            vec![
+                name,
+                json!(s(&o["spec"]["gatewayClassName"])),
+                json!(addrs.join(",")),
+                json!(condition(o, "Programmed")),
+                json!(age(o)),
+            ]
+        }
+        _ => vec![
+            name,
+            json!(json_list(&o["spec"]["hostnames"])),
+            json!(age(o)),
+        ],
     }
 }
 

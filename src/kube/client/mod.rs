@@ -34,7 +34,8 @@ pub use api::{
 pub use error::KubeError;
 pub use proxy::{ProxyError, ProxyRequest, ProxyResponse};
 pub use resources::{
-    ConfigMap, Deployment, Ingress, Namespace, Pod, ReplicaSet, Resource, Secret, Service,
+    ConfigMap, Deployment, Gateway, HttpRoute, Ingress, Namespace, Pod, ReplicaSet, Resource,
+    Secret, Service,
 };
 pub use rest::{Client, ClientOptions, RetryPolicy};
 pub use watch::{WatchEvent, WatchParams, WatchStopper, Watcher};

@@ -562,6 +562,37 @@ pub struct ServiceBackendPort {
     pub extra: Map<String, Value>,
 }
 
+// ------------------------------------------------------ Gateway API
+
+object!(
+    /// `gateway.networking.k8s.io/v1` HTTPRoute (its spec and status kept
+    /// as JSON: kubegate builds one shape and reads a few conditions,
+    /// `session::gateway`).
+    HttpRoute { spec: Value, status: Value }
+);
+resource!(
+    HttpRoute,
+    "gateway.networking.k8s.io/v1",
+    "HTTPRoute",
+    "httproutes",
+    "gateway.networking.k8s.io",
+    true
+);
+
+object!(
+    /// `gateway.networking.k8s.io/v1` Gateway (read at start: the one
+    /// session routes attach to).
+    Gateway { spec: Value, status: Value }
+);
+resource!(
+    Gateway,
+    "gateway.networking.k8s.io/v1",
+    "Gateway",
+    "gateways",
+    "gateway.networking.k8s.io",
+    true
+);
+
 // ------------------------------------------ Deployment, ReplicaSet
 
 object!(

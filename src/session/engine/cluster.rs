@@ -1,11 +1,17 @@
 //! The owner's commands carried out against the cluster, each on a
 //! `session-work` thread: create and delete the pod, create its token
-//! Secret, and publish (create, replace or delete) its Service and
-//! Ingress.
+//! Secret, publish (create, replace or delete) its Service and the
+//! configured routing layer's objects (an Ingress, or one HTTPRoute per
+//! tcp port), and read its HTTPRoutes back (docs/sessions.md#routing-states).
 
 use super::owner::Owner;
-use crate::kube::client::{Api, Client, DeleteParams, Ingress, KubeError, Pod, Secret, Service};
+use crate::kube::client::{
+    Api, Client, DeleteParams, HttpRoute, Ingress, KubeError, ListParams, Pod, Resource, Secret,
+    Service,
+};
+use crate::session::gateway::{route_port, route_state, Routing};
 use crate::session::machine::{Input, Session};
+use crate::session::pod::SESSION_ID_LABEL;
 use std::fmt;
 use std::time::Duration;
 
@@ -98,25 +104,23 @@ impl Owner {
         id: u64,
         service: Option<Box<Service>>,
         ingress: Option<Box<Ingress>>,
+        routes: Vec<HttpRoute>,
     ) {
         let client = self.engine.client.clone();
         let ns = self.engine.settings.pod.namespace.clone();
+        let routing = self.engine.settings.pod.routing.clone();
         let sid = self.handle.id.clone();
         self.work(move || {
-            let r = upsert_or_delete::<Service>(
-                &client,
-                &ns,
-                &crate::session::pod::service_name(&sid),
-                service.map(|b| *b),
-            )
-            .and_then(|()| {
-                upsert_or_delete::<Ingress>(
-                    &client,
-                    &ns,
-                    &crate::session::pod::service_name(&sid),
-                    ingress.map(|b| *b),
-                )
-            });
+            let name = crate::session::pod::service_name(&sid);
+            let r = upsert_or_delete::<Service>(&client, &ns, &name, service.map(|b| *b)).and_then(
+                |()| match routing {
+                    Routing::Ingress => {
+                        upsert_or_delete::<Ingress>(&client, &ns, &name, ingress.map(|b| *b))
+                    }
+                    Routing::Gateway(_) => publish_routes(&client, &ns, &sid, routes),
+                    Routing::None => Ok(()),
+                },
+            );
             match r {
                 Ok(()) => Input::PublishDone { id },
                 Err(e) => Input::PublishFailed {
@@ -126,11 +130,73 @@ impl Owner {
             }
         });
     }
+
+    /// Lists the session's HTTPRoutes (by label) on a worker and reads
+    /// each one's state for the configured Gateway
+    /// ([`Input::RoutesRead`]).
+    pub(super) fn read_routes(&self) {
+        let Routing::Gateway(parent) = self.engine.settings.pod.routing.clone() else {
+            return;
+        };
+        let api =
+            Api::<HttpRoute>::namespaced(&self.engine.client, &self.engine.settings.pod.namespace);
+        let sid = self.handle.id.clone();
+        self.work(move || {
+            let selector = format!("{SESSION_ID_LABEL}={sid}");
+            let reading = match api.list(&ListParams::labels(&selector)) {
+                Ok(list) => Ok(list
+                    .items
+                    .iter()
+                    .filter_map(|r| Some((route_port(&sid, r.name())?, route_state(r, &parent))))
+                    .collect()),
+                Err(e) => {
+                    log::warn!("session {sid}: reading its HTTPRoutes: {e}");
+                    Err(e.to_string())
+                }
+            };
+            Input::RoutesRead { reading }
+        });
+    }
+}
+
+/// Upserts each of the session's routes, then deletes any other route
+/// labelled with its id (a port no longer published). A route already
+/// gone is no error.
+fn publish_routes(
+    client: &Client,
+    ns: &str,
+    sid: &str,
+    routes: Vec<HttpRoute>,
+) -> Result<(), PublishError> {
+    let keep: Vec<String> = routes.iter().map(|r| r.name().to_string()).collect();
+    for r in routes {
+        let name = r.name().to_string();
+        upsert_or_delete::<HttpRoute>(client, ns, &name, Some(r))?;
+    }
+    let api = Api::<HttpRoute>::namespaced(client, ns);
+    let selector = format!("{SESSION_ID_LABEL}={sid}");
+    let list = api
+        .list(&ListParams::labels(&selector))
+        .map_err(|reason| PublishError::Kube {
+            step: PublishStep::Listing,
+            kind: HttpRoute::KIND,
+            name: selector.clone(),
+            reason,
+        })?;
+    for r in list
+        .items
+        .iter()
+        .filter(|r| !keep.iter().any(|k| k == r.name()))
+    {
+        upsert_or_delete::<HttpRoute>(client, ns, r.name(), None)?;
+    }
+    Ok(())
 }
 
 /// What [`upsert_or_delete`] was doing when it failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PublishStep {
+    Listing,
     Deleting,
     Creating,
     Reading,
@@ -140,6 +206,7 @@ pub enum PublishStep {
 impl PublishStep {
     fn as_str(self) -> &'static str {
         match self {
+            PublishStep::Listing => "listing",
             PublishStep::Deleting => "deleting",
             PublishStep::Creating => "creating",
             PublishStep::Reading => "reading",
@@ -198,7 +265,7 @@ fn upsert_or_delete<K>(
     obj: Option<K>,
 ) -> Result<(), PublishError>
 where
-    K: crate::kube::client::Resource + serde::Serialize + serde::de::DeserializeOwned + Clone,
+    K: Resource + serde::Serialize + serde::de::DeserializeOwned + Clone,
 {
     let failed = |step, reason| PublishError::Kube {
         step,

@@ -238,7 +238,9 @@ impl Owner {
                     id,
                     service,
                     ingress,
-                } => self.publish(id, service, ingress),
+                    routes,
+                } => self.publish(id, service, ingress, routes),
+                Command::ReadRoutes => self.read_routes(),
                 Command::Emit(ev) => self.emit(&ev),
                 Command::WriteRecord => self.write_record(s),
                 Command::Finished => {

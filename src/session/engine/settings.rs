@@ -3,7 +3,8 @@
 //! engine converts them here, in one place. Each core struct's `Default`
 //! is the config's default; the tests below keep the two equal.
 
-use crate::config::{ClusterMode, Config, SessionsSection};
+use crate::config::{ClusterMode, Config, RoutingLayer, SessionsSection};
+use crate::session::gateway::{GatewayParent, Routing};
 use crate::session::machine::Timings;
 use crate::session::pod::{PodSettings, RUN_AS};
 use crate::session::spec::BundleLimits;
@@ -44,7 +45,20 @@ impl From<&Config> for PodSettings {
             workspace_image: c.workspace_image.clone(),
             default_app_image: c.default_app_image.clone(),
             default_app_command: c.default_app_command.clone(),
-            ingress_base_domain: c.ingress_base_domain.clone(),
+            base_domain: c.base_domain().map(str::to_string),
+            routing: match c.routing() {
+                RoutingLayer::None => Routing::None,
+                RoutingLayer::Ingress => Routing::Ingress,
+                RoutingLayer::Gateway => match c.gateway_ref() {
+                    Some((namespace, name)) => Routing::Gateway(GatewayParent {
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                        section: c.gateway_section.clone(),
+                    }),
+                    // Validated at load: gateway routing names its Gateway.
+                    None => Routing::None,
+                },
+            },
             ingress_class: c.ingress_class.clone(),
             ingress_tls_secret: c.ingress_tls_secret.clone(),
             max_cpu: c.max_cpu.clone(),
@@ -97,7 +111,20 @@ mod tests {
         assert_eq!(BundleLimits::from(&cfg.sessions).max_files, 9);
         let p = PodSettings::from(&cfg);
         assert_eq!((p.max_cpu.as_str(), p.app_runner), ("2", false));
-        assert_eq!(p.ingress_base_domain.as_deref(), Some("d.io"));
+        assert_eq!(p.base_domain.as_deref(), Some("d.io"));
+        assert_eq!(p.routing, Routing::Ingress);
+        let g = PodSettings::from(&config(
+            "[cluster]\nmode = \"sim\"\nbase_domain = \"d.io\"\ngateway = \"infra/gw\"\n\
+             gateway_section = \"web\"\n",
+        ));
+        assert_eq!(
+            g.routing,
+            Routing::Gateway(GatewayParent {
+                namespace: "infra".into(),
+                name: "gw".into(),
+                section: Some("web".into()),
+            })
+        );
     }
 
     /// Outside sim mode, pods name the fixed non-root uid.

@@ -3,6 +3,7 @@
 //! is the `event:` type, `data` the JSON).
 
 use super::*;
+use crate::session::gateway::RouteState;
 use crate::session::spec::Io;
 
 /// Where a start (or a later bring-up) stands or failed (docs/api.md#sessions).
@@ -148,6 +149,13 @@ pub enum Event {
         generation: u64,
         ended: Option<RunEnd>,
     },
+    /// A tcp port's routing state changed (gateway routing).
+    Routing {
+        app: String,
+        port: u16,
+        host: String,
+        state: RouteState,
+    },
 }
 
 /// How a run ended.
@@ -170,6 +178,7 @@ impl Event {
             Event::Endpoints { .. } => "endpoints",
             Event::Reachability { .. } => "reachability",
             Event::Run { .. } => "run",
+            Event::Routing { .. } => "routing",
         }
     }
 
@@ -218,6 +227,18 @@ impl Event {
             }
             Event::Reachability { app, port, state } => {
                 json!({"app": app, "port": port, "state": state})
+            }
+            Event::Routing {
+                app,
+                port,
+                host,
+                state,
+            } => {
+                let mut v = json!({"app": app, "port": port, "host": host});
+                if let (Value::Object(m), Value::Object(s)) = (&mut v, json!(state)) {
+                    m.extend(s);
+                }
+                v
             }
             Event::Run {
                 app,

@@ -121,6 +121,7 @@ impl Session {
         if !self.pod.reattach.is_empty() {
             self.reattach_due(now, out);
         }
+        self.poll_routes(now, out);
         if self.life.since.is_some() && self.life_used(now) >= self.timings.max_life_ms {
             self.end_of_life(now, out);
             return;

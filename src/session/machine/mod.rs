@@ -22,8 +22,9 @@
 //! - `bringup`: a pod from its create to `running` (create, schedule,
 //!   agent, seed, publish and attach) and the pod watch's readings;
 //! - `attach`: attach streams lost while running, made again with backoff;
-//! - `ports`: the Service and Ingress publishes, port re-routes
+//! - `ports`: the Service, Ingress and HTTPRoute publishes, port re-routes
 //!   (`Kernel.PortsResolved`) and reachability probes;
+//! - `routing`: the HTTPRoutes read back as the endpoints' routing states;
 //! - `runs`: the apps' `run` events and generations, from the app runner's
 //!   frames and from container ends;
 //! - `lifecycle`: checkpoints, suspend, resume, stop, reloads, the apps
@@ -37,10 +38,13 @@ mod bringup;
 mod event;
 mod lifecycle;
 mod ports;
+mod routing;
 mod runs;
 
 #[cfg(test)]
 mod adopt_tests;
+#[cfg(test)]
+mod routing_tests;
 #[cfg(test)]
 mod tests;
 
@@ -51,13 +55,17 @@ pub use event::{Event, OutStream, Reach, Rejected, RunEnd, SeedSource, Stage, St
 use lifecycle::AfterCheckpoint;
 pub use ports::ports_resolved_from;
 use ports::PortChange;
+use routing::RouteReads;
+pub use routing::{
+    RoutesReading, ROUTE_POLL_FAST_FOR_MS, ROUTE_POLL_SETTLED_MS, ROUTE_POLL_UNSETTLED_MS,
+};
 pub use runs::{runner_event_from, RunnerEvent};
 use runs::{started_pos, RunTrack};
 
 use super::pod::{self, all_endpoints, Endpoint, PodSettings};
 use super::spec::{AppSpec, Port, SessionSpec};
 use crate::api::{ApiError, Code};
-use crate::kube::client::{Ingress, Pod, Service};
+use crate::kube::client::{HttpRoute, Ingress, Pod, Service};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -161,6 +169,10 @@ pub enum Input {
         app: String,
         message: String,
     },
+    /// The answer to a [`Command::ReadRoutes`].
+    RoutesRead {
+        reading: RoutesReading,
+    },
     /// The number of subscribers (SSE and IO) now attached.
     Subscribers {
         count: usize,
@@ -237,13 +249,20 @@ pub enum Command {
     CloseAttaches {
         pod: String,
     },
-    /// Upsert the Service and Ingress; `None` means "must not exist"
-    /// (delete, 404 tolerated).
+    /// Upsert the Service and, with ingress routing, the Ingress; `None`
+    /// means "must not exist" (delete, 404 tolerated). With gateway
+    /// routing, `routes` is the whole set of the session's HTTPRoutes:
+    /// each upserted, any other of the session's deleted. Each layer is
+    /// touched only when it is the configured one.
     Publish {
         id: u64,
         service: Option<Box<Service>>,
         ingress: Option<Box<Ingress>>,
+        routes: Vec<HttpRoute>,
     },
+    /// Read the session's HTTPRoutes (by its session-id label) into
+    /// [`Input::RoutesRead`] (gateway routing only).
+    ReadRoutes,
     /// Relay `http://<ip>:<port>/events` of the app (retry 0.5 s doubling to
     /// 5 s) into [`Input::Debug`].
     StartRelay {
@@ -383,6 +402,8 @@ pub struct Session {
     /// [`Timings::reloads_per_minute`] of them).
     reloads: VecDeque<Millis>,
     routes: Routes,
+    /// The HTTPRoutes' states as last read (gateway routing).
+    route_reads: RouteReads,
     /// Per app: what its `run` events have said so far and how the app
     /// runner's generations map onto the session's ([`RunTrack`]). Kept
     /// across pods and in the record.
@@ -550,6 +571,7 @@ impl Session {
                 changes: BTreeMap::new(),
                 probes: BTreeSet::new(),
             },
+            route_reads: RouteReads::default(),
             runs: BTreeMap::new(),
         }
     }
@@ -588,6 +610,7 @@ impl Session {
     pub fn tick_interval_ms(&self) -> Millis {
         match self.pod.phase {
             Phase::Up if !self.pod.reattach.is_empty() => REATTACH_FIRST_MS,
+            Phase::Up if self.routes_unsettled() => ROUTE_POLL_UNSETTLED_MS,
             Phase::Up | Phase::Down => 5_000,
             _ => 1_000,
         }
@@ -605,13 +628,18 @@ impl Session {
         &self.who.workspace_token
     }
 
-    /// The current endpoints of every app.
+    /// The current endpoints of every app (with gateway routing, each tcp
+    /// port's routing state).
     pub fn endpoints(&self) -> Vec<Endpoint> {
-        all_endpoints(
-            self.settings.ingress_base_domain.as_deref(),
+        let mut eps = all_endpoints(
+            self.settings.base_domain.as_deref(),
             &self.who.id,
             &self.app_ports(),
-        )
+        );
+        for e in &mut eps {
+            e.routing = self.route_state_of(e.port, e.protocol);
+        }
+        eps
     }
 
     fn app_ports(&self) -> Vec<(String, Vec<Port>)> {
@@ -707,6 +735,7 @@ impl Session {
             Input::ReloadFailed { pod, app, message } => {
                 self.reload_failed(&pod, &app, &message, o)
             }
+            Input::RoutesRead { reading } => self.routes_read(reading, o),
             Input::Subscribers { count } => self.subscribers(count, now),
             Input::Tick => self.tick(now, o),
         }

@@ -1,10 +1,12 @@
-//! The session's published ports: the Service and Ingress upserts, port
+//! The session's published ports: the Service, Ingress and HTTPRoute
+//! upserts, port
 //! re-routes asked by an app's debug stream (`Kernel.PortsResolved`:
 //! diffed, checked against the other apps' ports and kubegate's own, then
 //! published and reported as an `endpoints` event), and the reachability
 //! probes of tcp ports.
 
 use super::*;
+use crate::session::gateway::build_http_routes;
 use crate::session::pod::{build_ingress, build_service, Published};
 use crate::session::spec::{Protocol, AGENT_PORT, INSPECT_BASE_PORT};
 
@@ -77,12 +79,14 @@ impl Session {
             id,
             service: build_service(&self.settings, &published).map(Box::new),
             ingress: build_ingress(&self.settings, &published).map(Box::new),
+            routes: build_http_routes(&self.settings, &published),
         });
         id
     }
 
     /// [`Input::PublishDone`]: the bring-up's, or a port change's.
     pub(super) fn publish_done(&mut self, id: u64, now: Millis, out: &mut Vec<Command>) {
+        self.routes_published(now, out);
         if self.bring_up_published(id, now, out) {
             return;
         }
@@ -243,7 +247,7 @@ impl Session {
     }
 
     pub(super) fn port_change_published(&mut self, c: PortChange, out: &mut Vec<Command>) {
-        let domain = self.settings.ingress_base_domain.clone();
+        let domain = self.settings.base_domain.clone();
         out.push(Command::Emit(Event::Endpoints {
             app: c.app.clone(),
             added: pod::endpoints(domain.as_deref(), &self.who.id, &c.app, &c.accepted),
@@ -274,7 +278,7 @@ impl Session {
             port: p.port,
             reason: message.to_string(),
         }));
-        let domain = self.settings.ingress_base_domain.clone();
+        let domain = self.settings.base_domain.clone();
         out.push(Command::Emit(Event::Endpoints {
             app: c.app.clone(),
             added: vec![],

@@ -1,4 +1,5 @@
 use super::*;
+use crate::session::gateway::Routing;
 use crate::session::spec::{AppSpec, Io, Port, Protocol, SessionSpec};
 
 pub(super) const T0: Millis = 1_700_000_000_000;
@@ -19,7 +20,12 @@ pub(super) fn timings() -> Timings {
 /// (the default).
 pub(super) fn settings(domain: Option<&str>) -> Arc<PodSettings> {
     Arc::new(PodSettings {
-        ingress_base_domain: domain.map(str::to_string),
+        base_domain: domain.map(str::to_string),
+        routing: if domain.is_some() {
+            Routing::Ingress
+        } else {
+            Routing::None
+        },
         app_runner: true,
         run_as: None,
         ..PodSettings::default()
@@ -294,6 +300,7 @@ fn happy_start_publishes(s: &mut Session, name: String) -> u64 {
                 id,
                 service,
                 ingress,
+                ..
             } => Some((*id, service.clone(), ingress.clone())),
             _ => None,
         })

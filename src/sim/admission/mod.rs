@@ -5,8 +5,8 @@
 //!   helpers the kinds share, metadata (names, labels, annotations) and
 //!   namespaces.
 //! - `pods.rs`, `services.rs`, `workloads.rs` (Deployments, ReplicaSets,
-//!   Ingresses), `config.rs` (ConfigMaps, Secrets): each kind's defaults
-//!   and rules.
+//!   Ingresses), `config.rs` (ConfigMaps, Secrets), `gateway.rs` (the
+//!   Gateway API kinds): each kind's defaults and rules.
 //! - [`allocator`]: ClusterIPs and NodePorts.
 //! - the syntax rules on names, keys and ports are [`crate::sim::rules`]'s.
 //!
@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
 
 pub mod allocator;
 mod config;
+mod gateway;
 mod pods;
 mod services;
 mod workloads;
@@ -41,6 +42,7 @@ mod workloads;
 use config::{
     secret_defaults, validate_config_data, validate_immutable_data, validate_secret_type,
 };
+use gateway::{http_route_defaults, validate_gateway, validate_gateway_class, validate_http_route};
 use pods::{pod_defaults, qos_class, validate_pod_spec, validate_pod_update};
 use services::{
     service_defaults, service_fill_from_old, validate_service, validate_service_update,
@@ -109,6 +111,13 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
             validate_ingress(obj, &mut causes);
             set(obj, "status", json!({"loadBalancer": {}}));
         }
+        Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
+            validate_gateway_kind(res, obj, &mut causes);
+            // The controller's to write (sim::gateway).
+            if let Some(m) = obj.as_object_mut() {
+                m.remove("status");
+            }
+        }
     }
     done(causes)
 }
@@ -163,8 +172,23 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
             }
         }
         Resource::Ingress => validate_ingress(new, &mut causes),
+        Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
+            validate_gateway_kind(res, new, &mut causes)
+        }
     }
     done(causes)
+}
+
+/// The Gateway API kinds' defaults and rules (`gateway.rs`).
+fn validate_gateway_kind(res: Resource, obj: &mut Obj, causes: &mut Causes) {
+    match res {
+        Resource::GatewayClass => validate_gateway_class(obj, causes),
+        Resource::Gateway => validate_gateway(obj, causes),
+        _ => {
+            http_route_defaults(obj);
+            validate_http_route(obj, causes);
+        }
+    }
 }
 
 // ---------------------------------------------------------------- small helpers

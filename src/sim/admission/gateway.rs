@@ -1,0 +1,125 @@
+//! The Gateway API kinds (docs/sim.md#gateway-api): GatewayClass, Gateway
+//! and HTTPRoute, defaulted and validated as their CRDs' schemas do for
+//! the fields a client of this project sets (upstream:
+//! `sigs.k8s.io/gateway-api` `apis/v1`, the CRDs' defaults and CEL rules);
+//! the rest is accepted as given. Status is the controller's
+//! (`sim::gateway`): a create starts without one.
+
+use super::{arr, obj_field, str_at, Causes};
+use crate::sim::rules::check_dns1123_subdomain;
+use crate::sim::store::{FieldCause, Obj};
+use serde_json::{json, Value};
+
+/// `spec.controllerName` is required.
+pub(super) fn validate_gateway_class(obj: &Obj, causes: &mut Causes) {
+    if str_at(obj, &["spec", "controllerName"]).is_empty() {
+        causes.push(FieldCause::required("spec.controllerName", ""));
+    }
+}
+
+/// `spec.gatewayClassName` and at least one listener with a name, a port
+/// and a protocol.
+pub(super) fn validate_gateway(obj: &Obj, causes: &mut Causes) {
+    if str_at(obj, &["spec", "gatewayClassName"]).is_empty() {
+        causes.push(FieldCause::required("spec.gatewayClassName", ""));
+    }
+    let listeners = arr(obj.pointer("/spec/listeners"));
+    if listeners.is_empty() {
+        causes.push(FieldCause::required("spec.listeners", ""));
+    }
+    for (i, l) in listeners.iter().enumerate() {
+        let lp = format!("spec.listeners[{i}]");
+        for f in ["name", "protocol"] {
+            if str_at(l, &[f]).is_empty() {
+                causes.push(FieldCause::required(format!("{lp}.{f}"), ""));
+            }
+        }
+        match l.get("port").and_then(Value::as_i64) {
+            Some(1..=65535) => {}
+            Some(p) => causes.push(FieldCause::invalid_raw(
+                format!("{lp}.port"),
+                p.to_string(),
+                "should be between 1 and 65535",
+            )),
+            None => causes.push(FieldCause::required(format!("{lp}.port"), "")),
+        }
+    }
+}
+
+/// The CRD's defaults: a parentRef's group and kind, a backendRef's group,
+/// kind and weight, a rule without matches matching `PathPrefix /`.
+pub(super) fn http_route_defaults(obj: &mut Obj) {
+    let Some(m) = obj.as_object_mut() else {
+        return;
+    };
+    let spec = obj_field(m, "spec");
+    if let Some(Value::Array(refs)) = spec.get_mut("parentRefs") {
+        for r in refs.iter_mut().filter_map(Value::as_object_mut) {
+            r.entry("group")
+                .or_insert(json!("gateway.networking.k8s.io"));
+            r.entry("kind").or_insert(json!("Gateway"));
+        }
+    }
+    let rules = spec
+        .entry("rules")
+        .or_insert_with(|| json!([{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}]}]));
+    for rule in rules
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+    {
+        rule.entry("matches")
+            .or_insert_with(|| json!([{"path": {"type": "PathPrefix", "value": "/"}}]));
+        if let Some(Value::Array(backends)) = rule.get_mut("backendRefs") {
+            for b in backends.iter_mut().filter_map(Value::as_object_mut) {
+                b.entry("group").or_insert(json!(""));
+                b.entry("kind").or_insert(json!("Service"));
+                b.entry("weight").or_insert(json!(1));
+            }
+        }
+    }
+}
+
+/// Host names (a DNS subdomain, or one with a `*.` prefix; no IP), each
+/// parentRef's name, each backendRef's name and, for a Service, its port.
+pub(super) fn validate_http_route(obj: &Obj, causes: &mut Causes) {
+    for (i, h) in arr(obj.pointer("/spec/hostnames")).iter().enumerate() {
+        let f = format!("spec.hostnames[{i}]");
+        let host = h.as_str().unwrap_or_default();
+        if host.parse::<std::net::IpAddr>().is_ok() {
+            causes.push(FieldCause::invalid(
+                f,
+                host,
+                "must be a DNS name, not an IP address",
+            ));
+        } else if let Err(e) = check_dns1123_subdomain(host.strip_prefix("*.").unwrap_or(host)) {
+            causes.push(FieldCause::invalid(f, host, e));
+        }
+    }
+    for (i, r) in arr(obj.pointer("/spec/parentRefs")).iter().enumerate() {
+        if str_at(r, &["name"]).is_empty() {
+            causes.push(FieldCause::required(
+                format!("spec.parentRefs[{i}].name"),
+                "",
+            ));
+        }
+    }
+    for (i, rule) in arr(obj.pointer("/spec/rules")).iter().enumerate() {
+        for (j, b) in arr(rule.get("backendRefs")).iter().enumerate() {
+            let bp = format!("spec.rules[{i}].backendRefs[{j}]");
+            if str_at(b, &["name"]).is_empty() {
+                causes.push(FieldCause::required(format!("{bp}.name"), ""));
+            }
+            let service =
+                matches!(str_at(b, &["kind"]), "" | "Service") && str_at(b, &["group"]).is_empty();
+            if service && b.get("port").and_then(Value::as_i64).is_none() {
+                causes.push(FieldCause::invalid_raw(
+                    bp,
+                    "object",
+                    "Must have port for Service reference",
+                ));
+            }
+        }
+    }
+}
