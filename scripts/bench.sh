@@ -29,6 +29,11 @@ for i in $(seq 1 "$runs"); do
   cargo test --release --locked --test bench_dev -- --ignored --nocapture --test-threads 1 2>&1 \
     | grep -E '^(\||###)' || { echo "bench_dev failed"; exit 1; }
   echo
+  echo "## TCP tunnels: kubegate port-forward through the daemon (direct, api-proxy) vs kubectl port-forward straight to the sim (run $i of $runs)"
+  echo "bar: direct >= 1.0x kubectl, both directions"
+  cargo test --release --locked --test bench_tunnels -- --ignored --nocapture --test-threads 1 2>&1 \
+    | grep -E '^(\||###)' || { echo "bench_tunnels failed"; exit 1; }
+  echo
   echo "## hostile clients: unauthenticated 90 MB uploads, slow half-open heads (run $i of $runs)"
   echo "bars: RSS growth < 32 KiB per upload connection, every upload 401; /healthz p99 <= 200 ms and an exec succeeds beside the slow heads"
   cargo test --release --locked --test bench_hostile -- --ignored --nocapture --test-threads 1 2>&1 \

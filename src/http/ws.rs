@@ -125,6 +125,15 @@ pub struct OutboxReceiver {
     pub(super) abort: Arc<parking_lot::Mutex<Option<CloseFrame>>>,
 }
 
+#[cfg(test)]
+impl OutboxReceiver {
+    /// What the pump would send next, if anything is queued (unit tests
+    /// standing in for the pump).
+    pub(crate) fn try_recv(&self) -> Option<Message> {
+        self.rx.try_recv().ok()
+    }
+}
+
 /// A bounded outbound queue of `capacity` messages and its waker.
 ///
 /// # Panics

@@ -579,7 +579,10 @@ impl HalfClose for PfWriter {
     fn close_write(&mut self) -> io::Result<()> {
         let mut frame = Vec::with_capacity(8);
         write_data(&mut frame, DATA_STREAM, &[], true).map_err(io::Error::other)?;
-        self.send(frame, None)?;
+        // Bounded like a write: a full outbox (the API server not reading,
+        // a pod that does not read) returns TimedOut so the caller looks
+        // at its clocks and its stop before it tries again.
+        self.send(frame, Some(WRITE_WAIT))?;
         self.outbox = None;
         Ok(())
     }
@@ -610,6 +613,26 @@ mod tests {
             held_fin: false,
         };
         (i, rx, out_rx)
+    }
+
+    #[test]
+    fn a_full_outbox_times_the_half_close_out_instead_of_blocking() {
+        let (outbox, out_rx) = ws::outbox(1);
+        let aborter = outbox.aborter();
+        let mut w = PfWriter {
+            outbox: Some(outbox),
+            aborter,
+        };
+        // One DATA frame fills the outbox; nobody drains it.
+        assert_eq!(w.write(b"x").unwrap(), 1);
+        let t0 = std::time::Instant::now();
+        let e = w.close_write().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        // Room again: the FIN goes, and the writer is half-closed.
+        assert!(out_rx.try_recv().is_some());
+        w.close_write().unwrap();
+        assert_eq!(w.write(b"y").unwrap_err().kind(), io::ErrorKind::BrokenPipe);
     }
 
     fn data(stream: u32, bytes: &[u8], fin: bool) -> Message {
