@@ -710,4 +710,31 @@ fn deployment_tunnels(mode: &str) {
             }),
         "{audit}"
     );
+    // Refused after the checks, by what the cluster said: audited and
+    // counted (a principal probing other Deployments leaves a trace); the
+    // refusals before any cluster call are not audited.
+    let refused: Vec<Value> = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| {
+            v["kind"] == "tunnel" && v["end"].as_str().is_some_and(|e| e.starts_with("EXEC_"))
+        })
+        .collect();
+    let ends: Vec<&str> = refused.iter().filter_map(|v| v["end"].as_str()).collect();
+    assert_eq!(
+        ends,
+        ["EXEC_TARGET_NOT_FOUND", "EXEC_TARGET_FORBIDDEN"],
+        "{audit}"
+    );
+    assert!(refused.iter().all(|v| v["workspace"] == "demo/demo-uid"
+        && v["port"] == 7000
+        && v.get("pod").is_none()
+        && v["bytesIn"] == 0));
+    let (st, m) = d.request("GET", "/metrics", Some(&d.token), None);
+    assert_eq!(st, 200);
+    let m = String::from_utf8_lossy(&m);
+    assert!(
+        m.contains("kubegate_tunnels_total{kind=\"deployment\",end=\"EXEC_TARGET_FORBIDDEN\"} 1"),
+        "{m}"
+    );
 }

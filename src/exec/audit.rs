@@ -76,7 +76,8 @@ pub struct TunnelRecord<'a> {
     /// The Deployment's resolved pod.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<&'a Target>,
-    /// The pod's name.
+    /// The pod's name (absent when the Deployment never resolved to one).
+    #[serde(skip_serializing_if = "str::is_empty")]
     pub pod: &'a str,
     pub port: u16,
     /// How it ended: `closed` (both sides' eof, or the client's Close),

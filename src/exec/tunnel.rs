@@ -15,16 +15,17 @@ use crossbeam_channel::Receiver;
 
 impl Gateway {
     /// Checks `spec` (its command is not looked at) and the principal's
-    /// workspace, then resolves the Deployment to a running pod: the
-    /// target and the pod's IP. Nothing reaches the cluster before both
-    /// checks passed.
-    pub fn tunnel_target(
-        &self,
-        who: &Identity,
-        spec: &ExecSpec,
-    ) -> Result<(Target, String), ApiError> {
+    /// workspace. Nothing may reach the cluster before this passed; a
+    /// refusal here is answered and counted, not audited (as an exec's).
+    pub fn check_tunnel(&self, who: &Identity, spec: &ExecSpec) -> Result<(), ApiError> {
         spec.validate_target()?;
-        check_workspace(who, spec)?;
+        check_workspace(who, spec)
+    }
+
+    /// Resolves a checked `spec`'s Deployment to a running pod: the target
+    /// and the pod's IP. From here on every outcome is audited (a
+    /// Deployment of another workspace included).
+    pub fn tunnel_target(&self, spec: &ExecSpec) -> Result<(Target, String), ApiError> {
         resolve_pod(&self.client, &self.settings.ownership, spec)
     }
 

@@ -140,21 +140,34 @@ impl FrontDoor {
         })?;
         // A tunnel runs no command: `command` is not looked at.
         let spec = super::exec::query_spec(req);
-        let (target, ip) = self.gateway.tunnel_target(who, &spec)?;
+        self.gateway.check_tunnel(who, &spec)?;
+        let mut opened = Opened {
+            principal: who.name.clone(),
+            kind: "deployment",
+            session: None,
+            workspace: Some(format!("{}/{}", spec.project, spec.uid)),
+            pod: String::new(),
+            target: None,
+            port,
+        };
+        let started = Instant::now();
+        let (target, ip) = match self.gateway.tunnel_target(&spec) {
+            Ok(t) => t,
+            Err(e) => {
+                // Checked, then refused by the cluster's answer (another
+                // workspace's Deployment, none, none ready): audited and
+                // counted like an exec's.
+                self.tunnel_ended(&opened, e.code.as_str(), (0, 0), started);
+                return Err(e);
+            }
+        };
         let pod = PodTarget {
             namespace: target.namespace.clone(),
             name: target.pod.clone(),
             ip,
         };
-        let opened = Opened {
-            principal: who.name.clone(),
-            kind: "deployment",
-            session: None,
-            workspace: Some(format!("{}/{}", spec.project, spec.uid)),
-            pod: target.pod.clone(),
-            target: Some(target),
-            port,
-        };
+        opened.pod.clone_from(&target.pod);
+        opened.target = Some(target);
         self.open_tunnel(&pod, opened)
     }
 
