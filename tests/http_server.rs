@@ -1394,6 +1394,68 @@ fn raw_upgrade_carries_bytes_both_ways_early_bytes_included() {
     assert_eq!(&back[data.len()..], b"bye\n");
 }
 
+/// A raw upgrade whose consumer never takes anything (a far side that
+/// does not read): the pump ends up holding a chunk, reading nothing more.
+fn raw_stuck(_req: Request) -> Reply {
+    use kubegate::http::raw::{self, RawUpgrade};
+    Reply::RawUpgrade(RawUpgrade {
+        headers: vec![("Upgrade".into(), "stuck/1".into())],
+        on_open: Box::new(|conn| {
+            let (_out, out_rx) = ws::outbox(4);
+            let (in_tx, in_rx) = bounded::<Message>(1);
+            let (release, released) = bounded::<()>(0);
+            let stuck = std::thread::spawn(move || {
+                let _ = released.recv();
+                drop(in_rx);
+            });
+            let _ = raw::run(conn, out_rx, in_tx, None);
+            drop(release);
+            let _ = stuck.join();
+        }),
+    })
+}
+
+/// Opens a `stuck/1` raw upgrade, sends `chunks` chunks of 64 KiB (the
+/// consumer takes none: one fills its inbound, the next is held), then
+/// closes: with a FIN, or a reset (SO_LINGER 0) as a crashed client's
+/// kernel sends once it gives up.
+fn stuck_then_gone(chunks: usize, reset: bool) {
+    let server = serve(ServerConfig::default(), raw_stuck);
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /x HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: stuck/1\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 101 "));
+    s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let chunk = vec![7u8; 64 * 1024];
+    for _ in 0..chunks {
+        s.write_all(&chunk).unwrap();
+    }
+    assert_eq!(server.connections(), 1);
+    if reset {
+        rustix::net::sockopt::set_socket_linger(&s, Some(Duration::ZERO)).unwrap();
+    }
+    drop(s);
+    wait_for(
+        "the held connection to end",
+        Duration::from_secs(30),
+        || server.connections() == 0,
+    );
+}
+
+#[test]
+fn a_raw_upgrade_holding_for_a_stuck_consumer_still_sees_the_client_go() {
+    let _w = watchdog(90);
+    // Everything sent fits our receive buffer: the FIN is seen although
+    // nothing more is read; the held chunk gets its 5 s, then the end.
+    stuck_then_gone(3, false);
+    // More than fits: the FIN waits behind refused bytes, but the reset
+    // ends it at once.
+    stuck_then_gone(64, true);
+}
+
 #[test]
 fn raw_upgrade_ends_when_the_client_closes() {
     let _w = watchdog(30);

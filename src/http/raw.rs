@@ -40,6 +40,15 @@ const READ_CHUNK: usize = 64 * 1024;
 const BATCH: usize = 64;
 /// Retry period for a chunk held because the inbound was full.
 const HELD_RETRY: Duration = Duration::from_millis(2);
+/// A pump holding a chunk reads nothing, so it would never see the peer
+/// go; it still polls the socket for a reset (POLLERR/POLLHUP: the
+/// connection ends at once) and for the peer's FIN (POLLRDHUP: the
+/// consumer gets this long to take what is held, then the connection
+/// ends). A consumer stuck behind a far side that does not read would
+/// otherwise keep the connection and its threads for ever. A FIN queued
+/// behind bytes our full receive window refuses only arrives once the
+/// peer's kernel gives up on the orphaned socket and resets it.
+const PEER_GONE_DRAIN: Duration = Duration::from_secs(5);
 
 /// What to do with an accepted raw upgrade: the server writes
 /// `HTTP/1.1 101 Switching Protocols`, `Date` and `headers` (any with CR,
@@ -115,6 +124,7 @@ pub fn run<I: Inbound>(
         closing: false,
         last_rx: Instant::now(),
         idle_timeout,
+        peer_gone: None,
     };
     let end = pump.run(&mut sock, &outbound);
     if matches!(end, RawEnd::Closed | RawEnd::Idle) {
@@ -140,6 +150,8 @@ struct Pump<I: Inbound> {
     closing: bool,
     last_rx: Instant,
     idle_timeout: Option<Duration>,
+    /// When the peer's FIN was seen while a chunk was held.
+    peer_gone: Option<Instant>,
 }
 
 impl<I: Inbound> Pump<I> {
@@ -169,6 +181,9 @@ impl<I: Inbound> Pump<I> {
             let now = Instant::now();
             if self.idle_timeout.is_some_and(|t| now >= self.last_rx + t) {
                 return RawEnd::Idle;
+            }
+            if self.peer_gone.is_some_and(|t| now >= t + PEER_GONE_DRAIN) {
+                return RawEnd::PeerClosed;
             }
             let can_read = self.held.is_none();
             if (can_read && (more_in || sock.has_buffered_input()))
@@ -281,6 +296,9 @@ impl<I: Inbound> Pump<I> {
         let mut events = PollFlags::empty();
         if can_read {
             events |= PollFlags::IN;
+        } else if self.peer_gone.is_none() {
+            // Held: not reading, but the peer's FIN is still seen.
+            events |= PollFlags::RDHUP;
         }
         if self.write_blocked {
             events |= PollFlags::OUT;
@@ -292,6 +310,15 @@ impl<I: Inbound> Pump<I> {
         let waker_at = fds.len();
         fds.push(PollFd::from_borrowed_fd(out.waker.fd(), PollFlags::IN));
         poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now)))?;
+        if !can_read && waker_at == 1 {
+            let ev = fds[0].revents();
+            if ev.intersects(PollFlags::HUP | PollFlags::ERR) {
+                // Reset (or both ways shut): nothing held can go anywhere.
+                self.peer_gone = Some(now - PEER_GONE_DRAIN);
+            } else if ev.contains(PollFlags::RDHUP) {
+                self.peer_gone.get_or_insert(now);
+            }
+        }
         if !fds[waker_at].revents().is_empty() {
             // Reset before the next drain: a send racing with it leaves the
             // eventfd readable (no lost wake-up).
