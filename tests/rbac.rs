@@ -12,8 +12,8 @@
 //! restart with a live session (SIGTERM, start again: the pod re-adopted,
 //! the output written meanwhile read from its log), then SIGTERM; then a
 //! second daemon with gateway routing (`routing = "gateway"`: the Gateway
-//! read at start, a session's HTTPRoutes created, read back, replaced on a
-//! re-route and deleted for a port gone).
+//! read at start and every 5 s, a session's HTTPRoutes created, read back,
+//! replaced on a re-route and deleted for a port gone).
 //! Every logged request whose User-Agent is the daemon's (`kubegate/…`;
 //! kubectl's own set-up requests are not) is mapped to what the API
 //! server's authorizer checks — (namespace, apiGroup, resource[/sub], verb)
@@ -729,18 +729,21 @@ host, port = os.environ["KUBEGATE_INSPECT_ADDR"].rsplit(":", 1)
 http.server.ThreadingHTTPServer((host, int(port)), Events).serve_forever()
 "#;
 
-/// A daemon with gateway routing: the Gateway read at start, one
-/// session's routes created, read back, replaced, deleted; then a stop.
+/// A daemon with gateway routing: the Gateway read (at start and every
+/// 5 s), one session's routes created, read back, replaced, deleted; then
+/// a stop. The Gateway admits the session namespace's routes (`from:
+/// All`), as a shared Gateway must.
 fn drive_gateway(sim: &SimProc, token: &str, digest: &str) {
     sim.apply(
         &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-        "metadata": {"name": "sim"}, "spec": {"controllerName": "example.com/gw"}}),
+        "metadata": {"name": "sim"}, "spec": {"controllerName": "kubegate.dev/sim-gateway-controller"}}),
     );
     sim.apply(
         &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
         "metadata": {"name": "public", "namespace": GATEWAY_NS},
         "spec": {"gatewayClassName": "sim",
-                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP",
+                                "allowedRoutes": {"namespaces": {"from": "All"}}}]}}),
     );
     let mut d = DaemonProc::start_config(
         &daemon_config(

@@ -1,9 +1,11 @@
 //! Gateway routing through the daemon (docs/sessions.md#routing-states),
 //! on the embedded sim: a session with two ports gets two HTTPRoutes with
 //! the configured parent, hostnames and backends, whose states come back
-//! as `routing` events and in the view; deleting the Gateway turns them
-//! `unprogrammed`; a port change (the app's debug stream) re-routes; a stop
-//! leaves no route. And a configuration naming both layers refuses to
+//! as `routing` events and in the view; a Gateway that is not programmed
+//! (its address not usable) turns them `unprogrammed` with the Gateway's
+//! condition although the routes are accepted, and back; deleting the
+//! Gateway turns them `unprogrammed`; a port change (the app's debug
+//! stream) re-routes; a stop leaves no route. And a configuration naming both layers refuses to
 //! start, naming `routing`.
 
 mod common;
@@ -67,11 +69,14 @@ may_start_sessions = true
     )
 }
 
+/// A shared Gateway in `infra`: its listener admits the session
+/// namespace's routes (`from: All`), as a real shared Gateway must.
 fn gateway() -> Value {
     json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
         "metadata": {"name": "public", "namespace": "infra"},
         "spec": {"gatewayClassName": "sim",
-                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}})
+                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP",
+                                "allowedRoutes": {"namespaces": {"from": "All"}}}]}})
 }
 
 fn routes_of(d: &DaemonProc, id: &str) -> Vec<Value> {
@@ -136,7 +141,7 @@ fn sessions_get_http_routes_whose_states_follow_the_gateway() {
     d.kubeconfig = d.dir.join("state").join("sim.kubeconfig");
     d.create(
         &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-        "metadata": {"name": "sim"}, "spec": {"controllerName": "example.com/gw"}}),
+        "metadata": {"name": "sim"}, "spec": {"controllerName": "kubegate.dev/sim-gateway-controller"}}),
     );
     d.create(&gateway());
 
@@ -189,6 +194,8 @@ fn sessions_get_http_routes_whose_states_follow_the_gateway() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    gateway_not_programmed(&d, &id, &mut sse);
 
     // The Gateway deleted: both unprogrammed, with the condition's words.
     d.kubectl_ok(&["delete", "gateway", "public", "-n", "infra"], None);
@@ -249,6 +256,91 @@ fn sessions_get_http_routes_whose_states_follow_the_gateway() {
         routes_of(&d, &id).is_empty().then_some(())
     });
     assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
+    // The daemon's one Gateway reader logged each change once, not each
+    // read: (not found: the daemon starts before the Gateway is created,)
+    // programmed, not programmed, programmed, (not found, if a read fell
+    // in that window,) programmed.
+    let log = d.log_text();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter_map(|l| {
+            l.split("routing: Gateway infra/public (cluster.gateway): ")
+                .nth(1)
+        })
+        .collect();
+    assert!(lines.windows(2).all(|w| w[0] != w[1]), "{lines:#?}");
+    let unusable = lines
+        .iter()
+        .filter(|l| l.contains("AddressNotUsable"))
+        .count();
+    assert_eq!(unusable, 1, "{lines:#?}");
+    assert_eq!(lines.last(), Some(&"programmed"), "{lines:#?}");
+    assert!((4..=6).contains(&lines.len()), "{lines:#?}");
+}
+
+/// The Gateway asks for an address the sim cannot use: the Gateway is
+/// `Programmed=False` (`AddressNotUsable`) while its routes stay
+/// accepted, so only the daemon's reading of the Gateway can tell; the
+/// endpoints turn `unprogrammed` with the Gateway's condition, and back to
+/// `programmed` once the address goes.
+fn gateway_not_programmed(d: &DaemonProc, id: &str, sse: &mut SseClient) {
+    d.kubectl_ok(
+        &[
+            "patch",
+            "gateway",
+            "public",
+            "-n",
+            "infra",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"addresses":[{"type":"IPAddress","value":"10.9.9.9"}]}}"#,
+        ],
+        None,
+    );
+    let seen = until_states(sse, &[8080, 8081], "unprogrammed");
+    let e = seen
+        .iter()
+        .find(|e| is_routing(e, 8081, "unprogrammed"))
+        .expect("8081 unprogrammed");
+    assert_eq!(e.data["condition"], "Programmed", "{e:?}");
+    assert_eq!(e.data["reason"], "AddressNotUsable", "{e:?}");
+    let m = e.data["message"].as_str().unwrap_or("");
+    assert!(
+        m.contains("infra/public") && m.contains("10.9.9.9"),
+        "{e:?}"
+    );
+    // The routes themselves still say accepted: the Gateway's own status
+    // is what the daemon reported.
+    for r in routes_of(d, id) {
+        let conds = &r["status"]["parents"][0]["conditions"];
+        assert_eq!(conds[0]["type"], "Accepted", "{r}");
+        assert_eq!(conds[0]["status"], "True", "{r}");
+    }
+    let (_, v) = d.json("GET", &format!("/v1/sessions/{id}"), None);
+    let routing = &v["endpoints"][0]["routing"];
+    assert_eq!(
+        (routing["state"].as_str(), routing["reason"].as_str()),
+        (Some("unprogrammed"), Some("AddressNotUsable")),
+        "{v}"
+    );
+    d.kubectl_ok(
+        &[
+            "patch",
+            "gateway",
+            "public",
+            "-n",
+            "infra",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"addresses":null}}"#,
+        ],
+        None,
+    );
+    until_states(sse, &[8080, 8081], "programmed");
+    assert_eq!(
+        view_states(d, id),
+        [(8080, "programmed".into()), (8081, "programmed".into())]
+    );
 }
 
 #[test]

@@ -174,6 +174,9 @@ impl Daemon {
         let gateway = exec_gateway(cfg, &client, &conn, &metrics)?;
         let principals = Arc::new(RwLock::new(Arc::new(Principals::new(&cfg.principals))));
         let engine = session_engine(cfg, &client, &conn);
+        // Gateway routing: the Gateway read now and every 5 s after, its
+        // state bounding every session endpoint's (from the first read).
+        engine.start_gateway_reader();
         let handler = Arc::new(front_door(
             cfg,
             &limits,
@@ -328,12 +331,12 @@ fn connect(cfg: &Config) -> Result<Cluster, StartError> {
 /// are configured).
 /// The configured routing layer, validated against the cluster's discovery
 /// (docs/config.md#routing): the kind it creates must be served, or the
-/// start is refused naming `cluster.routing`. With gateway routing the
-/// Gateway is read: absent or unreadable is a warning (its routes show
-/// `unprogrammed` or `pending` until it is there), not a refusal.
+/// start is refused naming `cluster.routing`. The Gateway of gateway
+/// routing is the engine's reader's (`session::engine::gateway_reader`):
+/// absent or unreadable is a warning it logs, not a refusal.
 fn check_routing_layer(client: &Client, cfg: &Config) -> Result<(), StartError> {
     use crate::kube::client::rest::Request as KubeRequest;
-    use crate::kube::client::{Api, Gateway, KubeError};
+    use crate::kube::client::KubeError;
     let (group_version, plural, kind) = match cfg.cluster.routing() {
         RoutingLayer::None => return Ok(()),
         RoutingLayer::Ingress => ("networking.k8s.io/v1", "ingresses", "Ingress"),
@@ -354,12 +357,7 @@ fn check_routing_layer(client: &Client, cfg: &Config) -> Result<(), StartError> 
     }
     if let Some((ns, name)) = cfg.cluster.gateway_ref() {
         if cfg.cluster.routing() == RoutingLayer::Gateway {
-            match Api::<Gateway>::namespaced(client, ns).get(name) {
-                Ok(_) => log::info!("routing: HTTPRoutes attach to Gateway {ns}/{name}"),
-                Err(e) => log::warn!(
-                    "routing: Gateway {ns}/{name} (cluster.gateway): {e}; session routes stay unprogrammed until it can be read"
-                ),
-            }
+            log::info!("routing: HTTPRoutes attach to Gateway {ns}/{name}");
         }
     }
     log::info!("routing: {group_version} {kind} served");

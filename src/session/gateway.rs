@@ -17,10 +17,19 @@
 //! `programmed`; either False is `unprogrammed`, with that condition's
 //! type, reason and message (Accepted first); `Unknown` (upstream's reason
 //! `Pending`: not reconciled yet) is `pending`.
+//!
+//! A route is not the whole story: upstream's `RouteParentStatus` says a
+//! route's availability is also subject to the Gateway's own status, and
+//! controllers may leave a stale entry behind a deleted Gateway. So the
+//! engine reads the Gateway too (one reader per daemon, every 5 s, into a
+//! [`GatewayState`] through a [`GatewayWatch`]), and an endpoint's state
+//! is [`endpoint_state`]: the route's own failure first, else the
+//! Gateway's (missing, or `Programmed=False`: `unprogrammed`, condition
+//! `Programmed`; `Programmed` neither True nor False: never `programmed`).
 
 use super::pod::{endpoint_host, service_name, PodSettings, Published};
 use super::spec::Protocol;
-use crate::kube::client::HttpRoute;
+use crate::kube::client::{Gateway, HttpRoute};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -216,6 +225,177 @@ pub fn route_state(route: &HttpRoute, parent: &GatewayParent) -> RouteState {
     }
 }
 
+/// What the daemon last read of the configured Gateway
+/// (docs/sessions.md#routing-states).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum GatewayState {
+    /// Not read yet, or every read so far failed: says nothing.
+    #[default]
+    Unknown,
+    /// The read answered 404.
+    Missing,
+    /// `Programmed=True`, observed for the Gateway's generation.
+    Programmed,
+    /// `Programmed=False`, with its reason and message.
+    NotProgrammed { reason: String, message: String },
+    /// `Programmed` absent, `Unknown` (upstream's reason `Pending`: not
+    /// reconciled yet) or observed for an older generation.
+    Unsettled,
+}
+
+impl GatewayState {
+    /// A read Gateway's state, from its `Programmed` condition.
+    pub fn of(g: &Gateway) -> GatewayState {
+        let generation = g.metadata.generation;
+        let Some(c) = g
+            .status
+            .as_ref()
+            .and_then(|s| s.get("conditions"))
+            .and_then(Value::as_array)
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.get("type").and_then(Value::as_str) == Some("Programmed"))
+            })
+        else {
+            return GatewayState::Unsettled;
+        };
+        let observed = c.get("observedGeneration").and_then(Value::as_i64);
+        if let (Some(o), Some(g)) = (observed, generation) {
+            if o < g {
+                return GatewayState::Unsettled;
+            }
+        }
+        let s = |k: &str| {
+            c.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        match c.get("status").and_then(Value::as_str) {
+            Some("True") => GatewayState::Programmed,
+            Some("False") => GatewayState::NotProgrammed {
+                reason: s("reason"),
+                message: s("message"),
+            },
+            _ => GatewayState::Unsettled,
+        }
+    }
+
+    /// How a log line says it.
+    fn describe(&self) -> String {
+        match self {
+            GatewayState::Unknown => "not read yet".into(),
+            GatewayState::Missing => "not found".into(),
+            GatewayState::Programmed => "programmed".into(),
+            GatewayState::NotProgrammed { reason, message } => {
+                format!("not programmed ({reason}: {message})")
+            }
+            GatewayState::Unsettled => {
+                "not reconciled yet (its Programmed condition is neither True nor False)".into()
+            }
+        }
+    }
+}
+
+/// An endpoint's state: its route's ([`route_state`]) as the Gateway's
+/// own state allows. The route's failure comes first (it names this
+/// endpoint's problem); else a Gateway that is missing or
+/// `Programmed=False` makes it `unprogrammed` with condition `Programmed`
+/// (reason `NotFound` when missing) and a message naming the Gateway,
+/// whatever the route says; a Gateway not reconciled yet turns
+/// `programmed` into `pending`; an unknown one (not read yet) changes
+/// nothing.
+pub fn endpoint_state(
+    route: RouteState,
+    gateway: &GatewayState,
+    parent: &GatewayParent,
+) -> RouteState {
+    let at = format!("Gateway {}/{}", parent.namespace, parent.name);
+    match (route, gateway) {
+        (r @ RouteState::Unprogrammed { .. }, _) => r,
+        (_, GatewayState::Missing) => RouteState::Unprogrammed {
+            condition: "Programmed".into(),
+            reason: "NotFound".into(),
+            message: format!("{at} not found"),
+        },
+        (_, GatewayState::NotProgrammed { reason, message }) => RouteState::Unprogrammed {
+            condition: "Programmed".into(),
+            reason: reason.clone(),
+            message: format!("{at}: {message}"),
+        },
+        (RouteState::Programmed, GatewayState::Unsettled) => RouteState::Pending,
+        (r, _) => r,
+    }
+}
+
+/// What a read of the Gateway found: its state (a 404 being `Missing`),
+/// or why the read failed.
+pub type GatewayReading = Result<GatewayState, String>;
+
+/// The Gateway reader's memory (sans-IO: the engine's `session-gateway`
+/// thread reads): the last state read, and whether reads are failing. A
+/// failed read is not `Missing`: the last state stands.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayWatch {
+    state: GatewayState,
+    failing: bool,
+}
+
+impl GatewayWatch {
+    pub fn state(&self) -> &GatewayState {
+        &self.state
+    }
+
+    /// Takes a read's outcome; answers the line to log, once per change
+    /// (a new state, the first failure of a run, the first success after
+    /// one), nothing while all stays as it was.
+    pub fn read(
+        &mut self,
+        reading: GatewayReading,
+        parent: &GatewayParent,
+    ) -> Option<(log::Level, String)> {
+        let at = format!(
+            "routing: Gateway {}/{} (cluster.gateway)",
+            parent.namespace, parent.name
+        );
+        let next = match reading {
+            Err(_) if self.failing => return None,
+            Err(e) => {
+                self.failing = true;
+                return Some((
+                    log::Level::Warn,
+                    format!(
+                        "{at}: reading it failed: {e}; its last state stands ({})",
+                        self.state.describe()
+                    ),
+                ));
+            }
+            Ok(next) => next,
+        };
+        let recovered = std::mem::replace(&mut self.failing, false);
+        if next == self.state {
+            return recovered.then(|| {
+                (
+                    log::Level::Info,
+                    format!("{at}: read again ({})", next.describe()),
+                )
+            });
+        }
+        let (level, effect) = match next {
+            GatewayState::Missing | GatewayState::NotProgrammed { .. } => {
+                (log::Level::Warn, "; session endpoints show unprogrammed")
+            }
+            GatewayState::Unsettled => {
+                (log::Level::Warn, "; session endpoints are at most pending")
+            }
+            GatewayState::Programmed | GatewayState::Unknown => (log::Level::Info, ""),
+        };
+        let line = format!("{at}: {}{effect}", next.describe());
+        self.state = next;
+        Some((level, line))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,5 +564,146 @@ mod tests {
             route_state(&route_with(entry(unknown), 1), &p),
             RouteState::Pending
         );
+    }
+    fn gateway_with(status: Value, generation: i64) -> Gateway {
+        serde_json::from_value(json!({
+            "metadata": {"name": "public", "namespace": "infra", "generation": generation},
+            "spec": {},
+            "status": status,
+        }))
+        .expect("gateway")
+    }
+
+    #[test]
+    fn a_gateway_is_read_from_its_programmed_condition() {
+        let programmed = |status: &str, gen: i64| {
+            json!({"conditions": [cond("Accepted", "True", "Accepted", gen),
+                                  cond("Programmed", status, "Why", gen)]})
+        };
+        assert_eq!(
+            GatewayState::of(&gateway_with(programmed("True", 2), 2)),
+            GatewayState::Programmed
+        );
+        assert_eq!(
+            GatewayState::of(&gateway_with(programmed("False", 2), 2)),
+            GatewayState::NotProgrammed {
+                reason: "Why".into(),
+                message: "Programmed says Why".into()
+            }
+        );
+        // Unknown, observed for an older generation, absent, garbage:
+        // not reconciled yet.
+        for g in [
+            gateway_with(programmed("Unknown", 1), 1),
+            gateway_with(programmed("True", 1), 2),
+            gateway_with(
+                json!({"conditions": [cond("Accepted", "True", "Accepted", 1)]}),
+                1,
+            ),
+            gateway_with(json!(null), 1),
+            gateway_with(json!({"conditions": "x"}), 1),
+            gateway_with(
+                json!({"conditions": [{"type": "Programmed", "status": 1}]}),
+                1,
+            ),
+        ] {
+            assert_eq!(GatewayState::of(&g), GatewayState::Unsettled, "{g:?}");
+        }
+    }
+
+    #[test]
+    fn the_gateways_state_bounds_the_endpoints() {
+        let p = parent(Some("http"));
+        let unprogrammed = |reason: &str, message: &str| RouteState::Unprogrammed {
+            condition: "Programmed".into(),
+            reason: reason.into(),
+            message: message.into(),
+        };
+        let refused = RouteState::Unprogrammed {
+            condition: "Accepted".into(),
+            reason: "NoMatchingParent".into(),
+            message: "Gateway infra/public does not exist".into(),
+        };
+        let not_programmed = GatewayState::NotProgrammed {
+            reason: "AddressNotUsable".into(),
+            message: "no such address".into(),
+        };
+        // Whatever the route says, a missing or unprogrammed Gateway makes
+        // the endpoint unprogrammed, naming the Gateway...
+        for r in [RouteState::Programmed, RouteState::Pending] {
+            assert_eq!(
+                endpoint_state(r.clone(), &GatewayState::Missing, &p),
+                unprogrammed("NotFound", "Gateway infra/public not found")
+            );
+            assert_eq!(
+                endpoint_state(r, &not_programmed, &p),
+                unprogrammed("AddressNotUsable", "Gateway infra/public: no such address")
+            );
+        }
+        // ...but the route's own failure is said first.
+        for g in [
+            GatewayState::Missing,
+            not_programmed.clone(),
+            GatewayState::Programmed,
+        ] {
+            assert_eq!(endpoint_state(refused.clone(), &g, &p), refused);
+        }
+        // Not reconciled yet: never programmed; a Gateway not read yet,
+        // or programmed, leaves the route's state.
+        assert_eq!(
+            endpoint_state(RouteState::Programmed, &GatewayState::Unsettled, &p),
+            RouteState::Pending
+        );
+        for g in [GatewayState::Unknown, GatewayState::Programmed] {
+            for r in [RouteState::Programmed, RouteState::Pending] {
+                assert_eq!(endpoint_state(r.clone(), &g, &p), r);
+            }
+        }
+    }
+
+    #[test]
+    fn the_watch_logs_once_per_change_and_a_failed_read_is_not_missing() {
+        let p = parent(None);
+        let mut w = GatewayWatch::default();
+        assert_eq!(w.state(), &GatewayState::Unknown);
+        let (level, line) = w
+            .read(Ok(GatewayState::Programmed), &p)
+            .expect("a first state");
+        assert_eq!(level, log::Level::Info);
+        assert!(
+            line.contains("infra/public") && line.contains("programmed"),
+            "{line}"
+        );
+        // The same again: nothing to say.
+        assert_eq!(w.read(Ok(GatewayState::Programmed), &p), None);
+        // Failures: logged once, the last state stands.
+        let (level, line) = w
+            .read(Err("connection refused".into()), &p)
+            .expect("a failure");
+        assert_eq!(level, log::Level::Warn);
+        assert!(
+            line.contains("connection refused") && line.contains("(programmed)"),
+            "{line}"
+        );
+        assert_eq!(w.read(Err("connection refused".into()), &p), None);
+        assert_eq!(w.read(Err("timed out".into()), &p), None);
+        assert_eq!(w.state(), &GatewayState::Programmed);
+        // Read again, unchanged: said once.
+        let (_, line) = w.read(Ok(GatewayState::Programmed), &p).expect("recovered");
+        assert!(line.contains("read again"), "{line}");
+        assert_eq!(w.read(Ok(GatewayState::Programmed), &p), None);
+        // Gone: a warning, once.
+        let (level, line) = w.read(Ok(GatewayState::Missing), &p).expect("missing");
+        assert_eq!(level, log::Level::Warn);
+        assert!(
+            line.contains("not found") && line.contains("unprogrammed"),
+            "{line}"
+        );
+        assert_eq!(w.read(Ok(GatewayState::Missing), &p), None);
+        assert_eq!(w.state(), &GatewayState::Missing);
+        // A failure after the start keeps Unknown (nothing known).
+        let mut w = GatewayWatch::default();
+        assert!(w.read(Err("403 Forbidden".into()), &p).is_some());
+        assert_eq!(w.state(), &GatewayState::Unknown);
     }
 }

@@ -11,7 +11,8 @@
 //!   its token Secret, Service and Ingress), the endpoints list, the pod
 //!   name and labels, and the readings of a pod the machine needs.
 //! - [`gateway`]: the Gateway API layer: one HTTPRoute per published tcp
-//!   port, and a route's status read as the endpoint's routing state.
+//!   port, and a route's status, bounded by its Gateway's, read as the
+//!   endpoint's routing state.
 //! - [`machine`]: the per-session state machine: inputs the engine
 //!   observes, commands it must carry out, events for the SSE stream; and
 //!   a session rebuilt from its record after a daemon restart.
@@ -26,7 +27,8 @@
 //! - [`engine`]: the registry, one owner thread per session
 //!   (`session-<id>`) with short-lived `session-work` threads, restore at
 //!   start, checkpoint and record files, the event log, the orphan
-//!   reaper's thread (`session-reaper`);
+//!   reaper's thread (`session-reaper`), the Gateway's reader
+//!   (`session-gateway`);
 //! - [`io`]: each app's output ring, attach streams (`kube-remote-io`),
 //!   the io socket (`session-io-out`, `session-io-in`), the persisted
 //!   rings; its [`io::wire`] is the socket's format the CLI shares;

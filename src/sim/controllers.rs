@@ -37,8 +37,8 @@ pub(crate) enum Dirty {
     /// An object with this uid was deleted: its dependents must go.
     Deleted(String),
     Namespace(String),
-    /// A Gateway API object or a Service changed: the Gateway API
-    /// controller's pass (`sim::gateway`).
+    /// A Gateway API object, a Service or a Namespace changed: the
+    /// Gateway API controller's pass (`sim::gateway`).
     GatewayApi,
     /// Re-examine everything.
     All,
@@ -151,6 +151,8 @@ fn forward(store: Arc<Store>, res: Resource, tx: Sender<Dirty>, stop: Arc<Atomic
                         }
                         Resource::Namespace => {
                             let _ = tx.send(Dirty::Namespace(name));
+                            // Listeners select route namespaces by label.
+                            let _ = tx.send(Dirty::GatewayApi);
                         }
                         Resource::GatewayClass
                         | Resource::Gateway

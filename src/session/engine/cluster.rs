@@ -9,7 +9,7 @@ use crate::kube::client::{
     Api, Client, DeleteParams, HttpRoute, Ingress, KubeError, ListParams, Pod, Resource, Secret,
     Service,
 };
-use crate::session::gateway::{route_port, route_state, Routing};
+use crate::session::gateway::{endpoint_state, route_port, route_state, Routing};
 use crate::session::machine::{Input, Session};
 use crate::session::pod::SESSION_ID_LABEL;
 use std::fmt;
@@ -132,7 +132,8 @@ impl Owner {
     }
 
     /// Lists the session's HTTPRoutes (by label) on a worker and reads
-    /// each one's state for the configured Gateway
+    /// each one's state for the configured Gateway, as the Gateway's own
+    /// state (the engine's one reader's, `gateway_reader`) allows
     /// ([`Input::RoutesRead`]).
     pub(super) fn read_routes(&self) {
         let Routing::Gateway(parent) = self.engine.settings.pod.routing.clone() else {
@@ -141,14 +142,21 @@ impl Owner {
         let api =
             Api::<HttpRoute>::namespaced(&self.engine.client, &self.engine.settings.pod.namespace);
         let sid = self.handle.id.clone();
+        let gateway = self.engine.gateway.clone();
         self.work(move || {
             let selector = format!("{SESSION_ID_LABEL}={sid}");
             let reading = match api.list(&ListParams::labels(&selector)) {
-                Ok(list) => Ok(list
-                    .items
-                    .iter()
-                    .filter_map(|r| Some((route_port(&sid, r.name())?, route_state(r, &parent))))
-                    .collect()),
+                Ok(list) => {
+                    let gw = gateway.read().clone();
+                    Ok(list
+                        .items
+                        .iter()
+                        .filter_map(|r| {
+                            let state = endpoint_state(route_state(r, &parent), &gw, &parent);
+                            Some((route_port(&sid, r.name())?, state))
+                        })
+                        .collect())
+                }
                 Err(e) => {
                     log::warn!("session {sid}: reading its HTTPRoutes: {e}");
                     Err(e.to_string())

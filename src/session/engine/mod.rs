@@ -24,6 +24,8 @@
 //! - this file: the registry ([`Engine`]: start, look-up, eviction,
 //!   shutdown), a session's [`Handle`] as the routes see it, the owner's
 //!   [`Msg`]s, and the orphan reaper's thread;
+//! - `gateway_reader`: the one reader of the configured Gateway
+//!   (`session-gateway`), whose state every session's route reads take;
 //! - `owner`: the owner loop (`session-<id>`) and the commands it
 //!   carries out on the spot;
 //! - `cluster`: the commands carried out against the cluster on workers
@@ -40,6 +42,7 @@ mod attach;
 pub mod checkpoint;
 mod cluster;
 pub mod event_log;
+pub mod gateway_reader;
 mod owner;
 pub mod restore;
 pub mod settings;
@@ -47,11 +50,13 @@ pub mod settings;
 use self::agent_ops::AgentOps;
 use self::checkpoint::write_atomic;
 use self::event_log::EventLog;
+use self::gateway_reader::GatewayReader;
 use self::owner::{Attaches, Owner};
 use crate::api::{ApiError, Code};
 use crate::kube::client::{Api, Client, DeleteParams, KubeError, ListParams, Pod};
 use crate::kube::connection::Connection;
 use crate::session::access::{PodAccess, PodTarget};
+use crate::session::gateway::{GatewayState, Routing};
 use crate::session::io::ring::AppIo;
 use crate::session::machine::{Command, Event, Input, Millis, NewSession, Session, UserOp};
 use crate::session::pod::PodSettings;
@@ -196,6 +201,10 @@ pub struct Engine {
     pods: Arc<PodHub>,
     /// The orphan reaper's stop (dropping the sender ends its thread).
     reaper: Mutex<Option<Sender<()>>>,
+    /// The configured Gateway as last read (gateway routing only; else
+    /// `Unknown` for good), and its reader.
+    gateway: Arc<RwLock<GatewayState>>,
+    gateway_reader: Mutex<Option<GatewayReader>>,
     /// Persisted rings loaded by [`Engine::restore`], removed once the
     /// daemon serves ([`Engine::forget_persisted_rings`]).
     loaded_rings: Mutex<Vec<PathBuf>>,
@@ -241,6 +250,8 @@ impl Engine {
             sessions: RwLock::new(BTreeMap::new()),
             pods,
             reaper: Mutex::new(None),
+            gateway: Arc::new(RwLock::new(GatewayState::Unknown)),
+            gateway_reader: Mutex::new(None),
             loaded_rings: Mutex::new(Vec::new()),
         })
     }
@@ -515,7 +526,24 @@ impl Engine {
         }
         self.sessions.write().clear();
         self.reaper.lock().take();
+        if let Some(r) = self.gateway_reader.lock().take() {
+            if !r.stop(deadline.max(Instant::now() + Duration::from_secs(1))) {
+                log::warn!("the Gateway reader did not end before the shutdown deadline");
+            }
+        }
         self.pods.stop();
+    }
+
+    /// Starts the `session-gateway` thread (`gateway_reader`) with
+    /// gateway routing; nothing otherwise. Ends with [`Engine::shutdown`].
+    pub fn start_gateway_reader(&self) {
+        let Routing::Gateway(parent) = &self.settings.pod.routing else {
+            return;
+        };
+        let mut slot = self.gateway_reader.lock();
+        if slot.is_none() {
+            *slot = GatewayReader::start(self.client.clone(), parent.clone(), self.gateway.clone());
+        }
     }
 
     /// The workspace agent of `h`'s current pod (the workspace routes).

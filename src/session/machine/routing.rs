@@ -17,7 +17,9 @@ pub const ROUTE_POLL_UNSETTLED_MS: Millis = 1_000;
 /// How long after a publish a `pending` route is polled fast.
 pub const ROUTE_POLL_FAST_FOR_MS: Millis = 30_000;
 /// The poll period otherwise (a Gateway deleted under programmed routes
-/// shows within this).
+/// shows within this when its controller says so in the routes, within
+/// this plus the engine's Gateway reader's period when only the Gateway
+/// tells).
 pub const ROUTE_POLL_SETTLED_MS: Millis = 5_000;
 
 /// What a read of the session's routes found: the state of each route

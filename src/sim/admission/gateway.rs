@@ -17,8 +17,25 @@ pub(super) fn validate_gateway_class(obj: &Obj, causes: &mut Causes) {
     }
 }
 
-/// `spec.gatewayClassName` and at least one listener with a name, a port
-/// and a protocol.
+/// The CRD's default of each listener's `allowedRoutes`:
+/// `{namespaces: {from: Same}}` (routes from the Gateway's own namespace).
+pub(super) fn gateway_defaults(obj: &mut Obj) {
+    let Some(Value::Array(listeners)) = obj.pointer_mut("/spec/listeners") else {
+        return;
+    };
+    for l in listeners.iter_mut().filter_map(Value::as_object_mut) {
+        let allowed = l.entry("allowedRoutes").or_insert_with(|| json!({}));
+        if let Some(a) = allowed.as_object_mut() {
+            let ns = a.entry("namespaces").or_insert_with(|| json!({}));
+            if let Some(n) = ns.as_object_mut() {
+                n.entry("from").or_insert(json!("Same"));
+            }
+        }
+    }
+}
+
+/// `spec.gatewayClassName` and at least one listener with a name, a port,
+/// a protocol and, when given, a known `allowedRoutes.namespaces.from`.
 pub(super) fn validate_gateway(obj: &Obj, causes: &mut Causes) {
     if str_at(obj, &["spec", "gatewayClassName"]).is_empty() {
         causes.push(FieldCause::required("spec.gatewayClassName", ""));
@@ -33,6 +50,14 @@ pub(super) fn validate_gateway(obj: &Obj, causes: &mut Causes) {
             if str_at(l, &[f]).is_empty() {
                 causes.push(FieldCause::required(format!("{lp}.{f}"), ""));
             }
+        }
+        let from = l.pointer("/allowedRoutes/namespaces/from");
+        if let Some(f) = from.filter(|f| !matches!(f.as_str(), Some("All" | "Selector" | "Same"))) {
+            causes.push(FieldCause::not_supported(
+                format!("{lp}.allowedRoutes.namespaces.from"),
+                f.as_str().unwrap_or_default(),
+                &["All", "Selector", "Same"],
+            ));
         }
         match l.get("port").and_then(Value::as_i64) {
             Some(1..=65535) => {}

@@ -42,7 +42,10 @@ mod workloads;
 use config::{
     secret_defaults, validate_config_data, validate_immutable_data, validate_secret_type,
 };
-use gateway::{http_route_defaults, validate_gateway, validate_gateway_class, validate_http_route};
+use gateway::{
+    gateway_defaults, http_route_defaults, validate_gateway, validate_gateway_class,
+    validate_http_route,
+};
 use pods::{pod_defaults, qos_class, validate_pod_spec, validate_pod_update};
 use services::{
     service_defaults, service_fill_from_old, validate_service, validate_service_update,
@@ -183,7 +186,10 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
 fn validate_gateway_kind(res: Resource, obj: &mut Obj, causes: &mut Causes) {
     match res {
         Resource::GatewayClass => validate_gateway_class(obj, causes),
-        Resource::Gateway => validate_gateway(obj, causes),
+        Resource::Gateway => {
+            gateway_defaults(obj);
+            validate_gateway(obj, causes);
+        }
         _ => {
             http_route_defaults(obj);
             validate_http_route(obj, causes);
