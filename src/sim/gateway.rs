@@ -18,7 +18,7 @@
 //!   or HTTPS listener whose `allowedRoutes.kinds` allows it) and their
 //!   `attachedRoutes`;
 //! - an HTTPRoute gets, per parentRef to a Gateway, a `RouteParentStatus`
-//!   with [`CONTROLLER_NAME`] and the route's generation ([`attach`]):
+//!   with [`CONTROLLER_NAME`] and the route's generation (`attach`):
 //!   `Accepted` as upstream decides a route's attachment (a Gateway that
 //!   is missing or not accepted, or a `sectionName`/`port` naming no
 //!   listener: `NoMatchingParent`; no listener in scope taking HTTPRoutes

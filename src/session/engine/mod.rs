@@ -42,7 +42,7 @@ mod attach;
 pub mod checkpoint;
 mod cluster;
 pub mod event_log;
-pub mod gateway_reader;
+mod gateway_reader;
 mod owner;
 pub mod restore;
 pub mod settings;
