@@ -1394,6 +1394,9 @@ fn raw_upgrade_carries_bytes_both_ways_early_bytes_included() {
     assert_eq!(&back[data.len()..], b"bye\n");
 }
 
+/// Set by [`raw_stuck`]'s consumer once its inbound is full.
+static STUCK_INBOUND_FULL: AtomicBool = AtomicBool::new(false);
+
 /// A raw upgrade whose consumer never takes anything (a far side that
 /// does not read): the pump ends up holding a chunk, reading nothing more.
 fn raw_stuck(_req: Request) -> Reply {
@@ -1405,7 +1408,15 @@ fn raw_stuck(_req: Request) -> Reply {
             let (in_tx, in_rx) = bounded::<Message>(1);
             let (release, released) = bounded::<()>(0);
             let stuck = std::thread::spawn(move || {
-                let _ = released.recv();
+                // Says when the pump's first message is waiting, so the
+                // test knows the next read will be held.
+                while released.recv_timeout(Duration::from_millis(5))
+                    == Err(crossbeam_channel::RecvTimeoutError::Timeout)
+                {
+                    if in_rx.is_full() {
+                        STUCK_INBOUND_FULL.store(true, Ordering::SeqCst);
+                    }
+                }
                 drop(in_rx);
             });
             let _ = raw::run(conn, out_rx, in_tx, None);
@@ -1415,11 +1426,15 @@ fn raw_stuck(_req: Request) -> Reply {
     })
 }
 
-/// Opens a `stuck/1` raw upgrade, sends `chunks` chunks of 64 KiB (the
-/// consumer takes none: one fills its inbound, the next is held), then
-/// closes: with a FIN, or a reset (SO_LINGER 0) as a crashed client's
-/// kernel sends once it gives up.
+/// Opens a `stuck/1` raw upgrade, sends a little (the consumer takes
+/// none: it fills its inbound), waits for the inbound to be full, then
+/// sends `chunks` chunks of 64 KiB (the first read of them is held; with
+/// `reset`, until the buffers are full if that comes first), then closes:
+/// with a FIN, or a reset (SO_LINGER 0) as a crashed client's kernel sends
+/// once it gives up. With a FIN, `chunks` must leave little enough unread
+/// that the FIN is not queued behind a closed receive window.
 fn stuck_then_gone(chunks: usize, reset: bool) {
+    STUCK_INBOUND_FULL.store(false, Ordering::SeqCst);
     let server = serve(ServerConfig::default(), raw_stuck);
     let mut s = TcpStream::connect(server.local_addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -1429,9 +1444,30 @@ fn stuck_then_gone(chunks: usize, reset: bool) {
     let n = s.read(&mut buf).unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 101 "));
     s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(b"first").unwrap();
+    wait_for(
+        "the consumer's inbound to fill",
+        Duration::from_secs(10),
+        || STUCK_INBOUND_FULL.load(Ordering::SeqCst),
+    );
     let chunk = vec![7u8; 64 * 1024];
     for _ in 0..chunks {
-        s.write_all(&chunk).unwrap();
+        match s.write_all(&chunk) {
+            Ok(()) => {}
+            // Sending until the buffers are full: how much fits depends
+            // on the kernel's autotuning, so a write that times out is
+            // the point reached, not a failure.
+            Err(e)
+                if reset
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+            {
+                break
+            }
+            Err(e) => panic!("sending chunk: {e}"),
+        }
     }
     assert_eq!(server.connections(), 1);
     if reset {
@@ -1448,9 +1484,10 @@ fn stuck_then_gone(chunks: usize, reset: bool) {
 #[test]
 fn a_raw_upgrade_holding_for_a_stuck_consumer_still_sees_the_client_go() {
     let _w = watchdog(90);
-    // Everything sent fits our receive buffer: the FIN is seen although
-    // nothing more is read; the held chunk gets its 5 s, then the end.
-    stuck_then_gone(3, false);
+    // One message waiting, one chunk held, little left unread: the FIN
+    // is seen although nothing more is read; the held chunk gets its
+    // 5 s, then the end.
+    stuck_then_gone(1, false);
     // More than fits: the FIN waits behind refused bytes, but the reset
     // ends it at once.
     stuck_then_gone(64, true);
