@@ -814,6 +814,75 @@ fn hostile_spdy_ends_only_its_connection() {
     sim.kubectl_ok(&["get", "pods"]);
 }
 
+/// A stranger (no token) gets 401 on every form, before the pod is even
+/// looked up (this one does not exist).
+#[test]
+fn a_stranger_is_refused_before_the_pod_is_looked_up() {
+    let _w = watchdog("port-forward stranger", 60);
+    let token_file = common::temp_dir("pf-token").join("token");
+    std::fs::write(&token_file, "s3cret-token-for-the-sim").unwrap();
+    let sim = SimProc::start(&["--token-file", token_file.to_str().unwrap()]);
+    // The sim is TLS with a token; curl (-k: the sim's own CA) as the
+    // stranger.
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods/nope/portforward",
+        sim.url
+    );
+    let ws = [
+        "Upgrade: websocket",
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version: 13",
+    ];
+    let forms: [(&str, String, Vec<&str>); 3] = [
+        (
+            "POST",
+            url.clone(),
+            vec![
+                "Upgrade: SPDY/3.1",
+                "X-Stream-Protocol-Version: portforward.k8s.io",
+            ],
+        ),
+        (
+            "GET",
+            url.clone(),
+            [
+                &ws[..],
+                &["Sec-WebSocket-Protocol: SPDY/3.1+portforward.k8s.io"],
+            ]
+            .concat(),
+        ),
+        (
+            "GET",
+            format!("{url}?ports=7000"),
+            [&ws[..], &["Sec-WebSocket-Protocol: v4.channel.k8s.io"]].concat(),
+        ),
+    ];
+    for (method, url, headers) in forms {
+        let mut c = Command::new("curl");
+        c.args([
+            "-k",
+            "-s",
+            "-i",
+            "--http1.1",
+            "--max-time",
+            "10",
+            "-X",
+            method,
+            &url,
+        ])
+        .args(["-H", "Connection: Upgrade"]);
+        for h in &headers {
+            c.args(["-H", h]);
+        }
+        let out = common::run_with_timeout(c, None, Duration::from_secs(20));
+        let text = out.stdout_str();
+        assert!(
+            text.starts_with("HTTP/1.1 401 "),
+            "{method} {headers:?}: {text}"
+        );
+    }
+}
+
 /// Refusals at the upgrade, with upstream's statuses.
 #[test]
 fn port_forward_upgrades_are_refused_as_upstream_refuses_them() {
@@ -824,7 +893,8 @@ fn port_forward_upgrades_are_refused_as_upstream_refuses_them() {
     let path = "/api/v1/namespaces/default/pods/echo/portforward";
     let ask = |extra: &str, method: &str, p: &str| {
         let raw = format!(
-            "{method} {p} HTTP/1.1\r\nHost: x\r\nConnection: close{extra}\r\nContent-Length: 0\r\n\r\n"
+            "{method} {p} HTTP/1.1\r\nHost: x\r\n{}Connection: close{extra}\r\nContent-Length: 0\r\n\r\n",
+            sim.auth_line()
         );
         let mut s = TcpStream::connect(addr(&sim)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -25,7 +25,7 @@
 use super::pod::{self, Sockets};
 use super::PodRef;
 use crate::http::raw::{self, RawConn, RawUpgrade};
-use crate::http::ws::{self, Outbox, WsConn, WsOptions};
+use crate::http::ws::{self, Outbox, OutboxReceiver, WsConn, WsOptions};
 use crate::http::{Reply, Upgrade};
 use crate::kube::spdy::{
     write_data, Decoder, Encoder, Frame, Headers, Limits, Role, RST_CANCEL, RST_PROTOCOL_ERROR,
@@ -65,18 +65,13 @@ pub fn tunnel(pod: PodRef, max_message: usize) -> Reply {
         headers: Vec::new(),
         max_message_bytes: max_message,
         on_open: Box::new(move |conn: WsConn| {
-            let Ok((out, out_rx)) = ws::try_outbox(QUEUE) else {
-                return;
-            };
-            let (in_tx, in_rx) = bounded(INBOUND);
-            let sockets = Sockets::default();
-            let Some(session) = start(pod, out, in_rx, sockets.clone()) else {
+            let Some(s) = Started::new(pod) else {
                 return;
             };
             // kubectl pings in SPDY; WebSocket pings are only a keepalive.
-            let _ = ws::run(conn, out_rx, in_tx, WsOptions::default());
-            sockets.shut_all();
-            let _ = session.join();
+            let _ = ws::run(conn, s.out_rx, s.in_tx, WsOptions::default());
+            s.sockets.shut_all();
+            let _ = s.session.join();
         }),
     })
 }
@@ -93,19 +88,37 @@ pub fn plain(pod: PodRef) -> Reply {
             ),
         ],
         on_open: Box::new(move |conn: RawConn| {
-            let Ok((out, out_rx)) = ws::try_outbox(QUEUE) else {
+            let Some(s) = Started::new(pod) else {
                 return;
             };
-            let (in_tx, in_rx) = bounded(INBOUND);
-            let sockets = Sockets::default();
-            let Some(session) = start(pod, out, in_rx, sockets.clone()) else {
-                return;
-            };
-            let _ = raw::run(conn, out_rx, in_tx, None);
-            sockets.shut_all();
-            let _ = session.join();
+            let _ = raw::run(conn, s.out_rx, s.in_tx, None);
+            s.sockets.shut_all();
+            let _ = s.session.join();
         }),
     })
+}
+
+/// A session's thread and what its transport's pump needs.
+struct Started {
+    out_rx: OutboxReceiver,
+    in_tx: Sender<Message>,
+    sockets: Sockets,
+    session: std::thread::JoinHandle<()>,
+}
+
+impl Started {
+    fn new(pod: PodRef) -> Option<Started> {
+        let (out, out_rx) = ws::try_outbox(QUEUE).ok()?;
+        let (in_tx, in_rx) = bounded(INBOUND);
+        let sockets = Sockets::default();
+        let session = start(pod, out, in_rx, sockets.clone())?;
+        Some(Started {
+            out_rx,
+            in_tx,
+            sockets,
+            session,
+        })
+    }
 }
 
 fn start(
