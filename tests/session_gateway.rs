@@ -278,12 +278,8 @@ fn sessions_get_http_routes_whose_states_follow_the_gateway() {
     assert!((4..=6).contains(&lines.len()), "{lines:#?}");
 }
 
-/// The Gateway asks for an address the sim cannot use: the Gateway is
-/// `Programmed=False` (`AddressNotUsable`) while its routes stay
-/// accepted, so only the daemon's reading of the Gateway can tell; the
-/// endpoints turn `unprogrammed` with the Gateway's condition, and back to
-/// `programmed` once the address goes.
-fn gateway_not_programmed(d: &DaemonProc, id: &str, sse: &mut SseClient) {
+/// A merge patch of the Gateway `infra/public`.
+fn patch_gateway(d: &DaemonProc, patch: &str) {
     d.kubectl_ok(
         &[
             "patch",
@@ -293,9 +289,21 @@ fn gateway_not_programmed(d: &DaemonProc, id: &str, sse: &mut SseClient) {
             "infra",
             "--type=merge",
             "-p",
-            r#"{"spec":{"addresses":[{"type":"IPAddress","value":"10.9.9.9"}]}}"#,
+            patch,
         ],
         None,
+    );
+}
+
+/// The Gateway asks for an address the sim cannot use: the Gateway is
+/// `Programmed=False` (`AddressNotUsable`) while its routes stay
+/// accepted, so only the daemon's reading of the Gateway can tell; the
+/// endpoints turn `unprogrammed` with the Gateway's condition, and back to
+/// `programmed` once the address goes.
+fn gateway_not_programmed(d: &DaemonProc, id: &str, sse: &mut SseClient) {
+    patch_gateway(
+        d,
+        r#"{"spec":{"addresses":[{"type":"IPAddress","value":"127.9.9.9"}]}}"#,
     );
     let seen = until_states(sse, &[8080, 8081], "unprogrammed");
     let e = seen
@@ -306,7 +314,7 @@ fn gateway_not_programmed(d: &DaemonProc, id: &str, sse: &mut SseClient) {
     assert_eq!(e.data["reason"], "AddressNotUsable", "{e:?}");
     let m = e.data["message"].as_str().unwrap_or("");
     assert!(
-        m.contains("infra/public") && m.contains("10.9.9.9"),
+        m.contains("infra/public") && m.contains("127.9.9.9"),
         "{e:?}"
     );
     // The routes themselves still say accepted: the Gateway's own status
@@ -323,19 +331,7 @@ fn gateway_not_programmed(d: &DaemonProc, id: &str, sse: &mut SseClient) {
         (Some("unprogrammed"), Some("AddressNotUsable")),
         "{v}"
     );
-    d.kubectl_ok(
-        &[
-            "patch",
-            "gateway",
-            "public",
-            "-n",
-            "infra",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"addresses":null}}"#,
-        ],
-        None,
-    );
+    patch_gateway(d, r#"{"spec":{"addresses":null}}"#);
     until_states(sse, &[8080, 8081], "programmed");
     assert_eq!(
         view_states(d, id),

@@ -49,8 +49,8 @@ fn route(name: &str, parent: (&str, &str), backend: &str) -> HttpRoute {
     .expect("route")
 }
 
-/// Our controller's conditions of a route, by type: (status, reason).
-fn conditions(r: &HttpRoute) -> Vec<(String, String, String)> {
+/// Our controller's conditions of a route, every parent's.
+fn ours(r: &HttpRoute) -> Vec<serde_json::Value> {
     let v = serde_json::to_value(r).expect("json");
     v["status"]["parents"]
         .as_array()
@@ -58,6 +58,13 @@ fn conditions(r: &HttpRoute) -> Vec<(String, String, String)> {
         .flatten()
         .filter(|p| p["controllerName"] == CONTROLLER)
         .flat_map(|p| p["conditions"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+/// Our controller's conditions of a route, by type: (status, reason).
+fn conditions(r: &HttpRoute) -> Vec<(String, String, String)> {
+    ours(r)
+        .into_iter()
         .map(|c| {
             let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
             (s("type"), s("status"), s("reason"))
@@ -354,13 +361,8 @@ fn spec_to(
 
 /// Our controller's message for a route's condition of this type.
 fn message(r: &HttpRoute, ty: &str) -> String {
-    let v = serde_json::to_value(r).expect("json");
-    v["status"]["parents"]
-        .as_array()
+    ours(r)
         .into_iter()
-        .flatten()
-        .filter(|p| p["controllerName"] == CONTROLLER)
-        .flat_map(|p| p["conditions"].as_array().cloned().unwrap_or_default())
         .find(|c| c["type"] == ty)
         .and_then(|c| c["message"].as_str().map(str::to_string))
         .unwrap_or_default()

@@ -189,32 +189,20 @@ pub fn route_state(route: &HttpRoute, parent: &GatewayParent) -> RouteState {
     let mut not_true = None;
     let mut unknown = false;
     for ty in ["Accepted", "ResolvedRefs"] {
-        let Some(c) = conditions
-            .iter()
-            .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
-        else {
+        let Some(c) = condition(conditions, ty) else {
             return RouteState::Pending;
         };
-        let observed = c.get("observedGeneration").and_then(Value::as_i64);
-        if let (Some(o), Some(g)) = (observed, generation) {
-            if o < g {
-                return RouteState::Pending;
-            }
+        if stale(c, generation) {
+            return RouteState::Pending;
         }
         let status = c.get("status").and_then(Value::as_str);
         if status == Some("Unknown") {
             unknown = true;
         } else if not_true.is_none() && status != Some("True") {
-            let s = |k: &str| {
-                c.get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            };
             not_true = Some(RouteState::Unprogrammed {
                 condition: ty.to_string(),
-                reason: s("reason"),
-                message: s("message"),
+                reason: text(c, "reason"),
+                message: text(c, "message"),
             });
         }
     }
@@ -223,6 +211,28 @@ pub fn route_state(route: &HttpRoute, parent: &GatewayParent) -> RouteState {
         None if unknown => RouteState::Pending,
         None => RouteState::Programmed,
     }
+}
+
+/// The condition of type `ty` in a status's `conditions`.
+fn condition<'a>(conditions: &'a [Value], ty: &str) -> Option<&'a Value> {
+    conditions
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
+}
+
+/// True when a condition was observed for an older generation than the
+/// object's: it says nothing of the current spec.
+fn stale(c: &Value, generation: Option<i64>) -> bool {
+    let observed = c.get("observedGeneration").and_then(Value::as_i64);
+    matches!((observed, generation), (Some(o), Some(g)) if o < g)
+}
+
+/// A condition's string field, empty when absent.
+fn text(c: &Value, key: &str) -> String {
+    c.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// What the daemon last read of the configured Gateway
@@ -247,35 +257,24 @@ impl GatewayState {
     /// A read Gateway's state, from its `Programmed` condition.
     pub fn of(g: &Gateway) -> GatewayState {
         let generation = g.metadata.generation;
-        let Some(c) = g
+        let conditions = g
             .status
             .as_ref()
             .and_then(|s| s.get("conditions"))
             .and_then(Value::as_array)
-            .and_then(|cs| {
-                cs.iter()
-                    .find(|c| c.get("type").and_then(Value::as_str) == Some("Programmed"))
-            })
-        else {
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let Some(c) = condition(conditions, "Programmed") else {
             return GatewayState::Unsettled;
         };
-        let observed = c.get("observedGeneration").and_then(Value::as_i64);
-        if let (Some(o), Some(g)) = (observed, generation) {
-            if o < g {
-                return GatewayState::Unsettled;
-            }
+        if stale(c, generation) {
+            return GatewayState::Unsettled;
         }
-        let s = |k: &str| {
-            c.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
         match c.get("status").and_then(Value::as_str) {
             Some("True") => GatewayState::Programmed,
             Some("False") => GatewayState::NotProgrammed {
-                reason: s("reason"),
-                message: s("message"),
+                reason: text(c, "reason"),
+                message: text(c, "message"),
             },
             _ => GatewayState::Unsettled,
         }
