@@ -465,8 +465,12 @@ fn restarts_on_relevant_changes_only_and_ends_with_sigterm() {
     let l = ev.until("gen 4's line", log_line("start 4 "));
     groups.push(pid_of(l.last().expect("line")));
 
-    // The output went through unchanged, in order.
-    let out = String::from_utf8_lossy(&r.stdout()).into_owned();
+    // The output went through unchanged, in order. (The runner's stdout is
+    // read on its own thread, so it may trail the event stream: wait.)
+    let out = wait_for("four starts on stdout", WAIT, || {
+        let out = String::from_utf8_lossy(&r.stdout()).into_owned();
+        (out.lines().filter(|l| l.starts_with("start")).count() >= 4).then_some(out)
+    });
     let starts: Vec<&str> = out.lines().filter(|l| l.starts_with("start")).collect();
     assert_eq!(starts.len(), 4, "{out}");
     for (i, l) in starts.iter().enumerate() {
