@@ -85,7 +85,7 @@ check() {
   # with sort -V rather than trusting GOTOOLCHAIN settings.
   need=$(awk '$1 == "go" { print $2; exit }' "$MODULE/go.mod")
   local have
-  have=$(go env GOVERSION 2>/dev/null | sed 's/^go//') || { echo "go env failed"; return $EXIT_UNAVAILABLE; }
+  have=$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null | sed 's/^go//') || { echo "go env failed"; return $EXIT_UNAVAILABLE; }
   have=${have%%-*}   # drop a suffix such as -X:nodwarf5 or -devel
   if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; then
     echo "Go $have is older than go $need that tests/control-plane/go.mod requires"
@@ -152,7 +152,9 @@ build_into() {
   mkdir -p "$tmp/bin" "$tmp/stages"
   # -mod=readonly: go.mod and go.sum are committed and must be complete;
   # a build never edits them. CGO off: static binaries, no C toolchain.
-  (cd "$MODULE" && CGO_ENABLED=0 go build -mod=readonly -trimpath \
+  # GOTOOLCHAIN=local: build with the Go that check approved, never fetch
+  # another toolchain because of go.mod's go line.
+  (cd "$MODULE" && CGO_ENABLED=0 GOTOOLCHAIN=local go build -mod=readonly -trimpath \
       -ldflags "$LDFLAGS" -o "$tmp/bin/" "${PACKAGES[@]}") \
     || die "go build failed (tests/control-plane)"
   local b
@@ -160,7 +162,7 @@ build_into() {
     [ -x "$tmp/bin/$b" ] || die "go build made no $b"
   done
   local kwok_dir
-  kwok_dir=$(cd "$MODULE" && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/kwok) \
+  kwok_dir=$(cd "$MODULE" && GOTOOLCHAIN=local go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/kwok) \
     || die "cannot find the kwok module"
   local f
   for f in "${STAGE_FILES[@]}"; do
