@@ -5,10 +5,17 @@
 //! unknown fields, and the pod proxy. Each test starts its own sim (faults
 //! are global to a sim), so tests run in parallel. Waits poll with
 //! deadlines; the client's own 30 s request deadline bounds every call.
+//!
+//! The cases that need no real container and no injected fault run on two
+//! backends (`two_backends!`, tests/common/backend.rs): `NAME::sim` on a
+//! sim of their own, `NAME::real` on the run's real control plane
+//! (docs/control-plane.md), each in a namespace of its own. A difference
+//! between the two is a bug in the client or the sim.
 
 mod common;
 
 use base64::Engine;
+use common::backend::Backend;
 use common::{wait_for, SimProc};
 use kubegate::kube::client::resources::{
     Container, ContainerPort, EnvVar, HttpIngressPath, HttpIngressRuleValue, IngressBackend,
@@ -199,10 +206,11 @@ fn status_reason(e: &KubeError) -> String {
 
 // ------------------------------------------------------ every verb
 
-#[test]
-fn configmaps_and_secrets_every_verb() {
-    let (_sim, client) = plain();
-    let cms = Api::<ConfigMap>::namespaced(&client, "default");
+two_backends!(configmaps_and_secrets_every_verb, 180);
+fn configmaps_and_secrets_every_verb(b: &Backend) {
+    let client = &b.client;
+    let ns = b.ns.as_str();
+    let cms = Api::<ConfigMap>::namespaced(client, ns);
 
     let created = cms
         .create(&config_map("cm1", &[("a", "1")]))
@@ -256,7 +264,7 @@ fn configmaps_and_secrets_every_verb() {
     }
     assert!(cms.get_opt("cm1").expect("get_opt").is_none());
 
-    let secrets = Api::<Secret>::namespaced(&client, "default");
+    let secrets = Api::<Secret>::namespaced(client, ns);
     let s = Secret {
         metadata: meta("s1"),
         data: Some(BTreeMap::from([(
@@ -288,17 +296,20 @@ fn configmaps_and_secrets_every_verb() {
     assert!(secrets.get("s1").expect_err("gone").is_not_found());
 }
 
-#[test]
-fn namespaces_are_cluster_scoped() {
-    let (_sim, client) = plain();
-    let nss = Api::<Namespace>::all(&client);
+two_backends!(namespaces_are_cluster_scoped, 180);
+fn namespaces_are_cluster_scoped(b: &Backend) {
+    let client = &b.client;
+    // A name of this test's own: the real plane is shared.
+    let team = format!("{}-a", b.ns);
+    let team = team.as_str();
+    let nss = Api::<Namespace>::all(client);
     let ns = nss
         .create(&Namespace {
-            metadata: meta("team-a"),
+            metadata: meta(team),
             ..Namespace::default()
         })
         .expect("create ns");
-    assert_eq!(ns.metadata.name(), "team-a");
+    assert_eq!(ns.metadata.name(), team);
     let names: Vec<String> = nss
         .list(&ListParams::default())
         .expect("list")
@@ -307,29 +318,30 @@ fn namespaces_are_cluster_scoped() {
         .map(|n| n.metadata.name().to_string())
         .collect();
     assert!(names.iter().any(|n| n == "default"), "{names:?}");
-    assert!(names.iter().any(|n| n == "team-a"), "{names:?}");
-    let got = nss.get("team-a").expect("get");
-    nss.patch_merge("team-a", &json!({"metadata": {"labels": {"t": "1"}}}))
+    assert!(names.iter().any(|n| n == team), "{names:?}");
+    let got = nss.get(team).expect("get");
+    nss.patch_merge(team, &json!({"metadata": {"labels": {"t": "1"}}}))
         .expect("patch");
     let _ = nss
-        .replace("team-a", &nss.get("team-a").expect("get"))
+        .replace(team, &nss.get(team).expect("get"))
         .expect("replace");
     assert_eq!(
         got.metadata.uid,
-        nss.get("team-a").expect("get").metadata.uid
+        nss.get(team).expect("get").metadata.uid
     );
     // Objects can be created in it.
-    Api::<ConfigMap>::namespaced(&client, "team-a")
+    Api::<ConfigMap>::namespaced(client, team)
         .create(&config_map("x", &[]))
         .expect("create in new namespace");
-    nss.delete("team-a", &DeleteParams::default())
+    nss.delete(team, &DeleteParams::default())
         .expect("delete ns");
 }
 
-#[test]
-fn services_replace_keeps_cluster_ip_and_detects_conflicts() {
-    let (_sim, client) = plain();
-    let svcs = Api::<Service>::namespaced(&client, "default");
+two_backends!(services_replace_keeps_cluster_ip_and_detects_conflicts, 180);
+fn services_replace_keeps_cluster_ip_and_detects_conflicts(b: &Backend) {
+    let client = &b.client;
+    let ns = b.ns.as_str();
+    let svcs = Api::<Service>::namespaced(client, ns);
     let svc = Service {
         metadata: meta("web"),
         spec: Some(ServiceSpec {
@@ -406,10 +418,11 @@ fn services_replace_keeps_cluster_ip_and_detects_conflicts() {
     }
 }
 
-#[test]
-fn pods_status_delete_with_grace_and_preconditions() {
-    let (_sim, client) = plain();
-    let pods = Api::<Pod>::namespaced(&client, "default");
+two_backends!(pods_status_delete_with_grace_and_preconditions, 180);
+fn pods_status_delete_with_grace_and_preconditions(b: &Backend) {
+    let client = &b.client;
+    let ns = b.ns.as_str();
+    let pods = Api::<Pod>::namespaced(client, ns);
     pods.create(&pod("p1", &[("app", "a")])).expect("create");
     let running = wait_running(&pods, "p1");
     assert!(running.pod_ip().is_some());
@@ -496,10 +509,11 @@ fn pods_status_delete_with_grace_and_preconditions() {
     assert!(err.is_not_found());
 }
 
-#[test]
-fn list_with_label_and_field_selectors() {
-    let (_sim, client) = plain();
-    let pods = Api::<Pod>::namespaced(&client, "default");
+two_backends!(list_with_label_and_field_selectors, 180);
+fn list_with_label_and_field_selectors(b: &Backend) {
+    let client = &b.client;
+    let ns = b.ns.as_str();
+    let pods = Api::<Pod>::namespaced(client, ns);
     for (n, app, tier) in [("a1", "a", "fe"), ("a2", "a", "be"), ("b1", "b", "fe")] {
         pods.create(&pod(n, &[("app", app), ("tier", tier)]))
             .expect("create");
@@ -530,14 +544,18 @@ fn list_with_label_and_field_selectors() {
         }),
         ["a2"]
     );
-    // Across namespaces.
-    let all = Api::<Pod>::all(&client);
-    assert_eq!(
-        all.list(&ListParams::labels("app=b"))
-            .expect("all")
-            .items
-            .len(),
-        1
+    // Across namespaces (others' pods may match on a shared server).
+    let all = Api::<Pod>::all(client);
+    let found = all.list(&ListParams::labels("app=b")).expect("all").items;
+    assert!(
+        found.iter().all(|p| p.metadata.label("app") == Some("b")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p.metadata.name() == "b1" && p.metadata.namespace.as_deref() == Some(ns)),
+        "{found:?}"
     );
 }
 
@@ -555,10 +573,11 @@ fn large_lists_stream_past_ten_megabytes() {
     assert_eq!(list.items.len(), 55);
 }
 
-#[test]
-fn deployments_replicasets_and_owner_walk_by_uid() {
-    let (_sim, client) = plain();
-    let deps = Api::<Deployment>::namespaced(&client, "default");
+two_backends!(deployments_replicasets_and_owner_walk_by_uid, 180);
+fn deployments_replicasets_and_owner_walk_by_uid(b: &Backend) {
+    let client = &b.client;
+    let ns = b.ns.as_str();
+    let deps = Api::<Deployment>::namespaced(client, ns);
     let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
     let d = Deployment {
         metadata: meta("web"),
@@ -584,7 +603,7 @@ fn deployments_replicasets_and_owner_walk_by_uid() {
         ..Deployment::default()
     };
     let created = deps.create(&d).expect("create");
-    let pods = Api::<Pod>::namespaced(&client, "default");
+    let pods = Api::<Pod>::namespaced(client, ns);
     let p = wait_for("a pod of the deployment", Duration::from_secs(30), || {
         pods.list(&ListParams::labels("app=web"))
             .ok()?
@@ -592,14 +611,14 @@ fn deployments_replicasets_and_owner_walk_by_uid() {
             .into_iter()
             .next()
     });
-    let rs = pod_replicaset(&client, &p)
+    let rs = pod_replicaset(client, &p)
         .expect("rs")
         .expect("owned by a RS");
     assert!(rs.metadata.name().starts_with("web-"));
-    let owner = pod_deployment(&client, &p).expect("dep").expect("owned");
+    let owner = pod_deployment(client, &p).expect("dep").expect("owned");
     assert_eq!(owner.uid(), created.uid());
 
-    let rss = Api::<ReplicaSet>::namespaced(&client, "default");
+    let rss = Api::<ReplicaSet>::namespaced(client, ns);
     let listed = rss.list(&ListParams::labels("app=web")).expect("list rs");
     assert_eq!(listed.items.len(), 1);
     let got = rss.get(rs.metadata.name()).expect("get rs");
@@ -640,7 +659,7 @@ fn deployments_replicasets_and_owner_walk_by_uid() {
             r.uid = "some-other-uid".into();
         }
     }
-    assert!(pod_replicaset(&client, &impostor).expect("rs").is_none());
+    assert!(pod_replicaset(client, &impostor).expect("rs").is_none());
 
     // Deployments answer DELETE with a Status.
     match deps
@@ -652,10 +671,11 @@ fn deployments_replicasets_and_owner_walk_by_uid() {
     }
 }
 
-#[test]
-fn ingresses_every_verb() {
-    let (_sim, client) = plain();
-    let ings = Api::<Ingress>::namespaced(&client, "default");
+two_backends!(ingresses_every_verb, 180);
+fn ingresses_every_verb(b: &Backend) {
+    let client = &b.client;
+    let ns = b.ns.as_str();
+    let ings = Api::<Ingress>::namespaced(client, ns);
     let ing = Ingress {
         metadata: meta("web"),
         spec: Some(IngressSpec {
@@ -739,11 +759,12 @@ fn ingresses_every_verb() {
 
 // --------------------------------------------------- errors mapping
 
-#[test]
-fn status_reasons_map_to_variants() {
-    let (_sim, client) = plain();
-    let cms = Api::<ConfigMap>::namespaced(&client, "default");
-    let pods = Api::<Pod>::namespaced(&client, "default");
+two_backends!(status_reasons_map_to_variants, 180);
+fn status_reasons_map_to_variants(b: &Backend) {
+    let client = &b.client;
+    let ns = b.ns.as_str();
+    let cms = Api::<ConfigMap>::namespaced(client, ns);
+    let pods = Api::<Pod>::namespaced(client, ns);
 
     let e = cms.get("nope").expect_err("404");
     assert!(matches!(e, KubeError::NotFound(_)), "{e:?}");
@@ -792,13 +813,13 @@ fn status_reasons_map_to_variants() {
     assert!(matches!(e, KubeError::BadRequest(_)), "{e:?}");
 
     // A namespace that does not exist is NotFound too.
-    let e = Api::<ConfigMap>::namespaced(&client, "no-such-ns")
+    let e = Api::<ConfigMap>::namespaced(client, "no-such-ns")
         .create(&config_map("x", &[]))
         .expect_err("ns 404");
     assert!(e.is_not_found(), "{e:?}");
 
     // Misuse is a Config error, not a request.
-    let e = Api::<ConfigMap>::all(&client).get("x").expect_err("config");
+    let e = Api::<ConfigMap>::all(client).get("x").expect_err("config");
     assert!(matches!(e, KubeError::Config(_)), "{e:?}");
 
     // Nothing listening: Transport.

@@ -6,6 +6,7 @@
 //! kills a hung child so a test fails instead of hanging CI.
 #![allow(dead_code)]
 
+pub mod backend;
 pub mod bench;
 pub mod daemon;
 pub mod pod_fixture;

@@ -1,0 +1,207 @@
+//! Two backends for one test body (docs/control-plane.md#two-backends): the
+//! sim this test starts, and — when the run has one — the real control
+//! plane `scripts/control-plane.sh` started (`KUBEGATE_REAL_KUBECONFIG`
+//! names its admin kubeconfig). A body gets a [`Backend`]: a client and a
+//! namespace of its own, so tests share the real plane without meeting.
+//!
+//! [`two_backends!`] makes a body two tests, `NAME::sim` and `NAME::real`,
+//! so a failure names the backend. Without a real plane `NAME::real` says
+//! it was skipped and why on stderr; with `KUBEGATE_REAL_REQUIRED=1` (CI on
+//! a machine that built the plane) a missing plane fails it instead, so
+//! nothing passes silently where the plane should be.
+
+use super::{wait_for, SimProc};
+use kubegate::kube::client::rest::Request;
+use kubegate::kube::client::{Api, Client, DeleteParams, KubeError, Namespace};
+use kubegate::kube::config::{load, LoadOptions};
+use kubegate::kube::meta::ObjectMeta;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Which server a [`Backend`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sim,
+    Real,
+}
+
+/// A server, a client for it, and a namespace of this test's own.
+pub struct Backend {
+    pub kind: Kind,
+    pub client: Client,
+    /// This test's namespace, created for it (`default` belongs to no
+    /// test on the real plane).
+    pub ns: String,
+    /// The admin kubeconfig (for kubectl).
+    pub kubeconfig: PathBuf,
+    /// The sim, for a sim backend (stopped on drop).
+    pub sim: Option<SimProc>,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A namespace name unique to this process and test: `t-<tag>-<pid>-<n>`,
+/// cut to the 63 characters a DNS label allows.
+fn unique_ns(tag: &str) -> String {
+    let tag: String = tag
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let suffix = format!(
+        "-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let keep = 63 - 2 - suffix.len();
+    let tag = tag.get(..tag.len().min(keep)).unwrap_or(&tag);
+    format!("t-{}{suffix}", tag.trim_end_matches('-'))
+}
+
+impl Backend {
+    /// A sim started for this test, with a namespace of its own.
+    pub fn sim(tag: &str) -> Backend {
+        let sim = SimProc::start(&["--tls"]);
+        let client = Client::new(sim.connection()).expect("client");
+        let kubeconfig = sim.kubeconfig.clone();
+        let b = Backend {
+            kind: Kind::Sim,
+            client,
+            ns: unique_ns(tag),
+            kubeconfig,
+            sim: Some(sim),
+        };
+        b.create_namespace();
+        b
+    }
+
+    /// The run's real control plane with a namespace for this test, or
+    /// why there is none (`KUBEGATE_REAL_KUBECONFIG` unset).
+    pub fn real(tag: &str) -> Result<Backend, String> {
+        let Some(path) = std::env::var_os("KUBEGATE_REAL_KUBECONFIG") else {
+            return Err("KUBEGATE_REAL_KUBECONFIG is not set: no real control plane in this run \
+                        (scripts/control-plane.sh; docs/control-plane.md)"
+                .into());
+        };
+        let kubeconfig = PathBuf::from(path);
+        let opts = LoadOptions {
+            kubeconfig: Some(kubeconfig.clone()),
+            ..LoadOptions::default()
+        };
+        let conn = load(&opts).map_err(|e| format!("{}: {e}", kubeconfig.display()))?;
+        let client = Client::new(conn).map_err(|e| e.to_string())?;
+        let b = Backend {
+            kind: Kind::Real,
+            client,
+            ns: unique_ns(tag),
+            kubeconfig,
+            sim: None,
+        };
+        b.create_namespace();
+        Ok(b)
+    }
+
+    /// Creates this test's namespace and waits for its `default`
+    /// ServiceAccount (on the real plane the controller-manager makes it a
+    /// moment later, and a pod create is refused until then).
+    fn create_namespace(&self) {
+        Api::<Namespace>::all(&self.client)
+            .create(&Namespace {
+                metadata: ObjectMeta {
+                    name: Some(self.ns.clone()),
+                    labels: Some([("kubegate.dev/test".to_string(), "true".to_string())].into()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            })
+            .expect("create the test's namespace");
+        let path = format!("/api/v1/namespaces/{}/serviceaccounts/default", self.ns);
+        let served = self.kind == Kind::Real;
+        wait_for(
+            "the namespace's default ServiceAccount",
+            Duration::from_secs(30),
+            || match self.client.send(&Request::get(path.clone())) {
+                Ok(_) => Some(()),
+                // Not made yet; or a sim that serves no ServiceAccounts.
+                Err(KubeError::NotFound(_)) => (!served).then_some(()),
+                Err(e) => panic!("reading ServiceAccount default: {e}"),
+            },
+        );
+    }
+
+    /// `kubectl` for this backend, as the admin (`KUBEGATE_KUBECTL`, the
+    /// kubectl built beside the real plane, when set; else the PATH's).
+    pub fn kubectl(&self) -> std::process::Command {
+        let bin = std::env::var_os("KUBEGATE_KUBECTL").unwrap_or_else(|| "kubectl".into());
+        let mut c = std::process::Command::new(bin);
+        c.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--request-timeout=60s");
+        c
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if self.kind == Kind::Real {
+            // Best effort: the plane is per run, and a namespace left behind
+            // only costs that run.
+            let _ = Api::<Namespace>::all(&self.client).delete(&self.ns, &DeleteParams::default());
+        }
+    }
+}
+
+/// Runs `body` against the real plane, or says on stderr why it cannot
+/// (failing instead under `KUBEGATE_REAL_REQUIRED=1`).
+pub fn on_real(tag: &str, body: impl FnOnce(&Backend)) {
+    match Backend::real(tag) {
+        Ok(b) => body(&b),
+        Err(why) if std::env::var("KUBEGATE_REAL_REQUIRED").as_deref() == Ok("1") => {
+            panic!("the real control plane is required here: {why}")
+        }
+        Err(why) => eprintln!("{tag}: real backend skipped: {why}"),
+    }
+}
+
+/// Aborts the test binary if the guard is not dropped within `secs`.
+pub fn watchdog(secs: u64) -> crossbeam_channel::Sender<()> {
+    let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+    std::thread::spawn(move || {
+        if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+            rx.recv_timeout(Duration::from_secs(secs))
+        {
+            eprintln!("watchdog: a test hung for {secs} s");
+            std::process::abort();
+        }
+    });
+    tx
+}
+
+/// One test body, two tests: `NAME::sim` and `NAME::real`
+/// ([`on_real`]), each under a watchdog of `secs`.
+#[macro_export]
+macro_rules! two_backends {
+    ($name:ident, $secs:expr, $body:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[test]
+            fn sim() {
+                let _w = $crate::common::backend::watchdog($secs);
+                let b = $crate::common::backend::Backend::sim(stringify!($name));
+                ($body)(&b);
+            }
+            #[test]
+            fn real() {
+                let _w = $crate::common::backend::watchdog($secs);
+                $crate::common::backend::on_real(stringify!($name), $body);
+            }
+        }
+    };
+}
