@@ -325,10 +325,7 @@ fn namespaces_are_cluster_scoped(b: &Backend) {
     let _ = nss
         .replace(team, &nss.get(team).expect("get"))
         .expect("replace");
-    assert_eq!(
-        got.metadata.uid,
-        nss.get(team).expect("get").metadata.uid
-    );
+    assert_eq!(got.metadata.uid, nss.get(team).expect("get").metadata.uid);
     // Objects can be created in it.
     Api::<ConfigMap>::namespaced(client, team)
         .create(&config_map("x", &[]))

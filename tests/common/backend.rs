@@ -85,9 +85,11 @@ impl Backend {
     /// why there is none (`KUBEGATE_REAL_KUBECONFIG` unset).
     pub fn real(tag: &str) -> Result<Backend, String> {
         let Some(path) = std::env::var_os("KUBEGATE_REAL_KUBECONFIG") else {
-            return Err("KUBEGATE_REAL_KUBECONFIG is not set: no real control plane in this run \
+            return Err(
+                "KUBEGATE_REAL_KUBECONFIG is not set: no real control plane in this run \
                         (scripts/control-plane.sh; docs/control-plane.md)"
-                .into());
+                    .into(),
+            );
         };
         let kubeconfig = PathBuf::from(path);
         let opts = LoadOptions {
@@ -187,20 +189,18 @@ pub fn watchdog(secs: u64) -> crossbeam_channel::Sender<()> {
 /// ([`on_real`]), each under a watchdog of `secs`.
 #[macro_export]
 macro_rules! two_backends {
-    ($name:ident, $secs:expr, $body:expr) => {
+    ($name:ident, $secs:expr) => {
         mod $name {
-            #[allow(unused_imports)]
-            use super::*;
             #[test]
             fn sim() {
                 let _w = $crate::common::backend::watchdog($secs);
                 let b = $crate::common::backend::Backend::sim(stringify!($name));
-                ($body)(&b);
+                super::$name(&b);
             }
             #[test]
             fn real() {
                 let _w = $crate::common::backend::watchdog($secs);
-                $crate::common::backend::on_real(stringify!($name), $body);
+                $crate::common::backend::on_real(stringify!($name), super::$name);
             }
         }
     };
