@@ -109,9 +109,12 @@ impl Backend {
         Ok(b)
     }
 
-    /// Creates this test's namespace and waits for its `default`
-    /// ServiceAccount (on the real plane the controller-manager makes it a
-    /// moment later, and a pod create is refused until then).
+    /// Creates this test's namespace and waits for what the real plane's
+    /// controller-manager adds to every namespace a moment later: the
+    /// `default` ServiceAccount (a pod create is refused until it exists)
+    /// and the `kube-root-ca.crt` ConfigMap (so it never turns up in the
+    /// middle of a test's watch). The sim publishes no `kube-root-ca.crt`
+    /// (docs/sim.md); tests that list ConfigMaps leave it out.
     fn create_namespace(&self) {
         Api::<Namespace>::all(&self.client)
             .create(&Namespace {
@@ -123,18 +126,19 @@ impl Backend {
                 ..Namespace::default()
             })
             .expect("create the test's namespace");
-        let path = format!("/api/v1/namespaces/{}/serviceaccounts/default", self.ns);
-        let served = self.kind == Kind::Real;
-        wait_for(
-            "the namespace's default ServiceAccount",
-            Duration::from_secs(30),
-            || match self.client.send(&Request::get(path.clone())) {
-                Ok(_) => Some(()),
-                // Not made yet; or a sim that serves no ServiceAccounts.
-                Err(KubeError::NotFound(_)) => (!served).then_some(()),
-                Err(e) => panic!("reading ServiceAccount default: {e}"),
-            },
-        );
+        if self.kind != Kind::Real {
+            return;
+        }
+        for what in ["serviceaccounts/default", "configmaps/kube-root-ca.crt"] {
+            let path = format!("/api/v1/namespaces/{}/{what}", self.ns);
+            wait_for(what, Duration::from_secs(30), || {
+                match self.client.send(&Request::get(path.clone())) {
+                    Ok(_) => Some(()),
+                    Err(KubeError::NotFound(_)) => None,
+                    Err(e) => panic!("reading {what}: {e}"),
+                }
+            });
+        }
     }
 
     /// `kubectl` for this backend, as the admin (`KUBEGATE_KUBECTL`, the

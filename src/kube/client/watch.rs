@@ -180,6 +180,9 @@ pub struct WatchStats {
     pub opens: AtomicU64,
     /// Lists made (start and 410s).
     pub relists: AtomicU64,
+    /// BOOKMARK events that carried a resourceVersion (each moved the
+    /// resume point; none is yielded).
+    pub bookmarks: AtomicU64,
 }
 
 /// A blocking iterator of `Result<WatchEvent<K>, KubeError>`. Errors that
@@ -394,6 +397,7 @@ impl<K: DeserializeOwned> Watcher<K> {
             EventType::Bookmark => {
                 if let Some(rv) = rv.filter(|r| !r.is_empty()) {
                     self.rv = Some(rv);
+                    self.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
                 }
                 true
             }
