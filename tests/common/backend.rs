@@ -141,10 +141,16 @@ impl Backend {
         }
     }
 
-    /// `kubectl` for this backend, as the admin (`KUBEGATE_KUBECTL`, the
-    /// kubectl built beside the real plane, when set; else the PATH's).
+    /// `kubectl` for this backend, as the admin: the PATH's for the sim
+    /// (the minor it reports), the one built beside the real plane
+    /// (`KUBEGATE_REAL_KUBECTL`, its own version) for the real one.
+    #[allow(dead_code)]
     pub fn kubectl(&self) -> std::process::Command {
-        let bin = std::env::var_os("KUBEGATE_KUBECTL").unwrap_or_else(|| "kubectl".into());
+        let bin = match self.kind {
+            Kind::Real => std::env::var_os("KUBEGATE_REAL_KUBECTL"),
+            Kind::Sim => None,
+        }
+        .unwrap_or_else(|| "kubectl".into());
         let mut c = std::process::Command::new(bin);
         c.arg("--kubeconfig")
             .arg(&self.kubeconfig)
