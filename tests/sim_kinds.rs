@@ -126,8 +126,9 @@ fn every_namespace_has_a_default_service_account_at_once_and_again_when_deleted(
     let (_, before) = api.get("/api/v1/namespaces/fresh/serviceaccounts/default");
     let (code, body) = api.delete("/api/v1/namespaces/fresh/serviceaccounts/default");
     assert_eq!(code, 200, "{body}");
-    assert_eq!(body["kind"], "Status", "{body}");
-    assert_eq!(body["details"]["kind"], "serviceaccounts");
+    // The deleted object, not a Status (`ReturnDeletedObject: true`).
+    assert_eq!(body["kind"], "ServiceAccount", "{body}");
+    assert_eq!(body["metadata"]["uid"], before["metadata"]["uid"]);
     wait_for(
         "the default ServiceAccount recreated",
         Duration::from_secs(15),
