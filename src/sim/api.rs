@@ -599,7 +599,14 @@ impl ApiServer {
                 };
                 match self.delete_one(res, ns, name, &opts) {
                     Ok(o) => {
-                        if matches!(res, Resource::Pod | Resource::Service | Resource::Namespace) {
+                        // Kinds whose registry sets `ReturnDeletedObject`.
+                        if matches!(
+                            res,
+                            Resource::Pod
+                                | Resource::Service
+                                | Resource::Namespace
+                                | Resource::ServiceAccount
+                        ) {
                             json_response(200, &o)
                         } else {
                             let uid = o["metadata"]["uid"].as_str().unwrap_or("");

@@ -1,6 +1,6 @@
 //! The sim's controller manager: Deployment -> ReplicaSet -> Pods, the
-//! garbage collector, the namespace controller and the Gateway API
-//! controller (`sim::gateway`), on one reconcile thread.
+//! garbage collector, the namespace controller, the serviceaccount
+//! controller (`sim::serviceaccounts`) and the Gateway API controller (`sim::gateway`), on one reconcile thread.
 //!
 //! Level-triggered: watch forwarder threads (one per watched kind) turn store
 //! events into "dirty" keys on one bounded channel (4,096 keys; a
@@ -37,6 +37,8 @@ pub(crate) enum Dirty {
     /// An object with this uid was deleted: its dependents must go.
     Deleted(String),
     Namespace(String),
+    /// A namespace whose `default` ServiceAccount may be missing.
+    DefaultServiceAccount(String),
     /// A Gateway API object, a Service or a Namespace changed: the
     /// Gateway API controller's pass (`sim::gateway`).
     GatewayApi,
@@ -61,6 +63,7 @@ const WATCHED: &[Resource] = &[
     Resource::GatewayClass,
     Resource::Gateway,
     Resource::HttpRoute,
+    Resource::ServiceAccount,
 ];
 
 impl Controllers {
@@ -163,6 +166,14 @@ fn forward(store: Arc<Store>, res: Resource, tx: Sender<Dirty>, stop: Arc<Atomic
                                 let _ = tx.send(Dirty::Namespace(ns));
                             }
                         }
+                        // The serviceaccount controller recreates a
+                        // deleted `default`.
+                        Resource::ServiceAccount if deleted => {
+                            if name == super::serviceaccounts::DEFAULT {
+                                let _ = tx.send(Dirty::DefaultServiceAccount(ns.clone()));
+                            }
+                            let _ = tx.send(Dirty::Namespace(ns));
+                        }
                         _ => {
                             if deleted {
                                 let _ = tx.send(Dirty::Namespace(ns));
@@ -234,6 +245,8 @@ fn reconcile_loop(store: Arc<Store>, rx: Receiver<Dirty>, stop: Arc<AtomicBool>)
             {
                 if !n["metadata"]["deletionTimestamp"].is_null() {
                     batch.insert(Dirty::Namespace(name_of(&n)));
+                } else {
+                    batch.insert(Dirty::DefaultServiceAccount(name_of(&n)));
                 }
             }
         }
@@ -244,7 +257,7 @@ fn reconcile_loop(store: Arc<Store>, rx: Receiver<Dirty>, stop: Arc<AtomicBool>)
             Dirty::Deleted(_) => 0,
             Dirty::ReplicaSet(..) => 1,
             Dirty::Deployment(..) => 2,
-            Dirty::Namespace(_) => 3,
+            Dirty::Namespace(_) | Dirty::DefaultServiceAccount(_) => 3,
             Dirty::GatewayApi => 4,
             Dirty::All => 5,
         });
@@ -257,6 +270,9 @@ fn reconcile_loop(store: Arc<Store>, rx: Receiver<Dirty>, stop: Arc<AtomicBool>)
                 Dirty::ReplicaSet(ns, name) => reconcile_replicaset(&store, ns, name),
                 Dirty::Deployment(ns, name) => reconcile_deployment(&store, ns, name),
                 Dirty::Namespace(name) => gc::reconcile_namespace(&store, name),
+                Dirty::DefaultServiceAccount(ns) => {
+                    super::serviceaccounts::ensure_default(&store, ns)
+                }
                 Dirty::GatewayApi => gateway::reconcile(&store),
                 Dirty::All => Ok(()),
             };

@@ -10,7 +10,7 @@
 //! node side: [`kubelet`], [`podspec`] (a container as a process plan),
 //! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
 //! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
-//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`],
+//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`], [`serviceaccounts`],
 //! [`tls`], [`kubeconfig`].
 
 pub mod admission;
@@ -35,6 +35,7 @@ pub mod resources;
 pub mod rules;
 pub mod runtime;
 pub mod selector;
+pub mod serviceaccounts;
 pub mod standalone;
 pub mod store;
 pub mod table;

@@ -15,6 +15,7 @@ pub enum Resource {
     GatewayClass,
     Gateway,
     HttpRoute,
+    ServiceAccount,
 }
 
 /// Static facts about a resource kind, as discovery reports them.
@@ -67,7 +68,7 @@ impl ResourceInfo {
 }
 
 /// Number of resource kinds (the length of [`ALL`]).
-pub const COUNT: usize = 11;
+pub const COUNT: usize = 12;
 
 pub const ALL: &[ResourceInfo; COUNT] = &[
     ResourceInfo {
@@ -204,6 +205,20 @@ pub const ALL: &[ResourceInfo; COUNT] = &[
         subresources: &["status"],
         has_generation: true,
     },
+    // The `serviceaccounts/token` subresource (TokenRequest) is not
+    // served: the sim issues no service-account tokens (docs/sim.md).
+    ResourceInfo {
+        resource: Resource::ServiceAccount,
+        group: "",
+        version: "v1",
+        kind: "ServiceAccount",
+        plural: "serviceaccounts",
+        singular: "serviceaccount",
+        namespaced: true,
+        short_names: &["sa"],
+        subresources: &[],
+        has_generation: false,
+    },
 ];
 
 impl Resource {
@@ -227,6 +242,7 @@ impl Resource {
             Resource::GatewayClass => 8,
             Resource::Gateway => 9,
             Resource::HttpRoute => 10,
+            Resource::ServiceAccount => 11,
         }
     }
 

@@ -529,7 +529,8 @@ fn supported_fields(res: Resource) -> &'static [&'static str] {
         | Resource::Ingress
         | Resource::GatewayClass
         | Resource::Gateway
-        | Resource::HttpRoute => &["metadata.name", "metadata.namespace"],
+        | Resource::HttpRoute
+        | Resource::ServiceAccount => &["metadata.name", "metadata.namespace"],
     }
 }
 

@@ -110,6 +110,11 @@ fn columns(res: Resource) -> Vec<Col> {
             c("Programmed", "string", 0),
             c("Age", "string", 0),
         ],
+        Resource::ServiceAccount => vec![
+            c("Name", "string", 0),
+            c("Secrets", "string", 0),
+            c("Age", "string", 0),
+        ],
         Resource::HttpRoute => vec![
             c("Name", "string", 0),
             c("Hostnames", "string", 0),
@@ -409,6 +414,12 @@ fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
         }
         Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
             gateway_cells(res, o, name)
+        }
+        // `printServiceAccount`: the count of `secrets`, an integer cell
+        // under a column declared "string", as upstream has it.
+        Resource::ServiceAccount => {
+            let n = o["secrets"].as_array().map(Vec::len).unwrap_or(0);
+            vec![name, json!(n), json!(age(o))]
         }
     }
 }

@@ -46,6 +46,7 @@ use gateway::{
     gateway_defaults, http_route_defaults, validate_gateway, validate_gateway_class,
     validate_http_route,
 };
+pub(crate) use pods::pod_service_account;
 use pods::{pod_defaults, qos_class, validate_pod_spec, validate_pod_update};
 use services::{
     service_defaults, service_fill_from_old, validate_service, validate_service_update,
@@ -95,6 +96,9 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
             set(obj, "status", json!({"loadBalancer": {}}));
         }
         Resource::ConfigMap => validate_config_data(obj, false, &mut causes)?,
+        // `ValidateServiceAccount`: the name (checked above) is all; the
+        // sim keeps `secrets` and `imagePullSecrets` as given.
+        Resource::ServiceAccount => {}
         Resource::Secret => {
             secret_defaults(obj)?;
             validate_config_data(obj, true, &mut causes)?;
@@ -175,6 +179,7 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
             }
         }
         Resource::Ingress => validate_ingress(new, &mut causes),
+        Resource::ServiceAccount => {}
         Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
             validate_gateway_kind(res, new, &mut causes)
         }

@@ -79,16 +79,29 @@ pub(super) fn pod_defaults(obj: &mut Obj) {
     let spec = obj_field(m, "spec");
     pod_spec_defaults(spec);
     default_field(spec, "enableServiceLinks", json!(true));
-    let sa = spec
-        .get("serviceAccountName")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .unwrap_or("default")
-        .to_string();
-    default_field(spec, "serviceAccountName", json!(sa));
-    default_field(spec, "serviceAccount", json!(sa));
+    let sa = pod_service_account(spec).to_string();
+    // The ServiceAccount admission plugin names `default` when none is
+    // given; v1's `serviceAccount` is an alias that the conversion to v1
+    // always writes back from `serviceAccountName`
+    // (`Convert_core_PodSpec_To_v1_PodSpec`).
+    spec.insert("serviceAccountName".into(), json!(sa));
+    spec.insert("serviceAccount".into(), json!(sa));
     default_field(spec, "priority", json!(0));
     default_field(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+}
+
+/// The ServiceAccount a pod runs as: `serviceAccountName`, else the
+/// deprecated alias `serviceAccount` (`Convert_v1_PodSpec_To_core_PodSpec`
+/// takes it when the name is empty), else `default` (the admission plugin).
+pub(crate) fn pod_service_account(spec: &Map<String, Value>) -> &str {
+    ["serviceAccountName", "serviceAccount"]
+        .iter()
+        .find_map(|f| {
+            spec.get(*f)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or("default")
 }
 
 /// BestEffort with no requests/limits anywhere; Guaranteed when every

@@ -38,6 +38,7 @@ use crate::kube::time::now_rfc3339;
 use crate::sim::admission::allocator::{self, Allocator};
 use crate::sim::admission::{self, Rejection};
 use crate::sim::resources::{Resource, COUNT};
+use crate::sim::serviceaccounts;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use rand::Rng;
 use serde_json::{Map, Value};
@@ -56,6 +57,12 @@ pub struct StoreConfig {
     /// Per-watcher queue. 1,000 events absorbs bursts (a 1,000-pod rollout)
     /// for a reader that is briefly slow; a reader further behind is cut off.
     pub watch_queue: usize,
+    /// The ServiceAccount admission plugin and the `default` account made
+    /// with each namespace (docs/sim.md#serviceaccounts). On in every sim;
+    /// off only where a test studies resourceVersion arithmetic with no
+    /// account objects in it, like an API server run with
+    /// `--disable-admission-plugins=ServiceAccount` and no controllers.
+    pub service_accounts: bool,
 }
 
 impl Default for StoreConfig {
@@ -63,6 +70,7 @@ impl Default for StoreConfig {
         StoreConfig {
             history_window: 5_000,
             watch_queue: 1_000,
+            service_accounts: true,
         }
     }
 }
@@ -88,6 +96,8 @@ type Key = (String, String);
 
 struct Inner {
     rv: u64,
+    /// [`StoreConfig::service_accounts`].
+    service_accounts: bool,
     objects: [BTreeMap<Key, Obj>; COUNT],
     alloc: Allocator,
 }
@@ -109,6 +119,7 @@ impl Store {
         let store = Store {
             inner: RwLock::new(Inner {
                 rv: 0,
+                service_accounts: cfg.service_accounts,
                 objects: Default::default(),
                 alloc: Allocator::default(),
             }),
@@ -167,6 +178,9 @@ impl Store {
         if info.namespaced {
             check_namespace_usable(&g, res, ns, name_of(&obj))?;
         }
+        if res == Resource::Pod && g.service_accounts {
+            check_pod_service_account(&g, ns, &obj)?;
+        }
         if name_of(&obj).is_empty() {
             let base = meta_str(&obj, "generateName").to_string();
             if !base.is_empty() {
@@ -188,25 +202,33 @@ impl Store {
             .map_err(|r| reject(res, &name, r))?;
         g.rv += 1;
         let rv = g.rv;
-        {
-            let meta = meta_mut(&mut obj);
-            meta.insert("uid".into(), Value::String(new_uid()));
-            meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-            meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
-            if info.has_generation {
-                meta.insert("generation".into(), Value::from(1));
-            }
-        }
+        stamp_new(&mut obj, rv, info.has_generation);
         g.objects[res.index()].insert(key(ns, &name), obj.clone());
-        self.publish(
-            g,
-            Change::new(
-                res,
-                ns.to_string(),
-                Event::new(EventType::Added, rv, obj.clone()),
+        let mut changes = vec![Change::new(
+            res,
+            ns.to_string(),
+            Event::new(EventType::Added, rv, obj.clone()),
+            None,
+        )];
+        if res == Resource::Namespace && g.service_accounts {
+            // The serviceaccount controller's `default`, in the same write
+            // as its namespace, so no pod create can find it missing
+            // (docs/sim.md#serviceaccounts).
+            let sa_ns = name.clone();
+            let mut sa = serviceaccounts::default_account(&sa_ns);
+            g.rv += 1;
+            let sa_rv = g.rv;
+            stamp_new(&mut sa, sa_rv, false);
+            g.objects[Resource::ServiceAccount.index()]
+                .insert(key(&sa_ns, serviceaccounts::DEFAULT), sa.clone());
+            changes.push(Change::new(
+                Resource::ServiceAccount,
+                sa_ns,
+                Event::new(EventType::Added, sa_rv, sa),
                 None,
-            ),
-        );
+            ));
+        }
+        self.publish_all(g, changes);
         Ok(obj)
     }
 
@@ -534,6 +556,16 @@ impl Store {
         drop(g);
         hub.publish(c);
     }
+
+    /// [`Store::publish`] for one write that made several changes, in
+    /// their RV order.
+    fn publish_all(&self, g: RwLockWriteGuard<'_, Inner>, changes: Vec<Change>) {
+        let mut hub = self.hub.lock();
+        drop(g);
+        for c in changes {
+            hub.publish(c);
+        }
+    }
 }
 
 enum Outcome {
@@ -591,6 +623,43 @@ fn reject(res: Resource, name: &str, r: Rejection) -> StoreError {
         },
         Rejection::BadRequest(m) => StoreError::BadRequest(m),
     }
+}
+
+/// Identity of a new object: uid, resourceVersion, creationTimestamp and,
+/// for kinds that keep one, generation 1.
+fn stamp_new(obj: &mut Obj, rv: u64, has_generation: bool) {
+    let meta = meta_mut(obj);
+    meta.insert("uid".into(), Value::String(new_uid()));
+    meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+    if has_generation {
+        meta.insert("generation".into(), Value::from(1));
+    }
+}
+
+/// The ServiceAccount admission plugin on a pod create: the account the
+/// pod names (or `default`) must exist in its namespace. Mirror pods are
+/// left alone, as upstream does. Runs before validation, as a mutating
+/// admission plugin does upstream.
+fn check_pod_service_account(g: &Inner, ns: &str, pod: &Obj) -> Result<(), StoreError> {
+    let mirror = meta_of(pod)
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    if mirror {
+        return Ok(());
+    }
+    let empty = Map::new();
+    let spec = pod.get("spec").and_then(Value::as_object).unwrap_or(&empty);
+    let account = admission::pod_service_account(spec);
+    if g.objects[Resource::ServiceAccount.index()].contains_key(&key(ns, account)) {
+        return Ok(());
+    }
+    let pod_name = match name_of(pod) {
+        "" => meta_str(pod, "generateName"),
+        n => n,
+    };
+    Err(serviceaccounts::missing_account(ns, account, pod_name))
 }
 
 /// The namespace must exist and not be terminating.

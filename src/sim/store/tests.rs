@@ -6,8 +6,14 @@ use super::*;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
+/// A store without ServiceAccounts, so each test's resourceVersions count
+/// only its own objects (`service_accounts_come_with_namespaces` covers
+/// them).
 fn store() -> Arc<Store> {
-    Store::new(StoreConfig::default())
+    Store::new(StoreConfig {
+        service_accounts: false,
+        ..StoreConfig::default()
+    })
 }
 
 /// A store holding the pod `default/p`, and that pod as created.
@@ -21,6 +27,7 @@ fn small(history: usize, queue: usize) -> Arc<Store> {
     Store::new(StoreConfig {
         history_window: history,
         watch_queue: queue,
+        service_accounts: false,
     })
 }
 
@@ -1258,7 +1265,7 @@ fn watch_registration_races_writers_without_gaps() {
 #[test]
 #[ignore]
 fn perf_smoke_5000_pods_2000_watchers() {
-    let s = Store::new(StoreConfig::default());
+    let s = store();
     let mut named = Vec::new();
     for i in 0..1_990 {
         let f = format!("metadata.name=p{i}");
@@ -1333,7 +1340,7 @@ fn perf_smoke_5000_pods_2000_watchers() {
 #[test]
 #[ignore]
 fn perf_smoke_2000_unselected_watchers() {
-    let s = Store::new(StoreConfig::default());
+    let s = store();
     let watchers: Vec<WatchStream> = (0..2_000)
         .map(|_| {
             s.watch(Resource::Pod, None, everything(), WatchFrom::Now)
@@ -1387,4 +1394,43 @@ fn perf_smoke_2000_unselected_watchers() {
         start.elapsed(),
         s.watch_stats().1
     );
+}
+
+#[test]
+fn service_accounts_come_with_namespaces() {
+    let s = Store::new(StoreConfig::default());
+    // `default` and `kube-system`, each with its account: 4 writes.
+    assert_eq!(s.current_rv(), 4);
+    let w = s
+        .watch(Resource::ServiceAccount, None, everything(), WatchFrom::Now)
+        .unwrap();
+    let ns = json!({"metadata": {"name": "team"}});
+    let created = s.create(Resource::Namespace, "", ns).unwrap();
+    assert_eq!(obj_rv(&created), 5);
+    // The account is there the moment the namespace is, one RV later.
+    let sa = s.get(Resource::ServiceAccount, "team", "default").unwrap();
+    assert_eq!(obj_rv(&sa), 6);
+    assert_eq!(sa["kind"], "ServiceAccount");
+    let ev = w.recv_timeout(T).unwrap();
+    assert_eq!((ev.ty, ev.rv), (EventType::Added, 6));
+    // Pods must name an account that exists.
+    let p = s.create(Resource::Pod, "team", pod("ok")).unwrap();
+    assert_eq!(p["spec"]["serviceAccountName"], "default");
+    let mut bad = pod("bad");
+    bad["spec"]["serviceAccountName"] = json!("robot");
+    let e = s.create(Resource::Pod, "team", bad).unwrap_err();
+    assert_eq!(e.code(), 403);
+    assert_eq!(
+        e.message(),
+        r#"pods "bad" is forbidden: error looking up service account team/robot: serviceaccount "robot" not found"#
+    );
+    s.delete(
+        Resource::ServiceAccount,
+        "team",
+        "default",
+        &Preconditions::default(),
+    )
+    .unwrap();
+    let e = s.create(Resource::Pod, "team", pod("late")).unwrap_err();
+    assert_eq!(e.code(), 403);
 }
