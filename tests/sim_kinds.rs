@@ -1,12 +1,19 @@
 //! The kinds kubectl users reach for beyond workloads (issue 17, part 6):
-//! ServiceAccounts, and each answer's shape as upstream gives it
+//! ServiceAccounts, Leases, and each answer's shape as upstream gives it
 //! (docs/kubernetes.md, docs/sim.md). Each test starts its own sim on a
 //! free loopback port; HTTP calls have a 30 s timeout and kubectl runs under
 //! the helpers' watchdog; waits poll a condition against a deadline.
+//!
+//! The cases that need no container run on two backends (`two_backends!`,
+//! tests/common/backend.rs): a sim of their own and, when the run has one,
+//! the real control plane (docs/control-plane.md), each under a watchdog,
+//! so every answer asserted here is upstream's too.
 
 mod common;
 
-use common::{wait_for, SimProc};
+use common::backend::Backend;
+use common::{run_with_timeout, wait_for, SimProc};
+use kubegate::kube::client::rest::Request;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -275,4 +282,345 @@ fn service_accounts_are_served_like_any_kind() {
     sim.kubectl_ok(&["delete", "sa", "builder"]);
     let (code, _) = api.get("/api/v1/namespaces/default/serviceaccounts/builder");
     assert_eq!(code, 404);
+}
+
+// ------------------------------------------------------------ two backends
+
+/// One request through the backend's client (its TLS and token): the
+/// status code and the JSON body, a Status on refusal.
+fn call(b: &Backend, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    call_as(
+        b,
+        method,
+        path,
+        body,
+        "application/json",
+        "application/json",
+    )
+}
+
+fn call_as(
+    b: &Backend,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    content_type: &'static str,
+    accept: &'static str,
+) -> (u16, Value) {
+    let m = ureq::http::Method::from_bytes(method.as_bytes()).expect("method");
+    let mut req = Request::new(m, path);
+    req.accept = accept;
+    if let Some(v) = body {
+        req = req.body(v.to_string().into_bytes(), content_type);
+    }
+    match b.client.send(&req) {
+        Ok(mut resp) => {
+            let code = resp.status().as_u16();
+            let text = resp.body_mut().read_to_string().unwrap_or_default();
+            (
+                code,
+                serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            )
+        }
+        Err(e) => {
+            let code = e.code().unwrap_or_else(|| panic!("{method} {path}: {e}"));
+            let st = e
+                .status()
+                .map(|s| serde_json::to_value(s).expect("status json"))
+                .unwrap_or(Value::Null);
+            (code, st)
+        }
+    }
+}
+
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+
+/// The server-side Table of `path` (what `kubectl get` asks for): column
+/// names, and each row's cells.
+fn table(b: &Backend, path: &str) -> (Vec<String>, Vec<Vec<Value>>) {
+    let (code, t) = call_as(b, "GET", path, None, "application/json", TABLE);
+    assert_eq!(code, 200, "{t}");
+    assert_eq!(t["kind"], "Table", "{t}");
+    let cols = t["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    let rows = t["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["cells"].as_array().cloned().unwrap_or_default())
+        .collect();
+    (cols, rows)
+}
+
+/// `kubectl ARGS` for the backend, its stdout; fails the test on a
+/// non-zero exit or after 60 s.
+fn kubectl(b: &Backend, args: &[&str]) -> String {
+    let mut c = b.kubectl();
+    c.args(args);
+    let out = run_with_timeout(c, None, Duration::from_secs(60));
+    assert_eq!(
+        out.code,
+        Some(0),
+        "kubectl {args:?}: {}{}",
+        out.stdout_str(),
+        out.stderr_str()
+    );
+    out.stdout_str()
+}
+
+/// The events of a watch from `rv` that ends after `secs` (read whole).
+fn watch_from(b: &Backend, path: &str, rv: &str, secs: u32) -> Vec<Value> {
+    let (code, body) = call(
+        b,
+        "GET",
+        &format!("{path}?watch=true&resourceVersion={rv}&timeoutSeconds={secs}"),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    // One JSON object a line: a single event decodes whole, several are a
+    // string of lines.
+    match body {
+        Value::String(s) => s
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("event"))
+            .collect(),
+        Value::Null => vec![],
+        one => vec![one],
+    }
+}
+
+fn status_text(v: &Value) -> &str {
+    v["message"].as_str().unwrap_or("")
+}
+
+// ------------------------------------------------------------ Leases
+
+two_backends!(leases_round_trip_micro_times_and_refuse_bad_specs, 120);
+fn leases_round_trip_micro_times_and_refuse_bad_specs(b: &Backend) {
+    let base = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", b.ns);
+
+    // MicroTimes come back in UTC with their microseconds; strategy and
+    // preferredHolder are dropped (CoordinatedLeaderElection is off).
+    let (code, l) = call(
+        b,
+        "POST",
+        &base,
+        Some(
+            &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "lock"},
+            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15,
+                     "acquireTime": "2026-01-01T01:00:00.123456+01:00",
+                     "renewTime": "2026-01-01T00:00:07,000042Z",
+                     "leaseTransitions": 0,
+                     "strategy": "OldestEmulationVersion", "preferredHolder": "b"}}),
+        ),
+    );
+    assert_eq!(code, 201, "{l}");
+    assert_eq!(
+        l["spec"],
+        json!({"holderIdentity": "a", "leaseDurationSeconds": 15,
+               "acquireTime": "2026-01-01T00:00:00.123456Z",
+               "renewTime": "2026-01-01T00:00:07.000042Z",
+               "leaseTransitions": 0})
+    );
+    let (_, got) = call(b, "GET", &format!("{base}/lock"), None);
+    assert_eq!(got["spec"], l["spec"]);
+
+    // Bad input: Go's time parser's words in a 400, validation in a 422.
+    let (code, st) = call(
+        b,
+        "POST",
+        &base,
+        Some(&json!({"metadata": {"name": "t"}, "spec": {"renewTime": "2026-01-01T00:00:00Z"}})),
+    );
+    assert_eq!(
+        (code, st["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{st}"
+    );
+    assert_eq!(
+        status_text(&st),
+        r#"Lease in version "v1" cannot be handled as a Lease: parsing time "2026-01-01T00:00:00Z" as "2006-01-02T15:04:05.000000Z07:00": cannot parse "Z" as ".000000""#
+    );
+    let (code, st) = call(
+        b,
+        "POST",
+        &base,
+        Some(&json!({"metadata": {"name": "t"}, "spec": {"leaseDurationSeconds": "5"}})),
+    );
+    assert_eq!(code, 400, "{st}");
+    assert_eq!(
+        status_text(&st),
+        r#"Lease in version "v1" cannot be handled as a Lease: json: cannot unmarshal string into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32"#
+    );
+    let (code, st) = call(
+        b,
+        "POST",
+        &base,
+        Some(&json!({"metadata": {"name": "t"},
+                     "spec": {"leaseDurationSeconds": 0, "leaseTransitions": -1}})),
+    );
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        status_text(&st),
+        r#"Lease.coordination.k8s.io "t" is invalid: [spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0, spec.leaseTransitions: Invalid value: -1: must be greater than or equal to 0]"#
+    );
+    assert_eq!(st["details"]["kind"], "Lease");
+    assert_eq!(
+        st["details"]["causes"][0],
+        json!({"reason": "FieldValueInvalid", "message": "Invalid value: 0: must be greater than 0",
+               "field": "spec.leaseDurationSeconds"})
+    );
+
+    // Selectors: only the name and namespace, upstream's refusal otherwise.
+    let (code, st) = call(
+        b,
+        "GET",
+        &format!("{base}?fieldSelector=spec.holderIdentity%3Db"),
+        None,
+    );
+    assert_eq!(code, 400, "{st}");
+    assert_eq!(
+        status_text(&st),
+        r#""spec.holderIdentity" is not a known field selector: only "metadata.name", "metadata.namespace""#
+    );
+    let (_, one) = call(
+        b,
+        "GET",
+        &format!("{base}?fieldSelector=metadata.name%3Dlock"),
+        None,
+    );
+    assert_eq!(one["items"].as_array().map(Vec::len), Some(1), "{one}");
+
+    // The table: NAME, HOLDER, AGE (printLease), as kubectl prints it.
+    let (cols, rows) = table(b, &base);
+    assert_eq!(cols, ["Name", "Holder", "Age"]);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][..2], [json!("lock"), json!("a")]);
+    let out = kubectl(b, &["get", "leases", "-n", &b.ns]);
+    let head: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(head, ["NAME", "HOLDER", "AGE"], "{out}");
+}
+
+two_backends!(leases_take_turns_by_resource_version, 120);
+fn leases_take_turns_by_resource_version(b: &Backend) {
+    let base = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", b.ns);
+    let (code, list) = call(b, "GET", &base, None);
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["kind"], "LeaseList");
+    let rv0 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("list rv")
+        .to_string();
+    let (code, l) = call(
+        b,
+        "POST",
+        &base,
+        Some(&json!({"metadata": {"name": "lock"},
+            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}})),
+    );
+    assert_eq!(code, 201, "{l}");
+
+    // Optimistic concurrency: an update names the version it read; a
+    // stale one is a 409, none at all a 422 (no unconditional update).
+    let mut next = l.clone();
+    next["spec"]["holderIdentity"] = json!("b");
+    next["spec"]["leaseTransitions"] = json!(1);
+    let (code, renewed) = call(b, "PUT", &format!("{base}/lock"), Some(&next));
+    assert_eq!(code, 200, "{renewed}");
+    assert_eq!(renewed["spec"]["holderIdentity"], "b");
+    let mut stale = l.clone();
+    stale["spec"]["holderIdentity"] = json!("c");
+    let (code, st) = call(b, "PUT", &format!("{base}/lock"), Some(&stale));
+    assert_eq!(code, 409, "{st}");
+    assert_eq!(
+        status_text(&st),
+        r#"Operation cannot be fulfilled on leases.coordination.k8s.io "lock": the object has been modified; please apply your changes to the latest version and try again"#
+    );
+    assert_eq!(
+        st["details"],
+        json!({"name": "lock", "group": "coordination.k8s.io", "kind": "leases"})
+    );
+    let mut unversioned = renewed.clone();
+    unversioned["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("resourceVersion");
+    let (code, st) = call(b, "PUT", &format!("{base}/lock"), Some(&unversioned));
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        status_text(&st),
+        r#"leases.coordination.k8s.io "lock" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update"#
+    );
+    assert_eq!(st["details"]["kind"], "leases");
+    assert_eq!(
+        st["details"]["causes"][0]["field"],
+        "metadata.resourceVersion"
+    );
+
+    // A PUT to a name not there creates it (AllowCreateOnUpdate), whatever
+    // resourceVersion it carries.
+    let (code, made) = call(
+        b,
+        "PUT",
+        &format!("{base}/other"),
+        Some(
+            &json!({"metadata": {"name": "other", "resourceVersion": "5"},
+                     "spec": {"holderIdentity": "z"}}),
+        ),
+    );
+    assert_eq!(code, 201, "{made}");
+    // A patch does not create.
+    let (code, st) = call_as(
+        b,
+        "PATCH",
+        &format!("{base}/absent"),
+        Some(&json!({"spec": {"holderIdentity": "x"}})),
+        "application/merge-patch+json",
+        "application/json",
+    );
+    assert_eq!(
+        (code, st["reason"].as_str()),
+        (404, Some("NotFound")),
+        "{st}"
+    );
+
+    // The watch saw it all, in order.
+    let evs = watch_from(b, &base, &rv0, 2);
+    let seen: Vec<(String, String)> = evs
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or("").to_string(),
+                e["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [("ADDED", "lock"), ("MODIFIED", "lock"), ("ADDED", "other")]
+        .iter()
+        .map(|(t, n)| (t.to_string(), n.to_string()))
+        .collect();
+    assert_eq!(seen, want, "{evs:?}");
+    assert_eq!(evs[1]["object"]["spec"]["holderIdentity"], "b");
+
+    // DELETE answers a Status (leases do not return the deleted object).
+    let (code, st) = call(b, "DELETE", &format!("{base}/other"), None);
+    assert_eq!(code, 200, "{st}");
+    assert_eq!(st["kind"], "Status");
+    assert_eq!(st["status"], "Success");
+    assert_eq!(st["details"]["kind"], "leases");
+    assert_eq!(st["details"]["uid"], made["metadata"]["uid"]);
 }

@@ -186,19 +186,23 @@ fn status_of(e: StoreError) -> Status {
         details.group = i.group.to_string();
         details.kind = i.plural.to_string();
     }
-    if let StoreError::Invalid {
-        resource, causes, ..
-    } = &e
-    {
-        details.kind = resource.info().kind.to_string();
-        details.causes = causes
-            .iter()
-            .map(|c| StatusCause {
-                reason: c.kind.reason().to_string(),
-                message: c.body(),
-                field: c.field.clone(),
-            })
-            .collect();
+    let cause = |c: &super::store::FieldCause| StatusCause {
+        reason: c.kind.reason().to_string(),
+        message: c.body(),
+        field: c.field.clone(),
+    };
+    match &e {
+        StoreError::Invalid {
+            resource, causes, ..
+        } => {
+            details.kind = resource.info().kind.to_string();
+            details.causes = causes.iter().map(cause).collect();
+        }
+        // Upstream names the resource here (`details.kind` stays the plural).
+        StoreError::ResourceVersionRequired { .. } => {
+            details.causes = vec![cause(&super::store::error::resource_version_required())];
+        }
+        _ => {}
     }
     let code = e.code();
     Status {
@@ -574,8 +578,8 @@ impl ApiServer {
                 if dry_run(req) {
                     return json_response(200, &obj);
                 }
-                match self.store.update(res, ns, name, obj, Subresource::Main) {
-                    Ok(o) => json_response(200, &o),
+                match self.store.update_or_create(res, ns, name, obj) {
+                    Ok((o, created)) => json_response(if created { 201 } else { 200 }, &o),
                     Err(e) => store_error(e),
                 }
             }

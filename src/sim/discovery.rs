@@ -262,7 +262,12 @@ mod tests {
             .collect();
         assert_eq!(
             g,
-            vec!["apps", "gateway.networking.k8s.io", "networking.k8s.io"]
+            vec![
+                "apps",
+                "coordination.k8s.io",
+                "gateway.networking.k8s.io",
+                "networking.k8s.io"
+            ]
         );
         let gw = resource_list("gateway.networking.k8s.io", "v1").expect("gateway api");
         let names: Vec<&str> = gw["resources"]

@@ -6,7 +6,8 @@
 //! The API side: [`api`] (routes), [`store`] (objects, resource versions,
 //! watches), [`admission`] (defaults, validation, the ClusterIP/NodePort
 //! allocator), [`rules`] (the syntax rules on names, keys and ports),
-//! [`selector`], [`patch`], [`table`], [`discovery`], [`resources`]. The
+//! [`selector`], [`patch`], [`table`], [`discovery`], [`resources`],
+//! [`decode`] and [`apitime`] (typed fields and times as Go decodes them). The
 //! node side: [`kubelet`], [`podspec`] (a container as a process plan),
 //! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
 //! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
@@ -15,9 +16,11 @@
 
 pub mod admission;
 pub mod api;
+pub mod apitime;
 pub mod args;
 pub mod cluster;
 pub mod controllers;
+pub mod decode;
 pub mod discovery;
 pub mod faults;
 pub mod gateway;

@@ -16,6 +16,7 @@ pub enum Resource {
     Gateway,
     HttpRoute,
     ServiceAccount,
+    Lease,
 }
 
 /// Static facts about a resource kind, as discovery reports them.
@@ -68,7 +69,7 @@ impl ResourceInfo {
 }
 
 /// Number of resource kinds (the length of [`ALL`]).
-pub const COUNT: usize = 12;
+pub const COUNT: usize = 13;
 
 pub const ALL: &[ResourceInfo; COUNT] = &[
     ResourceInfo {
@@ -219,6 +220,19 @@ pub const ALL: &[ResourceInfo; COUNT] = &[
         subresources: &[],
         has_generation: false,
     },
+    // docs/sim.md#leases.
+    ResourceInfo {
+        resource: Resource::Lease,
+        group: "coordination.k8s.io",
+        version: "v1",
+        kind: "Lease",
+        plural: "leases",
+        singular: "lease",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
 ];
 
 impl Resource {
@@ -243,7 +257,21 @@ impl Resource {
             Resource::Gateway => 9,
             Resource::HttpRoute => 10,
             Resource::ServiceAccount => 11,
+            Resource::Lease => 12,
         }
+    }
+
+    /// A PUT to a name that does not exist creates it (the registry
+    /// strategy's `AllowCreateOnUpdate`), answering 201.
+    pub fn allows_create_on_update(self) -> bool {
+        matches!(self, Resource::Lease)
+    }
+
+    /// A PUT without `metadata.resourceVersion` replaces whatever is
+    /// stored (`AllowUnconditionalUpdate`); where it does not, such a PUT
+    /// is refused with 422 (optimistic concurrency is mandatory).
+    pub fn allows_unconditional_update(self) -> bool {
+        !matches!(self, Resource::Lease)
     }
 
     /// `pods`, or `deployments.apps`: the group-qualified resource that

@@ -530,7 +530,8 @@ fn supported_fields(res: Resource) -> &'static [&'static str] {
         | Resource::GatewayClass
         | Resource::Gateway
         | Resource::HttpRoute
-        | Resource::ServiceAccount => &["metadata.name", "metadata.namespace"],
+        | Resource::ServiceAccount
+        | Resource::Lease => &["metadata.name", "metadata.namespace"],
     }
 }
 
@@ -605,7 +606,10 @@ impl FieldSelector {
             let value = unescape(&term[at + len..]);
             if !supported_fields(res).contains(&field.as_str()) {
                 return Err(match res {
-                    Resource::ConfigMap | Resource::Deployment | Resource::Ingress => format!(
+                    Resource::ConfigMap
+                    | Resource::Deployment
+                    | Resource::Ingress
+                    | Resource::Lease => format!(
                         "{} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
                         quote(&field)
                     ),

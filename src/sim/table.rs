@@ -120,6 +120,11 @@ fn columns(res: Resource) -> Vec<Col> {
             c("Hostnames", "string", 0),
             c("Age", "string", 0),
         ],
+        Resource::Lease => vec![
+            c("Name", "string", 0),
+            c("Holder", "string", 0),
+            c("Age", "string", 0),
+        ],
     }
 }
 
@@ -421,6 +426,8 @@ fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
             let n = o["secrets"].as_array().map(Vec::len).unwrap_or(0);
             vec![name, json!(n), json!(age(o))]
         }
+        // `printLease`: the holder, "" when none.
+        Resource::Lease => vec![name, json!(s(&o["spec"]["holderIdentity"])), json!(age(o))],
     }
 }
 

@@ -6,7 +6,8 @@
 //!   namespaces.
 //! - `pods.rs`, `services.rs`, `workloads.rs` (Deployments, ReplicaSets,
 //!   Ingresses), `config.rs` (ConfigMaps, Secrets), `gateway.rs` (the
-//!   Gateway API kinds): each kind's defaults and rules.
+//!   Gateway API kinds), `coordination.rs` (Leases): each kind's defaults
+//!   and rules.
 //! - [`allocator`]: ClusterIPs and NodePorts.
 //! - the syntax rules on names, keys and ports are [`crate::sim::rules`]'s.
 //!
@@ -34,6 +35,7 @@ use std::collections::BTreeMap;
 
 pub mod allocator;
 mod config;
+mod coordination;
 mod gateway;
 mod pods;
 mod services;
@@ -42,6 +44,7 @@ mod workloads;
 use config::{
     secret_defaults, validate_config_data, validate_immutable_data, validate_secret_type,
 };
+use coordination::{lease_defaults, validate_lease};
 use gateway::{
     gateway_defaults, http_route_defaults, validate_gateway, validate_gateway_class,
     validate_http_route,
@@ -99,6 +102,10 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
         // `ValidateServiceAccount`: the name (checked above) is all; the
         // sim keeps `secrets` and `imagePullSecrets` as given.
         Resource::ServiceAccount => {}
+        Resource::Lease => {
+            lease_defaults(obj, None);
+            validate_lease(obj, &mut causes);
+        }
         Resource::Secret => {
             secret_defaults(obj)?;
             validate_config_data(obj, true, &mut causes)?;
@@ -180,6 +187,10 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
         }
         Resource::Ingress => validate_ingress(new, &mut causes),
         Resource::ServiceAccount => {}
+        Resource::Lease => {
+            lease_defaults(new, Some(old));
+            validate_lease(new, &mut causes);
+        }
         Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
             validate_gateway_kind(res, new, &mut causes)
         }

@@ -180,6 +180,21 @@ pub enum StoreError {
         name: String,
         message: String,
     },
+    /// 422: a PUT without `metadata.resourceVersion` to a kind that allows
+    /// no unconditional update ([`Resource::allows_unconditional_update`]).
+    /// Upstream builds this `Invalid` from the resource, not the kind
+    /// (`leases.coordination.k8s.io "x" is invalid: …`, `details.kind`
+    /// `leases`), so it has a variant of its own.
+    ResourceVersionRequired { resource: Resource, name: String },
+}
+
+/// The one field cause of [`StoreError::ResourceVersionRequired`].
+pub fn resource_version_required() -> FieldCause {
+    FieldCause::invalid_raw(
+        "metadata.resourceVersion",
+        "0",
+        "must be specified for an update",
+    )
 }
 
 /// The message a stale resourceVersion gets (upstream `OptimisticLockErrorMsg`).
@@ -192,7 +207,7 @@ impl StoreError {
         match self {
             StoreError::NotFound { .. } => 404,
             StoreError::AlreadyExists { .. } | StoreError::Conflict { .. } => 409,
-            StoreError::Invalid { .. } => 422,
+            StoreError::Invalid { .. } | StoreError::ResourceVersionRequired { .. } => 422,
             StoreError::BadRequest(_) => 400,
             StoreError::Expired(_) => 410,
             StoreError::Forbidden { .. } => 403,
@@ -205,7 +220,7 @@ impl StoreError {
             StoreError::NotFound { .. } => "NotFound",
             StoreError::AlreadyExists { .. } => "AlreadyExists",
             StoreError::Conflict { .. } => "Conflict",
-            StoreError::Invalid { .. } => "Invalid",
+            StoreError::Invalid { .. } | StoreError::ResourceVersionRequired { .. } => "Invalid",
             StoreError::BadRequest(_) => "BadRequest",
             StoreError::Expired(_) => "Expired",
             StoreError::Forbidden { .. } => "Forbidden",
@@ -219,7 +234,8 @@ impl StoreError {
             | StoreError::AlreadyExists { resource, name }
             | StoreError::Conflict { resource, name, .. }
             | StoreError::Invalid { resource, name, .. }
-            | StoreError::Forbidden { resource, name, .. } => Some((*resource, name)),
+            | StoreError::Forbidden { resource, name, .. }
+            | StoreError::ResourceVersionRequired { resource, name } => Some((*resource, name)),
             StoreError::BadRequest(_) | StoreError::Expired(_) => None,
         }
     }
@@ -269,6 +285,12 @@ impl StoreError {
                     joined
                 )
             }
+            StoreError::ResourceVersionRequired { resource, name } => format!(
+                "{} {} is invalid: {}",
+                resource.qualified_resource(),
+                quote(name),
+                resource_version_required().message()
+            ),
             StoreError::BadRequest(m) | StoreError::Expired(m) => m.clone(),
             StoreError::Forbidden {
                 resource,
