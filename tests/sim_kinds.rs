@@ -624,3 +624,295 @@ fn leases_take_turns_by_resource_version(b: &Backend) {
     assert_eq!(st["details"]["kind"], "leases");
     assert_eq!(st["details"]["uid"], made["metadata"]["uid"]);
 }
+
+// ------------------------------------------------------------ Nodes
+
+/// The backend's own Node as listed: the sim's `sim-node`, the real
+/// plane's kwok node (`KUBEGATE_REAL_NODE`). Other tests may add Nodes of
+/// their own meanwhile.
+fn the_node(b: &Backend) -> Value {
+    let name = match b.kind {
+        common::backend::Kind::Sim => "sim-node".to_string(),
+        common::backend::Kind::Real => {
+            std::env::var("KUBEGATE_REAL_NODE").unwrap_or_else(|_| "kwok-node-0".into())
+        }
+    };
+    let (code, list) = call(b, "GET", "/api/v1/nodes", None);
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["kind"], "NodeList");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["metadata"]["name"] == name.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("node {name} in {list}"))
+}
+
+two_backends!(the_node_reads_as_a_kubelet_registered_it, 120);
+fn the_node_reads_as_a_kubelet_registered_it(b: &Backend) {
+    let node = the_node(b);
+    let name = node["metadata"]["name"].as_str().expect("name").to_string();
+    let st = &node["status"];
+    for list in ["capacity", "allocatable"] {
+        for r in ["cpu", "memory", "pods"] {
+            assert!(st[list][r].is_string(), "{list}.{r}: {st}");
+        }
+    }
+    // Conditions: Ready and the pressure ones, with the kubelet's words.
+    let cond = |ty: &str| {
+        st["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == ty)
+            .cloned()
+            .unwrap_or_else(|| panic!("condition {ty}: {st}"))
+    };
+    let ready = cond("Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"], &ready["message"]),
+        (
+            &json!("True"),
+            &json!("KubeletReady"),
+            &json!("kubelet is posting ready status")
+        )
+    );
+    for (ty, reason) in [
+        ("MemoryPressure", "KubeletHasSufficientMemory"),
+        ("DiskPressure", "KubeletHasNoDiskPressure"),
+        ("PIDPressure", "KubeletHasSufficientPID"),
+    ] {
+        let c = cond(ty);
+        assert_eq!(
+            (&c["status"], &c["reason"]),
+            (&json!("False"), &json!(reason))
+        );
+        assert!(c["lastHeartbeatTime"].is_string(), "{c}");
+    }
+    let addresses = st["addresses"].as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        addresses[0],
+        json!({"type": "InternalIP", "address": "127.0.0.1"})
+    );
+    assert_eq!(addresses[1], json!({"type": "Hostname", "address": name}));
+    assert!(
+        st["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+            .as_u64()
+            .is_some_and(|p| p > 0),
+        "{st}"
+    );
+    for k in [
+        "machineID",
+        "systemUUID",
+        "bootID",
+        "kernelVersion",
+        "osImage",
+        "containerRuntimeVersion",
+        "kubeletVersion",
+        "kubeProxyVersion",
+        "operatingSystem",
+        "architecture",
+    ] {
+        assert!(st["nodeInfo"][k].is_string(), "nodeInfo.{k}: {st}");
+    }
+    assert_eq!(st["nodeInfo"]["operatingSystem"], "linux");
+    assert!(node["spec"]["taints"].is_null(), "no taints: {node}");
+    // Its heartbeat Lease, held by the kubelet.
+    let (code, lease) = call(
+        b,
+        "GET",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"),
+        None,
+    );
+    assert_eq!(code, 200, "{lease}");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+    assert_eq!(
+        lease["metadata"]["ownerReferences"][0],
+        json!({"apiVersion": "v1", "kind": "Node", "name": name,
+               "uid": node["metadata"]["uid"]})
+    );
+
+    // Pods are bound to it.
+    let (code, p) = call(
+        b,
+        "POST",
+        &format!("/api/v1/namespaces/{}/pods", b.ns),
+        Some(&json!({"metadata": {"name": "bound",
+                     "annotations": {"sim.kubegate.dev/simulate": "true"}},
+                     "spec": {"containers": [{"name": "c", "image": "busybox"}]}})),
+    );
+    assert_eq!(code, 201, "{p}");
+    wait_for("the pod bound to the node", Duration::from_secs(60), || {
+        let (_, p) = call(
+            b,
+            "GET",
+            &format!("/api/v1/namespaces/{}/pods/bound", b.ns),
+            None,
+        );
+        (p["spec"]["nodeName"] == name.as_str()).then_some(())
+    });
+
+    // The table and kubectl: printNode's columns.
+    let (cols, rows) = table(b, &format!("/api/v1/nodes/{name}"));
+    assert_eq!(
+        cols,
+        [
+            "Name",
+            "Status",
+            "Roles",
+            "Age",
+            "Version",
+            "Internal-IP",
+            "External-IP",
+            "OS-Image",
+            "Kernel-Version",
+            "Container-Runtime"
+        ]
+    );
+    assert_eq!(rows[0][..3], [json!(name), json!("Ready"), json!("<none>")]);
+    assert_eq!(rows[0][5..7], [json!("127.0.0.1"), json!("<none>")]);
+    let out = kubectl(b, &["get", "nodes"]);
+    let head: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(head, ["NAME", "STATUS", "ROLES", "AGE", "VERSION"], "{out}");
+    let out = kubectl(b, &["describe", "node", &name]);
+    for part in [
+        "Conditions:",
+        "KubeletReady",
+        "InternalIP:  127.0.0.1",
+        "Capacity:",
+        "Allocatable:",
+        "System Info:",
+        "HolderIdentity:",
+        "Non-terminated Pods:",
+        "bound",
+    ] {
+        assert!(out.contains(part), "{part} missing: {out}");
+    }
+    assert!(!out.contains("Failed to get lease"), "{out}");
+}
+
+two_backends!(nodes_are_validated_and_tainted_as_upstream_does, 120);
+fn nodes_are_validated_and_tainted_as_upstream_does(b: &Backend) {
+    let name = format!("extra-{}", b.ns);
+    let (code, st) = call(
+        b,
+        "POST",
+        "/api/v1/nodes",
+        Some(&json!({"metadata": {"name": name},
+                     "spec": {"taints": [{"key": "a", "effect": "Bad"},
+                                         {"key": "bad key!", "effect": ""},
+                                         {"key": "a", "effect": "Bad"}]}})),
+    );
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        status_text(&st),
+        format!(
+            "Node {:?} is invalid: [metadata.taints[0].effect: Unsupported value: \"Bad\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\", metadata.taints[1].key: Invalid value: \"bad key!\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]'), metadata.taints[1].effect: Required value, metadata.taints[2].effect: Unsupported value: \"Bad\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\", metadata.taints[2]: Duplicate value: {{\"Key\":\"a\",\"Value\":\"\",\"Effect\":\"Bad\",\"TimeAdded\":null}}: taints must be unique by key and effect pair]",
+            name
+        )
+    );
+    let (code, st) = call(
+        b,
+        "POST",
+        "/api/v1/nodes",
+        Some(&json!({"metadata": {"name": name}, "status": {"capacity": {"pods": "abc"}}})),
+    );
+    assert_eq!(code, 400, "{st}");
+    assert_eq!(
+        status_text(&st),
+        "Node in version \"v1\" cannot be handled as a Node: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    );
+    let (code, st) = call(
+        b,
+        "POST",
+        "/api/v1/nodes",
+        Some(&json!({"metadata": {"name": name}, "status": {"capacity": {"cpu": "-1"}}})),
+    );
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        st["details"]["causes"],
+        json!([{"reason": "FieldValueInvalid", "message": "Invalid value: \"-1\": must be greater than or equal to 0", "field": "status.capacity.cpu"},
+               {"reason": "FieldValueInvalid", "message": "Invalid value: \"-1\": must be greater than or equal to 0", "field": "status.allocatable.cpu"}])
+    );
+
+    // Created: its status kept, allocatable defaulted from capacity, and
+    // TaintNodesByCondition's not-ready taint (nothing lifts it here).
+    let (code, n) = call(
+        b,
+        "POST",
+        "/api/v1/nodes",
+        Some(
+            &json!({"metadata": {"name": name}, "spec": {"unschedulable": true},
+                     "status": {"capacity": {"pods": "10"}}}),
+        ),
+    );
+    assert_eq!(code, 201, "{n}");
+    assert_eq!(n["status"]["allocatable"], json!({"pods": "10"}));
+    assert_eq!(
+        n["spec"]["taints"],
+        json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}])
+    );
+    assert_eq!(n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"], 0);
+    let (_, cordoned) = call(
+        b,
+        "GET",
+        "/api/v1/nodes?fieldSelector=spec.unschedulable%3Dtrue",
+        None,
+    );
+    let names: Vec<&str> = cordoned["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, [name.as_str()]);
+    let (code, st) = call(
+        b,
+        "GET",
+        "/api/v1/nodes?fieldSelector=status.phase%3DRunning",
+        None,
+    );
+    assert_eq!(code, 400, "{st}");
+    assert_eq!(status_text(&st), "field label not supported: status.phase");
+    let (_, rows) = table(b, &format!("/api/v1/nodes/{name}"));
+    assert_eq!(rows[0][1], "Unknown,SchedulingDisabled");
+    let (code, st) = call(b, "DELETE", &format!("/api/v1/nodes/{name}"), None);
+    assert_eq!(code, 200, "{st}");
+    assert_eq!(
+        (&st["kind"], &st["status"]),
+        (&json!("Status"), &json!("Success"))
+    );
+}
+
+/// Sim only: the kubelet keeps its Node and Lease, as a kubelet renews its
+/// Lease (and here also registers again a deleted Node: docs/sim.md#nodes).
+#[test]
+fn the_sim_kubelet_makes_its_node_and_lease_again() {
+    let sim = SimProc::start(&[]);
+    let api = Api::new(&sim);
+    let lease = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/sim-node";
+    let (code, before) = api.get(lease);
+    assert_eq!(code, 200, "{before}");
+    let (code, _) = api.delete(lease);
+    assert_eq!(code, 200);
+    let (code, node) = api.delete("/api/v1/nodes/sim-node");
+    assert_eq!(code, 200, "{node}");
+    wait_for(
+        "the Node and its Lease again",
+        Duration::from_secs(30),
+        || {
+            let (nc, n) = api.get("/api/v1/nodes/sim-node");
+            let (lc, l) = api.get(lease);
+            (nc == 200
+                && lc == 200
+                && l["metadata"]["ownerReferences"][0]["uid"] == n["metadata"]["uid"])
+                .then_some(())
+        },
+    );
+}

@@ -30,6 +30,9 @@ pub enum Ty {
     Struct(&'static str),
     /// A slice (its Go type, e.g. `[]v1.NodeAddress`).
     Slice(&'static str),
+    /// A `v1.ResourceList`: an object of `resource.Quantity` strings (or
+    /// numbers), each parsed as one.
+    Quantities,
 }
 
 impl Ty {
@@ -40,6 +43,7 @@ impl Ty {
             Ty::Int64 => "int64",
             Ty::Bool => "bool",
             Ty::Struct(g) | Ty::Slice(g) => g,
+            Ty::Quantities => "v1.ResourceList",
         }
     }
 }
@@ -67,10 +71,33 @@ const LEASE: &[Field] = &[
     f(&["spec", "preferredHolder"], "LeaseSpec", Ty::Str),
 ];
 
+const NODE: &[Field] = &[
+    f(&["spec"], "Node", Ty::Struct("v1.NodeSpec")),
+    f(&["spec", "podCIDR"], "NodeSpec", Ty::Str),
+    f(&["spec", "podCIDRs"], "NodeSpec", Ty::Slice("[]string")),
+    f(&["spec", "providerID"], "NodeSpec", Ty::Str),
+    f(&["spec", "unschedulable"], "NodeSpec", Ty::Bool),
+    f(&["spec", "taints"], "NodeSpec", Ty::Slice("[]v1.Taint")),
+    f(&["status"], "Node", Ty::Struct("v1.NodeStatus")),
+    f(&["status", "capacity"], "NodeStatus", Ty::Quantities),
+    f(&["status", "allocatable"], "NodeStatus", Ty::Quantities),
+    f(
+        &["status", "conditions"],
+        "NodeStatus",
+        Ty::Slice("[]v1.NodeCondition"),
+    ),
+    f(
+        &["status", "addresses"],
+        "NodeStatus",
+        Ty::Slice("[]v1.NodeAddress"),
+    ),
+];
+
 /// The fields checked for a kind, parents before children.
 fn fields(res: Resource) -> &'static [Field] {
     match res {
         Resource::Lease => LEASE,
+        Resource::Node => NODE,
         _ => &[],
     }
 }
@@ -96,6 +123,88 @@ fn type_error(field: &Field, value: String) -> String {
     )
 }
 
+/// `resource.ParseQuantity`'s refusals, following its
+/// `parseQuantityString`: `ErrFormatWrong` (the regular expression its
+/// text names), `ErrSuffix` for a suffix it does not know, `ErrNumeric`
+/// for a number with no digits.
+/// The quantity's text as stored: trimmed, a number written as a string
+/// (upstream goes further and writes its canonical form, `1000m` as `1`).
+fn quantity(v: &Value) -> Result<Value, String> {
+    let text = match v {
+        Value::String(s) => s.trim().to_string(),
+        Value::Number(n) => n.to_string(),
+        _ => return Err(QUANTITY_FORMAT.into()),
+    };
+    go_parse_quantity(&text).map_err(str::to_string)?;
+    Ok(Value::String(text))
+}
+
+fn go_parse_quantity(s: &str) -> Result<(), &'static str> {
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return Err(QUANTITY_FORMAT);
+    }
+    let digits = |mut i: usize| {
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        i
+    };
+    let mut pos = usize::from(matches!(b[0], b'+' | b'-'));
+    if b[pos..].iter().all(|c| *c == b'0') {
+        return Ok(());
+    }
+    let num_start = pos;
+    pos = digits(pos);
+    let mut had_digits = pos > num_start;
+    if pos < b.len() && b[pos] == b'.' {
+        let d = pos + 1;
+        pos = digits(d);
+        had_digits |= pos > d;
+    }
+    let suffix_start = pos;
+    while pos < b.len() && b"eEinumkKMGTP".contains(&b[pos]) {
+        pos += 1;
+    }
+    if pos < b.len() && matches!(b[pos], b'+' | b'-') {
+        pos += 1;
+    }
+    if digits(pos) != b.len() {
+        return Err(QUANTITY_FORMAT);
+    }
+    let suffix = &s[suffix_start..];
+    let known = matches!(
+        suffix,
+        "" | "Ki"
+            | "Mi"
+            | "Gi"
+            | "Ti"
+            | "Pi"
+            | "Ei"
+            | "n"
+            | "u"
+            | "m"
+            | "k"
+            | "M"
+            | "G"
+            | "T"
+            | "P"
+            | "E"
+    ) || (suffix.len() > 1
+        && matches!(suffix.as_bytes()[0], b'e' | b'E')
+        && suffix[1..].parse::<i64>().is_ok());
+    if !known {
+        return Err("unable to parse quantity's suffix");
+    }
+    if !had_digits {
+        return Err("unable to parse numeric part of quantity");
+    }
+    Ok(())
+}
+
+const QUANTITY_FORMAT: &str =
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+
 /// Checks (and canonicalises) one value; `Ok(None)`: keep it as is.
 fn check(field: &Field, v: &Value) -> Result<Option<Value>, String> {
     let wrong = || Err(type_error(field, json_kind(v)));
@@ -112,6 +221,13 @@ fn check(field: &Field, v: &Value) -> Result<Option<Value>, String> {
             } else {
                 Err(type_error(field, format!("number {n}")))
             }
+        }
+        (Ty::Quantities, Value::Object(m)) => {
+            let mut out = Map::new();
+            for (k, q) in m {
+                out.insert(k.clone(), quantity(q)?);
+            }
+            Ok(Some(Value::Object(out)))
         }
         (Ty::Time, Value::String(s)) => {
             apitime::parse(s, Layout::Rfc3339).map(|t| Some(Value::String(t.seconds())))

@@ -8,7 +8,7 @@
 //! allocator), [`rules`] (the syntax rules on names, keys and ports),
 //! [`selector`], [`patch`], [`table`], [`discovery`], [`resources`],
 //! [`decode`] and [`apitime`] (typed fields and times as Go decodes them). The
-//! node side: [`kubelet`], [`podspec`] (a container as a process plan),
+//! node side: [`kubelet`], [`node`] (the Node and its Lease), [`podspec`] (a container as a process plan),
 //! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
 //! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
 //! (start and stop), [`standalone`] (`kubegate sim` as a process), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`], [`serviceaccounts`],
@@ -28,6 +28,7 @@ pub mod gc;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod lifecycle;
+pub mod node;
 pub mod patch;
 pub mod pod_users;
 pub mod podio;

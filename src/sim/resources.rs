@@ -17,6 +17,7 @@ pub enum Resource {
     HttpRoute,
     ServiceAccount,
     Lease,
+    Node,
 }
 
 /// Static facts about a resource kind, as discovery reports them.
@@ -69,7 +70,7 @@ impl ResourceInfo {
 }
 
 /// Number of resource kinds (the length of [`ALL`]).
-pub const COUNT: usize = 13;
+pub const COUNT: usize = 14;
 
 pub const ALL: &[ResourceInfo; COUNT] = &[
     ResourceInfo {
@@ -233,6 +234,19 @@ pub const ALL: &[ResourceInfo; COUNT] = &[
         subresources: &[],
         has_generation: false,
     },
+    // docs/sim.md#nodes. The `proxy` subresource is not served.
+    ResourceInfo {
+        resource: Resource::Node,
+        group: "",
+        version: "v1",
+        kind: "Node",
+        plural: "nodes",
+        singular: "node",
+        namespaced: false,
+        short_names: &["no"],
+        subresources: &["status"],
+        has_generation: false,
+    },
 ];
 
 impl Resource {
@@ -258,6 +272,7 @@ impl Resource {
             Resource::HttpRoute => 10,
             Resource::ServiceAccount => 11,
             Resource::Lease => 12,
+            Resource::Node => 13,
         }
     }
 

@@ -500,6 +500,9 @@ pub struct FieldSelector {
     pub requirements: Vec<FieldRequirement>,
 }
 
+/// Selectable fields that are booleans upstream: absent reads `false`.
+const BOOL_FIELDS: &[&str] = &["spec.hostNetwork", "spec.unschedulable"];
+
 /// The fields each kind may be selected on (upstream field label conversions).
 fn supported_fields(res: Resource) -> &'static [&'static str] {
     match res {
@@ -516,6 +519,7 @@ fn supported_fields(res: Resource) -> &'static [&'static str] {
             "status.nominatedNodeName",
         ],
         Resource::Namespace => &["metadata.name", "status.phase"],
+        Resource::Node => &["metadata.name", "spec.unschedulable"],
         Resource::Secret => &["metadata.name", "metadata.namespace", "type"],
         Resource::Service => &[
             "metadata.name",
@@ -643,7 +647,8 @@ impl FieldSelector {
                 Some(Value::Number(n)) => n.to_string() == r.value,
                 // Missing booleans read as false, missing strings as "".
                 None | Some(Value::Null) => {
-                    r.value.is_empty() || (r.field == "spec.hostNetwork" && r.value == "false")
+                    r.value.is_empty()
+                        || (BOOL_FIELDS.contains(&r.field.as_str()) && r.value == "false")
                 }
                 Some(_) => false,
             };

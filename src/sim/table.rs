@@ -125,6 +125,18 @@ fn columns(res: Resource) -> Vec<Col> {
             c("Holder", "string", 0),
             c("Age", "string", 0),
         ],
+        Resource::Node => vec![
+            c("Name", "string", 0),
+            c("Status", "string", 0),
+            c("Roles", "string", 0),
+            c("Age", "string", 0),
+            c("Version", "string", 0),
+            c("Internal-IP", "string", 1),
+            c("External-IP", "string", 1),
+            c("OS-Image", "string", 1),
+            c("Kernel-Version", "string", 1),
+            c("Container-Runtime", "string", 1),
+        ],
     }
 }
 
@@ -428,7 +440,83 @@ fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
         }
         // `printLease`: the holder, "" when none.
         Resource::Lease => vec![name, json!(s(&o["spec"]["holderIdentity"])), json!(age(o))],
+        Resource::Node => node_cells(o, name),
     }
+}
+
+/// `printNode` (with `Wide`, as the API server prints): Ready or NotReady
+/// (Unknown without the condition), SchedulingDisabled when cordoned; the
+/// roles of `node-role.kubernetes.io/ROLE` and `kubernetes.io/role` labels.
+fn node_cells(o: &Value, name: Value) -> Vec<Value> {
+    let mut status: Vec<String> = o["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] == "Ready")
+        .map(|c| {
+            if c["status"] == "True" {
+                "Ready".to_string()
+            } else {
+                "NotReady".to_string()
+            }
+        })
+        .take(1)
+        .collect();
+    if status.is_empty() {
+        status.push("Unknown".into());
+    }
+    if o["spec"]["unschedulable"] == true {
+        status.push("SchedulingDisabled".into());
+    }
+    let mut roles: Vec<String> = o["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| match k.strip_prefix("node-role.kubernetes.io/") {
+            Some(role) if !role.is_empty() => Some(role.to_string()),
+            _ if k == "kubernetes.io/role" => {
+                v.as_str().filter(|r| !r.is_empty()).map(str::to_string)
+            }
+            _ => None,
+        })
+        .collect();
+    roles.sort();
+    roles.dedup();
+    let address = |ty: &str| {
+        o["status"]["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["type"] == ty)
+            .map(|a| s(&a["address"]))
+            .unwrap_or_else(|| "<none>".into())
+    };
+    let info = &o["status"]["nodeInfo"];
+    let unknown = |v: &Value| {
+        let v = s(v);
+        if v.is_empty() {
+            "<unknown>".to_string()
+        } else {
+            v
+        }
+    };
+    let mut kernel = unknown(&info["kernelVersion"]);
+    let arch = s(&info["architecture"]);
+    if !arch.is_empty() {
+        kernel = format!("{kernel} ({arch})");
+    }
+    vec![
+        name,
+        json!(status.join(",")),
+        json!(or_none(roles.join(","))),
+        json!(age(o)),
+        json!(s(&info["kubeletVersion"])),
+        json!(address("InternalIP")),
+        json!(address("ExternalIP")),
+        json!(unknown(&info["osImage"])),
+        json!(kernel),
+        json!(unknown(&info["containerRuntimeVersion"])),
+    ]
 }
 
 /// A condition's status (`.status.conditions[?(@.type=="T")].status`).

@@ -6,8 +6,8 @@
 //!   namespaces.
 //! - `pods.rs`, `services.rs`, `workloads.rs` (Deployments, ReplicaSets,
 //!   Ingresses), `config.rs` (ConfigMaps, Secrets), `gateway.rs` (the
-//!   Gateway API kinds), `coordination.rs` (Leases): each kind's defaults
-//!   and rules.
+//!   Gateway API kinds), `coordination.rs` (Leases), `nodes.rs` (Nodes):
+//!   each kind's defaults and rules.
 //! - [`allocator`]: ClusterIPs and NodePorts.
 //! - the syntax rules on names, keys and ports are [`crate::sim::rules`]'s.
 //!
@@ -37,6 +37,7 @@ pub mod allocator;
 mod config;
 mod coordination;
 mod gateway;
+mod nodes;
 mod pods;
 mod services;
 mod workloads;
@@ -49,6 +50,7 @@ use gateway::{
     gateway_defaults, http_route_defaults, validate_gateway, validate_gateway_class,
     validate_http_route,
 };
+use nodes::{node_create_defaults, validate_node, validate_node_update};
 pub(crate) use pods::pod_service_account;
 use pods::{pod_defaults, qos_class, validate_pod_spec, validate_pod_update};
 use services::{
@@ -105,6 +107,11 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
         Resource::Lease => {
             lease_defaults(obj, None);
             validate_lease(obj, &mut causes);
+        }
+        // A Node's status is the kubelet's to give on create.
+        Resource::Node => {
+            node_create_defaults(obj);
+            validate_node(obj, &mut causes);
         }
         Resource::Secret => {
             secret_defaults(obj)?;
@@ -190,6 +197,10 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
         Resource::Lease => {
             lease_defaults(new, Some(old));
             validate_lease(new, &mut causes);
+        }
+        Resource::Node => {
+            validate_node(new, &mut causes);
+            validate_node_update(new, old, &mut causes);
         }
         Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
             validate_gateway_kind(res, new, &mut causes)
