@@ -32,6 +32,11 @@ const CONFIG_RETRY: Duration = Duration::from_millis(300);
 /// often a moment late here, and should cost little.
 const ENV_RETRY_FIRST: Duration = Duration::from_millis(50);
 const ENV_RETRY_MAX: Duration = Duration::from_secs(2);
+/// How long an image named by `--fail-image` stays in ErrImagePull or
+/// ImagePullBackOff before the other (docs/sim.md): a timer, not every pass
+/// of the pod's loop, or the pod's own status write would wake it to write
+/// again at once.
+const IMAGE_RETRY: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Default)]
 struct CState {
@@ -83,6 +88,9 @@ pub(super) struct PodWorker {
     terminating_until: Option<Instant>,
     deleted: bool,
     image_error: bool,
+    /// When the failing images' state next flips (ErrImagePull and
+    /// ImagePullBackOff alternate).
+    image_retry_at: Option<Instant>,
     /// Volumes could not be set up (a missing ConfigMap, say): retry then,
     /// as a kubelet does, so creating the ConfigMap later lets the pod start.
     volumes_retry_at: Option<Instant>,
@@ -148,6 +156,7 @@ impl PodWorker {
             terminating_until: None,
             deleted: false,
             image_error: false,
+            image_retry_at: None,
             volumes_retry_at: None,
             pod_id: None,
         }
@@ -300,6 +309,7 @@ impl PodWorker {
             .collect();
         if !failing.is_empty() {
             self.image_error = true;
+            self.image_retry_at = Some(Instant::now() + IMAGE_RETRY);
             for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
                 if failing.contains(&c.name) {
                     c.state = json!({"waiting": {"reason": "ErrImagePull", "message": format!("failed to pull and unpack image \"{}\": simulated pull failure (--fail-image)", c.image)}});
@@ -627,6 +637,9 @@ impl PodWorker {
         if let Some(at) = self.volumes_retry_at {
             t = t.min(at.saturating_duration_since(now));
         }
+        if let Some(at) = self.image_retry_at {
+            t = t.min(at.saturating_duration_since(now));
+        }
         t.max(Duration::from_millis(1))
     }
 
@@ -663,7 +676,8 @@ impl PodWorker {
             }
             changed = true;
         }
-        if self.image_error {
+        if self.image_error && self.image_retry_at.is_some_and(|t| t <= now) {
+            self.image_retry_at = Some(now + IMAGE_RETRY);
             // ErrImagePull and ImagePullBackOff alternate, as on a real node.
             for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
                 let reason = c.state["waiting"]["reason"].as_str().unwrap_or("");
