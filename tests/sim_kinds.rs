@@ -916,3 +916,529 @@ fn the_sim_kubelet_makes_its_node_and_lease_again() {
         },
     );
 }
+
+// ------------------------------------------------------------ Events
+
+fn names_of(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Two Events in the backend's namespace, as a legacy client (`old.1`,
+/// core group) and a new one (`new.1`, events.k8s.io) write them, each read
+/// back through the other group; the two paths and the resourceVersion
+/// before them.
+fn two_events(b: &Backend) -> (String, String, String) {
+    let core = format!("/api/v1/namespaces/{}/events", b.ns);
+    let v1 = format!("/apis/events.k8s.io/v1/namespaces/{}/events", b.ns);
+    let (_, list) = call(b, "GET", &v1, None);
+    assert_eq!(
+        (&list["kind"], &list["apiVersion"]),
+        (&json!("EventList"), &json!("events.k8s.io/v1"))
+    );
+    let rv0 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_string();
+
+    // A legacy Event written through v1 (no eventTime), read through both.
+    let (code, e) = call(
+        b,
+        "POST",
+        &core,
+        Some(&json!({"metadata": {"name": "old.1"},
+            "involvedObject": {"kind": "Pod", "name": "p", "namespace": b.ns},
+            "reason": "Tested", "message": "from the core group", "type": "Normal",
+            "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z",
+            "count": 1, "source": {"component": "tester"}})),
+    );
+    assert_eq!(code, 201, "{e}");
+    assert_eq!(e["eventTime"], Value::Null);
+    assert_eq!(
+        (&e["reportingComponent"], &e["reportingInstance"]),
+        (&json!(""), &json!(""))
+    );
+    let (code, seen) = call(b, "GET", &format!("{v1}/old.1"), None);
+    assert_eq!(code, 200, "{seen}");
+    assert_eq!(seen["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(seen["note"], "from the core group");
+    assert_eq!(
+        seen["regarding"],
+        json!({"kind": "Pod", "name": "p", "namespace": b.ns})
+    );
+    assert_eq!(seen["deprecatedSource"], json!({"component": "tester"}));
+    assert_eq!(seen["deprecatedCount"], 1);
+    assert_eq!(seen["deprecatedFirstTimestamp"], "2026-01-01T00:00:00Z");
+    assert_eq!(seen["eventTime"], Value::Null);
+    assert!(
+        seen.get("message").is_none() && seen.get("involvedObject").is_none(),
+        "{seen}"
+    );
+
+    // A new-style Event written through events.k8s.io, read through v1.
+    let (code, n) = call(
+        b,
+        "POST",
+        &v1,
+        Some(&json!({"metadata": {"name": "new.1"},
+            "regarding": {"kind": "Pod", "name": "p", "namespace": b.ns},
+            "reason": "Started", "note": "hello", "type": "Normal",
+            "eventTime": "2026-01-01T00:00:00.000001Z", "reportingController": "kubegate.dev/test",
+            "reportingInstance": "i-1", "action": "Start"})),
+    );
+    assert_eq!(code, 201, "{n}");
+    assert_eq!(n["deprecatedSource"], json!({}));
+    assert_eq!(n["deprecatedFirstTimestamp"], Value::Null);
+    let (_, c) = call(b, "GET", &format!("{core}/new.1"), None);
+    assert_eq!(c["message"], "hello");
+    assert_eq!(c["reportingComponent"], "kubegate.dev/test");
+    assert_eq!(c["source"], json!({}));
+    assert_eq!(c["eventTime"], "2026-01-01T00:00:00.000001Z");
+
+    (core, v1, rv0)
+}
+
+two_backends!(events_are_one_kind_seen_through_two_groups, 120);
+fn events_are_one_kind_seen_through_two_groups(b: &Backend) {
+    let (core, v1, _) = two_events(b);
+    // Validation depends on the group.
+    let (code, st) = call(b, "POST", &v1, Some(&json!({"metadata": {"name": "x"}})));
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        status_text(&st),
+        r#"Event "x" is invalid: [involvedObject.namespace: Invalid value: "": does not match event.namespace, eventTime: Required value, type: Invalid value: "": has invalid value: ]"#
+    );
+    assert_eq!(
+        st["details"],
+        json!({"name": "x", "kind": "Event", "causes": st["details"]["causes"]})
+    );
+    let (code, st) = call(
+        b,
+        "POST",
+        &core,
+        Some(&json!({"metadata": {"name": "e2"},
+            "involvedObject": {"kind": "Pod", "name": "p", "namespace": "elsewhere"},
+            "eventTime": "2026-01-01T00:00:00.000000Z"})),
+    );
+    assert_eq!(code, 422, "{st}");
+    let fields: Vec<&str> = st["details"]["causes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["field"].as_str())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "reportingComponent",
+            "reportingComponent",
+            "reportingComponent",
+            "reportingInstance",
+            "action",
+            "reason"
+        ],
+        "{st}"
+    );
+    // The core group checks no name syntax; events.k8s.io does.
+    let legacy = json!({"metadata": {"name": "Odd_Name"},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": b.ns}, "reason": "R"});
+    let (code, st) = call(b, "POST", &core, Some(&legacy));
+    assert_eq!(code, 201, "{st}");
+    let (code, st) = call(
+        b,
+        "POST",
+        &v1,
+        Some(&json!({"metadata": {"name": "Odd_Name"},
+            "regarding": {"kind": "Pod", "name": "p", "namespace": b.ns},
+            "reason": "Started", "type": "Normal", "eventTime": "2026-01-01T00:00:00.000001Z",
+            "reportingController": "kubegate.dev/test", "reportingInstance": "i-1", "action": "Start"})),
+    );
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(st["details"]["causes"][0]["field"], "metadata.name", "{st}");
+}
+
+two_backends!(events_select_print_and_watch_through_either_group, 120);
+fn events_select_print_and_watch_through_either_group(b: &Backend) {
+    let (core, v1, rv0) = two_events(b);
+    let legacy = json!({"metadata": {"name": "Odd_Name"},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": b.ns}, "reason": "R"});
+    let (code, st) = call(b, "POST", &core, Some(&legacy));
+    assert_eq!(code, 201, "{st}");
+    // Field selectors, each group with its own names.
+    let (_, l) = call(
+        b,
+        "GET",
+        &format!("{v1}?fieldSelector=regarding.name%3Dp,reportingController%3Dkubegate.dev%2Ftest"),
+        None,
+    );
+    assert_eq!(names_of(&l), ["new.1"]);
+    let (_, l) = call(
+        b,
+        "GET",
+        &format!("{core}?fieldSelector=source%3Dkubegate.dev%2Ftest"),
+        None,
+    );
+    assert_eq!(
+        names_of(&l),
+        ["new.1"],
+        "source falls back to reportingComponent"
+    );
+    let (_, l) = call(
+        b,
+        "GET",
+        &format!("{core}?fieldSelector=involvedObject.name%3Dp,reason%3DTested"),
+        None,
+    );
+    assert_eq!(names_of(&l), ["old.1"]);
+    let (code, st) = call(
+        b,
+        "GET",
+        &format!("{v1}?fieldSelector=involvedObject.name%3Dp"),
+        None,
+    );
+    assert_eq!(code, 400);
+    assert_eq!(
+        status_text(&st),
+        "field label not supported: involvedObject.name"
+    );
+    let (code, st) = call(
+        b,
+        "GET",
+        &format!("{core}?fieldSelector=regarding.name%3Dp"),
+        None,
+    );
+    assert_eq!(code, 400);
+    assert_eq!(
+        status_text(&st),
+        "field label not supported: regarding.name"
+    );
+
+    // One printer for both: printEvent's columns.
+    for path in [&core, &v1] {
+        let (cols, rows) = table(b, &format!("{path}?fieldSelector=metadata.name%3Dold.1"));
+        assert_eq!(
+            cols,
+            [
+                "Last Seen",
+                "Type",
+                "Reason",
+                "Object",
+                "Subobject",
+                "Source",
+                "Message",
+                "First Seen",
+                "Count",
+                "Name"
+            ]
+        );
+        assert_eq!(
+            rows[0][1..7],
+            [
+                json!("Normal"),
+                json!("Tested"),
+                json!("pod/p"),
+                json!(""),
+                json!("tester"),
+                json!("from the core group")
+            ]
+        );
+        assert_eq!(rows[0][8..], [json!(1), json!("old.1")]);
+    }
+
+    // A watch through events.k8s.io sees every write, converted; a delete
+    // there answers its own group's Status.
+    let (code, st) = call(b, "DELETE", &format!("{v1}/old.1"), None);
+    assert_eq!(code, 200, "{st}");
+    assert_eq!(st["details"]["group"], "events.k8s.io");
+    assert_eq!(st["details"]["kind"], "events");
+    let evs = watch_from(b, &v1, &rv0, 2);
+    let seen: Vec<(String, String)> = evs
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or("").to_string(),
+                e["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("ADDED", "old.1"),
+        ("ADDED", "new.1"),
+        ("ADDED", "Odd_Name"),
+        ("DELETED", "old.1"),
+    ]
+    .iter()
+    .map(|(t, n)| (t.to_string(), n.to_string()))
+    .collect();
+    assert_eq!(seen, want);
+    assert_eq!(evs[0]["object"]["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(evs[0]["object"]["note"], "from the core group");
+    let (code, st) = call(b, "GET", &format!("{core}/old.1"), None);
+    assert_eq!(
+        (code, &st["message"]),
+        (404, &json!("events \"old.1\" not found"))
+    );
+    let (code, st) = call(b, "GET", &format!("{v1}/old.1"), None);
+    assert_eq!(
+        (code, &st["message"]),
+        (404, &json!("events.events.k8s.io \"old.1\" not found"))
+    );
+}
+
+two_backends!(pods_and_deployments_leave_events_kubectl_shows, 180);
+fn pods_and_deployments_leave_events_kubectl_shows(b: &Backend) {
+    let node = the_node(b)["metadata"]["name"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let (code, p) = call(
+        b,
+        "POST",
+        &format!("/api/v1/namespaces/{}/pods", b.ns),
+        Some(&json!({"metadata": {"name": "told"},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}],
+                     "terminationGracePeriodSeconds": 1}})),
+    );
+    assert_eq!(code, 201, "{p}");
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    // The scheduler's Event, as kube-scheduler writes it.
+    let sel = format!(
+        "/api/v1/namespaces/{}/events?fieldSelector=involvedObject.uid%3D{uid},reason%3DScheduled",
+        b.ns
+    );
+    let ev = wait_for("the Scheduled event", Duration::from_secs(60), || {
+        let (_, l) = call(b, "GET", &sel, None);
+        l["items"].as_array().and_then(|a| a.first()).cloned()
+    });
+    assert_eq!(
+        ev["message"],
+        format!("Successfully assigned {}/told to {node}", b.ns)
+    );
+    assert_eq!(ev["type"], "Normal");
+    assert_eq!(ev["action"], "Binding");
+    assert_eq!(ev["reportingComponent"], "default-scheduler");
+    assert!(ev["reportingInstance"]
+        .as_str()
+        .is_some_and(|i| i.starts_with("default-scheduler-")));
+    assert_eq!(ev["source"], json!({}));
+    assert_eq!(
+        (&ev["firstTimestamp"], &ev["lastTimestamp"]),
+        (&Value::Null, &Value::Null)
+    );
+    assert!(
+        ev["eventTime"]
+            .as_str()
+            .is_some_and(|t| t.len() == "2026-01-01T00:00:00.000000Z".len()),
+        "{ev}"
+    );
+    assert_eq!(ev["involvedObject"]["kind"], "Pod");
+    assert_eq!(ev["involvedObject"]["apiVersion"], "v1");
+    let out = kubectl(b, &["describe", "pod", "told", "-n", &b.ns]);
+    let events = out.split("Events:").nth(1).unwrap_or("");
+    assert!(
+        events.contains("Scheduled") && events.contains("default-scheduler"),
+        "{out}"
+    );
+    let out = kubectl(b, &["get", "events", "-n", &b.ns]);
+    let head: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        head,
+        ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{out}"
+    );
+    assert!(out.contains("pod/told"), "{out}");
+
+    // The controllers' Events for a Deployment, scaled up and down.
+    let (code, d) = call(
+        b,
+        "POST",
+        &format!("/apis/apps/v1/namespaces/{}/deployments", b.ns),
+        Some(&json!({"metadata": {"name": "dep"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "dep"}},
+                     "template": {"metadata": {"labels": {"app": "dep"},
+                                               "annotations": {"sim.kubegate.dev/simulate": "true"}},
+                                  "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})),
+    );
+    assert_eq!(code, 201, "{d}");
+    let messages = |kind: &str| {
+        let (_, l) = call(
+            b,
+            "GET",
+            &format!(
+                "/api/v1/namespaces/{}/events?fieldSelector=involvedObject.kind%3D{kind}",
+                b.ns
+            ),
+            None,
+        );
+        l["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                (
+                    e["reason"].as_str().unwrap_or("").to_string(),
+                    e["message"].as_str().unwrap_or("").to_string(),
+                    e["source"]["component"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let scaled_up = wait_for(
+        "ScalingReplicaSet and SuccessfulCreate",
+        Duration::from_secs(60),
+        || {
+            let d = messages("Deployment");
+            let r = messages("ReplicaSet");
+            (!d.is_empty() && !r.is_empty()).then_some((d, r))
+        },
+    );
+    let (dep_events, rs_events) = scaled_up;
+    let (reason, message, source) = &dep_events[0];
+    assert_eq!(
+        (reason.as_str(), source.as_str()),
+        ("ScalingReplicaSet", "deployment-controller")
+    );
+    assert!(
+        message.starts_with("Scaled up replica set dep-") && message.ends_with(" from 0 to 1"),
+        "{message}"
+    );
+    let (reason, message, source) = &rs_events[0];
+    assert_eq!(
+        (reason.as_str(), source.as_str()),
+        ("SuccessfulCreate", "replicaset-controller")
+    );
+    assert!(message.starts_with("Created pod: dep-"), "{message}");
+}
+
+/// Sim only: the kubelet's Events through a pod's life (kwok writes none):
+/// pull, create, start, back-off, a missing volume, a failing image, the
+/// kill of a delete; and kubectl shows them.
+#[test]
+fn the_sim_kubelet_tells_the_pod_lifecycle_in_events() {
+    let _w = common::backend::watchdog(180);
+    let sim = SimProc::start(&["--fail-image", "registry.invalid/*"]);
+    let api = Api::new(&sim);
+    for p in [
+        pod(
+            "runs",
+            json!({"containers": [{"name": "c", "image": "busybox:1", "command": ["sleep", "3600"]}], "terminationGracePeriodSeconds": 2}),
+        ),
+        pod(
+            "crashes",
+            json!({"containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "exit 3"]}]}),
+        ),
+        pod(
+            "mounts",
+            json!({"containers": [{"name": "c", "image": "busybox:1", "command": ["sleep", "3600"]}],
+                             "volumes": [{"name": "cfg", "configMap": {"name": "missing"}}]}),
+        ),
+        pod(
+            "pulls",
+            json!({"containers": [{"name": "c", "image": "registry.invalid/app:1"}]}),
+        ),
+    ] {
+        let (code, body) = api.post("/api/v1/namespaces/default/pods", &p);
+        assert_eq!(code, 201, "{body}");
+    }
+    let story = |pod: &str| -> Vec<(String, String, String)> {
+        let (_, l) = api.get(&format!(
+            "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{pod}"
+        ));
+        l["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                (
+                    e["reason"].as_str().unwrap_or("").to_string(),
+                    e["message"].as_str().unwrap_or("").to_string(),
+                    e["involvedObject"]["fieldPath"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                )
+            })
+            .collect()
+    };
+    let has = |s: &[(String, String, String)], reason: &str, message: &str| {
+        s.iter().any(|(r, m, _)| r == reason && m.contains(message))
+    };
+    wait_for("the lifecycle events", Duration::from_secs(60), || {
+        let runs = story("runs");
+        let crashes = story("crashes");
+        let mounts = story("mounts");
+        let pulls = story("pulls");
+        (has(&runs, "Scheduled", "to sim-node")
+            && has(
+                &runs,
+                "Pulled",
+                "Container image \"busybox:1\" already present on machine",
+            )
+            && has(&runs, "Created", "Container created")
+            && has(&runs, "Started", "Container started")
+            && has(&crashes, "Pulling", "Pulling image \"busybox\"")
+            && has(
+                &crashes,
+                "BackOff",
+                "Back-off restarting failed container c in pod crashes_default(",
+            )
+            && has(
+                &mounts,
+                "FailedMount",
+                "MountVolume.SetUp failed for volume \"cfg\" : configmap \"missing\" not found",
+            )
+            && has(
+                &pulls,
+                "Failed",
+                "Failed to pull image \"registry.invalid/app:1\"",
+            )
+            && has(&pulls, "Failed", "Error: ErrImagePull"))
+        .then_some(())
+    });
+    let runs = story("runs");
+    assert!(
+        runs.iter()
+            .filter(|(r, _, _)| r != "Scheduled")
+            .all(|(_, _, f)| f == "spec.containers{c}"),
+        "{runs:?}"
+    );
+    // Restarts count on the first Event, not a new one each time.
+    let (_, l) = api.get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dcrashes,reason%3DStarted");
+    assert_eq!(l["items"].as_array().map(Vec::len), Some(1), "{l}");
+    // A delete kills the container and says so.
+    let (code, _) = api.delete("/api/v1/namespaces/default/pods/runs");
+    assert_eq!(code, 200);
+    wait_for("Killing", Duration::from_secs(30), || {
+        has(&story("runs"), "Killing", "Stopping container c").then_some(())
+    });
+    let out = sim.kubectl_ok(&["describe", "pod", "crashes"]);
+    let events = out.split("Events:").nth(1).unwrap_or("");
+    for part in [
+        "Scheduled",
+        "default-scheduler",
+        "Started",
+        "kubelet",
+        "BackOff",
+    ] {
+        assert!(events.contains(part), "{part}: {out}");
+    }
+    let out = sim.kubectl_ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=mounts",
+    ]);
+    assert!(out.contains("FailedMount"), "{out}");
+}

@@ -217,6 +217,57 @@ fn status_of(e: StoreError) -> Status {
     }
 }
 
+/// A store error on the core Events as the `events.k8s.io/v1` view words
+/// it: the resource is `events.events.k8s.io` (an `Invalid` keeps the core
+/// kind, as upstream's does: `Event "x" is invalid`).
+fn events_v1_error(e: StoreError) -> StoreError {
+    let view = |resource: Resource| {
+        if resource == Resource::Event {
+            Resource::EventV1
+        } else {
+            resource
+        }
+    };
+    match e {
+        StoreError::NotFound { resource, name } => StoreError::NotFound {
+            resource: view(resource),
+            name,
+        },
+        StoreError::AlreadyExists { resource, name } => StoreError::AlreadyExists {
+            resource: view(resource),
+            name,
+        },
+        StoreError::Conflict {
+            resource,
+            name,
+            message,
+        } => StoreError::Conflict {
+            resource: view(resource),
+            name,
+            message,
+        },
+        StoreError::Forbidden {
+            resource,
+            name,
+            message,
+        } => StoreError::Forbidden {
+            resource: view(resource),
+            name,
+            message,
+        },
+        StoreError::Invalid {
+            resource: Resource::EventV1,
+            name,
+            causes,
+        } => StoreError::Invalid {
+            resource: Resource::Event,
+            name,
+            causes,
+        },
+        other => other,
+    }
+}
+
 fn json_response<T: serde::Serialize>(code: u16, v: &T) -> Response {
     match serde_json::to_vec(v) {
         Ok(mut b) => {
@@ -486,6 +537,10 @@ impl ApiServer {
                 Some(v) => json_response(200, &v).into(),
                 None => not_found_path().into(),
             },
+            Route::Collection(Resource::EventV1, ns) => self.events_v1_collection(req, ns),
+            Route::Object(Resource::EventV1, ns, name) => {
+                self.events_v1_object(req, ns, name).into()
+            }
             Route::Collection(res, ns) => self.collection(req, res, ns),
             Route::Object(res, ns, name) => self.object(req, res, ns, name).into(),
             Route::Sub(res, ns, name, sub) => self.subresource(req, res, ns, name, sub),
@@ -506,7 +561,7 @@ impl ApiServer {
                     Err(r) => return r.into(),
                 };
                 if req.query_flag("watch") {
-                    return self.watch(req, res, ns, sel).into();
+                    return self.watch(req, res, res, ns, sel).into();
                 }
                 let (items, rv) = self.store.list(res, ns, &sel);
                 if table::wants_table(req.header("accept")) {
@@ -627,6 +682,192 @@ impl ApiServer {
             }
             _ => method_not_allowed(),
         }
+    }
+
+    /// `events.k8s.io/v1` Events, a view of the core ones the store keeps
+    /// (docs/sim.md#events): bodies converted in and out, selectors mapped
+    /// to the core fields, upstream's stricter validation for this group.
+    fn events_v1_collection(&self, req: &Request, ns: Option<&str>) -> Reply {
+        let view = Resource::EventV1;
+        let info = view.info();
+        let ev1 = |o: &Value| super::events::to_events_v1(o);
+        match req.method.as_str() {
+            "GET" => {
+                let sel = match selectors(req, view) {
+                    Ok(s) => s,
+                    Err(r) => return r.into(),
+                };
+                if req.query_flag("watch") {
+                    return self.watch(req, Resource::Event, view, ns, sel).into();
+                }
+                let (items, rv) = self.store.list(Resource::Event, ns, &sel);
+                if table::wants_table(req.header("accept")) {
+                    return json_response(200, &table::table(view, &items, rv)).into();
+                }
+                json_response(200, &list_json(info, items.iter().map(ev1).collect(), rv)).into()
+            }
+            "POST" => {
+                let Some(ns) = ns else {
+                    return method_not_allowed().into();
+                };
+                let obj = match body_object(req, info) {
+                    Ok(o) => o,
+                    Err(r) => return r.into(),
+                };
+                if dry_run(req) {
+                    return json_response(201, &obj).into();
+                }
+                match self.write_event_v1(ns, None, obj) {
+                    Ok((o, _)) => json_response(201, &ev1(&o)).into(),
+                    Err(e) => store_error(e).into(),
+                }
+            }
+            "DELETE" => {
+                let Some(ns) = ns else {
+                    return method_not_allowed().into();
+                };
+                let sel = match selectors(req, view) {
+                    Ok(s) => s,
+                    Err(r) => return r.into(),
+                };
+                let opts = match delete_options(req) {
+                    Ok(o) => o,
+                    Err(r) => return r.into(),
+                };
+                let (items, _) = self.store.list(Resource::Event, Some(ns), &sel);
+                let mut deleted = Vec::new();
+                for o in items {
+                    let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    match self.delete_one(Resource::Event, ns, &name, &opts) {
+                        Ok(v) => deleted.push(ev1(&v)),
+                        Err(StoreError::NotFound { .. }) => {}
+                        Err(e) => return store_error(events_v1_error(e)).into(),
+                    }
+                }
+                let rv = self.store.current_rv();
+                json_response(200, &list_json(info, deleted, rv)).into()
+            }
+            _ => method_not_allowed().into(),
+        }
+    }
+
+    fn events_v1_object(&self, req: &Request, ns: &str, name: &str) -> Response {
+        let view = Resource::EventV1;
+        let info = view.info();
+        let ev1 = |o: &Value| super::events::to_events_v1(o);
+        match req.method.as_str() {
+            "GET" => match self.store.get(Resource::Event, ns, name) {
+                Ok(o) if table::wants_table(req.header("accept")) => {
+                    let rv = super::store::obj_rv(&o);
+                    json_response(200, &table::table(view, &[o], rv))
+                }
+                Ok(o) => json_response(200, &ev1(&o)),
+                Err(e) => store_error(events_v1_error(e)),
+            },
+            "PUT" => {
+                let obj = match body_object(req, info) {
+                    Ok(o) => o,
+                    Err(r) => return r,
+                };
+                if dry_run(req) {
+                    return json_response(200, &obj);
+                }
+                match self.write_event_v1(ns, Some(name), obj) {
+                    Ok((o, created)) => json_response(if created { 201 } else { 200 }, &ev1(&o)),
+                    Err(e) => store_error(e),
+                }
+            }
+            "PATCH" => {
+                let pt = match patch_type(req) {
+                    Ok(p) => p,
+                    Err(r) => return r,
+                };
+                let stored = match self.store.get(Resource::Event, ns, name) {
+                    Ok(o) => o,
+                    Err(e) => return store_error(events_v1_error(e)),
+                };
+                let patched = match super::patch::apply(pt, &ev1(&stored), &req.body) {
+                    Ok(v) => v,
+                    Err(super::patch::PatchError::BadRequest(m)) => return bad_request(&m),
+                    Err(super::patch::PatchError::Unprocessable(m)) => {
+                        return store_error(StoreError::Invalid {
+                            resource: Resource::Event,
+                            name: name.to_string(),
+                            causes: vec![super::store::FieldCause::new(
+                                super::store::CauseKind::Invalid,
+                                "",
+                                None,
+                                m,
+                            )],
+                        })
+                    }
+                };
+                match self.write_event_v1(ns, Some(name), patched) {
+                    Ok((o, _)) => json_response(200, &ev1(&o)),
+                    Err(e) => store_error(e),
+                }
+            }
+            "DELETE" => {
+                let opts = match delete_options(req) {
+                    Ok(o) => o,
+                    Err(r) => return r,
+                };
+                match self.delete_one(Resource::Event, ns, name, &opts) {
+                    Ok(o) => {
+                        let uid = o["metadata"]["uid"].as_str().unwrap_or("");
+                        status_response(&Status::success_delete(info.group, info.plural, name, uid))
+                    }
+                    Err(e) => store_error(events_v1_error(e)),
+                }
+            }
+            _ => method_not_allowed(),
+        }
+    }
+
+    /// An `events.k8s.io/v1` body written as a core Event: decoded and
+    /// converted, checked by upstream's rules for this group (which word
+    /// some fields differently), then created (`name` None) or put; the
+    /// flag says whether it was created.
+    fn write_event_v1(
+        &self,
+        ns: &str,
+        name: Option<&str>,
+        body: Value,
+    ) -> Result<(Value, bool), StoreError> {
+        use super::events::{self, Version};
+        let body = super::store::check_body(Resource::EventV1, body).map_err(events_v1_error)?;
+        let mut core = events::to_core(body);
+        if let Some(m) = core["metadata"].as_object_mut() {
+            m.entry("namespace").or_insert_with(|| json!(ns));
+        }
+        let old = match name {
+            Some(n) => match self.store.get(Resource::Event, ns, n) {
+                Ok(o) => Some(o),
+                Err(StoreError::NotFound { .. }) => None,
+                Err(e) => return Err(events_v1_error(e)),
+            },
+            None => None,
+        };
+        let mut causes = Vec::new();
+        match &old {
+            Some(o) => events::validate_update(&core, o, Version::EventsV1, &mut causes),
+            None => events::validate_create(&core, Version::EventsV1, &mut causes),
+        }
+        if !causes.is_empty() {
+            return Err(StoreError::Invalid {
+                resource: Resource::Event,
+                name: core["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                causes,
+            });
+        }
+        let written = match name {
+            None => self
+                .store
+                .create(Resource::Event, ns, core)
+                .map(|o| (o, true)),
+            Some(n) => self.store.update_or_create(Resource::Event, ns, n, core),
+        };
+        written.map_err(events_v1_error)
     }
 
     fn delete_one(
@@ -777,7 +1018,16 @@ impl ApiServer {
         streams.proxy(req, ns, name, port, &target)
     }
 
-    fn watch(&self, req: &Request, res: Resource, ns: Option<&str>, sel: Selectors) -> Response {
+    /// A watch on the store's `res`, shown as `view` (the same kind, or
+    /// [`Resource::EventV1`] over the core Events).
+    fn watch(
+        &self,
+        req: &Request,
+        res: Resource,
+        view: Resource,
+        ns: Option<&str>,
+        sel: Selectors,
+    ) -> Response {
         let from = match req.query("resourceVersion") {
             None | Some("") | Some("0") => WatchFrom::InitialAdded,
             Some(v) => match v.parse::<u64>() {
@@ -807,7 +1057,8 @@ impl ApiServer {
         };
         let bookmarks = req.query_flag("allowWatchBookmarks");
         let as_table = table::wants_table(req.header("accept"));
-        let info = res.info();
+        let info = view.info();
+        let converted = view != res;
         let start_rv = self.store.current_rv();
         let stream = match self.store.watch(res, ns, sel, from) {
             Ok(s) => s,
@@ -854,6 +1105,14 @@ impl ApiServer {
                                 let t = table::table(res, std::slice::from_ref(&ev.object), ev.rv);
                                 let mut line = serde_json::to_vec(
                                     &json!({"type": ev.ty.as_str(), "object": t}),
+                                )
+                                .unwrap_or_default();
+                                line.push(b'\n');
+                                sink.send(&line)?;
+                            } else if converted {
+                                let object = super::events::to_events_v1(&ev.object);
+                                let mut line = serde_json::to_vec(
+                                    &json!({"type": ev.ty.as_str(), "object": object}),
                                 )
                                 .unwrap_or_default();
                                 line.push(b'\n');

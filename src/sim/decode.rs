@@ -93,11 +93,61 @@ const NODE: &[Field] = &[
     ),
 ];
 
+const EVENT: &[Field] = &[
+    f(
+        &["involvedObject"],
+        "Event",
+        Ty::Struct("v1.ObjectReference"),
+    ),
+    f(&["reason"], "Event", Ty::Str),
+    f(&["message"], "Event", Ty::Str),
+    f(&["source"], "Event", Ty::Struct("v1.EventSource")),
+    f(&["firstTimestamp"], "Event", Ty::Time),
+    f(&["lastTimestamp"], "Event", Ty::Time),
+    f(&["count"], "Event", Ty::Int32),
+    f(&["type"], "Event", Ty::Str),
+    f(&["eventTime"], "Event", Ty::MicroTime),
+    f(&["series"], "Event", Ty::Struct("v1.EventSeries")),
+    f(&["series", "count"], "EventSeries", Ty::Int32),
+    f(
+        &["series", "lastObservedTime"],
+        "EventSeries",
+        Ty::MicroTime,
+    ),
+    f(&["action"], "Event", Ty::Str),
+    f(&["reportingComponent"], "Event", Ty::Str),
+    f(&["reportingInstance"], "Event", Ty::Str),
+];
+
+const EVENT_V1: &[Field] = &[
+    f(&["eventTime"], "Event", Ty::MicroTime),
+    f(&["series"], "Event", Ty::Struct("v1.EventSeries")),
+    f(&["series", "count"], "EventSeries", Ty::Int32),
+    f(
+        &["series", "lastObservedTime"],
+        "EventSeries",
+        Ty::MicroTime,
+    ),
+    f(&["reportingController"], "Event", Ty::Str),
+    f(&["reportingInstance"], "Event", Ty::Str),
+    f(&["action"], "Event", Ty::Str),
+    f(&["reason"], "Event", Ty::Str),
+    f(&["regarding"], "Event", Ty::Struct("v1.ObjectReference")),
+    f(&["note"], "Event", Ty::Str),
+    f(&["type"], "Event", Ty::Str),
+    f(&["deprecatedSource"], "Event", Ty::Struct("v1.EventSource")),
+    f(&["deprecatedFirstTimestamp"], "Event", Ty::Time),
+    f(&["deprecatedLastTimestamp"], "Event", Ty::Time),
+    f(&["deprecatedCount"], "Event", Ty::Int32),
+];
+
 /// The fields checked for a kind, parents before children.
 fn fields(res: Resource) -> &'static [Field] {
     match res {
         Resource::Lease => LEASE,
         Resource::Node => NODE,
+        Resource::Event => EVENT,
+        Resource::EventV1 => EVENT_V1,
         _ => &[],
     }
 }

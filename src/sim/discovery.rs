@@ -265,6 +265,7 @@ mod tests {
             vec![
                 "apps",
                 "coordination.k8s.io",
+                "events.k8s.io",
                 "gateway.networking.k8s.io",
                 "networking.k8s.io"
             ]

@@ -11,7 +11,7 @@
 //! node side: [`kubelet`], [`node`] (the Node and its Lease), [`podspec`] (a container as a process plan),
 //! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
 //! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
-//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`], [`serviceaccounts`],
+//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`events`] (both Event groups, the recorder, the TTL), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`], [`serviceaccounts`],
 //! [`tls`], [`kubeconfig`].
 
 pub mod admission;
@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod decode;
 pub mod discovery;
+pub mod events;
 pub mod faults;
 pub mod gateway;
 pub mod gc;

@@ -18,6 +18,11 @@ pub enum Resource {
     ServiceAccount,
     Lease,
     Node,
+    /// core/v1 Events: what the store keeps (docs/sim.md#events).
+    Event,
+    /// `events.k8s.io/v1` Events: a view of the same objects, converted by
+    /// the API layer (`sim::events`); the store never holds one.
+    EventV1,
 }
 
 /// Static facts about a resource kind, as discovery reports them.
@@ -70,7 +75,7 @@ impl ResourceInfo {
 }
 
 /// Number of resource kinds (the length of [`ALL`]).
-pub const COUNT: usize = 14;
+pub const COUNT: usize = 16;
 
 pub const ALL: &[ResourceInfo; COUNT] = &[
     ResourceInfo {
@@ -247,6 +252,30 @@ pub const ALL: &[ResourceInfo; COUNT] = &[
         subresources: &["status"],
         has_generation: false,
     },
+    ResourceInfo {
+        resource: Resource::Event,
+        group: "",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+        singular: "event",
+        namespaced: true,
+        short_names: &["ev"],
+        subresources: &[],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::EventV1,
+        group: "events.k8s.io",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+        singular: "event",
+        namespaced: true,
+        short_names: &["ev"],
+        subresources: &[],
+        has_generation: false,
+    },
 ];
 
 impl Resource {
@@ -273,13 +302,15 @@ impl Resource {
             Resource::ServiceAccount => 11,
             Resource::Lease => 12,
             Resource::Node => 13,
+            Resource::Event => 14,
+            Resource::EventV1 => 15,
         }
     }
 
     /// A PUT to a name that does not exist creates it (the registry
     /// strategy's `AllowCreateOnUpdate`), answering 201.
     pub fn allows_create_on_update(self) -> bool {
-        matches!(self, Resource::Lease)
+        matches!(self, Resource::Lease | Resource::Event | Resource::EventV1)
     }
 
     /// A PUT without `metadata.resourceVersion` replaces whatever is

@@ -137,6 +137,19 @@ fn columns(res: Resource) -> Vec<Col> {
             c("Kernel-Version", "string", 1),
             c("Container-Runtime", "string", 1),
         ],
+        // One printer for both groups: upstream prints the stored object.
+        Resource::Event | Resource::EventV1 => vec![
+            c("Last Seen", "string", 0),
+            c("Type", "string", 0),
+            c("Reason", "string", 0),
+            c("Object", "string", 0),
+            c("Subobject", "string", 1),
+            c("Source", "string", 1),
+            c("Message", "string", 0),
+            c("First Seen", "string", 1),
+            c("Count", "string", 1),
+            c("Name", "string", 1),
+        ],
     }
 }
 
@@ -441,7 +454,58 @@ fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
         // `printLease`: the holder, "" when none.
         Resource::Lease => vec![name, json!(s(&o["spec"]["holderIdentity"])), json!(age(o))],
         Resource::Node => node_cells(o, name),
+        Resource::Event | Resource::EventV1 => event_cells(o, name),
     }
+}
+
+/// The age of a time field, `<unknown>` when unset (upstream's
+/// `translateTimestampSince` and its MicroTime twin).
+fn since(v: &Value) -> Option<String> {
+    let t = v.as_str().and_then(crate::kube::time::parse_rfc3339)?;
+    Some(human_duration(
+        SystemTime::now().duration_since(t).unwrap_or_default(),
+    ))
+}
+
+/// `printEvent` (with `Wide`) over a core/v1 Event.
+fn event_cells(o: &Value, name: Value) -> Vec<Value> {
+    let first = since(&o["firstTimestamp"])
+        .or_else(|| since(&o["eventTime"]))
+        .unwrap_or_else(|| "<unknown>".into());
+    let mut last = since(&o["lastTimestamp"]).unwrap_or_else(|| first.clone());
+    let mut count = o["count"].as_i64().unwrap_or(0);
+    if o["series"].is_object() {
+        last = since(&o["series"]["lastObservedTime"]).unwrap_or_else(|| "<unknown>".into());
+        count = o["series"]["count"].as_i64().unwrap_or(0);
+    } else if count == 0 {
+        count = 1;
+    }
+    let inv = &o["involvedObject"];
+    let kind = s(&inv["kind"]).to_lowercase();
+    let target = match s(&inv["name"]) {
+        n if n.is_empty() => kind,
+        n => format!("{kind}/{n}"),
+    };
+    let first_non_empty = |a: String, b: String| if a.is_empty() { b } else { a };
+    let component = first_non_empty(s(&o["source"]["component"]), s(&o["reportingComponent"]));
+    let instance = first_non_empty(s(&o["source"]["host"]), s(&o["reportingInstance"]));
+    let source = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        json!(last),
+        json!(s(&o["type"])),
+        json!(s(&o["reason"])),
+        json!(target),
+        json!(s(&inv["fieldPath"])),
+        json!(source),
+        json!(s(&o["message"]).trim()),
+        json!(first),
+        json!(count),
+        name,
+    ]
 }
 
 /// `printNode` (with `Wide`, as the API server prints): Ready or NotReady

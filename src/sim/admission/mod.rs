@@ -82,6 +82,9 @@ fn done(causes: Causes) -> Result<(), Rejection> {
 /// Defaults and validates an object about to be created. The store has set
 /// `metadata.name` (from `generateName` if needed) and the namespace.
 pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
+    if matches!(res, Resource::Event | Resource::EventV1) {
+        return crate::sim::events::admit(obj, None);
+    }
     let mut causes = Causes::new();
     validate_meta(res, obj, &mut causes);
     match res {
@@ -113,6 +116,8 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
             node_create_defaults(obj);
             validate_node(obj, &mut causes);
         }
+        // Admitted by `sim::events` above.
+        Resource::Event | Resource::EventV1 => {}
         Resource::Secret => {
             secret_defaults(obj)?;
             validate_config_data(obj, true, &mut causes)?;
@@ -146,6 +151,9 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
 /// Defaults and validates a replacement of `old` (status already carried
 /// over by the store), including each kind's immutable fields.
 pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejection> {
+    if matches!(res, Resource::Event | Resource::EventV1) {
+        return crate::sim::events::admit(new, Some(old));
+    }
     let mut causes = Causes::new();
     validate_meta(res, new, &mut causes);
     match res {
@@ -202,6 +210,7 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
             validate_node(new, &mut causes);
             validate_node_update(new, old, &mut causes);
         }
+        Resource::Event | Resource::EventV1 => {}
         Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
             validate_gateway_kind(res, new, &mut causes)
         }

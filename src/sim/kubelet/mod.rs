@@ -116,6 +116,9 @@ pub struct Kubelet {
     /// The Node, once registered ([`Kubelet::register_node`]); its Lease
     /// and heartbeats are kept by the watcher thread.
     node: Mutex<Option<super::node::NodeAgent>>,
+    /// The pod lifecycle's Events (docs/sim.md#events), as `kubelet` on
+    /// this node.
+    pub(crate) recorder: super::events::Recorder,
 }
 
 /// Loopback pod IPs 127.B.x.y (B drawn per sim, x >= 1), handed out round-robin so an
@@ -215,7 +218,7 @@ impl Kubelet {
             pods_dir = cfg.state_dir.join("pods");
         }
         let k = Arc::new(Kubelet {
-            store: cfg.store,
+            store: cfg.store.clone(),
             runtime,
             pods_dir,
             temp_pods_dir,
@@ -238,6 +241,7 @@ impl Kubelet {
             watcher: Mutex::new(None),
             faults: cfg.faults,
             node: Mutex::new(None),
+            recorder: super::events::Recorder::new(cfg.store.clone(), "kubelet", NODE_NAME),
         });
         let weak = Arc::downgrade(&k);
         k.faults.set_killer(Box::new(move |ns, pod, container| {

@@ -11,6 +11,7 @@ use super::{
     NODE_NAME,
 };
 use crate::kube::time::{now_rfc3339, parse_rfc3339, rfc3339};
+use crate::sim::events::{self, Regarding};
 use crate::sim::podspec::{self, PlanContext};
 use crate::sim::resources::Resource;
 use crate::sim::runtime::Process;
@@ -261,6 +262,8 @@ impl PodWorker {
             });
         match r {
             Ok(p) => {
+                // The sim's kubelet is also its scheduler.
+                events::scheduled(&self.k.store, &p, NODE_NAME);
                 self.pod = p;
                 self.start_time = Some(SystemTime::now());
                 self.started_instant = Some(Instant::now());
@@ -310,10 +313,20 @@ impl PodWorker {
         if !failing.is_empty() {
             self.image_error = true;
             self.image_retry_at = Some(Instant::now() + IMAGE_RETRY);
-            for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
+            let mut pulls = Vec::new();
+            for (init, c) in self
+                .init
+                .iter_mut()
+                .map(|c| (true, c))
+                .chain(self.containers.iter_mut().map(|c| (false, c)))
+            {
                 if failing.contains(&c.name) {
-                    c.state = json!({"waiting": {"reason": "ErrImagePull", "message": format!("failed to pull and unpack image \"{}\": simulated pull failure (--fail-image)", c.image)}});
+                    c.state = json!({"waiting": {"reason": "ErrImagePull", "message": pull_failure(&c.image)}});
+                    pulls.push((init, c.name.clone(), c.image.clone()));
                 }
+            }
+            for (init, name, image) in pulls {
+                self.pull_failed(init, &name, &image);
             }
             return;
         }
@@ -354,6 +367,14 @@ impl PodWorker {
                     c.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": e.to_string()}});
                 }
                 self.volumes_retry_at = Some(Instant::now() + CONFIG_RETRY);
+                // What the kubelet's volume manager says of the volume.
+                let message = match self.unmountable_volume(&*lookup) {
+                    Some(v) => format!("MountVolume.SetUp failed for volume \"{v}\" : {e}"),
+                    None => format!("Unable to attach or mount volumes: {e}"),
+                };
+                self.k
+                    .recorder
+                    .warning(&Regarding::pod(&self.pod), "FailedMount", &message);
                 false
             }
         }
@@ -421,6 +442,11 @@ impl PodWorker {
         let plan = match plan {
             Ok(p) => p,
             Err(e) => {
+                self.k.recorder.warning(
+                    &Regarding::container(&self.pod, init, &c.name),
+                    "Failed",
+                    &format!("Error: {e}"),
+                );
                 c.state = json!({"waiting": {"reason": e.reason(), "message": e.to_string()}});
                 // Retried like a kubelet does: the missing ConfigMap or
                 // Secret may appear.
@@ -433,7 +459,38 @@ impl PodWorker {
                 return;
             }
         };
-        match self.k.runtime.start(plan) {
+        let about = Regarding::container(&self.pod, init, &c.name);
+        let rec = &self.k.recorder;
+        // The image is "pulled" (none ever is) as the pull policy says.
+        if spec["imagePullPolicy"] == "Always" {
+            rec.normal(&about, "Pulling", &format!("Pulling image {:?}", c.image));
+            rec.normal(
+                &about,
+                "Pulled",
+                &format!(
+                    "Successfully pulled image {:?} in 0s (0s including waiting). Image size: 0 bytes.",
+                    c.image
+                ),
+            );
+        } else {
+            rec.normal(
+                &about,
+                "Pulled",
+                &format!(
+                    "Container image {:?} already present on machine and can be accessed by the pod",
+                    c.image
+                ),
+            );
+        }
+        let started = self.k.runtime.start(plan);
+        match &started {
+            Ok(_) => {
+                rec.normal(&about, "Created", "Container created");
+                rec.normal(&about, "Started", "Container started");
+            }
+            Err(e) => rec.warning(&about, "Failed", &format!("Error: {e}")),
+        }
+        match started {
             Ok(p) => {
                 c.env_backoff = Duration::ZERO;
                 c.generation += 1;
@@ -495,6 +552,41 @@ impl PodWorker {
         }
     }
 
+    /// A pull of an image named by `--fail-image`, as the kubelet tells
+    /// it: Pulling, the failure, the container's error.
+    fn pull_failed(&self, init: bool, name: &str, image: &str) {
+        let about = Regarding::container(&self.pod, init, name);
+        let rec = &self.k.recorder;
+        rec.normal(&about, "Pulling", &format!("Pulling image {image:?}"));
+        rec.warning(
+            &about,
+            "Failed",
+            &format!("Failed to pull image {image:?}: {}", pull_failure(image)),
+        );
+        rec.warning(&about, "Failed", "Error: ErrImagePull");
+    }
+
+    /// The first `configMap` or `secret` volume whose object is missing
+    /// (what a FailedMount Event names).
+    fn unmountable_volume(&self, lookup: podspec::Lookup<'_>) -> Option<String> {
+        self.pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| {
+                let (kind, src, name) = if let Some(cm) = v.get("configMap") {
+                    ("ConfigMap", cm, &cm["name"])
+                } else if let Some(sec) = v.get("secret") {
+                    ("Secret", sec, &sec["secretName"])
+                } else {
+                    return false;
+                };
+                src["optional"] != true && lookup(kind, name.as_str().unwrap_or("")).is_none()
+            })
+            .and_then(|v| v["name"].as_str())
+            .map(str::to_string)
+    }
+
     fn find(&self, name: &str) -> Option<&CState> {
         self.containers
             .iter()
@@ -514,11 +606,24 @@ impl PodWorker {
             let _ = parse_rfc3339(ts);
             let sooner = self.terminating_until.is_none_or(|t| until < t);
             if sooner {
+                let first = self.terminating_until.is_none();
                 self.terminating_until = Some(until);
-                for c in self.containers.iter_mut().chain(self.init.iter_mut()) {
+                for (init, c) in self
+                    .containers
+                    .iter_mut()
+                    .map(|c| (false, c))
+                    .chain(self.init.iter_mut().map(|c| (true, c)))
+                {
                     c.restart_at = None;
                     if let Some(p) = &c.process {
                         p.terminate(Duration::from_secs(grace));
+                        if first {
+                            self.k.recorder.normal(
+                                &Regarding::container(&self.pod, init, &c.name),
+                                "Killing",
+                                &format!("Stopping container {}", c.name),
+                            );
+                        }
                     }
                 }
             }
@@ -580,6 +685,14 @@ impl PodWorker {
                 let wait = c.backoff;
                 c.backoff = (c.backoff * 2).min(Duration::from_secs(300));
                 c.restart_at = Some(Instant::now() + wait);
+                self.k.recorder.warning(
+                    &Regarding::container(&self.pod, is_init, &c.name),
+                    "BackOff",
+                    &format!(
+                        "Back-off restarting failed container {} in pod {}_{}({})",
+                        c.name, self.name, self.ns, self.uid
+                    ),
+                );
                 c.state = json!({"waiting": {
                     "reason": "CrashLoopBackOff",
                     "message": format!("back-off {}s restarting failed container={} pod={}_{}({})",
@@ -654,6 +767,11 @@ impl PodWorker {
         if self.terminating_until.is_none() {
             if let Some(d) = self.active_deadline() {
                 if now >= d && self.phase != "Failed" && self.phase != "Succeeded" {
+                    self.k.recorder.normal(
+                        &Regarding::pod(&self.pod),
+                        "DeadlineExceeded",
+                        "Pod was active on the node longer than the specified deadline",
+                    );
                     self.phase = "Failed".into();
                     self.reason = Some("DeadlineExceeded".into());
                     self.message = Some(
@@ -679,7 +797,13 @@ impl PodWorker {
         if self.image_error && self.image_retry_at.is_some_and(|t| t <= now) {
             self.image_retry_at = Some(now + IMAGE_RETRY);
             // ErrImagePull and ImagePullBackOff alternate, as on a real node.
-            for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
+            let mut told = Vec::new();
+            for (init, c) in self
+                .init
+                .iter_mut()
+                .map(|c| (true, c))
+                .chain(self.containers.iter_mut().map(|c| (false, c)))
+            {
                 let reason = c.state["waiting"]["reason"].as_str().unwrap_or("");
                 let next = match reason {
                     "ErrImagePull" => "ImagePullBackOff",
@@ -689,10 +813,26 @@ impl PodWorker {
                 let message = if next == "ImagePullBackOff" {
                     format!("Back-off pulling image \"{}\"", c.image)
                 } else {
-                    format!("failed to pull and unpack image \"{}\": simulated pull failure (--fail-image)", c.image)
+                    pull_failure(&c.image)
                 };
                 c.state = json!({"waiting": {"reason": next, "message": message}});
+                told.push((init, c.name.clone(), c.image.clone(), next));
                 changed = true;
+            }
+            for (init, name, image, next) in told {
+                if next == "ErrImagePull" {
+                    self.pull_failed(init, &name, &image);
+                } else {
+                    let about = Regarding::container(&self.pod, init, &name);
+                    self.k.recorder.normal(
+                        &about,
+                        "BackOff",
+                        &format!("Back-off pulling image {image:?}"),
+                    );
+                    self.k
+                        .recorder
+                        .warning(&about, "Failed", "Error: ImagePullBackOff");
+                }
             }
         }
         let due: Vec<(bool, usize)> = self
@@ -853,4 +993,9 @@ impl PodWorker {
             Err(e) => log::warn!("kubelet: status of {}/{}: {e:?}", self.ns, self.name),
         }
     }
+}
+
+/// The pull error of an image named by `--fail-image`.
+fn pull_failure(image: &str) -> String {
+    format!("failed to pull and unpack image {image:?}: simulated pull failure (--fail-image)")
 }

@@ -248,6 +248,12 @@ impl Store {
         list_locked(&self.inner.read(), res, ns, sel)
     }
 
+    /// How many objects of a kind there are (all namespaces), without
+    /// copying any.
+    pub fn count(&self, res: Resource) -> usize {
+        self.inner.read().objects[res.index()].len()
+    }
+
     /// Replaces an object (PUT), or its status (`Subresource::Status`).
     /// A write that changes nothing returns the stored object untouched.
     pub fn update(
@@ -736,7 +742,7 @@ fn stored_in<'g>(g: &'g Inner, res: Resource, ns: &str, name: &str) -> Result<&'
         .ok_or_else(|| not_found(res, name))
 }
 
-fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
+pub(crate) fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
     let info = res.info();
     let Value::Object(mut m) = obj else {
         return Err(StoreError::BadRequest(format!(
