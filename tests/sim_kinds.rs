@@ -1442,3 +1442,151 @@ fn the_sim_kubelet_tells_the_pod_lifecycle_in_events() {
     ]);
     assert!(out.contains("FailedMount"), "{out}");
 }
+
+// ------------------------------------------------------------ PersistentVolumeClaims
+
+two_backends!(persistent_volume_claims_are_stored_and_stay_pending, 120);
+fn persistent_volume_claims_are_stored_and_stay_pending(b: &Backend) {
+    let base = format!("/api/v1/namespaces/{}/persistentvolumeclaims", b.ns);
+    let (code, st) = call(
+        b,
+        "POST",
+        &base,
+        Some(&json!({"metadata": {"name": "c0"}, "spec": {}})),
+    );
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        status_text(&st),
+        r#"PersistentVolumeClaim "c0" is invalid: [spec.accessModes: Required value: at least 1 access mode is required, spec.resources[storage]: Required value]"#
+    );
+    let (code, st) = call(
+        b,
+        "POST",
+        &base,
+        Some(&json!({"metadata": {"name": "c2"},
+            "spec": {"accessModes": ["ReadWriteOncePod", "Bogus"], "volumeMode": "Odd",
+                     "storageClassName": "Bad_Class", "resources": {"requests": {"storage": "0"}}}})),
+    );
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        status_text(&st),
+        r#"PersistentVolumeClaim "c2" is invalid: [spec.accessModes: Unsupported value: "Bogus": supported values: "ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod", spec.resources[storage]: Invalid value: "0": must be greater than zero, spec.storageClassName: Invalid value: "Bad_Class": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'), spec.volumeMode: Unsupported value: "Odd": supported values: "Block", "Filesystem"]"#
+    );
+
+    // Stored as given, defaulted, protected, and Pending: nothing binds it.
+    let (code, c) = call(
+        b,
+        "POST",
+        &base,
+        Some(&json!({"metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})),
+    );
+    assert_eq!(code, 201, "{c}");
+    assert_eq!(
+        c["metadata"]["finalizers"],
+        json!(["kubernetes.io/pvc-protection"])
+    );
+    assert_eq!(
+        c["spec"],
+        json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+               "volumeMode": "Filesystem"})
+    );
+    assert_eq!(c["status"], json!({"phase": "Pending"}));
+
+    // Its spec may not change, with upstream's diff in the message.
+    let (code, st) = call_as(
+        b,
+        "PATCH",
+        &format!("{base}/data"),
+        Some(&json!({"spec": {"accessModes": ["ReadWriteMany"]}})),
+        "application/merge-patch+json",
+        "application/json",
+    );
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        status_text(&st),
+        "PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n@@ -1,6 +1,6 @@\n {\n  \"AccessModes\": [\n-  \"ReadWriteOnce\"\n+  \"ReadWriteMany\"\n  ],\n  \"Selector\": null,\n  \"Resources\": {\n"
+    );
+    let (code, st) = call_as(
+        b,
+        "PATCH",
+        &format!("{base}/data"),
+        Some(&json!({"spec": {"resources": {"requests": {"storage": "500Mi"}}}})),
+        "application/merge-patch+json",
+        "application/json",
+    );
+    assert_eq!(code, 422, "{st}");
+    assert!(
+        status_text(&st).ends_with("@@ -6,7 +6,7 @@\n  \"Resources\": {\n   \"Limits\": null,\n   \"Requests\": {\n-   \"storage\": \"1Gi\"\n+   \"storage\": \"500Mi\"\n   }\n  },\n  \"VolumeName\": \"\",\n"),
+        "{st}"
+    );
+    // But a claim without a class may be given one.
+    let (code, st) = call_as(
+        b,
+        "PATCH",
+        &format!("{base}/data"),
+        Some(&json!({"spec": {"storageClassName": "fast"}})),
+        "application/merge-patch+json",
+        "application/json",
+    );
+    assert_eq!(code, 200, "{st}");
+
+    // Selectors, the table, kubectl.
+    let (code, st) = call(
+        b,
+        "GET",
+        &format!("{base}?fieldSelector=status.phase%3DPending"),
+        None,
+    );
+    assert_eq!(code, 400);
+    assert_eq!(
+        status_text(&st),
+        r#""status.phase" is not a known field selector: only "metadata.name", "metadata.namespace""#
+    );
+    let (cols, rows) = table(b, &base);
+    assert_eq!(
+        cols,
+        [
+            "Name",
+            "Status",
+            "Volume",
+            "Capacity",
+            "Access Modes",
+            "StorageClass",
+            "VolumeAttributesClass",
+            "Age",
+            "VolumeMode"
+        ]
+    );
+    assert_eq!(
+        rows[0][..7],
+        [
+            json!("data"),
+            json!("Pending"),
+            json!(""),
+            json!(""),
+            json!(""),
+            json!("fast"),
+            json!("<unset>")
+        ]
+    );
+    assert_eq!(rows[0][8], "Filesystem");
+    let out = kubectl(b, &["get", "pvc", "-n", &b.ns]);
+    let head: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(head[..4], ["NAME", "STATUS", "VOLUME", "CAPACITY"], "{out}");
+
+    // A delete answers the claim marked for deletion; unused, it goes.
+    let (code, gone) = call(b, "DELETE", &format!("{base}/data"), None);
+    assert_eq!(code, 200, "{gone}");
+    assert_eq!(gone["kind"], "PersistentVolumeClaim");
+    assert!(gone["metadata"]["deletionTimestamp"].is_string(), "{gone}");
+    wait_for("the claim gone", Duration::from_secs(30), || {
+        let (code, _) = call(b, "GET", &format!("{base}/data"), None);
+        (code == 404).then_some(())
+    });
+}

@@ -665,6 +665,7 @@ impl ApiServer {
                                 | Resource::Service
                                 | Resource::Namespace
                                 | Resource::ServiceAccount
+                                | Resource::PersistentVolumeClaim
                         ) {
                             json_response(200, &o)
                         } else {

@@ -141,6 +141,49 @@ const EVENT_V1: &[Field] = &[
     f(&["deprecatedCount"], "Event", Ty::Int32),
 ];
 
+const PVC: &[Field] = &[
+    f(
+        &["spec"],
+        "PersistentVolumeClaim",
+        Ty::Struct("v1.PersistentVolumeClaimSpec"),
+    ),
+    f(
+        &["spec", "accessModes"],
+        "PersistentVolumeClaimSpec",
+        Ty::Slice("[]v1.PersistentVolumeAccessMode"),
+    ),
+    f(
+        &["spec", "resources"],
+        "PersistentVolumeClaimSpec",
+        Ty::Struct("v1.VolumeResourceRequirements"),
+    ),
+    f(
+        &["spec", "resources", "limits"],
+        "VolumeResourceRequirements",
+        Ty::Quantities,
+    ),
+    f(
+        &["spec", "resources", "requests"],
+        "VolumeResourceRequirements",
+        Ty::Quantities,
+    ),
+    f(
+        &["spec", "volumeName"],
+        "PersistentVolumeClaimSpec",
+        Ty::Str,
+    ),
+    f(
+        &["spec", "storageClassName"],
+        "PersistentVolumeClaimSpec",
+        Ty::Str,
+    ),
+    f(
+        &["spec", "volumeMode"],
+        "PersistentVolumeClaimSpec",
+        Ty::Str,
+    ),
+];
+
 /// The fields checked for a kind, parents before children.
 fn fields(res: Resource) -> &'static [Field] {
     match res {
@@ -148,6 +191,7 @@ fn fields(res: Resource) -> &'static [Field] {
         Resource::Node => NODE,
         Resource::Event => EVENT,
         Resource::EventV1 => EVENT_V1,
+        Resource::PersistentVolumeClaim => PVC,
         _ => &[],
     }
 }

@@ -7,7 +7,8 @@
 //! watches), [`admission`] (defaults, validation, the ClusterIP/NodePort
 //! allocator), [`rules`] (the syntax rules on names, keys and ports),
 //! [`selector`], [`patch`], [`table`], [`discovery`], [`resources`],
-//! [`decode`] and [`apitime`] (typed fields and times as Go decodes them). The
+//! [`decode`] and [`apitime`] (typed fields and times as Go decodes them),
+//! [`difflib`] (the diffs upstream's messages carry). The
 //! node side: [`kubelet`], [`node`] (the Node and its Lease), [`podspec`] (a container as a process plan),
 //! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
 //! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
@@ -21,6 +22,7 @@ pub mod args;
 pub mod cluster;
 pub mod controllers;
 pub mod decode;
+pub mod difflib;
 pub mod discovery;
 pub mod events;
 pub mod faults;

@@ -23,6 +23,7 @@ pub enum Resource {
     /// `events.k8s.io/v1` Events: a view of the same objects, converted by
     /// the API layer (`sim::events`); the store never holds one.
     EventV1,
+    PersistentVolumeClaim,
 }
 
 /// Static facts about a resource kind, as discovery reports them.
@@ -75,7 +76,7 @@ impl ResourceInfo {
 }
 
 /// Number of resource kinds (the length of [`ALL`]).
-pub const COUNT: usize = 16;
+pub const COUNT: usize = 17;
 
 pub const ALL: &[ResourceInfo; COUNT] = &[
     ResourceInfo {
@@ -276,6 +277,19 @@ pub const ALL: &[ResourceInfo; COUNT] = &[
         subresources: &[],
         has_generation: false,
     },
+    // docs/sim.md#persistentvolumeclaims.
+    ResourceInfo {
+        resource: Resource::PersistentVolumeClaim,
+        group: "",
+        version: "v1",
+        kind: "PersistentVolumeClaim",
+        plural: "persistentvolumeclaims",
+        singular: "persistentvolumeclaim",
+        namespaced: true,
+        short_names: &["pvc"],
+        subresources: &["status"],
+        has_generation: false,
+    },
 ];
 
 impl Resource {
@@ -304,6 +318,7 @@ impl Resource {
             Resource::Node => 13,
             Resource::Event => 14,
             Resource::EventV1 => 15,
+            Resource::PersistentVolumeClaim => 16,
         }
     }
 

@@ -612,7 +612,8 @@ fn supported_fields(res: Resource) -> &'static [&'static str] {
         | Resource::Gateway
         | Resource::HttpRoute
         | Resource::ServiceAccount
-        | Resource::Lease => &["metadata.name", "metadata.namespace"],
+        | Resource::Lease
+        | Resource::PersistentVolumeClaim => &["metadata.name", "metadata.namespace"],
     }
 }
 
@@ -690,7 +691,8 @@ impl FieldSelector {
                     Resource::ConfigMap
                     | Resource::Deployment
                     | Resource::Ingress
-                    | Resource::Lease => format!(
+                    | Resource::Lease
+                    | Resource::PersistentVolumeClaim => format!(
                         "{} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
                         quote(&field)
                     ),

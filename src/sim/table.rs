@@ -137,6 +137,17 @@ fn columns(res: Resource) -> Vec<Col> {
             c("Kernel-Version", "string", 1),
             c("Container-Runtime", "string", 1),
         ],
+        Resource::PersistentVolumeClaim => vec![
+            c("Name", "string", 0),
+            c("Status", "string", 0),
+            c("Volume", "string", 0),
+            c("Capacity", "string", 0),
+            c("Access Modes", "string", 0),
+            c("StorageClass", "string", 0),
+            c("VolumeAttributesClass", "string", 0),
+            c("Age", "string", 0),
+            c("VolumeMode", "string", 1),
+        ],
         // One printer for both groups: upstream prints the stored object.
         Resource::Event | Resource::EventV1 => vec![
             c("Last Seen", "string", 0),
@@ -455,7 +466,65 @@ fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
         Resource::Lease => vec![name, json!(s(&o["spec"]["holderIdentity"])), json!(age(o))],
         Resource::Node => node_cells(o, name),
         Resource::Event | Resource::EventV1 => event_cells(o, name),
+        Resource::PersistentVolumeClaim => pvc_cells(o, name),
     }
+}
+
+/// `printPersistentVolumeClaim`: capacity and access modes only once
+/// bound; the class from `storageClassName` or the beta annotation.
+fn pvc_cells(o: &Value, name: Value) -> Vec<Value> {
+    let spec = &o["spec"];
+    let phase = if o["metadata"]["deletionTimestamp"].is_null() {
+        s(&o["status"]["phase"])
+    } else {
+        "Terminating".into()
+    };
+    let volume = s(&spec["volumeName"]);
+    let (capacity, modes) = if volume.is_empty() {
+        (String::new(), String::new())
+    } else {
+        let short = |m: &str| match m {
+            "ReadWriteOnce" => "RWO",
+            "ReadOnlyMany" => "ROX",
+            "ReadWriteMany" => "RWX",
+            "ReadWriteOncePod" => "RWOP",
+            _ => "",
+        };
+        let modes: Vec<&str> = [
+            "ReadWriteOnce",
+            "ReadOnlyMany",
+            "ReadWriteMany",
+            "ReadWriteOncePod",
+        ]
+        .into_iter()
+        .filter(|m| {
+            o["status"]["accessModes"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == *m))
+        })
+        .map(short)
+        .collect();
+        (s(&o["status"]["capacity"]["storage"]), modes.join(","))
+    };
+    let class = match spec["storageClassName"].as_str() {
+        Some(c) => c.to_string(),
+        None => s(&o["metadata"]["annotations"]["volume.beta.kubernetes.io/storage-class"]),
+    };
+    let unset = |v: &Value| {
+        v.as_str()
+            .map_or_else(|| "<unset>".to_string(), str::to_string)
+    };
+    vec![
+        name,
+        json!(phase),
+        json!(volume),
+        json!(capacity),
+        json!(modes),
+        json!(class),
+        json!(unset(&spec["volumeAttributesClassName"])),
+        json!(age(o)),
+        json!(unset(&spec["volumeMode"])),
+    ]
 }
 
 /// The age of a time field, `<unknown>` when unset (upstream's

@@ -6,8 +6,9 @@
 //!   namespaces.
 //! - `pods.rs`, `services.rs`, `workloads.rs` (Deployments, ReplicaSets,
 //!   Ingresses), `config.rs` (ConfigMaps, Secrets), `gateway.rs` (the
-//!   Gateway API kinds), `coordination.rs` (Leases), `nodes.rs` (Nodes):
-//!   each kind's defaults and rules.
+//!   Gateway API kinds), `coordination.rs` (Leases), `nodes.rs` (Nodes),
+//!   `storage.rs` (PersistentVolumeClaims): each kind's defaults and
+//!   rules.
 //! - [`allocator`]: ClusterIPs and NodePorts.
 //! - the syntax rules on names, keys and ports are [`crate::sim::rules`]'s.
 //!
@@ -40,6 +41,7 @@ mod gateway;
 mod nodes;
 mod pods;
 mod services;
+mod storage;
 mod workloads;
 
 use config::{
@@ -56,6 +58,8 @@ use pods::{pod_defaults, qos_class, validate_pod_spec, validate_pod_update};
 use services::{
     service_defaults, service_fill_from_old, validate_service, validate_service_update,
 };
+pub(crate) use storage::PVC_PROTECTION;
+use storage::{pvc_defaults, validate_pvc, validate_pvc_update};
 use workloads::{validate_ingress, validate_workload, workload_defaults};
 
 /// Why admission refused a write.
@@ -118,6 +122,10 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
         }
         // Admitted by `sim::events` above.
         Resource::Event | Resource::EventV1 => {}
+        Resource::PersistentVolumeClaim => {
+            pvc_defaults(obj, true);
+            validate_pvc(obj, &mut causes);
+        }
         Resource::Secret => {
             secret_defaults(obj)?;
             validate_config_data(obj, true, &mut causes)?;
@@ -211,6 +219,11 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
             validate_node_update(new, old, &mut causes);
         }
         Resource::Event | Resource::EventV1 => {}
+        Resource::PersistentVolumeClaim => {
+            pvc_defaults(new, false);
+            validate_pvc(new, &mut causes);
+            validate_pvc_update(new, old, &mut causes);
+        }
         Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
             validate_gateway_kind(res, new, &mut causes)
         }
