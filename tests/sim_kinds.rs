@@ -1590,3 +1590,117 @@ fn persistent_volume_claims_are_stored_and_stay_pending(b: &Backend) {
         (code == 404).then_some(())
     });
 }
+
+// ------------------------------------------------------------ access reviews
+
+two_backends!(access_reviews_answer_for_the_caller, 120);
+fn access_reviews_answer_for_the_caller(b: &Backend) {
+    // whoami: the admin credential of each backend is in system:masters.
+    let (code, who) = call(
+        b,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        Some(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})),
+    );
+    assert_eq!(code, 201, "{who}");
+    assert_eq!(
+        (&who["kind"], &who["apiVersion"]),
+        (
+            &json!("SelfSubjectReview"),
+            &json!("authentication.k8s.io/v1")
+        )
+    );
+    let user = &who["status"]["userInfo"];
+    let expected = match b.kind {
+        common::backend::Kind::Sim => "kubegate-sim-admin",
+        common::backend::Kind::Real => "kubegate-admin",
+    };
+    assert_eq!(user["username"], expected, "{who}");
+    assert_eq!(
+        user["groups"],
+        json!(["system:masters", "system:authenticated"])
+    );
+    assert!(who["metadata"]["creationTimestamp"].is_string(), "{who}");
+
+    // can-i: allowed, the spec echoed.
+    let review = |spec: Value| {
+        call(
+            b,
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            Some(
+                &json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                         "spec": spec}),
+            ),
+        )
+    };
+    let attrs =
+        json!({"resourceAttributes": {"namespace": b.ns, "verb": "create", "resource": "pods"}});
+    let (code, r) = review(attrs.clone());
+    assert_eq!(code, 201, "{r}");
+    assert_eq!(r["spec"], attrs);
+    assert_eq!(r["status"], json!({"allowed": true}));
+    let (code, r) = review(json!({"nonResourceAttributes": {"path": "/healthz", "verb": "get"}}));
+    assert_eq!((code, &r["status"]), (201, &json!({"allowed": true})));
+    let (code, st) = review(json!({}));
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        status_text(&st),
+        r#".authorization.k8s.io "" is invalid: spec.resourceAttributes: Invalid value: null: exactly one of nonResourceAttributes or resourceAttributes must be specified"#
+    );
+    assert_eq!(st["details"]["group"], "authorization.k8s.io");
+    assert!(st["details"].get("kind").is_none(), "{st}");
+    let (code, st) = review(
+        json!({"resourceAttributes": {"verb": "get", "resource": "pods"},
+                                   "nonResourceAttributes": {"path": "/x", "verb": "get"}}),
+    );
+    assert_eq!(code, 422);
+    assert_eq!(
+        status_text(&st),
+        r#".authorization.k8s.io "" is invalid: spec.nonResourceAttributes: Invalid value: {"Path":"/x","Verb":"get"}: cannot be specified in combination with resourceAttributes"#
+    );
+    // Created only: nothing to list.
+    let (code, _) = call(
+        b,
+        "GET",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        None,
+    );
+    assert_eq!(code, 405);
+
+    // kubectl.
+    let out = kubectl(b, &["auth", "can-i", "create", "pods", "-n", &b.ns]);
+    assert_eq!(out.trim(), "yes");
+    let out = kubectl(b, &["auth", "can-i", "delete", "nodes"]);
+    assert_eq!(out.trim(), "yes");
+    let out = kubectl(b, &["auth", "whoami"]);
+    assert!(out.contains("Username") && out.contains(expected), "{out}");
+    assert!(out.contains("system:masters"), "{out}");
+}
+
+/// Sim only: with `--no-auth` everyone is served, as upstream's anonymous
+/// user, and may do everything.
+#[test]
+fn an_open_sim_answers_reviews_for_the_anonymous_user() {
+    let sim = SimProc::start(&[]);
+    let api = Api::new(&sim);
+    let (code, who) = api.post(
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+    );
+    assert_eq!(code, 201, "{who}");
+    assert_eq!(
+        who["status"]["userInfo"],
+        json!({"username": "system:anonymous", "groups": ["system:unauthenticated"]})
+    );
+    let (code, r) = api.post(
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        &json!({"spec": {"resourceAttributes": {"verb": "delete", "resource": "namespaces"}}}),
+    );
+    assert_eq!((code, &r["status"]["allowed"]), (201, &json!(true)), "{r}");
+    assert_eq!(
+        sim.kubectl_ok(&["auth", "can-i", "create", "deployments"])
+            .trim(),
+        "yes"
+    );
+}

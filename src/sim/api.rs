@@ -10,6 +10,9 @@ use super::lifecycle::{self, DeleteOptions};
 use super::resources::{Resource, ResourceInfo};
 use super::store::{Event, PatchType, Selectors, Store, StoreError, Subresource, WatchFrom};
 use super::table;
+
+mod events_view;
+mod review;
 use crate::http::{ChunkSink, Handler, HttpError, Reply, Request, Response};
 use crate::kube::status::Status;
 use crate::token::{self, TokenDigest};
@@ -43,6 +46,16 @@ pub struct Auth {
 impl Auth {
     fn required(&self) -> bool {
         self.token_sha256.is_some() || self.accept_client_cert
+    }
+
+    /// Who an admitted request is (`sim::reviews`): the one identity the
+    /// sim's credentials stand for, or anyone with `--no-auth`.
+    fn caller(&self) -> super::reviews::Caller {
+        if self.required() {
+            super::reviews::Caller::ADMIN
+        } else {
+            super::reviews::Caller::ANONYMOUS
+        }
     }
 
     fn admits(&self, req: &Request) -> bool {
@@ -214,57 +227,6 @@ fn status_of(e: StoreError) -> Status {
         details: (details != StatusDetails::default()).then_some(details),
         code: code as i32,
         ..Status::default()
-    }
-}
-
-/// A store error on the core Events as the `events.k8s.io/v1` view words
-/// it: the resource is `events.events.k8s.io` (an `Invalid` keeps the core
-/// kind, as upstream's does: `Event "x" is invalid`).
-fn events_v1_error(e: StoreError) -> StoreError {
-    let view = |resource: Resource| {
-        if resource == Resource::Event {
-            Resource::EventV1
-        } else {
-            resource
-        }
-    };
-    match e {
-        StoreError::NotFound { resource, name } => StoreError::NotFound {
-            resource: view(resource),
-            name,
-        },
-        StoreError::AlreadyExists { resource, name } => StoreError::AlreadyExists {
-            resource: view(resource),
-            name,
-        },
-        StoreError::Conflict {
-            resource,
-            name,
-            message,
-        } => StoreError::Conflict {
-            resource: view(resource),
-            name,
-            message,
-        },
-        StoreError::Forbidden {
-            resource,
-            name,
-            message,
-        } => StoreError::Forbidden {
-            resource: view(resource),
-            name,
-            message,
-        },
-        StoreError::Invalid {
-            resource: Resource::EventV1,
-            name,
-            causes,
-        } => StoreError::Invalid {
-            resource: Resource::Event,
-            name,
-            causes,
-        },
-        other => other,
     }
 }
 
@@ -537,6 +499,7 @@ impl ApiServer {
                 Some(v) => json_response(200, &v).into(),
                 None => not_found_path().into(),
             },
+            Route::Collection(res, None) if res.is_review() => self.review(req, res).into(),
             Route::Collection(Resource::EventV1, ns) => self.events_v1_collection(req, ns),
             Route::Object(Resource::EventV1, ns, name) => {
                 self.events_v1_object(req, ns, name).into()
@@ -683,192 +646,6 @@ impl ApiServer {
             }
             _ => method_not_allowed(),
         }
-    }
-
-    /// `events.k8s.io/v1` Events, a view of the core ones the store keeps
-    /// (docs/sim.md#events): bodies converted in and out, selectors mapped
-    /// to the core fields, upstream's stricter validation for this group.
-    fn events_v1_collection(&self, req: &Request, ns: Option<&str>) -> Reply {
-        let view = Resource::EventV1;
-        let info = view.info();
-        let ev1 = |o: &Value| super::events::to_events_v1(o);
-        match req.method.as_str() {
-            "GET" => {
-                let sel = match selectors(req, view) {
-                    Ok(s) => s,
-                    Err(r) => return r.into(),
-                };
-                if req.query_flag("watch") {
-                    return self.watch(req, Resource::Event, view, ns, sel).into();
-                }
-                let (items, rv) = self.store.list(Resource::Event, ns, &sel);
-                if table::wants_table(req.header("accept")) {
-                    return json_response(200, &table::table(view, &items, rv)).into();
-                }
-                json_response(200, &list_json(info, items.iter().map(ev1).collect(), rv)).into()
-            }
-            "POST" => {
-                let Some(ns) = ns else {
-                    return method_not_allowed().into();
-                };
-                let obj = match body_object(req, info) {
-                    Ok(o) => o,
-                    Err(r) => return r.into(),
-                };
-                if dry_run(req) {
-                    return json_response(201, &obj).into();
-                }
-                match self.write_event_v1(ns, None, obj) {
-                    Ok((o, _)) => json_response(201, &ev1(&o)).into(),
-                    Err(e) => store_error(e).into(),
-                }
-            }
-            "DELETE" => {
-                let Some(ns) = ns else {
-                    return method_not_allowed().into();
-                };
-                let sel = match selectors(req, view) {
-                    Ok(s) => s,
-                    Err(r) => return r.into(),
-                };
-                let opts = match delete_options(req) {
-                    Ok(o) => o,
-                    Err(r) => return r.into(),
-                };
-                let (items, _) = self.store.list(Resource::Event, Some(ns), &sel);
-                let mut deleted = Vec::new();
-                for o in items {
-                    let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
-                    match self.delete_one(Resource::Event, ns, &name, &opts) {
-                        Ok(v) => deleted.push(ev1(&v)),
-                        Err(StoreError::NotFound { .. }) => {}
-                        Err(e) => return store_error(events_v1_error(e)).into(),
-                    }
-                }
-                let rv = self.store.current_rv();
-                json_response(200, &list_json(info, deleted, rv)).into()
-            }
-            _ => method_not_allowed().into(),
-        }
-    }
-
-    fn events_v1_object(&self, req: &Request, ns: &str, name: &str) -> Response {
-        let view = Resource::EventV1;
-        let info = view.info();
-        let ev1 = |o: &Value| super::events::to_events_v1(o);
-        match req.method.as_str() {
-            "GET" => match self.store.get(Resource::Event, ns, name) {
-                Ok(o) if table::wants_table(req.header("accept")) => {
-                    let rv = super::store::obj_rv(&o);
-                    json_response(200, &table::table(view, &[o], rv))
-                }
-                Ok(o) => json_response(200, &ev1(&o)),
-                Err(e) => store_error(events_v1_error(e)),
-            },
-            "PUT" => {
-                let obj = match body_object(req, info) {
-                    Ok(o) => o,
-                    Err(r) => return r,
-                };
-                if dry_run(req) {
-                    return json_response(200, &obj);
-                }
-                match self.write_event_v1(ns, Some(name), obj) {
-                    Ok((o, created)) => json_response(if created { 201 } else { 200 }, &ev1(&o)),
-                    Err(e) => store_error(e),
-                }
-            }
-            "PATCH" => {
-                let pt = match patch_type(req) {
-                    Ok(p) => p,
-                    Err(r) => return r,
-                };
-                let stored = match self.store.get(Resource::Event, ns, name) {
-                    Ok(o) => o,
-                    Err(e) => return store_error(events_v1_error(e)),
-                };
-                let patched = match super::patch::apply(pt, &ev1(&stored), &req.body) {
-                    Ok(v) => v,
-                    Err(super::patch::PatchError::BadRequest(m)) => return bad_request(&m),
-                    Err(super::patch::PatchError::Unprocessable(m)) => {
-                        return store_error(StoreError::Invalid {
-                            resource: Resource::Event,
-                            name: name.to_string(),
-                            causes: vec![super::store::FieldCause::new(
-                                super::store::CauseKind::Invalid,
-                                "",
-                                None,
-                                m,
-                            )],
-                        })
-                    }
-                };
-                match self.write_event_v1(ns, Some(name), patched) {
-                    Ok((o, _)) => json_response(200, &ev1(&o)),
-                    Err(e) => store_error(e),
-                }
-            }
-            "DELETE" => {
-                let opts = match delete_options(req) {
-                    Ok(o) => o,
-                    Err(r) => return r,
-                };
-                match self.delete_one(Resource::Event, ns, name, &opts) {
-                    Ok(o) => {
-                        let uid = o["metadata"]["uid"].as_str().unwrap_or("");
-                        status_response(&Status::success_delete(info.group, info.plural, name, uid))
-                    }
-                    Err(e) => store_error(events_v1_error(e)),
-                }
-            }
-            _ => method_not_allowed(),
-        }
-    }
-
-    /// An `events.k8s.io/v1` body written as a core Event: decoded and
-    /// converted, checked by upstream's rules for this group (which word
-    /// some fields differently), then created (`name` None) or put; the
-    /// flag says whether it was created.
-    fn write_event_v1(
-        &self,
-        ns: &str,
-        name: Option<&str>,
-        body: Value,
-    ) -> Result<(Value, bool), StoreError> {
-        use super::events::{self, Version};
-        let body = super::store::check_body(Resource::EventV1, body).map_err(events_v1_error)?;
-        let mut core = events::to_core(body);
-        if let Some(m) = core["metadata"].as_object_mut() {
-            m.entry("namespace").or_insert_with(|| json!(ns));
-        }
-        let old = match name {
-            Some(n) => match self.store.get(Resource::Event, ns, n) {
-                Ok(o) => Some(o),
-                Err(StoreError::NotFound { .. }) => None,
-                Err(e) => return Err(events_v1_error(e)),
-            },
-            None => None,
-        };
-        let mut causes = Vec::new();
-        match &old {
-            Some(o) => events::validate_update(&core, o, Version::EventsV1, &mut causes),
-            None => events::validate_create(&core, Version::EventsV1, &mut causes),
-        }
-        if !causes.is_empty() {
-            return Err(StoreError::Invalid {
-                resource: Resource::Event,
-                name: core["metadata"]["name"].as_str().unwrap_or("").to_string(),
-                causes,
-            });
-        }
-        let written = match name {
-            None => self
-                .store
-                .create(Resource::Event, ns, core)
-                .map(|o| (o, true)),
-            Some(n) => self.store.update_or_create(Resource::Event, ns, n, core),
-        };
-        written.map_err(events_v1_error)
     }
 
     fn delete_one(

@@ -264,6 +264,8 @@ mod tests {
             g,
             vec![
                 "apps",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
                 "coordination.k8s.io",
                 "events.k8s.io",
                 "gateway.networking.k8s.io",

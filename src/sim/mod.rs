@@ -12,7 +12,7 @@
 //! node side: [`kubelet`], [`node`] (the Node and its Lease), [`podspec`] (a container as a process plan),
 //! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
 //! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
-//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`events`] (both Event groups, the recorder, the TTL), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`], [`serviceaccounts`],
+//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`events`] (both Event groups, the recorder, the TTL), [`reviews`] (`auth can-i`, `auth whoami`), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`], [`serviceaccounts`],
 //! [`tls`], [`kubeconfig`].
 
 pub mod admission;
@@ -39,6 +39,7 @@ pub mod podspec;
 pub mod portforward;
 pub mod proxy;
 pub mod resources;
+pub mod reviews;
 pub mod rules;
 pub mod runtime;
 pub mod selector;

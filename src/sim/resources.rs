@@ -24,6 +24,11 @@ pub enum Resource {
     /// the API layer (`sim::events`); the store never holds one.
     EventV1,
     PersistentVolumeClaim,
+    /// `kubectl auth can-i` (docs/sim.md#access-reviews): answered, never
+    /// stored.
+    SelfSubjectAccessReview,
+    /// `kubectl auth whoami`: answered, never stored.
+    SelfSubjectReview,
 }
 
 /// Static facts about a resource kind, as discovery reports them.
@@ -56,8 +61,13 @@ const VERBS: &[&str] = &[
 ];
 
 impl ResourceInfo {
+    /// The verbs discovery lists: a review is only ever created.
     pub fn verbs(&self) -> &'static [&'static str] {
-        VERBS
+        if self.resource.is_review() {
+            &["create"]
+        } else {
+            VERBS
+        }
     }
 
     /// `v1` for core, `apps/v1` otherwise.
@@ -76,7 +86,7 @@ impl ResourceInfo {
 }
 
 /// Number of resource kinds (the length of [`ALL`]).
-pub const COUNT: usize = 17;
+pub const COUNT: usize = 19;
 
 pub const ALL: &[ResourceInfo; COUNT] = &[
     ResourceInfo {
@@ -290,6 +300,30 @@ pub const ALL: &[ResourceInfo; COUNT] = &[
         subresources: &["status"],
         has_generation: false,
     },
+    ResourceInfo {
+        resource: Resource::SelfSubjectAccessReview,
+        group: "authorization.k8s.io",
+        version: "v1",
+        kind: "SelfSubjectAccessReview",
+        plural: "selfsubjectaccessreviews",
+        singular: "",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::SelfSubjectReview,
+        group: "authentication.k8s.io",
+        version: "v1",
+        kind: "SelfSubjectReview",
+        plural: "selfsubjectreviews",
+        singular: "",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
 ];
 
 impl Resource {
@@ -319,7 +353,17 @@ impl Resource {
             Resource::Event => 14,
             Resource::EventV1 => 15,
             Resource::PersistentVolumeClaim => 16,
+            Resource::SelfSubjectAccessReview => 17,
+            Resource::SelfSubjectReview => 18,
         }
+    }
+
+    /// A review: answered for the caller on create, never stored.
+    pub fn is_review(self) -> bool {
+        matches!(
+            self,
+            Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview
+        )
     }
 
     /// A PUT to a name that does not exist creates it (the registry

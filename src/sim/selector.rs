@@ -613,7 +613,9 @@ fn supported_fields(res: Resource) -> &'static [&'static str] {
         | Resource::HttpRoute
         | Resource::ServiceAccount
         | Resource::Lease
-        | Resource::PersistentVolumeClaim => &["metadata.name", "metadata.namespace"],
+        | Resource::PersistentVolumeClaim
+        | Resource::SelfSubjectAccessReview
+        | Resource::SelfSubjectReview => &["metadata.name", "metadata.namespace"],
     }
 }
 

@@ -137,6 +137,9 @@ fn columns(res: Resource) -> Vec<Col> {
             c("Kernel-Version", "string", 1),
             c("Container-Runtime", "string", 1),
         ],
+        Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {
+            vec![c("Name", "string", 0), c("Age", "string", 0)]
+        }
         Resource::PersistentVolumeClaim => vec![
             c("Name", "string", 0),
             c("Status", "string", 0),
@@ -467,6 +470,9 @@ fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
         Resource::Node => node_cells(o, name),
         Resource::Event | Resource::EventV1 => event_cells(o, name),
         Resource::PersistentVolumeClaim => pvc_cells(o, name),
+        Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {
+            vec![name, json!(age(o))]
+        }
     }
 }
 

@@ -126,6 +126,8 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
             pvc_defaults(obj, true);
             validate_pvc(obj, &mut causes);
         }
+        // Answered by the API layer (`sim::reviews`), never stored.
+        Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {}
         Resource::Secret => {
             secret_defaults(obj)?;
             validate_config_data(obj, true, &mut causes)?;
@@ -224,6 +226,7 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
             validate_pvc(new, &mut causes);
             validate_pvc_update(new, old, &mut causes);
         }
+        Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {}
         Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
             validate_gateway_kind(res, new, &mut causes)
         }

@@ -539,6 +539,32 @@ pub(crate) fn config_lookup(store: Arc<Store>, ns: String) -> ConfigLookup {
     })
 }
 
+/// The pull error of an image named by `--fail-image`.
+fn pull_failure(image: &str) -> String {
+    format!("failed to pull and unpack image {image:?}: simulated pull failure (--fail-image)")
+}
+
+/// The first `configMap` or `secret` volume of `pod` whose object is
+/// missing (what a FailedMount Event names).
+fn unmountable_volume(pod: &Value, lookup: super::podspec::Lookup<'_>) -> Option<String> {
+    pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| {
+            let (kind, src, name) = if let Some(cm) = v.get("configMap") {
+                ("ConfigMap", cm, &cm["name"])
+            } else if let Some(sec) = v.get("secret") {
+                ("Secret", sec, &sec["secretName"])
+            } else {
+                return false;
+            };
+            src["optional"] != true && lookup(kind, name.as_str().unwrap_or("")).is_none()
+        })
+        .and_then(|v| v["name"].as_str())
+        .map(str::to_string)
+}
+
 fn truncate(s: &str, n: usize) -> &str {
     match s.char_indices().nth(n) {
         Some((i, _)) => &s[..i],

@@ -7,8 +7,8 @@
 //! threads read the containers through [`PodShared`].
 
 use super::{
-    config_lookup, truncate, ConfigLookup, ContainerHandle, Kubelet, PodMsg, PodShared, HOST_IP,
-    NODE_NAME,
+    config_lookup, pull_failure, truncate, ConfigLookup, ContainerHandle, Kubelet, PodMsg,
+    PodShared, HOST_IP, NODE_NAME,
 };
 use crate::kube::time::{now_rfc3339, parse_rfc3339, rfc3339};
 use crate::sim::events::{self, Regarding};
@@ -368,7 +368,7 @@ impl PodWorker {
                 }
                 self.volumes_retry_at = Some(Instant::now() + CONFIG_RETRY);
                 // What the kubelet's volume manager says of the volume.
-                let message = match self.unmountable_volume(&*lookup) {
+                let message = match super::unmountable_volume(&self.pod, &*lookup) {
                     Some(v) => format!("MountVolume.SetUp failed for volume \"{v}\" : {e}"),
                     None => format!("Unable to attach or mount volumes: {e}"),
                 };
@@ -564,27 +564,6 @@ impl PodWorker {
             &format!("Failed to pull image {image:?}: {}", pull_failure(image)),
         );
         rec.warning(&about, "Failed", "Error: ErrImagePull");
-    }
-
-    /// The first `configMap` or `secret` volume whose object is missing
-    /// (what a FailedMount Event names).
-    fn unmountable_volume(&self, lookup: podspec::Lookup<'_>) -> Option<String> {
-        self.pod["spec"]["volumes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|v| {
-                let (kind, src, name) = if let Some(cm) = v.get("configMap") {
-                    ("ConfigMap", cm, &cm["name"])
-                } else if let Some(sec) = v.get("secret") {
-                    ("Secret", sec, &sec["secretName"])
-                } else {
-                    return false;
-                };
-                src["optional"] != true && lookup(kind, name.as_str().unwrap_or("")).is_none()
-            })
-            .and_then(|v| v["name"].as_str())
-            .map(str::to_string)
     }
 
     fn find(&self, name: &str) -> Option<&CState> {
@@ -993,9 +972,4 @@ impl PodWorker {
             Err(e) => log::warn!("kubelet: status of {}/{}: {e:?}", self.ns, self.name),
         }
     }
-}
-
-/// The pull error of an image named by `--fail-image`.
-fn pull_failure(image: &str) -> String {
-    format!("failed to pull and unpack image {image:?}: simulated pull failure (--fail-image)")
 }
