@@ -108,6 +108,8 @@ enum Route<'a> {
     /// `pods/{name}[:port]/proxy/{rest}`
     Proxy(&'a str, &'a str),
     NotFound,
+    /// A path under an API group the sim does not serve: plain-text 404.
+    NoHandler,
 }
 
 fn route(path: &str) -> Route<'_> {
@@ -125,6 +127,9 @@ fn route(path: &str) -> Route<'_> {
         ["openapi", "v3", "apis", g, "v1"] => Route::OpenApiDoc(g),
         ["api"] => Route::ApiVersions,
         ["apis"] => Route::GroupList,
+        // A group nobody serves: upstream's mux has no handler for it and
+        // its NotFoundHandler answers in plain text, not a Status.
+        ["apis", g, ..] if !discovery::serves_group(g) => Route::NoHandler,
         ["apis", g] => Route::Group(g),
         ["api", "v1"] => Route::ResourceList("", "v1"),
         ["apis", g, v] => Route::ResourceList(g, v),
@@ -185,6 +190,9 @@ fn status_of(e: StoreError) -> Status {
         details.name = name.to_string();
         details.group = i.group.to_string();
         details.kind = i.plural.to_string();
+    }
+    if let StoreError::PreconditionFailed { resource, .. } = &e {
+        details.kind = resource.info().kind.to_string();
     }
     if let StoreError::Invalid {
         resource, causes, ..
@@ -281,11 +289,13 @@ fn patch_type(req: &Request) -> Result<PatchType, Response> {
         "application/merge-patch+json" => Ok(PatchType::Merge),
         "application/json-patch+json" => Ok(PatchType::Json),
         "application/strategic-merge-patch+json" => Ok(PatchType::StrategicMerge),
-        _ => Err(status_response(&Status::unsupported_media_type(&[
-            "application/json-patch+json",
-            "application/merge-patch+json",
-            "application/strategic-merge-patch+json",
-        ]))),
+        // Upstream's router refuses a PATCH whose Content-Type no route
+        // consumes before any handler runs, in go-restful's words.
+        _ => Err(status_response(&Status::failure(
+            415,
+            crate::kube::status::StatusReason::UnsupportedMediaType,
+            "415: Unsupported Media Type".into(),
+        ))),
     }
 }
 
@@ -487,6 +497,7 @@ impl ApiServer {
             Route::Sub(res, ns, name, sub) => self.subresource(req, res, ns, name, sub),
             Route::Proxy(ns, name) => self.proxy(req, ns, name),
             Route::NotFound => not_found_path().into(),
+            Route::NoHandler => Response::text(404, "404 page not found\n").into(),
             _ => method_not_allowed().into(),
         }
     }
@@ -725,7 +736,7 @@ impl ApiServer {
                     },
                     Err(super::patch::PatchError::BadRequest(m)) => return bad_request(&m),
                     Err(super::patch::PatchError::Unprocessable(m)) => {
-                        return status_response(&Status::invalid_message(&m))
+                        return store_error(StoreError::PatchNotApplicable(m))
                     }
                 }
             }

@@ -62,6 +62,11 @@ pub fn api_group_list() -> Value {
 }
 
 /// `/apis/{group}`, or None for an unknown group.
+/// True when some served resource is in API group `group`.
+pub fn serves_group(group: &str) -> bool {
+    groups().contains(&group)
+}
+
 pub fn api_group(group: &str) -> Option<Value> {
     if !groups().contains(&group) {
         return None;

@@ -279,11 +279,7 @@ impl Store {
         let stored = stored_in(&g, res, ns, name)?;
         let patched = crate::sim::patch::apply(patch_type, stored, patch).map_err(|e| match e {
             crate::sim::patch::PatchError::BadRequest(m) => StoreError::BadRequest(m),
-            crate::sim::patch::PatchError::Unprocessable(m) => StoreError::Invalid {
-                resource: res,
-                name: name.to_string(),
-                causes: vec![FieldCause::new(CauseKind::Invalid, "", None, m)],
-            },
+            crate::sim::patch::PatchError::Unprocessable(m) => StoreError::PatchNotApplicable(m),
         })?;
         self.checked_update(g, res, ns, name, patched, sub)
     }
@@ -723,9 +719,16 @@ fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
             let got = other
                 .as_str()
                 .map_or_else(|| other.to_string(), str::to_string);
+            // Upstream decodes the body as the kind it names, then finds no
+            // conversion to the kind of the URL (the codec's words).
+            let internal = if info.group.is_empty() {
+                "core"
+            } else {
+                info.group.split('.').next().unwrap_or(info.group)
+            };
             return Err(StoreError::BadRequest(format!(
-                "the kind in the data ({got}) does not match the expected kind ({})",
-                info.kind
+                "{got} in version {:?} cannot be handled as a {}: converting ({}.{got}) to ({internal}.{}): unknown conversion",
+                info.version, info.kind, info.version, info.kind
             )));
         }
     }
@@ -737,11 +740,21 @@ fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
             info.kind, info.version, info.kind
         ))
     };
-    match m.get("metadata") {
+    match m.get_mut("metadata") {
         None | Some(Value::Null) => {
             m.insert("metadata".into(), Value::Object(Map::new()));
         }
         Some(Value::Object(meta)) => {
+            // Go decodes a null label or annotation value as "".
+            for f in ["labels", "annotations"] {
+                if let Some(Value::Object(lm)) = meta.get_mut(f) {
+                    for v in lm.values_mut() {
+                        if v.is_null() {
+                            *v = Value::String(String::new());
+                        }
+                    }
+                }
+            }
             for f in [
                 "name",
                 "generateName",
@@ -784,13 +797,16 @@ fn check_identity(res: Resource, ns: &str, name: &str, obj: &Obj) -> Result<(), 
     Ok(())
 }
 
-fn check_preconditions(
+/// A DELETE's preconditions, checked as upstream's `rest.BeforeDelete`
+/// checks them: a 409 that names the kind (`ConfigMap "a"`), not the
+/// resource, in its message and `details.kind`.
+pub(crate) fn check_preconditions(
     res: Resource,
     name: &str,
     stored: &Obj,
     pre: &Preconditions,
 ) -> Result<(), StoreError> {
-    let fail = |message: String| StoreError::Conflict {
+    let fail = |message: String| StoreError::PreconditionFailed {
         resource: res,
         name: name.to_string(),
         message,
@@ -799,7 +815,7 @@ fn check_preconditions(
         let have = meta_str(stored, "uid");
         if uid != have {
             return Err(fail(format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {have}"
+                "the UID in the precondition ({uid}) does not match the UID in record ({have}). The object might have been deleted and then recreated"
             )));
         }
     }
@@ -807,7 +823,7 @@ fn check_preconditions(
         let have = meta_str(stored, "resourceVersion");
         if rv != have {
             return Err(fail(format!(
-                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {have}"
+                "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({have}). The object might have been modified"
             )));
         }
     }
