@@ -77,6 +77,7 @@ fn steps() -> Vec<Step> {
     [
         creates_reads_and_replaces(),
         patches(),
+        applies(),
         selectors_deletes_and_discovery(),
         workloads(),
     ]
@@ -205,6 +206,78 @@ fn patches() -> Vec<Step> {
             "/api/v1/namespaces/{ns}/configmaps/nope",
         )
         .raw("application/merge-patch+json", r#"{"data":{"m":"1"}}"#),
+    ]
+}
+
+const APPLY: &str = "application/apply-patch+yaml";
+const SSA: &str = "/api/v1/namespaces/{ns}/configmaps/ssa";
+
+fn ssa(a: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+           "data": {"a": a, "b": "2"}})
+    .to_string()
+}
+
+/// Server-side apply: managers, conflicts, force, and what apply refuses.
+fn applies() -> Vec<Step> {
+    vec![
+        step("apply-no-field-manager", "PATCH", SSA).raw(APPLY, &ssa("1")),
+        step("apply-create", "PATCH", "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=m1")
+            .raw(APPLY, &ssa("1")),
+        step("apply-again", "PATCH", "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=m1")
+            .raw(APPLY, &ssa("1")),
+        step(
+            "apply-shared-value",
+            "PATCH",
+            "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=m2",
+        )
+        .raw(APPLY, &ssa("1")),
+        step("apply-conflict", "PATCH", "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=m3")
+            .raw(APPLY, &ssa("9")),
+        step(
+            "apply-force",
+            "PATCH",
+            "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=m3&force=true",
+        )
+        .raw(APPLY, &ssa("9")),
+        step(
+            "apply-conflict-with-update",
+            "PATCH",
+            "/api/v1/namespaces/{ns}/configmaps/a?fieldManager=m1",
+        )
+        .raw(APPLY, &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "a"}, "data": {"k": "w"}}).to_string()),
+        step("apply-no-kind", "PATCH", "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=m1")
+            .raw(APPLY, r#"{"metadata":{"name":"ssa"},"data":{}}"#),
+        step(
+            "apply-name-mismatch",
+            "PATCH",
+            "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=m1",
+        )
+        .raw(
+            APPLY,
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"other"}}"#,
+        ),
+        step("patch-force-not-apply", "PATCH", "/api/v1/namespaces/{ns}/configmaps/ssa?force=true")
+            .raw("application/merge-patch+json", r#"{"data":{"c":"3"}}"#),
+        step(
+            "patch-long-field-manager",
+            "PATCH",
+            "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm",
+        )
+        .raw("application/merge-patch+json", r#"{"data":{"c":"3"}}"#),
+        step(
+            "update-conflicts-with-apply",
+            "PATCH",
+            "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=ed",
+        )
+        .raw("application/merge-patch+json", r#"{"data":{"b":"5"}}"#),
+        step(
+            "apply-after-update",
+            "PATCH",
+            "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=m1",
+        )
+        .raw(APPLY, &ssa("9")),
     ]
 }
 

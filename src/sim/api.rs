@@ -7,6 +7,7 @@
 use super::discovery;
 use super::faults::Faults;
 use super::lifecycle::{self, DeleteOptions};
+use super::managed;
 use super::resources::{Resource, ResourceInfo};
 use super::store::{Event, PatchType, Selectors, Store, StoreError, Subresource, WatchFrom};
 use super::table;
@@ -194,6 +195,16 @@ fn status_of(e: StoreError) -> Status {
     if let StoreError::PreconditionFailed { resource, .. } = &e {
         details.kind = resource.info().kind.to_string();
     }
+    if let StoreError::ApplyConflict { causes, .. } = &e {
+        details.causes = causes
+            .iter()
+            .map(|c| StatusCause {
+                reason: c["reason"].as_str().unwrap_or("").to_string(),
+                message: c["message"].as_str().unwrap_or("").to_string(),
+                field: c["field"].as_str().unwrap_or("").to_string(),
+            })
+            .collect();
+    }
     if let StoreError::Invalid {
         resource, causes, ..
     } = &e
@@ -297,6 +308,54 @@ fn patch_type(req: &Request) -> Result<PatchType, Response> {
             "415: Unsupported Media Type".into(),
         ))),
     }
+}
+
+/// A PATCH whose Content-Type is a server-side apply.
+fn is_apply(req: &Request) -> bool {
+    req.header("content-type")
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .is_some_and(|t| t.trim() == "application/apply-patch+yaml")
+}
+
+/// The writer of a client's create, update or patch (`sim::managed`), or
+/// the 422 of a `fieldManager` upstream refuses.
+fn update_writer(req: &Request, options: &str) -> Result<managed::Writer, Response> {
+    if let Some(m) = req.query("fieldManager") {
+        if let Some((reason, body)) = managed::check_field_manager(m) {
+            return Err(options_invalid(options, "fieldManager", reason, &body));
+        }
+    }
+    Ok(managed::Writer::Update(managed::update_manager(
+        req.query("fieldManager"),
+        req.header("user-agent"),
+    )))
+}
+
+/// Upstream's 422 for a bad query option: `PatchOptions.meta.k8s.io ""
+/// is invalid: fieldManager: Required value: …`.
+fn options_invalid(kind: &str, field: &str, reason: &str, body: &str) -> Response {
+    use crate::kube::status::{StatusCause, StatusDetails, StatusReason};
+    status_response(&Status {
+        kind: Some("Status".into()),
+        api_version: Some("v1".into()),
+        status: "Failure".into(),
+        message: format!("{kind}.meta.k8s.io \"\" is invalid: {field}: {body}"),
+        reason: Some(StatusReason::parse("Invalid")),
+        details: Some(StatusDetails {
+            group: "meta.k8s.io".into(),
+            kind: kind.into(),
+            causes: vec![StatusCause {
+                reason: reason.into(),
+                message: body.into(),
+                field: field.into(),
+            }],
+            ..StatusDetails::default()
+        }),
+        code: 422,
+        ..Status::default()
+    })
 }
 
 fn selectors(req: &Request, res: Resource) -> Result<Selectors, Response> {
@@ -532,7 +591,11 @@ impl ApiServer {
                 if dry_run(req) {
                     return json_response(201, &obj).into();
                 }
-                match self.store.create(res, ns, obj) {
+                let writer = match update_writer(req, "CreateOptions") {
+                    Ok(w) => w,
+                    Err(r) => return r.into(),
+                };
+                match managed::with_writer(writer, || self.store.create(res, ns, obj)) {
                     Ok(o) => json_response(201, &o).into(),
                     Err(e) => store_error(e).into(),
                 }
@@ -585,20 +648,39 @@ impl ApiServer {
                 if dry_run(req) {
                     return json_response(200, &obj);
                 }
-                match self.store.update(res, ns, name, obj, Subresource::Main) {
+                let writer = match update_writer(req, "UpdateOptions") {
+                    Ok(w) => w,
+                    Err(r) => return r,
+                };
+                match managed::with_writer(writer, || {
+                    self.store.update(res, ns, name, obj, Subresource::Main)
+                }) {
                     Ok(o) => json_response(200, &o),
                     Err(e) => store_error(e),
                 }
             }
+            "PATCH" if is_apply(req) => self.apply(req, res, ns, name),
             "PATCH" => {
                 let pt = match patch_type(req) {
                     Ok(p) => p,
                     Err(r) => return r,
                 };
-                match self
-                    .store
-                    .patch(res, ns, name, pt, &req.body, Subresource::Main)
-                {
+                if req.query("force").is_some() {
+                    return options_invalid(
+                        "PatchOptions",
+                        "force",
+                        "FieldValueForbidden",
+                        "Forbidden: may not be specified for non-apply patch",
+                    );
+                }
+                let writer = match update_writer(req, "PatchOptions") {
+                    Ok(w) => w,
+                    Err(r) => return r,
+                };
+                match managed::with_writer(writer, || {
+                    self.store
+                        .patch(res, ns, name, pt, &req.body, Subresource::Main)
+                }) {
                     Ok(o) => json_response(200, &o),
                     Err(e) => store_error(e),
                 }
@@ -633,6 +715,51 @@ impl ApiServer {
                 }
             }
             _ => method_not_allowed(),
+        }
+    }
+
+    /// A server-side apply (`application/apply-patch+yaml`;
+    /// docs/sim.md#server-side-apply): `fieldManager` required, `force`
+    /// taken, the body read as JSON (the sim has no YAML decoder; kubectl
+    /// and client libraries send JSON), created when absent (201).
+    fn apply(&self, req: &Request, res: Resource, ns: &str, name: &str) -> Response {
+        let Some(manager) = req.query("fieldManager").filter(|m| !m.is_empty()) else {
+            return options_invalid(
+                "PatchOptions",
+                "fieldManager",
+                "FieldValueRequired",
+                "Required value: is required for apply patch",
+            );
+        };
+        if let Some((reason, body)) = managed::check_field_manager(manager) {
+            return options_invalid("PatchOptions", "fieldManager", reason, &body);
+        }
+        let force = req.query_flag("force");
+        let applied: Value = match serde_json::from_slice(&req.body) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => return bad_request("error decoding YAML: the apply patch must be an object"),
+            Err(e) => {
+                return bad_request(&format!(
+                    "error decoding YAML: the sim reads apply patches as JSON only: {e}"
+                ))
+            }
+        };
+        let kind = applied["kind"].as_str().unwrap_or("");
+        let api_version = applied["apiVersion"].as_str().unwrap_or("");
+        if kind.is_empty() || api_version.is_empty() {
+            let (g, v) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            return bad_request(&format!("invalid object type: {g}/{v}, Kind={kind}"));
+        }
+        if dry_run(req) {
+            let live = self.store.get(res, ns, name).ok();
+            return match managed::apply(res, live.as_ref(), &applied, manager, force) {
+                Ok(o) => json_response(if live.is_some() { 200 } else { 201 }, &o),
+                Err(e) => store_error(e),
+            };
+        }
+        match self.store.apply(res, ns, name, applied, manager, force) {
+            Ok((o, created)) => json_response(if created { 201 } else { 200 }, &o),
+            Err(e) => store_error(e),
         }
     }
 

@@ -25,6 +25,7 @@ pub mod gc;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod lifecycle;
+pub mod managed;
 pub mod patch;
 pub mod pod_users;
 pub mod podio;

@@ -334,7 +334,7 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), PatchError> {
 // ---------------------------------------------------------------- strategic merge
 
 /// The merge key of a list field, by field name; `None`: replace the list.
-fn merge_key(field: &str, live: &[Value], patch: &[Value]) -> Option<&'static str> {
+pub(crate) fn merge_key(field: &str, live: &[Value], patch: &[Value]) -> Option<&'static str> {
     Some(match field {
         "containers"
         | "initContainers"

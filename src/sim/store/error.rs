@@ -173,6 +173,14 @@ pub enum StoreError {
         name: String,
         message: String,
     },
+    /// 409 Conflict of a server-side apply: upstream's whole message, and
+    /// a `FieldManagerConflict` cause per field and manager
+    /// (`sim::managed`); no name or kind in the details.
+    ApplyConflict {
+        resource: Resource,
+        message: String,
+        causes: Vec<serde_json::Value>,
+    },
     /// 422 with field causes.
     Invalid {
         resource: Resource,
@@ -206,7 +214,8 @@ impl StoreError {
             StoreError::NotFound { .. } => 404,
             StoreError::AlreadyExists { .. }
             | StoreError::Conflict { .. }
-            | StoreError::PreconditionFailed { .. } => 409,
+            | StoreError::PreconditionFailed { .. }
+            | StoreError::ApplyConflict { .. } => 409,
             StoreError::Invalid { .. } | StoreError::PatchNotApplicable(_) => 422,
             StoreError::BadRequest(_) => 400,
             StoreError::Expired(_) => 410,
@@ -219,7 +228,9 @@ impl StoreError {
         match self {
             StoreError::NotFound { .. } => "NotFound",
             StoreError::AlreadyExists { .. } => "AlreadyExists",
-            StoreError::Conflict { .. } | StoreError::PreconditionFailed { .. } => "Conflict",
+            StoreError::Conflict { .. }
+            | StoreError::PreconditionFailed { .. }
+            | StoreError::ApplyConflict { .. } => "Conflict",
             StoreError::Invalid { .. } | StoreError::PatchNotApplicable(_) => "Invalid",
             StoreError::BadRequest(_) => "BadRequest",
             StoreError::Expired(_) => "Expired",
@@ -238,7 +249,8 @@ impl StoreError {
             | StoreError::Forbidden { resource, name, .. } => Some((*resource, name)),
             StoreError::BadRequest(_)
             | StoreError::Expired(_)
-            | StoreError::PatchNotApplicable(_) => None,
+            | StoreError::PatchNotApplicable(_)
+            | StoreError::ApplyConflict { .. } => None,
         }
     }
 
@@ -298,6 +310,7 @@ impl StoreError {
                 )
             }
             StoreError::BadRequest(m) | StoreError::Expired(m) => m.clone(),
+            StoreError::ApplyConflict { message, .. } => message.clone(),
             StoreError::PatchNotApplicable(_) => {
                 "the server rejected our request due to an error in our request".into()
             }

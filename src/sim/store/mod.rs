@@ -191,6 +191,7 @@ impl Store {
         }
         let name = name_of(&obj).to_string();
         admission::admit_create(res, &mut obj).map_err(|r| reject(res, &name, r))?;
+        crate::sim::managed::on_write(res, None, &mut obj);
         if g.objects[res.index()].contains_key(&key(ns, &name)) {
             return Err(StoreError::AlreadyExists {
                 resource: res,
@@ -282,6 +283,52 @@ impl Store {
             crate::sim::patch::PatchError::Unprocessable(m) => StoreError::PatchNotApplicable(m),
         })?;
         self.checked_update(g, res, ns, name, patched, sub)
+    }
+
+    /// Server-side apply of `applied` by `manager` (`sim::managed`): the
+    /// object merged, its `managedFields` set, or a 409 of the conflicts;
+    /// an object that does not exist is created (`true` in the answer).
+    pub fn apply(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        applied: Obj,
+        manager: &str,
+        force: bool,
+    ) -> Result<(Obj, bool), StoreError> {
+        use crate::sim::managed::{self, Writer};
+        let ns = scoped_ns(res, ns);
+        let applied = check_body(res, applied)?;
+        check_identity(res, ns, name, &applied)?;
+        // A create when absent; a create that lost a race to another
+        // writer is applied again over what it made.
+        for _ in 0..2 {
+            let g = self.inner.write();
+            match stored_in(&g, res, ns, name) {
+                Ok(stored) => {
+                    let merged = managed::apply(res, Some(stored), &applied, manager, force)?;
+                    return managed::with_writer(Writer::Apply, || {
+                        self.checked_update(g, res, ns, name, merged, Subresource::Main)
+                    })
+                    .map(|o| (o, false));
+                }
+                Err(StoreError::NotFound { .. }) => {
+                    drop(g);
+                    let obj = managed::apply(res, None, &applied, manager, force)?;
+                    match managed::with_writer(Writer::Apply, || self.create(res, ns, obj)) {
+                        Err(StoreError::AlreadyExists { .. }) => continue,
+                        r => return r.map(|o| (o, true)),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Conflict {
+            resource: res,
+            name: name.to_string(),
+            message: MODIFIED_MSG.into(),
+        })
     }
 
     /// The end both a replace and a patch share: the body's kind and
@@ -489,6 +536,7 @@ impl Store {
                 }
                 admission::admit_update(res, &mut new, stored).map_err(|r| reject(res, name, r))?;
                 bump_generation(res, &mut new, stored);
+                crate::sim::managed::on_write(res, Some(stored), &mut new);
                 new
             }
         };
