@@ -93,21 +93,6 @@ const AGENT_PORT: u16 = 8099;
 const AGENT_DEADLINE_SECS: u64 = 20;
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A watchdog: the process exits (failing the test) if the test outlives
-/// `secs`; dropping the sender disarms it.
-fn watchdog(secs: u64) -> crossbeam_channel::Sender<()> {
-    let (tx, rx) = crossbeam_channel::bounded::<()>(0);
-    std::thread::spawn(move || {
-        if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-            rx.recv_timeout(Duration::from_secs(secs))
-        {
-            eprintln!("watchdog: rbac_real still running after {secs} s");
-            std::process::exit(101);
-        }
-    });
-    tx
-}
-
 // ------------------------------------------------------------ the plane
 
 /// The run's real control plane, as `DIR/env` describes it.
@@ -1043,7 +1028,7 @@ fn check_audit(audit: &Path, ns: &Namespaces) {
 
 #[test]
 fn the_daemon_needs_nothing_beyond_rbac_yaml_on_the_real_plane() {
-    let _dog = watchdog(900);
+    let _dog = common::backend::watchdog(900);
     let Some(plane) = plane_or_skip() else {
         return;
     };
