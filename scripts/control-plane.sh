@@ -434,6 +434,21 @@ start() {
     --unsafe-no-fsync --log-level warn
   wait_for etcd "/health" curl -fsS "http://127.0.0.1:$etcd_port/health"
 
+  # An audit log of what the clients under test asked and were answered
+  # (tests/rbac_real.rs checks every request of the daemon's ServiceAccount
+  # against it): the plane's own components are left out.
+  cat > "$DIR/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: None
+    users: ["kwok", "system:kube-controller-manager", "system:kube-scheduler", "system:apiserver"]
+  - level: None
+    userGroups: ["system:serviceaccounts:kube-system", "system:nodes"]
+  - level: Metadata
+POLICY
+
   # The API server. Node,RBAC as a real cluster authorizes; NodeRestriction
   # beside it. Kubelet connections go to the Node's InternalIP (127.0.0.1:
   # kwok), verified against our CA. The service range stays the default: no
@@ -453,6 +468,8 @@ start() {
     --kubelet-client-certificate "$DIR/pki/apiserver-kubelet-client.crt" \
     --kubelet-client-key "$DIR/pki/apiserver-kubelet-client.key" \
     --kubelet-preferred-address-types InternalIP \
+    --audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log" \
+    --audit-log-format json --audit-log-mode blocking \
     --profiling=false
   wait_for kube-apiserver "/readyz" admin_kubectl get --raw /readyz
 
@@ -517,6 +534,13 @@ EOF
     --node-lease-duration-seconds 40
 
   wait_for kwok "Node $NODE_NAME Ready" node_ready
+  # kwok reports no ephemeral storage, so the scheduler refuses any pod that
+  # asks for some (a session's pods do): give the Node what a kubelet would
+  # report. After kwok initialised it: patched earlier, kwok keeps only what
+  # is there and drops its cpu, memory and pods.
+  admin_kubectl patch node "$NODE_NAME" --subresource=status --type=merge \
+    -p '{"status":{"capacity":{"ephemeral-storage":"1Ti"},"allocatable":{"ephemeral-storage":"1Ti"}}}' >/dev/null \
+    || fail kube-apiserver "cannot give Node $NODE_NAME its ephemeral storage"
   # The API server's NodeTaint admission gives every new Node the
   # not-ready:NoSchedule taint; the node-lifecycle controller, which is
   # off, would lift it once the Node is Ready. So we do.
@@ -548,6 +572,7 @@ EOF
     kv KUBEGATE_REAL_POD_CIDR "$POD_CIDR"
     kv KUBEGATE_REAL_FORWARD_PORT "$FORWARD_PORT"
     kv KUBEGATE_REAL_POD_LOG "$DIR/logs/pods.log"
+    kv KUBEGATE_REAL_AUDIT_LOG "$DIR/logs/audit.log"
     kv KUBEGATE_REAL_KUBE_VERSION "$KUBE_VERSION"
     kv KUBEGATE_REAL_ETCD_VERSION "$ETCD_VERSION"
     kv KUBEGATE_REAL_KWOK_VERSION "$KWOK_VERSION"

@@ -34,31 +34,23 @@ mod common;
 
 use common::daemon::DaemonProc;
 use common::daemon::{SseClient, SseEvent};
+use common::rbac_file::{
+    parse_rbac, Check, Triple, FILE_GATEWAY_NS, FILE_SESSION_NS, FILE_WORKSPACE_NS, RBAC,
+};
 use common::{temp_dir, wait_for, SimProc};
-use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-const RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rbac.yaml");
-
-/// The namespaces rbac.yaml is written for: the default session namespace
-/// and the example workspace's project (config.example.toml).
-const SESSION_NS: &str = "default";
-const WORKSPACE_NS: &str = "demo";
-/// The namespace of the Gateway in rbac.yaml's gateway Role.
-const GATEWAY_NS: &str = "infra";
+/// The namespaces rbac.yaml is written for: the sim runs the file as it
+/// is.
+const SESSION_NS: &str = FILE_SESSION_NS;
+const WORKSPACE_NS: &str = FILE_WORKSPACE_NS;
+const GATEWAY_NS: &str = FILE_GATEWAY_NS;
 
 /// Granted but not seen in the run, each with its reason.
 const ALLOWANCES: &[(&str, &str, &str, &str)] = &[];
-
-/// One authorization check: (namespace or "" for cluster scope, apiGroup,
-/// resource or resource/subresource, verb).
-type Check = (String, String, String, String);
-
-/// (apiGroup, resource[/sub], verb): what a rule grants.
-type Triple = (String, String, String);
 
 /// A watchdog: the process exits (failing the test) if the test outlives
 /// `secs`; dropping the sender disarms it.
@@ -269,127 +261,6 @@ fn the_sims_request_log_has_one_line_per_request_and_no_secret() {
 }
 
 // ------------------------------------------------------------ rbac.yaml
-
-/// Per namespace ("" = cluster-wide), the (group, resource, verb) triples
-/// granted to the daemon's identity, and every triple any role in the file
-/// grants (used or not).
-struct Grants {
-    by_ns: BTreeMap<String, BTreeSet<Triple>>,
-    all: BTreeSet<Triple>,
-}
-
-fn parse_rbac(text: &str) -> (Grants, Vec<Value>) {
-    let mut docs = Vec::new();
-    for d in yaml_serde::Deserializer::from_str(text) {
-        let v = Value::deserialize(d).expect("rbac.yaml is valid YAML");
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    let kind = |d: &Value| d["kind"].as_str().unwrap_or("").to_string();
-    let name = |d: &Value| d["metadata"]["name"].as_str().unwrap_or("").to_string();
-    let ns = |d: &Value| {
-        d["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("")
-            .to_string()
-    };
-    let sa: Vec<&Value> = docs
-        .iter()
-        .filter(|d| kind(d) == "ServiceAccount")
-        .collect();
-    assert_eq!(sa.len(), 1, "one ServiceAccount, the daemon's identity");
-    let (sa_name, sa_ns) = (name(sa[0]), ns(sa[0]));
-    // Role rules by (kind, namespace, name).
-    // By (kind, namespace or "" for a ClusterRole, name).
-    let mut roles: BTreeMap<(String, String, String), BTreeSet<Triple>> = BTreeMap::new();
-    let mut all = BTreeSet::new();
-    for d in docs
-        .iter()
-        .filter(|d| kind(d) == "Role" || kind(d) == "ClusterRole")
-    {
-        let mut set = BTreeSet::new();
-        for r in d["rules"].as_array().expect("rules") {
-            assert!(
-                r.get("nonResourceURLs").is_none() && r.get("resourceNames").is_none(),
-                "keep rules to apiGroups/resources/verbs: {r}"
-            );
-            let list = |k: &str| -> Vec<String> {
-                r[k].as_array()
-                    .unwrap_or_else(|| panic!("{k} in {r}"))
-                    .iter()
-                    .map(|x| x.as_str().expect("strings").to_string())
-                    .collect()
-            };
-            for g in list("apiGroups") {
-                for res in list("resources") {
-                    for v in list("verbs") {
-                        assert!(
-                            g != "*" && res != "*" && v != "*",
-                            "no wildcards in rbac.yaml: {r}"
-                        );
-                        set.insert((g.clone(), res.clone(), v.clone()));
-                    }
-                }
-            }
-        }
-        all.extend(set.iter().cloned());
-        let scope = if kind(d) == "Role" {
-            ns(d)
-        } else {
-            String::new()
-        };
-        roles.insert((kind(d), scope, name(d)), set);
-    }
-    let mut by_ns: BTreeMap<String, BTreeSet<Triple>> = BTreeMap::new();
-    for b in docs
-        .iter()
-        .filter(|d| kind(d) == "RoleBinding" || kind(d) == "ClusterRoleBinding")
-    {
-        let subjects = b["subjects"].as_array().expect("subjects");
-        assert!(
-            subjects.iter().all(|s| s["kind"] == "ServiceAccount"
-                && s["name"] == sa_name.as_str()
-                && s["namespace"] == sa_ns.as_str()),
-            "bindings name the daemon's ServiceAccount only: {b}"
-        );
-        let rk = b["roleRef"]["kind"]
-            .as_str()
-            .expect("roleRef.kind")
-            .to_string();
-        let rn = b["roleRef"]["name"]
-            .as_str()
-            .expect("roleRef.name")
-            .to_string();
-        let bound_ns = if kind(b) == "RoleBinding" {
-            ns(b)
-        } else {
-            String::new()
-        };
-        let scope = if rk == "Role" {
-            bound_ns.clone()
-        } else {
-            String::new()
-        };
-        let rules = roles
-            .get(&(rk.clone(), scope, rn.clone()))
-            .unwrap_or_else(|| panic!("binding {} refers to a missing {rk} {rn}", name(b)));
-        by_ns
-            .entry(bound_ns)
-            .or_default()
-            .extend(rules.iter().cloned());
-    }
-    (Grants { by_ns, all }, docs)
-}
-
-impl Grants {
-    fn grants(&self, c: &Check) -> bool {
-        let t = (c.1.clone(), c.2.clone(), c.3.clone());
-        let cluster = self.by_ns.get("").is_some_and(|s| s.contains(&t));
-        let here = !c.0.is_empty() && self.by_ns.get(&c.0).is_some_and(|s| s.contains(&t));
-        cluster || here
-    }
-}
 
 #[test]
 fn rbac_yaml_has_the_expected_shape() {

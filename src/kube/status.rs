@@ -259,7 +259,7 @@ fn is_go_unprintable_format(c: char) -> bool {
 }
 
 impl Status {
-    fn failure(code: i32, reason: StatusReason, message: String) -> Status {
+    pub fn failure(code: i32, reason: StatusReason, message: String) -> Status {
         Status {
             kind: Some("Status".into()),
             api_version: Some("v1".into()),

@@ -9,12 +9,14 @@ use serde_json::{json, Value};
 
 /// `/version`: kubectl's dispatcher wrapper picks its binary by `minor`
 /// (docs/kubernetes.md#observed-against-kubectl-132-and-the-python-client-37:
-/// the sim reports 1.32, whose exec speaks WebSocket v5).
+/// the sim reports the minor of the real control plane it is held to,
+/// 1.36 (docs/control-plane.md); a dispatcher without that binary runs its
+/// default, 1.32 here, whose exec speaks WebSocket v5).
 pub fn version() -> Value {
     json!({
         "major": "1",
-        "minor": "32",
-        "gitVersion": "v1.32.0-kubegate",
+        "minor": "36",
+        "gitVersion": "v1.36.0-kubegate",
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z",
@@ -62,6 +64,11 @@ pub fn api_group_list() -> Value {
 }
 
 /// `/apis/{group}`, or None for an unknown group.
+/// True when some served resource is in API group `group`.
+pub fn serves_group(group: &str) -> bool {
+    groups().contains(&group)
+}
+
 pub fn api_group(group: &str) -> Option<Value> {
     if !groups().contains(&group) {
         return None;
@@ -216,7 +223,7 @@ pub fn openapi_v3_doc(group: &str) -> Option<Value> {
     }
     Some(json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.32.0-kubegate"},
+        "info": {"title": "Kubernetes", "version": "v1.36.0-kubegate"},
         "paths": paths,
         "components": {"schemas": {}},
     }))
@@ -287,6 +294,6 @@ mod tests {
         ] {
             assert!(names.contains(&n), "{n} missing");
         }
-        assert_eq!(version()["minor"], "32");
+        assert_eq!(version()["minor"], "36");
     }
 }

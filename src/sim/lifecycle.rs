@@ -31,7 +31,7 @@ pub fn delete(
     opts: &DeleteOptions,
 ) -> Result<Value, StoreError> {
     let current = store.get(res, ns, name)?;
-    check_preconditions(res, name, &current, &opts.pre)?;
+    super::store::check_preconditions(res, name, &current, &opts.pre)?;
     if opts.propagation.as_deref() == Some("Orphan") {
         if let Some(uid) = current["metadata"]["uid"].as_str() {
             super::gc::orphan_dependents(store, uid);
@@ -106,37 +106,4 @@ pub fn delete(
         }
         _ => store.delete(res, ns, name, &opts.pre),
     }
-}
-
-fn check_preconditions(
-    res: Resource,
-    name: &str,
-    obj: &Value,
-    pre: &Preconditions,
-) -> Result<(), StoreError> {
-    if let Some(uid) = &pre.uid {
-        let have = obj["metadata"]["uid"].as_str().unwrap_or("");
-        if uid != have {
-            return Err(StoreError::Conflict {
-                resource: res,
-                name: name.to_string(),
-                message: format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {have}"
-                ),
-            });
-        }
-    }
-    if let Some(rv) = &pre.resource_version {
-        let have = obj["metadata"]["resourceVersion"].as_str().unwrap_or("");
-        if rv != have {
-            return Err(StoreError::Conflict {
-                resource: res,
-                name: name.to_string(),
-                message: format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {have}"
-                ),
-            });
-        }
-    }
-    Ok(())
 }

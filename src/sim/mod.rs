@@ -31,6 +31,7 @@ pub mod gc;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod lifecycle;
+pub mod managed;
 pub mod node;
 pub mod patch;
 pub mod pod_users;

@@ -125,13 +125,17 @@ fn parse_pointer(p: &str) -> Result<Vec<String>, PatchError> {
     if p.is_empty() {
         return Ok(vec![]);
     }
-    let Some(rest) = p.strip_prefix('/') else {
-        return Err(PatchError::BadRequest(format!(
-            "JSON pointer must be empty or start with a \"/\": {p:?}"
+    // Upstream's json-patch (v4) splits the path on `/` and skips the
+    // first part, which it takes for the empty one before a leading `/`:
+    // `data/x` is read as `/x`, and a path with no `/` names nothing.
+    let segs: Vec<&str> = p.split('/').collect();
+    if segs.len() < 2 {
+        return Err(PatchError::Unprocessable(format!(
+            "doc is missing path: {p:?}: missing value"
         )));
-    };
-    Ok(rest
-        .split('/')
+    }
+    Ok(segs[1..]
+        .iter()
         .map(|s| s.replace("~1", "/").replace("~0", "~"))
         .collect())
 }
@@ -227,24 +231,36 @@ fn remove(doc: &mut Value, op: &str, path: &str, toks: &[String]) -> Result<Valu
 /// operations that do not apply are `Unprocessable` (upstream's 422).
 /// All-or-nothing: on error `doc` is left as it was.
 pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), PatchError> {
-    let Some(ops) = ops.as_array() else {
-        return Err(PatchError::BadRequest(
-            "json patch must be a JSON array of operations".into(),
-        ));
+    // Upstream decodes the operations into a Go slice: `null` is no
+    // operation at all, anything else but an array its decoder's error.
+    let ops = match ops {
+        Value::Array(a) => a.as_slice(),
+        Value::Null => &[],
+        other => {
+            let what = match other {
+                Value::Object(_) => "object",
+                Value::String(_) => "string",
+                Value::Number(_) => "number",
+                _ => "bool",
+            };
+            return Err(PatchError::BadRequest(format!(
+                "error decoding patch: json: cannot unmarshal {what} into Go value of type []handlers.jsonPatchOp"
+            )));
+        }
     };
     let mut work = doc.clone();
     for op in ops {
+        // Upstream applies what it decoded: an operation with no `op` is of
+        // kind "unknown" (422 like any other that does not apply), one with
+        // no `value` adds or replaces with null.
         let field = |f: &str| -> Result<&str, PatchError> {
-            op.get(f)
-                .and_then(Value::as_str)
-                .ok_or_else(|| PatchError::BadRequest(format!("operation {op} is missing {f:?}")))
-        };
-        let value = || -> Result<Value, PatchError> {
-            op.get("value").cloned().ok_or_else(|| {
-                PatchError::BadRequest(format!("operation {op} is missing \"value\""))
+            op.get(f).and_then(Value::as_str).ok_or_else(|| {
+                PatchError::Unprocessable(format!("operation {op} is missing {f:?}"))
             })
         };
-        let kind = field("op")?;
+        let value =
+            || -> Result<Value, PatchError> { Ok(op.get("value").cloned().unwrap_or(Value::Null)) };
+        let kind = op.get("op").and_then(Value::as_str).unwrap_or("unknown");
         let path = field("path")?;
         let toks = parse_pointer(path)?;
         match kind {
@@ -258,7 +274,11 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), PatchError> {
                     Some(&mut work)
                 } else {
                     match parent_mut(&mut work, &toks) {
-                        Some(Value::Object(m)) => toks.last().and_then(|l| m.get_mut(l)),
+                        // Upstream's json-patch (v4) replaces a key an object
+                        // lacks as if it were there: it sets it.
+                        Some(Value::Object(m)) => toks
+                            .last()
+                            .map(|l| m.entry(l.clone()).or_insert(Value::Null)),
                         Some(Value::Array(a)) => {
                             let i = toks.last().and_then(|l| array_index(l, a.len(), false));
                             i.and_then(|i| a.get_mut(i))
@@ -300,7 +320,11 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), PatchError> {
                     )));
                 }
             }
-            other => return Err(PatchError::BadRequest(format!("Unexpected kind: {other}"))),
+            other => {
+                return Err(PatchError::Unprocessable(format!(
+                    "Unexpected kind: {other}"
+                )))
+            }
         }
     }
     *doc = work;
@@ -310,7 +334,7 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), PatchError> {
 // ---------------------------------------------------------------- strategic merge
 
 /// The merge key of a list field, by field name; `None`: replace the list.
-fn merge_key(field: &str, live: &[Value], patch: &[Value]) -> Option<&'static str> {
+pub(crate) fn merge_key(field: &str, live: &[Value], patch: &[Value]) -> Option<&'static str> {
     Some(match field {
         "containers"
         | "initContainers"
@@ -597,7 +621,7 @@ mod tests {
         );
         for bad in [
             json!([{"op": "remove", "path": "/nope"}]),
-            json!([{"op": "replace", "path": "/nope", "value": 1}]),
+            json!([{"op": "replace", "path": "/list/9", "value": 1}]),
             json!([{"op": "add", "path": "/a/b/c", "value": 1}]),
             json!([{"op": "add", "path": "/list/9", "value": 1}]),
             json!([{"op": "remove", "path": "/list/01"}]),
@@ -611,21 +635,43 @@ mod tests {
                 "{bad}"
             );
         }
+        // Only what does not decode is a 400 (upstream's words); what
+        // decodes and does not apply is a 422.
+        assert_eq!(
+            ap(PatchType::Json, doc.clone(), json!({"op": "add"})),
+            Err(PatchError::BadRequest(
+                "error decoding patch: json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp".into()
+            ))
+        );
         for bad in [
-            json!({"op": "add"}),
             json!([{"op": "frob", "path": "/a"}]),
-            json!([{"op": "add", "path": "/a"}]),
             json!([{"path": "/a"}]),
             json!([{"op": "add", "path": "a", "value": 1}]),
         ] {
             assert!(
                 matches!(
                     ap(PatchType::Json, doc.clone(), bad.clone()),
-                    Err(PatchError::BadRequest(_))
+                    Err(PatchError::Unprocessable(_))
                 ),
                 "{bad}"
             );
         }
+        // Upstream's json-patch v4 quirks: a missing value is null, a path
+        // without a leading `/` loses its first part, a replaced key the
+        // object lacks is set, and null is no patch at all.
+        assert_eq!(
+            ap(
+                PatchType::Json,
+                json!({"m": {}}),
+                json!([{"op": "add", "path": "/m/v"}, {"op": "add", "path": "m/x", "value": 1},
+                       {"op": "replace", "path": "/m/r", "value": 2}])
+            ),
+            Ok(json!({"m": {"v": null, "r": 2}, "x": 1}))
+        );
+        assert_eq!(
+            ap(PatchType::Json, json!({"a": 1}), json!(null)),
+            Ok(json!({"a": 1}))
+        );
         // Whole-document replace and root test.
         assert_eq!(
             ap(

@@ -181,18 +181,10 @@ pub fn on_real(tag: &str, body: impl FnOnce(&Backend)) {
     }
 }
 
-/// Aborts the test binary if the guard is not dropped within `secs`.
+/// Aborts the test binary if the guard is not dropped within `secs`
+/// (`common::bench::watchdog`, named for a test).
 pub fn watchdog(secs: u64) -> crossbeam_channel::Sender<()> {
-    let (tx, rx) = crossbeam_channel::bounded::<()>(0);
-    std::thread::spawn(move || {
-        if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-            rx.recv_timeout(Duration::from_secs(secs))
-        {
-            eprintln!("watchdog: a test hung for {secs} s");
-            std::process::abort();
-        }
-    });
-    tx
+    super::bench::watchdog("a test", secs)
 }
 
 /// One test body, two tests: `NAME::sim` and `NAME::real`

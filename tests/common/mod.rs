@@ -11,6 +11,7 @@ pub mod bench;
 pub mod daemon;
 pub mod pod_fixture;
 pub mod pty;
+pub mod rbac_file;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};

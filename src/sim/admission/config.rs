@@ -57,6 +57,23 @@ pub(super) fn validate_config_data(
     Ok(())
 }
 
+/// A `null` value in a map of strings decodes, in Go, to the empty string
+/// (no error): `data`, `binaryData` and `stringData` keep `""` for it.
+pub(super) fn null_strings_are_empty(obj: &mut Obj) {
+    let Some(m) = obj.as_object_mut() else {
+        return;
+    };
+    for field in ["data", "binaryData", "stringData"] {
+        if let Some(Value::Object(vals)) = m.get_mut(field) {
+            for v in vals.values_mut() {
+                if v.is_null() {
+                    *v = Value::String(String::new());
+                }
+            }
+        }
+    }
+}
+
 /// `stringData` is write-only: merged into `data` as base64 (winning over
 /// `data` on the same key), then dropped. `type` defaults to Opaque.
 pub(super) fn secret_defaults(obj: &mut Obj) -> Result<(), Rejection> {

@@ -45,7 +45,8 @@ mod storage;
 mod workloads;
 
 use config::{
-    secret_defaults, validate_config_data, validate_immutable_data, validate_secret_type,
+    null_strings_are_empty, secret_defaults, validate_config_data, validate_immutable_data,
+    validate_secret_type,
 };
 use coordination::{lease_defaults, validate_lease};
 use gateway::{
@@ -107,7 +108,10 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
             validate_service(obj, &mut causes);
             set(obj, "status", json!({"loadBalancer": {}}));
         }
-        Resource::ConfigMap => validate_config_data(obj, false, &mut causes)?,
+        Resource::ConfigMap => {
+            null_strings_are_empty(obj);
+            validate_config_data(obj, false, &mut causes)?
+        }
         // `ValidateServiceAccount`: the name (checked above) is all; the
         // sim keeps `secrets` and `imagePullSecrets` as given.
         Resource::ServiceAccount => {}
@@ -129,6 +133,7 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
         // Answered by the API layer (`sim::reviews`), never stored.
         Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {}
         Resource::Secret => {
+            null_strings_are_empty(obj);
             secret_defaults(obj)?;
             validate_config_data(obj, true, &mut causes)?;
             validate_secret_type(obj, &mut causes);
@@ -182,10 +187,12 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
             validate_service_update(new, old, &mut causes);
         }
         Resource::ConfigMap => {
+            null_strings_are_empty(new);
             validate_config_data(new, false, &mut causes)?;
             validate_immutable_data(new, old, &mut causes);
         }
         Resource::Secret => {
+            null_strings_are_empty(new);
             secret_defaults(new)?;
             validate_config_data(new, true, &mut causes)?;
             validate_secret_type(new, &mut causes);
@@ -304,6 +311,18 @@ fn render(v: &Value) -> String {
     match v {
         Value::String(s) => quote(s),
         other => other.to_string(),
+    }
+}
+
+/// `{"a":"b"}`: a label map as upstream's `field.Error` renders a map it
+/// can marshal (`json.Marshal`: keys sorted, no spaces; `null` for none).
+pub(super) fn json_map(m: Option<&Map<String, Value>>) -> String {
+    match m {
+        None => "null".into(),
+        Some(m) => {
+            let sorted: BTreeMap<&String, &Value> = m.iter().collect();
+            serde_json::to_string(&sorted).unwrap_or_else(|_| "{}".into())
+        }
     }
 }
 

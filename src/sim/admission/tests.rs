@@ -349,7 +349,7 @@ fn workload_defaults_and_validation() {
     assert_eq!(
         m,
         [
-            r#"spec.template.metadata.labels: Invalid value: map[string]string{"app":"x"}: `selector` does not match template `labels`"#
+            r#"spec.template.metadata.labels: Invalid value: {"app":"x"}: `selector` does not match template `labels`"#
         ]
     );
     let mut d = deploy(json!({"app": "x"}), json!(null));
@@ -557,4 +557,15 @@ fn namespaces() {
         json!({"x": "y", "kubernetes.io/metadata.name": "team"})
     );
     assert_eq!(up["spec"], json!({"finalizers": ["kubernetes"]}));
+}
+
+#[test]
+fn null_values_in_string_maps_are_empty_strings() {
+    // Go decodes null into a string as "" without an error.
+    let mut c = json!({"metadata": {"name": "c"}, "data": {"a": null, "b": "x"}});
+    admit_create(Resource::ConfigMap, &mut c).unwrap();
+    assert_eq!(c["data"], json!({"a": "", "b": "x"}));
+    let mut s = json!({"metadata": {"name": "s"}, "stringData": {"a": null}});
+    admit_create(Resource::Secret, &mut s).unwrap();
+    assert_eq!(s["data"], json!({"a": ""}));
 }

@@ -2,7 +2,7 @@
 //! rolling-update percentages) and Ingresses (rules, paths, backends).
 
 use super::pods::{pod_spec_defaults, validate_pod_spec};
-use super::{arr, default_field, go_map, go_selector, obj_field, render, str_at, Causes};
+use super::{arr, default_field, go_selector, json_map, obj_field, render, str_at, Causes};
 use crate::sim::resources::Resource;
 use crate::sim::rules::{
     check_dns1035_label, check_dns1123_subdomain, check_port_name, check_port_number,
@@ -99,7 +99,7 @@ pub(super) fn validate_workload(res: Resource, obj: &Obj, causes: &mut Causes) {
                 if !s.matches_labels(template_labels) {
                     causes.push(FieldCause::invalid_raw(
                         "spec.template.metadata.labels",
-                        go_map(template_labels),
+                        json_map(template_labels),
                         "`selector` does not match template `labels`",
                     ));
                 }

@@ -89,7 +89,11 @@ impl ApiServer {
                 if dry_run(req) {
                     return json_response(201, &obj).into();
                 }
-                match self.write_event_v1(ns, None, obj) {
+                let writer = match update_writer(req, "CreateOptions") {
+                    Ok(w) => w,
+                    Err(r) => return r.into(),
+                };
+                match managed::with_writer(writer, || self.write_event_v1(ns, None, obj)) {
                     Ok((o, _)) => json_response(201, &ev1(&o)).into(),
                     Err(e) => store_error(e).into(),
                 }
@@ -144,7 +148,11 @@ impl ApiServer {
                 if dry_run(req) {
                     return json_response(200, &obj);
                 }
-                match self.write_event_v1(ns, Some(name), obj) {
+                let writer = match update_writer(req, "UpdateOptions") {
+                    Ok(w) => w,
+                    Err(r) => return r,
+                };
+                match managed::with_writer(writer, || self.write_event_v1(ns, Some(name), obj)) {
                     Ok((o, created)) => json_response(if created { 201 } else { 200 }, &ev1(&o)),
                     Err(e) => store_error(e),
                 }
@@ -174,7 +182,12 @@ impl ApiServer {
                         })
                     }
                 };
-                match self.write_event_v1(ns, Some(name), patched) {
+                let writer = match update_writer(req, "PatchOptions") {
+                    Ok(w) => w,
+                    Err(r) => return r,
+                };
+                match managed::with_writer(writer, || self.write_event_v1(ns, Some(name), patched))
+                {
                     Ok((o, _)) => json_response(200, &ev1(&o)),
                     Err(e) => store_error(e),
                 }

@@ -164,6 +164,23 @@ pub enum StoreError {
         name: String,
         message: String,
     },
+    /// 409 Conflict: a DELETE's failed precondition. Upstream's
+    /// `rest.BeforeDelete` qualifies it by kind, not resource:
+    /// `Operation cannot be fulfilled on ConfigMap "a": …`, and
+    /// `details.kind` is the kind.
+    PreconditionFailed {
+        resource: Resource,
+        name: String,
+        message: String,
+    },
+    /// 409 Conflict of a server-side apply: upstream's whole message, and
+    /// a `FieldManagerConflict` cause per field and manager
+    /// (`sim::managed`); no name or kind in the details.
+    ApplyConflict {
+        resource: Resource,
+        message: String,
+        causes: Vec<serde_json::Value>,
+    },
     /// 422 with field causes.
     Invalid {
         resource: Resource,
@@ -172,6 +189,10 @@ pub enum StoreError {
     },
     /// 400 with the full message.
     BadRequest(String),
+    /// 422 Invalid: a JSON patch operation that does not apply. Upstream
+    /// answers `NewGenericServerResponse(422, …)`: the generic message, empty
+    /// details; the operation's own error (kept here) is not shown.
+    PatchNotApplicable(String),
     /// 410 Expired (watch resourceVersion older than the history window).
     Expired(String),
     /// 403; `message` is the part after `… is forbidden: `.
@@ -206,8 +227,13 @@ impl StoreError {
     pub fn code(&self) -> u16 {
         match self {
             StoreError::NotFound { .. } => 404,
-            StoreError::AlreadyExists { .. } | StoreError::Conflict { .. } => 409,
-            StoreError::Invalid { .. } | StoreError::ResourceVersionRequired { .. } => 422,
+            StoreError::AlreadyExists { .. }
+            | StoreError::Conflict { .. }
+            | StoreError::PreconditionFailed { .. }
+            | StoreError::ApplyConflict { .. } => 409,
+            StoreError::Invalid { .. }
+            | StoreError::PatchNotApplicable(_)
+            | StoreError::ResourceVersionRequired { .. } => 422,
             StoreError::BadRequest(_) => 400,
             StoreError::Expired(_) => 410,
             StoreError::Forbidden { .. } => 403,
@@ -219,8 +245,12 @@ impl StoreError {
         match self {
             StoreError::NotFound { .. } => "NotFound",
             StoreError::AlreadyExists { .. } => "AlreadyExists",
-            StoreError::Conflict { .. } => "Conflict",
-            StoreError::Invalid { .. } | StoreError::ResourceVersionRequired { .. } => "Invalid",
+            StoreError::Conflict { .. }
+            | StoreError::PreconditionFailed { .. }
+            | StoreError::ApplyConflict { .. } => "Conflict",
+            StoreError::Invalid { .. }
+            | StoreError::PatchNotApplicable(_)
+            | StoreError::ResourceVersionRequired { .. } => "Invalid",
             StoreError::BadRequest(_) => "BadRequest",
             StoreError::Expired(_) => "Expired",
             StoreError::Forbidden { .. } => "Forbidden",
@@ -233,10 +263,14 @@ impl StoreError {
             StoreError::NotFound { resource, name }
             | StoreError::AlreadyExists { resource, name }
             | StoreError::Conflict { resource, name, .. }
+            | StoreError::PreconditionFailed { resource, name, .. }
             | StoreError::Invalid { resource, name, .. }
             | StoreError::Forbidden { resource, name, .. }
             | StoreError::ResourceVersionRequired { resource, name } => Some((*resource, name)),
-            StoreError::BadRequest(_) | StoreError::Expired(_) => None,
+            StoreError::BadRequest(_)
+            | StoreError::Expired(_)
+            | StoreError::PatchNotApplicable(_)
+            | StoreError::ApplyConflict { .. } => None,
         }
     }
 
@@ -267,6 +301,16 @@ impl StoreError {
                 quote(name),
                 message
             ),
+            StoreError::PreconditionFailed {
+                resource,
+                name,
+                message,
+            } => format!(
+                "Operation cannot be fulfilled on {} {}: {}",
+                resource.qualified_kind(),
+                quote(name),
+                message
+            ),
             StoreError::Invalid {
                 resource,
                 name,
@@ -292,6 +336,10 @@ impl StoreError {
                 resource_version_required().message()
             ),
             StoreError::BadRequest(m) | StoreError::Expired(m) => m.clone(),
+            StoreError::ApplyConflict { message, .. } => message.clone(),
+            StoreError::PatchNotApplicable(_) => {
+                "the server rejected our request due to an error in our request".into()
+            }
             StoreError::Forbidden {
                 resource,
                 name,

@@ -191,6 +191,7 @@ impl Store {
         }
         let name = name_of(&obj).to_string();
         admission::admit_create(res, &mut obj).map_err(|r| reject(res, &name, r))?;
+        crate::sim::managed::on_write(res, None, &mut obj);
         if g.objects[res.index()].contains_key(&key(ns, &name)) {
             return Err(StoreError::AlreadyExists {
                 resource: res,
@@ -320,13 +321,55 @@ impl Store {
         let stored = stored_in(&g, res, ns, name)?;
         let patched = crate::sim::patch::apply(patch_type, stored, patch).map_err(|e| match e {
             crate::sim::patch::PatchError::BadRequest(m) => StoreError::BadRequest(m),
-            crate::sim::patch::PatchError::Unprocessable(m) => StoreError::Invalid {
-                resource: res,
-                name: name.to_string(),
-                causes: vec![FieldCause::new(CauseKind::Invalid, "", None, m)],
-            },
+            crate::sim::patch::PatchError::Unprocessable(m) => StoreError::PatchNotApplicable(m),
         })?;
         self.checked_update(g, res, ns, name, patched, sub)
+    }
+
+    /// Server-side apply of `applied` by `manager` (`sim::managed`): the
+    /// object merged, its `managedFields` set, or a 409 of the conflicts;
+    /// an object that does not exist is created (`true` in the answer).
+    pub fn apply(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        applied: Obj,
+        manager: &str,
+        force: bool,
+    ) -> Result<(Obj, bool), StoreError> {
+        use crate::sim::managed::{self, Writer};
+        let ns = scoped_ns(res, ns);
+        let applied = check_body(res, applied)?;
+        check_identity(res, ns, name, &applied)?;
+        // A create when absent; a create that lost a race to another
+        // writer is applied again over what it made.
+        for _ in 0..2 {
+            let g = self.inner.write();
+            match stored_in(&g, res, ns, name) {
+                Ok(stored) => {
+                    let merged = managed::apply(res, Some(stored), &applied, manager, force)?;
+                    return managed::with_writer(Writer::Apply, || {
+                        self.checked_update(g, res, ns, name, merged, Subresource::Main)
+                    })
+                    .map(|o| (o, false));
+                }
+                Err(StoreError::NotFound { .. }) => {
+                    drop(g);
+                    let obj = managed::apply(res, None, &applied, manager, force)?;
+                    match managed::with_writer(Writer::Apply, || self.create(res, ns, obj)) {
+                        Err(StoreError::AlreadyExists { .. }) => continue,
+                        r => return r.map(|o| (o, true)),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Conflict {
+            resource: res,
+            name: name.to_string(),
+            message: MODIFIED_MSG.into(),
+        })
     }
 
     /// The end both a replace and a patch share: the body's kind and
@@ -540,6 +583,7 @@ impl Store {
                 }
                 admission::admit_update(res, &mut new, stored).map_err(|r| reject(res, name, r))?;
                 bump_generation(res, &mut new, stored);
+                crate::sim::managed::on_write(res, Some(stored), &mut new);
                 new
             }
         };
@@ -770,9 +814,16 @@ pub(crate) fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
             let got = other
                 .as_str()
                 .map_or_else(|| other.to_string(), str::to_string);
+            // Upstream decodes the body as the kind it names, then finds no
+            // conversion to the kind of the URL (the codec's words).
+            let internal = if info.group.is_empty() {
+                "core"
+            } else {
+                info.group.split('.').next().unwrap_or(info.group)
+            };
             return Err(StoreError::BadRequest(format!(
-                "the kind in the data ({got}) does not match the expected kind ({})",
-                info.kind
+                "{got} in version {:?} cannot be handled as a {}: converting ({}.{got}) to ({internal}.{}): unknown conversion",
+                info.version, info.kind, info.version, info.kind
             )));
         }
     }
@@ -784,11 +835,21 @@ pub(crate) fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
             info.kind, info.version, info.kind
         ))
     };
-    match m.get("metadata") {
+    match m.get_mut("metadata") {
         None | Some(Value::Null) => {
             m.insert("metadata".into(), Value::Object(Map::new()));
         }
         Some(Value::Object(meta)) => {
+            // Go decodes a null label or annotation value as "".
+            for f in ["labels", "annotations"] {
+                if let Some(Value::Object(lm)) = meta.get_mut(f) {
+                    for v in lm.values_mut() {
+                        if v.is_null() {
+                            *v = Value::String(String::new());
+                        }
+                    }
+                }
+            }
             for f in [
                 "name",
                 "generateName",
@@ -832,13 +893,16 @@ fn check_identity(res: Resource, ns: &str, name: &str, obj: &Obj) -> Result<(), 
     Ok(())
 }
 
-fn check_preconditions(
+/// A DELETE's preconditions, checked as upstream's `rest.BeforeDelete`
+/// checks them: a 409 that names the kind (`ConfigMap "a"`), not the
+/// resource, in its message and `details.kind`.
+pub(crate) fn check_preconditions(
     res: Resource,
     name: &str,
     stored: &Obj,
     pre: &Preconditions,
 ) -> Result<(), StoreError> {
-    let fail = |message: String| StoreError::Conflict {
+    let fail = |message: String| StoreError::PreconditionFailed {
         resource: res,
         name: name.to_string(),
         message,
@@ -847,7 +911,7 @@ fn check_preconditions(
         let have = meta_str(stored, "uid");
         if uid != have {
             return Err(fail(format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {have}"
+                "the UID in the precondition ({uid}) does not match the UID in record ({have}). The object might have been deleted and then recreated"
             )));
         }
     }
@@ -855,7 +919,7 @@ fn check_preconditions(
         let have = meta_str(stored, "resourceVersion");
         if rv != have {
             return Err(fail(format!(
-                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {have}"
+                "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({have}). The object might have been modified"
             )));
         }
     }

@@ -553,8 +553,10 @@ fn patches_through_the_store() {
     assert_eq!(e.code(), 422);
     assert_eq!(
         e.message(),
-        r#"Pod "p" is invalid: Invalid value: testing value /kind failed: test failed"#
+        "the server rejected our request due to an error in our request"
     );
+    assert_eq!(e.reason(), "Invalid");
+    assert!(e.subject().is_none(), "upstream's details are empty");
     let e = patch_pod(&s, "p", PatchType::Merge, b"{", Subresource::Main).unwrap_err();
     assert_eq!(e.code(), 400);
     let e = patch_pod(&s, "q", PatchType::Merge, b"{}", Subresource::Main).unwrap_err();
@@ -685,7 +687,7 @@ fn delete_semantics() {
     assert_eq!(
         e.message(),
         format!(
-            r#"Operation cannot be fulfilled on pods "p": Precondition failed: UID in precondition: other, UID in object meta: {}"#,
+            r#"Operation cannot be fulfilled on Pod "p": the UID in the precondition (other) does not match the UID in record ({}). The object might have been deleted and then recreated"#,
             p["metadata"]["uid"].as_str().unwrap()
         )
     );
@@ -694,7 +696,9 @@ fn delete_semantics() {
         resource_version: Some("1".into()),
     };
     let e = s.delete(Resource::Pod, "default", "p", &pre).unwrap_err();
-    assert!(e.message().contains("Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: 3"));
+    assert!(e.message().contains(
+        "the ResourceVersion in the precondition (1) does not match the ResourceVersion in record (3)"
+    ));
     let pre = Preconditions {
         uid: p["metadata"]["uid"].as_str().map(str::to_string),
         resource_version: Some("3".into()),
