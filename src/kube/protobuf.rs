@@ -12,7 +12,8 @@
 //! skipping of unknown fields and groups), and a compact schema table for the
 //! kinds the sim accepts (see [`supported_kinds`]). Field numbers and JSON
 //! names come from upstream `generated.proto` / `types.go` (kubernetes/api
-//! `core/v1`, `apps/v1`, `networking/v1`; kubernetes/apimachinery
+//! `core/v1`, `apps/v1`, `networking/v1`, `authorization/v1`,
+//! `authentication/v1`; kubernetes/apimachinery
 //! `pkg/apis/meta/v1`, `pkg/util/intstr`, `pkg/api/resource`,
 //! `pkg/runtime`). The output follows Go's `encoding/json` rules for the
 //! decoded Go struct: `omitempty` drops zero scalars and empty slices/maps,
@@ -442,7 +443,78 @@ static KINDS: &[(&str, &str, &Message)] = &[
     ("apps/v1", "Deployment", &DEPLOYMENT),
     ("apps/v1", "ReplicaSet", &REPLICA_SET),
     ("networking.k8s.io/v1", "Ingress", &INGRESS),
+    // `kubectl auth can-i` and `kubectl auth whoami` (the sim answers them:
+    // docs/sim.md#access-reviews). Only what a request carries: a review's
+    // status is the server's to fill, and is skipped.
+    (
+        "authorization.k8s.io/v1",
+        "SelfSubjectAccessReview",
+        &SELF_SUBJECT_ACCESS_REVIEW,
+    ),
+    (
+        "authentication.k8s.io/v1",
+        "SelfSubjectReview",
+        &SELF_SUBJECT_REVIEW,
+    ),
 ];
+
+// --- authorization/v1, authentication/v1: the self reviews -----------------
+
+static SELF_SUBJECT_ACCESS_REVIEW: Message = Message {
+    name: "SelfSubjectAccessReview",
+    fields: &[
+        f(1, "metadata", Msg(&OBJECT_META), Omit),
+        f(2, "spec", Msg(&SELF_SUBJECT_ACCESS_REVIEW_SPEC), Always),
+    ],
+};
+
+static SELF_SUBJECT_ACCESS_REVIEW_SPEC: Message = Message {
+    name: "SelfSubjectAccessReviewSpec",
+    fields: &[
+        f(1, "resourceAttributes", Msg(&RESOURCE_ATTRIBUTES), Ptr),
+        f(
+            2,
+            "nonResourceAttributes",
+            Msg(&NON_RESOURCE_ATTRIBUTES),
+            Ptr,
+        ),
+    ],
+};
+
+static RESOURCE_ATTRIBUTES: Message = Message {
+    name: "ResourceAttributes",
+    fields: &[
+        f(1, "namespace", Str, Omit),
+        f(2, "verb", Str, Omit),
+        f(3, "group", Str, Omit),
+        f(4, "version", Str, Omit),
+        f(5, "resource", Str, Omit),
+        f(6, "subresource", Str, Omit),
+        f(7, "name", Str, Omit),
+        f(8, "fieldSelector", Msg(&SELECTOR_ATTRIBUTES), Ptr),
+        f(9, "labelSelector", Msg(&SELECTOR_ATTRIBUTES), Ptr),
+    ],
+};
+
+/// `FieldSelectorAttributes` and `LabelSelectorAttributes`: the same
+/// fields, their requirements the same shape as a LabelSelector's.
+static SELECTOR_ATTRIBUTES: Message = Message {
+    name: "SelectorAttributes",
+    fields: &[
+        f(1, "rawSelector", Str, Omit),
+        r(2, "requirements", Msg(&LABEL_SELECTOR_REQUIREMENT), Omit),
+    ],
+};
+
+static NON_RESOURCE_ATTRIBUTES: Message = Message {
+    name: "NonResourceAttributes",
+    fields: &[f(1, "path", Str, Omit), f(2, "verb", Str, Omit)],
+};
+
+static SELF_SUBJECT_REVIEW: Message = Message {
+    name: "SelfSubjectReview",
+    fields: &[f(1, "metadata", Msg(&OBJECT_META), Omit)],
+};
 
 // --- meta/v1 (apimachinery pkg/apis/meta/v1/types.go) ----------------------
 

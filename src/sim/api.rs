@@ -11,6 +11,9 @@ use super::managed;
 use super::resources::{Resource, ResourceInfo};
 use super::store::{Event, PatchType, Selectors, Store, StoreError, Subresource, WatchFrom};
 use super::table;
+
+mod events_view;
+mod review;
 use crate::http::{ChunkSink, Handler, HttpError, Reply, Request, Response};
 use crate::kube::status::Status;
 use crate::token::{self, TokenDigest};
@@ -44,6 +47,16 @@ pub struct Auth {
 impl Auth {
     fn required(&self) -> bool {
         self.token_sha256.is_some() || self.accept_client_cert
+    }
+
+    /// Who an admitted request is (`sim::reviews`): the one identity the
+    /// sim's credentials stand for, or anyone with `--no-auth`.
+    fn caller(&self) -> super::reviews::Caller {
+        if self.required() {
+            super::reviews::Caller::ADMIN
+        } else {
+            super::reviews::Caller::ANONYMOUS
+        }
     }
 
     fn admits(&self, req: &Request) -> bool {
@@ -192,32 +205,36 @@ fn status_of(e: StoreError) -> Status {
         details.group = i.group.to_string();
         details.kind = i.plural.to_string();
     }
-    if let StoreError::PreconditionFailed { resource, .. } = &e {
-        details.kind = resource.info().kind.to_string();
-    }
-    if let StoreError::ApplyConflict { causes, .. } = &e {
-        details.causes = causes
-            .iter()
-            .map(|c| StatusCause {
-                reason: c["reason"].as_str().unwrap_or("").to_string(),
-                message: c["message"].as_str().unwrap_or("").to_string(),
-                field: c["field"].as_str().unwrap_or("").to_string(),
-            })
-            .collect();
-    }
-    if let StoreError::Invalid {
-        resource, causes, ..
-    } = &e
-    {
-        details.kind = resource.info().kind.to_string();
-        details.causes = causes
-            .iter()
-            .map(|c| StatusCause {
-                reason: c.kind.reason().to_string(),
-                message: c.body(),
-                field: c.field.clone(),
-            })
-            .collect();
+    let cause = |c: &super::store::FieldCause| StatusCause {
+        reason: c.kind.reason().to_string(),
+        message: c.body(),
+        field: c.field.clone(),
+    };
+    match &e {
+        StoreError::PreconditionFailed { resource, .. } => {
+            details.kind = resource.info().kind.to_string();
+        }
+        StoreError::ApplyConflict { causes, .. } => {
+            details.causes = causes
+                .iter()
+                .map(|c| StatusCause {
+                    reason: c["reason"].as_str().unwrap_or("").to_string(),
+                    message: c["message"].as_str().unwrap_or("").to_string(),
+                    field: c["field"].as_str().unwrap_or("").to_string(),
+                })
+                .collect();
+        }
+        StoreError::Invalid {
+            resource, causes, ..
+        } => {
+            details.kind = resource.info().kind.to_string();
+            details.causes = causes.iter().map(cause).collect();
+        }
+        // Upstream names the resource here (`details.kind` stays the plural).
+        StoreError::ResourceVersionRequired { .. } => {
+            details.causes = vec![cause(&super::store::error::resource_version_required())];
+        }
+        _ => {}
     }
     let code = e.code();
     Status {
@@ -551,6 +568,11 @@ impl ApiServer {
                 Some(v) => json_response(200, &v).into(),
                 None => not_found_path().into(),
             },
+            Route::Collection(res, None) if res.is_review() => self.review(req, res).into(),
+            Route::Collection(Resource::EventV1, ns) => self.events_v1_collection(req, ns),
+            Route::Object(Resource::EventV1, ns, name) => {
+                self.events_v1_object(req, ns, name).into()
+            }
             Route::Collection(res, ns) => self.collection(req, res, ns),
             Route::Object(res, ns, name) => self.object(req, res, ns, name).into(),
             Route::Sub(res, ns, name, sub) => self.subresource(req, res, ns, name, sub),
@@ -572,7 +594,7 @@ impl ApiServer {
                     Err(r) => return r.into(),
                 };
                 if req.query_flag("watch") {
-                    return self.watch(req, res, ns, sel).into();
+                    return self.watch(req, res, res, ns, sel).into();
                 }
                 let (items, rv) = self.store.list(res, ns, &sel);
                 if table::wants_table(req.header("accept")) {
@@ -653,9 +675,9 @@ impl ApiServer {
                     Err(r) => return r,
                 };
                 match managed::with_writer(writer, || {
-                    self.store.update(res, ns, name, obj, Subresource::Main)
+                    self.store.update_or_create(res, ns, name, obj)
                 }) {
-                    Ok(o) => json_response(200, &o),
+                    Ok((o, created)) => json_response(if created { 201 } else { 200 }, &o),
                     Err(e) => store_error(e),
                 }
             }
@@ -699,6 +721,7 @@ impl ApiServer {
                                 | Resource::Service
                                 | Resource::Namespace
                                 | Resource::ServiceAccount
+                                | Resource::PersistentVolumeClaim
                         ) {
                             json_response(200, &o)
                         } else {
@@ -911,7 +934,16 @@ impl ApiServer {
         streams.proxy(req, ns, name, port, &target)
     }
 
-    fn watch(&self, req: &Request, res: Resource, ns: Option<&str>, sel: Selectors) -> Response {
+    /// A watch on the store's `res`, shown as `view` (the same kind, or
+    /// [`Resource::EventV1`] over the core Events).
+    fn watch(
+        &self,
+        req: &Request,
+        res: Resource,
+        view: Resource,
+        ns: Option<&str>,
+        sel: Selectors,
+    ) -> Response {
         let from = match req.query("resourceVersion") {
             None | Some("") | Some("0") => WatchFrom::InitialAdded,
             Some(v) => match v.parse::<u64>() {
@@ -941,7 +973,8 @@ impl ApiServer {
         };
         let bookmarks = req.query_flag("allowWatchBookmarks");
         let as_table = table::wants_table(req.header("accept"));
-        let info = res.info();
+        let info = view.info();
+        let converted = view != res;
         let start_rv = self.store.current_rv();
         let stream = match self.store.watch(res, ns, sel, from) {
             Ok(s) => s,
@@ -988,6 +1021,14 @@ impl ApiServer {
                                 let t = table::table(res, std::slice::from_ref(&ev.object), ev.rv);
                                 let mut line = serde_json::to_vec(
                                     &json!({"type": ev.ty.as_str(), "object": t}),
+                                )
+                                .unwrap_or_default();
+                                line.push(b'\n');
+                                sink.send(&line)?;
+                            } else if converted {
+                                let object = super::events::to_events_v1(&ev.object);
+                                let mut line = serde_json::to_vec(
+                                    &json!({"type": ev.ty.as_str(), "object": object}),
                                 )
                                 .unwrap_or_default();
                                 line.push(b'\n');

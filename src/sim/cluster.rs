@@ -238,6 +238,7 @@ impl Sim {
         }));
         let addr = server.local_addr();
         api.set_server_address(addr.to_string());
+        kubelet.register_node(addr.port());
         let scheme = if opts.tls { "https" } else { "http" };
         let host = if addr.ip().is_unspecified() {
             "127.0.0.1".to_string()

@@ -1,4 +1,7 @@
-//! The sim's controller manager: Deployment -> ReplicaSet -> Pods, the
+//! The sim's controller manager: Deployment -> ReplicaSet -> Pods (with
+//! their Events: `SuccessfulCreate`, `SuccessfulDelete`,
+//! `ScalingReplicaSet`), the Event TTL (`sim::events::Reaper`, every
+//! minute), the
 //! garbage collector, the namespace controller, the serviceaccount
 //! controller (`sim::serviceaccounts`) and the Gateway API controller (`sim::gateway`), on one reconcile thread.
 //!
@@ -15,6 +18,7 @@
 //! `desired - new.availableReplicas`, so old pods go as new ones become
 //! available; `Recreate` empties the old ones first.
 
+use super::events::{self, Recorder, Regarding};
 use super::gateway;
 use super::gc;
 use super::lifecycle::{self, DeleteOptions};
@@ -205,10 +209,44 @@ fn controller_uid(o: &Value) -> Option<&str> {
         .and_then(|r| r["uid"].as_str())
 }
 
+/// The controllers' Event recorders (docs/sim.md#events), named as
+/// kube-controller-manager's are.
+pub(crate) struct Recorders {
+    replicaset: Recorder,
+    deployment: Recorder,
+}
+
+impl Recorders {
+    fn new(store: &Arc<Store>) -> Recorders {
+        Recorders {
+            replicaset: Recorder::new(store.clone(), "replicaset-controller", ""),
+            deployment: Recorder::new(store.clone(), "deployment-controller", ""),
+        }
+    }
+}
+
+fn regarding<'a>(kind: &'static str, obj: &'a Value) -> Regarding<'a> {
+    Regarding {
+        kind,
+        api_version: "apps/v1",
+        object: obj,
+        field_path: None,
+    }
+}
+
 fn reconcile_loop(store: Arc<Store>, rx: Receiver<Dirty>, stop: Arc<AtomicBool>) {
     const RESYNC: Duration = Duration::from_secs(5);
+    /// How often Events past their TTL are looked for.
+    const REAP: Duration = Duration::from_secs(60);
     let mut next_resync = Instant::now() + RESYNC;
+    let mut next_reap = Instant::now() + REAP;
+    let mut reaper = events::Reaper::default();
+    let rec = Recorders::new(&store);
     while !stop.load(Ordering::Relaxed) {
+        if Instant::now() >= next_reap {
+            next_reap = Instant::now() + REAP;
+            reaper.pass(&store, Instant::now(), events::TTL);
+        }
         let first = match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(d) => Some(d),
             Err(RecvTimeoutError::Timeout) => None,
@@ -267,8 +305,8 @@ fn reconcile_loop(store: Arc<Store>, rx: Receiver<Dirty>, stop: Arc<AtomicBool>)
                     gc::collect_dependents(&store, uid);
                     Ok(())
                 }
-                Dirty::ReplicaSet(ns, name) => reconcile_replicaset(&store, ns, name),
-                Dirty::Deployment(ns, name) => reconcile_deployment(&store, ns, name),
+                Dirty::ReplicaSet(ns, name) => reconcile_replicaset(&store, &rec, ns, name),
+                Dirty::Deployment(ns, name) => reconcile_deployment(&store, &rec, ns, name),
                 Dirty::Namespace(name) => gc::reconcile_namespace(&store, name),
                 Dirty::DefaultServiceAccount(ns) => {
                     super::serviceaccounts::ensure_default(&store, ns)
@@ -335,7 +373,12 @@ fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
 }
 
 /// Keeps `spec.replicas` active pods for a ReplicaSet and its status current.
-fn reconcile_replicaset(store: &Store, ns: &str, name: &str) -> Result<(), StoreError> {
+fn reconcile_replicaset(
+    store: &Store,
+    rec: &Recorders,
+    ns: &str,
+    name: &str,
+) -> Result<(), StoreError> {
     let rs = store.get(Resource::ReplicaSet, ns, name)?;
     let uid = uid_of(&rs).to_string();
     let want = rs["spec"]["replicas"].as_i64().unwrap_or(1).max(0) as usize;
@@ -373,7 +416,12 @@ fn reconcile_replicaset(store: &Store, ns: &str, name: &str) -> Result<(), Store
                     "metadata": meta,
                     "spec": template["spec"],
                 });
-                store.create(Resource::Pod, ns, pod)?;
+                let made = store.create(Resource::Pod, ns, pod)?;
+                rec.replicaset.normal(
+                    &regarding("ReplicaSet", &rs),
+                    "SuccessfulCreate",
+                    &format!("Created pod: {}", name_of(&made)),
+                );
             }
         } else if active.len() > want {
             // Scale down: not-yet-ready pods first, then the newest.
@@ -393,7 +441,12 @@ fn reconcile_replicaset(store: &Store, ns: &str, name: &str) -> Result<(), Store
                     &name_of(p),
                     &DeleteOptions::default(),
                 ) {
-                    Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                    Ok(_) => rec.replicaset.normal(
+                        &regarding("ReplicaSet", &rs),
+                        "SuccessfulDelete",
+                        &format!("Deleted pod: {}", name_of(p)),
+                    ),
+                    Err(StoreError::NotFound { .. }) => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -567,7 +620,25 @@ fn deployment_conditions(d: &Value, available_ok: bool, all_updated: bool, new_r
     ])
 }
 
-fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), StoreError> {
+/// `ScalingReplicaSet`, as the deployment controller words it.
+fn scaled(rec: &Recorders, d: &Value, rs: &str, from: i64, to: i64) {
+    if from == to {
+        return;
+    }
+    let how = if to > from { "up" } else { "down" };
+    rec.deployment.normal(
+        &regarding("Deployment", d),
+        "ScalingReplicaSet",
+        &format!("Scaled {how} replica set {rs} from {from} to {to}"),
+    );
+}
+
+fn reconcile_deployment(
+    store: &Store,
+    rec: &Recorders,
+    ns: &str,
+    name: &str,
+) -> Result<(), StoreError> {
     let d = store.get(Resource::Deployment, ns, name)?;
     if !d["metadata"]["deletionTimestamp"].is_null() {
         return Ok(());
@@ -614,7 +685,8 @@ fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), Store
     let new_rs = match new_rs {
         Some(rs) => {
             if rs["spec"]["replicas"].as_i64() != Some(new_target) {
-                store.modify(
+                let was = rs["spec"]["replicas"].as_i64().unwrap_or(0);
+                let rs = store.modify(
                     Resource::ReplicaSet,
                     ns,
                     &name_of(&rs),
@@ -622,7 +694,9 @@ fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), Store
                         o["spec"]["replicas"] = json!(new_target);
                         Ok(())
                     },
-                )?
+                )?;
+                scaled(rec, &d, &name_of(&rs), was, new_target);
+                rs
             } else {
                 rs
             }
@@ -630,7 +704,10 @@ fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), Store
         None => {
             let rs = new_replica_set(&d, &hash, desired, max_revision + 1, new_target);
             match store.create(Resource::ReplicaSet, ns, rs) {
-                Ok(rs) => rs,
+                Ok(rs) => {
+                    scaled(rec, &d, &name_of(&rs), 0, new_target);
+                    rs
+                }
                 Err(StoreError::AlreadyExists { .. }) => {
                     store.get(Resource::ReplicaSet, ns, &format!("{name}-{hash}"))?
                 }
@@ -658,6 +735,7 @@ fn reconcile_deployment(store: &Store, ns: &str, name: &str) -> Result<(), Store
                     Ok(())
                 },
             )?;
+            scaled(rec, &d, &name_of(old), cur, target);
         }
     }
     // Keep at most revisionHistoryLimit empty old ReplicaSets.

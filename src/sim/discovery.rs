@@ -269,7 +269,15 @@ mod tests {
             .collect();
         assert_eq!(
             g,
-            vec!["apps", "gateway.networking.k8s.io", "networking.k8s.io"]
+            vec![
+                "apps",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
+                "coordination.k8s.io",
+                "events.k8s.io",
+                "gateway.networking.k8s.io",
+                "networking.k8s.io"
+            ]
         );
         let gw = resource_list("gateway.networking.k8s.io", "v1").expect("gateway api");
         let names: Vec<&str> = gw["resources"]

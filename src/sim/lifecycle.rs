@@ -78,6 +78,32 @@ pub fn delete(
                 Ok(())
             })
         }
+        // The pvc-protection finalizer: upstream marks the claim deleted
+        // and its controller lifts the finalizer once no pod uses it; the
+        // sim answers the marked claim and lifts it at once (it does not
+        // track which pods use a claim: docs/sim.md).
+        Resource::PersistentVolumeClaim => {
+            let protected = current["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == super::admission::PVC_PROTECTION));
+            if !protected || !current["metadata"]["deletionTimestamp"].is_null() {
+                return store.delete(res, ns, name, &opts.pre);
+            }
+            let marked = store.modify(res, ns, name, &mut |o: &mut Value| {
+                o["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+                o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                Ok(())
+            })?;
+            let uid = marked["metadata"]["uid"].as_str().map(str::to_string);
+            let pre = Preconditions {
+                uid,
+                resource_version: None,
+            };
+            match store.delete(res, ns, name, &pre) {
+                Ok(_) | Err(StoreError::NotFound { .. }) => Ok(marked),
+                Err(e) => Err(e),
+            }
+        }
         _ => store.delete(res, ns, name, &opts.pre),
     }
 }

@@ -6,19 +6,25 @@
 //! The API side: [`api`] (routes), [`store`] (objects, resource versions,
 //! watches), [`admission`] (defaults, validation, the ClusterIP/NodePort
 //! allocator), [`rules`] (the syntax rules on names, keys and ports),
-//! [`selector`], [`patch`], [`table`], [`discovery`], [`resources`]. The
-//! node side: [`kubelet`], [`podspec`] (a container as a process plan),
+//! [`selector`], [`patch`], [`table`], [`discovery`], [`resources`],
+//! [`decode`] and [`apitime`] (typed fields and times as Go decodes them),
+//! [`difflib`] (the diffs upstream's messages carry). The
+//! node side: [`kubelet`], [`node`] (the Node and its Lease), [`podspec`] (a container as a process plan),
 //! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
 //! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
-//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`], [`serviceaccounts`],
+//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`events`] (both Event groups, the recorder, the TTL), [`reviews`] (`auth can-i`, `auth whoami`), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`], [`serviceaccounts`],
 //! [`tls`], [`kubeconfig`].
 
 pub mod admission;
 pub mod api;
+pub mod apitime;
 pub mod args;
 pub mod cluster;
 pub mod controllers;
+pub mod decode;
+pub mod difflib;
 pub mod discovery;
+pub mod events;
 pub mod faults;
 pub mod gateway;
 pub mod gc;
@@ -26,6 +32,7 @@ pub mod kubeconfig;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod managed;
+pub mod node;
 pub mod patch;
 pub mod pod_users;
 pub mod podio;
@@ -33,6 +40,7 @@ pub mod podspec;
 pub mod portforward;
 pub mod proxy;
 pub mod resources;
+pub mod reviews;
 pub mod rules;
 pub mod runtime;
 pub mod selector;

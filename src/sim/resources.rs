@@ -16,6 +16,19 @@ pub enum Resource {
     Gateway,
     HttpRoute,
     ServiceAccount,
+    Lease,
+    Node,
+    /// core/v1 Events: what the store keeps (docs/sim.md#events).
+    Event,
+    /// `events.k8s.io/v1` Events: a view of the same objects, converted by
+    /// the API layer (`sim::events`); the store never holds one.
+    EventV1,
+    PersistentVolumeClaim,
+    /// `kubectl auth can-i` (docs/sim.md#access-reviews): answered, never
+    /// stored.
+    SelfSubjectAccessReview,
+    /// `kubectl auth whoami`: answered, never stored.
+    SelfSubjectReview,
 }
 
 /// Static facts about a resource kind, as discovery reports them.
@@ -48,8 +61,13 @@ const VERBS: &[&str] = &[
 ];
 
 impl ResourceInfo {
+    /// The verbs discovery lists: a review is only ever created.
     pub fn verbs(&self) -> &'static [&'static str] {
-        VERBS
+        if self.resource.is_review() {
+            &["create"]
+        } else {
+            VERBS
+        }
     }
 
     /// `v1` for core, `apps/v1` otherwise.
@@ -68,7 +86,7 @@ impl ResourceInfo {
 }
 
 /// Number of resource kinds (the length of [`ALL`]).
-pub const COUNT: usize = 12;
+pub const COUNT: usize = 19;
 
 pub const ALL: &[ResourceInfo; COUNT] = &[
     ResourceInfo {
@@ -219,6 +237,93 @@ pub const ALL: &[ResourceInfo; COUNT] = &[
         subresources: &[],
         has_generation: false,
     },
+    // docs/sim.md#leases.
+    ResourceInfo {
+        resource: Resource::Lease,
+        group: "coordination.k8s.io",
+        version: "v1",
+        kind: "Lease",
+        plural: "leases",
+        singular: "lease",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
+    // docs/sim.md#nodes. The `proxy` subresource is not served.
+    ResourceInfo {
+        resource: Resource::Node,
+        group: "",
+        version: "v1",
+        kind: "Node",
+        plural: "nodes",
+        singular: "node",
+        namespaced: false,
+        short_names: &["no"],
+        subresources: &["status"],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::Event,
+        group: "",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+        singular: "event",
+        namespaced: true,
+        short_names: &["ev"],
+        subresources: &[],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::EventV1,
+        group: "events.k8s.io",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+        singular: "event",
+        namespaced: true,
+        short_names: &["ev"],
+        subresources: &[],
+        has_generation: false,
+    },
+    // docs/sim.md#persistentvolumeclaims.
+    ResourceInfo {
+        resource: Resource::PersistentVolumeClaim,
+        group: "",
+        version: "v1",
+        kind: "PersistentVolumeClaim",
+        plural: "persistentvolumeclaims",
+        singular: "persistentvolumeclaim",
+        namespaced: true,
+        short_names: &["pvc"],
+        subresources: &["status"],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::SelfSubjectAccessReview,
+        group: "authorization.k8s.io",
+        version: "v1",
+        kind: "SelfSubjectAccessReview",
+        plural: "selfsubjectaccessreviews",
+        singular: "",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::SelfSubjectReview,
+        group: "authentication.k8s.io",
+        version: "v1",
+        kind: "SelfSubjectReview",
+        plural: "selfsubjectreviews",
+        singular: "",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
 ];
 
 impl Resource {
@@ -243,7 +348,35 @@ impl Resource {
             Resource::Gateway => 9,
             Resource::HttpRoute => 10,
             Resource::ServiceAccount => 11,
+            Resource::Lease => 12,
+            Resource::Node => 13,
+            Resource::Event => 14,
+            Resource::EventV1 => 15,
+            Resource::PersistentVolumeClaim => 16,
+            Resource::SelfSubjectAccessReview => 17,
+            Resource::SelfSubjectReview => 18,
         }
+    }
+
+    /// A review: answered for the caller on create, never stored.
+    pub fn is_review(self) -> bool {
+        matches!(
+            self,
+            Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview
+        )
+    }
+
+    /// A PUT to a name that does not exist creates it (the registry
+    /// strategy's `AllowCreateOnUpdate`), answering 201.
+    pub fn allows_create_on_update(self) -> bool {
+        matches!(self, Resource::Lease | Resource::Event | Resource::EventV1)
+    }
+
+    /// A PUT without `metadata.resourceVersion` replaces whatever is
+    /// stored (`AllowUnconditionalUpdate`); where it does not, such a PUT
+    /// is refused with 422 (optimistic concurrency is mandatory).
+    pub fn allows_unconditional_update(self) -> bool {
+        !matches!(self, Resource::Lease)
     }
 
     /// `pods`, or `deployments.apps`: the group-qualified resource that

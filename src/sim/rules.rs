@@ -181,6 +181,40 @@ pub fn validate_label_key(key: &str) -> Result<(), RuleError> {
     Ok(())
 }
 
+/// Every refusal `IsQualifiedName` gives (it does not stop at the first:
+/// an empty name is both "must be non-empty" and the format's text), for
+/// the fields upstream checks with `ValidateQualifiedName`.
+pub fn qualified_name_errors(key: &str) -> Vec<String> {
+    let parts: Vec<&str> = key.split('/').collect();
+    let mut errs = Vec::new();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_string());
+            } else if let Err(e) = check_dns1123_subdomain(prefix) {
+                errs.push(format!("prefix part {e}"));
+            }
+            *name
+        }
+        _ => {
+            let regex = NAME_FMT_MSG.trim_start_matches("name part ");
+            return vec![format!(
+                "a qualified name {regex} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            )];
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".into());
+    } else if name.len() > 63 {
+        errs.push("name part must be no more than 63 characters".into());
+    }
+    if !is_qualified_name_part(name) {
+        errs.push(NAME_FMT_MSG.to_string());
+    }
+    errs
+}
+
 /// Validates a label value (may be empty).
 pub fn validate_label_value(v: &str) -> Result<(), RuleError> {
     if v.len() > 63 {

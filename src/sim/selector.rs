@@ -490,8 +490,56 @@ fn quote(s: &str) -> String {
 pub struct FieldRequirement {
     pub field: String,
     path: Vec<String>,
+    /// Where the value is read when `path` holds none (an Event's
+    /// `source`: `source.component`, else `reportingComponent`).
+    fallback: Option<Vec<String>>,
     pub negate: bool,
     pub value: String,
+}
+
+/// `events.k8s.io/v1`'s selectable fields and the core/v1 field each one
+/// is (`AddFieldLabelConversionsForEvent`).
+const EVENT_V1_FIELDS: &[(&str, &str)] = &[
+    ("reason", "reason"),
+    ("regarding.kind", "involvedObject.kind"),
+    ("regarding.namespace", "involvedObject.namespace"),
+    ("regarding.name", "involvedObject.name"),
+    ("regarding.uid", "involvedObject.uid"),
+    ("regarding.apiVersion", "involvedObject.apiVersion"),
+    (
+        "regarding.resourceVersion",
+        "involvedObject.resourceVersion",
+    ),
+    ("regarding.fieldPath", "involvedObject.fieldPath"),
+    ("reportingController", "reportingComponent"),
+    ("type", "type"),
+    ("metadata.namespace", "metadata.namespace"),
+    ("metadata.name", "metadata.name"),
+];
+
+fn split_path(field: &str) -> Vec<String> {
+    field.split('.').map(str::to_string).collect()
+}
+
+/// Where a selectable field's value is read in the stored object: the
+/// field itself, but an `events.k8s.io/v1` field is read from its core/v1
+/// twin (the store keeps core Events), and an Event's `source` from
+/// `source.component`, else `reportingComponent` (`ToSelectableFields`).
+fn field_paths(res: Resource, field: &str) -> (Vec<String>, Option<Vec<String>>) {
+    let core = match res {
+        Resource::EventV1 => EVENT_V1_FIELDS
+            .iter()
+            .find(|(v1, _)| *v1 == field)
+            .map_or(field, |(_, c)| c),
+        _ => field,
+    };
+    if matches!(res, Resource::Event | Resource::EventV1) && core == "source" {
+        return (
+            split_path("source.component"),
+            Some(split_path("reportingComponent")),
+        );
+    }
+    (split_path(core), None)
 }
 
 /// A parsed field selector: terms ANDed. The default matches everything.
@@ -499,6 +547,9 @@ pub struct FieldRequirement {
 pub struct FieldSelector {
     pub requirements: Vec<FieldRequirement>,
 }
+
+/// Selectable fields that are booleans upstream: absent reads `false`.
+const BOOL_FIELDS: &[&str] = &["spec.hostNetwork", "spec.unschedulable"];
 
 /// The fields each kind may be selected on (upstream field label conversions).
 fn supported_fields(res: Resource) -> &'static [&'static str] {
@@ -516,6 +567,36 @@ fn supported_fields(res: Resource) -> &'static [&'static str] {
             "status.nominatedNodeName",
         ],
         Resource::Namespace => &["metadata.name", "status.phase"],
+        Resource::Node => &["metadata.name", "spec.unschedulable"],
+        Resource::Event => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+            "metadata.namespace",
+            "metadata.name",
+        ],
+        Resource::EventV1 => &[
+            "reason",
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "regarding.apiVersion",
+            "regarding.resourceVersion",
+            "regarding.fieldPath",
+            "reportingController",
+            "type",
+            "metadata.namespace",
+            "metadata.name",
+        ],
         Resource::Secret => &["metadata.name", "metadata.namespace", "type"],
         Resource::Service => &[
             "metadata.name",
@@ -530,7 +611,11 @@ fn supported_fields(res: Resource) -> &'static [&'static str] {
         | Resource::GatewayClass
         | Resource::Gateway
         | Resource::HttpRoute
-        | Resource::ServiceAccount => &["metadata.name", "metadata.namespace"],
+        | Resource::ServiceAccount
+        | Resource::Lease
+        | Resource::PersistentVolumeClaim
+        | Resource::SelfSubjectAccessReview
+        | Resource::SelfSubjectReview => &["metadata.name", "metadata.namespace"],
     }
 }
 
@@ -605,17 +690,22 @@ impl FieldSelector {
             let value = unescape(&term[at + len..]);
             if !supported_fields(res).contains(&field.as_str()) {
                 return Err(match res {
-                    Resource::ConfigMap | Resource::Deployment | Resource::Ingress => format!(
+                    Resource::ConfigMap
+                    | Resource::Deployment
+                    | Resource::Ingress
+                    | Resource::Lease
+                    | Resource::PersistentVolumeClaim => format!(
                         "{} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
                         quote(&field)
                     ),
                     _ => format!("field label not supported: {field}"),
                 }.into());
             }
-            let path = field.split('.').map(str::to_string).collect();
+            let (path, fallback) = field_paths(res, &field);
             requirements.push(FieldRequirement {
                 field,
                 path,
+                fallback,
                 negate,
                 value,
             });
@@ -629,9 +719,18 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.requirements.iter().all(|r| {
-            let mut cur = Some(obj);
-            for p in &r.path {
-                cur = cur.and_then(|c| c.get(p));
+            let at = |path: &[String]| {
+                let mut cur = Some(obj);
+                for p in path {
+                    cur = cur.and_then(|c| c.get(p));
+                }
+                cur
+            };
+            let mut cur = at(&r.path);
+            if let Some(fb) = &r.fallback {
+                if cur.is_none_or(|v| v.is_null() || v == "") {
+                    cur = at(fb);
+                }
             }
             let eq = match cur {
                 Some(Value::String(s)) => *s == r.value,
@@ -639,7 +738,8 @@ impl FieldSelector {
                 Some(Value::Number(n)) => n.to_string() == r.value,
                 // Missing booleans read as false, missing strings as "".
                 None | Some(Value::Null) => {
-                    r.value.is_empty() || (r.field == "spec.hostNetwork" && r.value == "false")
+                    r.value.is_empty()
+                        || (BOOL_FIELDS.contains(&r.field.as_str()) && r.value == "false")
                 }
                 Some(_) => false,
             };

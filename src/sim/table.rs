@@ -120,6 +120,50 @@ fn columns(res: Resource) -> Vec<Col> {
             c("Hostnames", "string", 0),
             c("Age", "string", 0),
         ],
+        Resource::Lease => vec![
+            c("Name", "string", 0),
+            c("Holder", "string", 0),
+            c("Age", "string", 0),
+        ],
+        Resource::Node => vec![
+            c("Name", "string", 0),
+            c("Status", "string", 0),
+            c("Roles", "string", 0),
+            c("Age", "string", 0),
+            c("Version", "string", 0),
+            c("Internal-IP", "string", 1),
+            c("External-IP", "string", 1),
+            c("OS-Image", "string", 1),
+            c("Kernel-Version", "string", 1),
+            c("Container-Runtime", "string", 1),
+        ],
+        Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {
+            vec![c("Name", "string", 0), c("Age", "string", 0)]
+        }
+        Resource::PersistentVolumeClaim => vec![
+            c("Name", "string", 0),
+            c("Status", "string", 0),
+            c("Volume", "string", 0),
+            c("Capacity", "string", 0),
+            c("Access Modes", "string", 0),
+            c("StorageClass", "string", 0),
+            c("VolumeAttributesClass", "string", 0),
+            c("Age", "string", 0),
+            c("VolumeMode", "string", 1),
+        ],
+        // One printer for both groups: upstream prints the stored object.
+        Resource::Event | Resource::EventV1 => vec![
+            c("Last Seen", "string", 0),
+            c("Type", "string", 0),
+            c("Reason", "string", 0),
+            c("Object", "string", 0),
+            c("Subobject", "string", 1),
+            c("Source", "string", 1),
+            c("Message", "string", 0),
+            c("First Seen", "string", 1),
+            c("Count", "string", 1),
+            c("Name", "string", 1),
+        ],
     }
 }
 
@@ -421,7 +465,197 @@ fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
             let n = o["secrets"].as_array().map(Vec::len).unwrap_or(0);
             vec![name, json!(n), json!(age(o))]
         }
+        // `printLease`: the holder, "" when none.
+        Resource::Lease => vec![name, json!(s(&o["spec"]["holderIdentity"])), json!(age(o))],
+        Resource::Node => node_cells(o, name),
+        Resource::Event | Resource::EventV1 => event_cells(o, name),
+        Resource::PersistentVolumeClaim => pvc_cells(o, name),
+        Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {
+            vec![name, json!(age(o))]
+        }
     }
+}
+
+/// `printPersistentVolumeClaim`: capacity and access modes only once
+/// bound; the class from `storageClassName` or the beta annotation.
+fn pvc_cells(o: &Value, name: Value) -> Vec<Value> {
+    let spec = &o["spec"];
+    let phase = if o["metadata"]["deletionTimestamp"].is_null() {
+        s(&o["status"]["phase"])
+    } else {
+        "Terminating".into()
+    };
+    let volume = s(&spec["volumeName"]);
+    let (capacity, modes) = if volume.is_empty() {
+        (String::new(), String::new())
+    } else {
+        let short = |m: &str| match m {
+            "ReadWriteOnce" => "RWO",
+            "ReadOnlyMany" => "ROX",
+            "ReadWriteMany" => "RWX",
+            "ReadWriteOncePod" => "RWOP",
+            _ => "",
+        };
+        let modes: Vec<&str> = [
+            "ReadWriteOnce",
+            "ReadOnlyMany",
+            "ReadWriteMany",
+            "ReadWriteOncePod",
+        ]
+        .into_iter()
+        .filter(|m| {
+            o["status"]["accessModes"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == *m))
+        })
+        .map(short)
+        .collect();
+        (s(&o["status"]["capacity"]["storage"]), modes.join(","))
+    };
+    let class = match spec["storageClassName"].as_str() {
+        Some(c) => c.to_string(),
+        None => s(&o["metadata"]["annotations"]["volume.beta.kubernetes.io/storage-class"]),
+    };
+    let unset = |v: &Value| {
+        v.as_str()
+            .map_or_else(|| "<unset>".to_string(), str::to_string)
+    };
+    vec![
+        name,
+        json!(phase),
+        json!(volume),
+        json!(capacity),
+        json!(modes),
+        json!(class),
+        json!(unset(&spec["volumeAttributesClassName"])),
+        json!(age(o)),
+        json!(unset(&spec["volumeMode"])),
+    ]
+}
+
+/// The age of a time field, `<unknown>` when unset (upstream's
+/// `translateTimestampSince` and its MicroTime twin).
+fn since(v: &Value) -> Option<String> {
+    let t = v.as_str().and_then(crate::kube::time::parse_rfc3339)?;
+    Some(human_duration(
+        SystemTime::now().duration_since(t).unwrap_or_default(),
+    ))
+}
+
+/// `printEvent` (with `Wide`) over a core/v1 Event.
+fn event_cells(o: &Value, name: Value) -> Vec<Value> {
+    let first = since(&o["firstTimestamp"])
+        .or_else(|| since(&o["eventTime"]))
+        .unwrap_or_else(|| "<unknown>".into());
+    let mut last = since(&o["lastTimestamp"]).unwrap_or_else(|| first.clone());
+    let mut count = o["count"].as_i64().unwrap_or(0);
+    if o["series"].is_object() {
+        last = since(&o["series"]["lastObservedTime"]).unwrap_or_else(|| "<unknown>".into());
+        count = o["series"]["count"].as_i64().unwrap_or(0);
+    } else if count == 0 {
+        count = 1;
+    }
+    let inv = &o["involvedObject"];
+    let kind = s(&inv["kind"]).to_lowercase();
+    let target = match s(&inv["name"]) {
+        n if n.is_empty() => kind,
+        n => format!("{kind}/{n}"),
+    };
+    let first_non_empty = |a: String, b: String| if a.is_empty() { b } else { a };
+    let component = first_non_empty(s(&o["source"]["component"]), s(&o["reportingComponent"]));
+    let instance = first_non_empty(s(&o["source"]["host"]), s(&o["reportingInstance"]));
+    let source = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        json!(last),
+        json!(s(&o["type"])),
+        json!(s(&o["reason"])),
+        json!(target),
+        json!(s(&inv["fieldPath"])),
+        json!(source),
+        json!(s(&o["message"]).trim()),
+        json!(first),
+        json!(count),
+        name,
+    ]
+}
+
+/// `printNode` (with `Wide`, as the API server prints): Ready or NotReady
+/// (Unknown without the condition), SchedulingDisabled when cordoned; the
+/// roles of `node-role.kubernetes.io/ROLE` and `kubernetes.io/role` labels.
+fn node_cells(o: &Value, name: Value) -> Vec<Value> {
+    let mut status: Vec<String> = o["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] == "Ready")
+        .map(|c| {
+            if c["status"] == "True" {
+                "Ready".to_string()
+            } else {
+                "NotReady".to_string()
+            }
+        })
+        .take(1)
+        .collect();
+    if status.is_empty() {
+        status.push("Unknown".into());
+    }
+    if o["spec"]["unschedulable"] == true {
+        status.push("SchedulingDisabled".into());
+    }
+    let mut roles: Vec<String> = o["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| match k.strip_prefix("node-role.kubernetes.io/") {
+            Some(role) if !role.is_empty() => Some(role.to_string()),
+            _ if k == "kubernetes.io/role" => {
+                v.as_str().filter(|r| !r.is_empty()).map(str::to_string)
+            }
+            _ => None,
+        })
+        .collect();
+    roles.sort();
+    roles.dedup();
+    let address = |ty: &str| {
+        o["status"]["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["type"] == ty)
+            .map(|a| s(&a["address"]))
+            .unwrap_or_else(|| "<none>".into())
+    };
+    let info = &o["status"]["nodeInfo"];
+    let unknown = |v: &Value| {
+        let v = s(v);
+        if v.is_empty() {
+            "<unknown>".to_string()
+        } else {
+            v
+        }
+    };
+    let mut kernel = unknown(&info["kernelVersion"]);
+    let arch = s(&info["architecture"]);
+    if !arch.is_empty() {
+        kernel = format!("{kernel} ({arch})");
+    }
+    vec![
+        name,
+        json!(status.join(",")),
+        json!(or_none(roles.join(","))),
+        json!(age(o)),
+        json!(s(&info["kubeletVersion"])),
+        json!(address("InternalIP")),
+        json!(address("ExternalIP")),
+        json!(unknown(&info["osImage"])),
+        json!(kernel),
+        json!(unknown(&info["containerRuntimeVersion"])),
+    ]
 }
 
 /// A condition's status (`.status.conditions[?(@.type=="T")].status`).

@@ -77,9 +77,10 @@ pub fn generate(extra_hosts: &[String], client: bool) -> Result<SimCerts, CertEr
     let server_cert = server_params.signed_by(&server_key, &ca).map_err(err)?;
 
     let client = if client {
-        let common_name = "kubegate-sim-admin".to_string();
+        // The identity `sim::reviews` reports for the certificate.
+        let common_name = super::reviews::ADMIN_USER.to_string();
         let mut p = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-        p.distinguished_name = dn(&common_name, Some("system:masters"));
+        p.distinguished_name = dn(&common_name, Some(super::reviews::ADMIN_GROUP));
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         let key = KeyPair::generate().map_err(err)?;

@@ -6,7 +6,9 @@
 //!   namespaces.
 //! - `pods.rs`, `services.rs`, `workloads.rs` (Deployments, ReplicaSets,
 //!   Ingresses), `config.rs` (ConfigMaps, Secrets), `gateway.rs` (the
-//!   Gateway API kinds): each kind's defaults and rules.
+//!   Gateway API kinds), `coordination.rs` (Leases), `nodes.rs` (Nodes),
+//!   `storage.rs` (PersistentVolumeClaims): each kind's defaults and
+//!   rules.
 //! - [`allocator`]: ClusterIPs and NodePorts.
 //! - the syntax rules on names, keys and ports are [`crate::sim::rules`]'s.
 //!
@@ -34,24 +36,31 @@ use std::collections::BTreeMap;
 
 pub mod allocator;
 mod config;
+mod coordination;
 mod gateway;
+mod nodes;
 mod pods;
 mod services;
+mod storage;
 mod workloads;
 
 use config::{
     null_strings_are_empty, secret_defaults, validate_config_data, validate_immutable_data,
     validate_secret_type,
 };
+use coordination::{lease_defaults, validate_lease};
 use gateway::{
     gateway_defaults, http_route_defaults, validate_gateway, validate_gateway_class,
     validate_http_route,
 };
+use nodes::{node_create_defaults, validate_node, validate_node_update};
 pub(crate) use pods::pod_service_account;
 use pods::{pod_defaults, qos_class, validate_pod_spec, validate_pod_update};
 use services::{
     service_defaults, service_fill_from_old, validate_service, validate_service_update,
 };
+pub(crate) use storage::PVC_PROTECTION;
+use storage::{pvc_defaults, validate_pvc, validate_pvc_update};
 use workloads::{validate_ingress, validate_workload, workload_defaults};
 
 /// Why admission refused a write.
@@ -78,6 +87,9 @@ fn done(causes: Causes) -> Result<(), Rejection> {
 /// Defaults and validates an object about to be created. The store has set
 /// `metadata.name` (from `generateName` if needed) and the namespace.
 pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
+    if matches!(res, Resource::Event | Resource::EventV1) {
+        return crate::sim::events::admit(obj, None);
+    }
     let mut causes = Causes::new();
     validate_meta(res, obj, &mut causes);
     match res {
@@ -103,6 +115,23 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
         // `ValidateServiceAccount`: the name (checked above) is all; the
         // sim keeps `secrets` and `imagePullSecrets` as given.
         Resource::ServiceAccount => {}
+        Resource::Lease => {
+            lease_defaults(obj, None);
+            validate_lease(obj, &mut causes);
+        }
+        // A Node's status is the kubelet's to give on create.
+        Resource::Node => {
+            node_create_defaults(obj);
+            validate_node(obj, &mut causes);
+        }
+        // Admitted by `sim::events` above.
+        Resource::Event | Resource::EventV1 => {}
+        Resource::PersistentVolumeClaim => {
+            pvc_defaults(obj, true);
+            validate_pvc(obj, &mut causes);
+        }
+        // Answered by the API layer (`sim::reviews`), never stored.
+        Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {}
         Resource::Secret => {
             null_strings_are_empty(obj);
             secret_defaults(obj)?;
@@ -137,6 +166,9 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
 /// Defaults and validates a replacement of `old` (status already carried
 /// over by the store), including each kind's immutable fields.
 pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejection> {
+    if matches!(res, Resource::Event | Resource::EventV1) {
+        return crate::sim::events::admit(new, Some(old));
+    }
     let mut causes = Causes::new();
     validate_meta(res, new, &mut causes);
     match res {
@@ -187,6 +219,21 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
         }
         Resource::Ingress => validate_ingress(new, &mut causes),
         Resource::ServiceAccount => {}
+        Resource::Lease => {
+            lease_defaults(new, Some(old));
+            validate_lease(new, &mut causes);
+        }
+        Resource::Node => {
+            validate_node(new, &mut causes);
+            validate_node_update(new, old, &mut causes);
+        }
+        Resource::Event | Resource::EventV1 => {}
+        Resource::PersistentVolumeClaim => {
+            pvc_defaults(new, false);
+            validate_pvc(new, &mut causes);
+            validate_pvc_update(new, old, &mut causes);
+        }
+        Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {}
         Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
             validate_gateway_kind(res, new, &mut causes)
         }

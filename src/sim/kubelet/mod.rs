@@ -15,7 +15,8 @@
 //! thousands of pods.
 //!
 //! - here: the kubelet itself (start, shutdown, the watcher that routes pod
-//!   events, simulated pods, pod IPs, `killContainer`), the handles
+//!   events and keeps the Node (`sim::node`), simulated pods, pod IPs,
+//!   `killContainer`), the handles
 //!   exec/attach/logs read, and the ConfigMap/Secret lookup of env and
 //!   volumes.
 //! - `worker.rs`: the per-pod owner thread and its container states.
@@ -112,6 +113,12 @@ pub struct Kubelet {
     stop: AtomicBool,
     watcher: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub(crate) faults: Arc<Faults>,
+    /// The Node, once registered ([`Kubelet::register_node`]); its Lease
+    /// and heartbeats are kept by the watcher thread.
+    node: Mutex<Option<super::node::NodeAgent>>,
+    /// The pod lifecycle's Events (docs/sim.md#events), as `kubelet` on
+    /// this node.
+    pub(crate) recorder: super::events::Recorder,
 }
 
 /// Loopback pod IPs 127.B.x.y (B drawn per sim, x >= 1), handed out round-robin so an
@@ -211,7 +218,7 @@ impl Kubelet {
             pods_dir = cfg.state_dir.join("pods");
         }
         let k = Arc::new(Kubelet {
-            store: cfg.store,
+            store: cfg.store.clone(),
             runtime,
             pods_dir,
             temp_pods_dir,
@@ -233,6 +240,8 @@ impl Kubelet {
             stop: AtomicBool::new(false),
             watcher: Mutex::new(None),
             faults: cfg.faults,
+            node: Mutex::new(None),
+            recorder: super::events::Recorder::new(cfg.store.clone(), "kubelet", NODE_NAME),
         });
         let weak = Arc::downgrade(&k);
         k.faults.set_killer(Box::new(move |ns, pod, container| {
@@ -245,6 +254,24 @@ impl Kubelet {
             .spawn(move || k2.watch_loop())?;
         *k.watcher.lock() = Some(h);
         Ok(k)
+    }
+
+    /// Registers the Node `sim-node` (docs/sim.md#nodes), its kubelet
+    /// endpoint being `port` (the API server's: the kubelet is in it);
+    /// from then on the watcher thread renews its Lease and heartbeats.
+    pub fn register_node(&self, port: u16) {
+        let facts = super::node::HostFacts::read(&self.pods_dir);
+        let node = super::node::node_object(&facts, port, &self.pod_cidr());
+        let mut agent = super::node::NodeAgent::new(self.store.clone(), node);
+        if let Err(e) = agent.register() {
+            log::warn!("kubelet: registering node {NODE_NAME}: {e}");
+        }
+        *self.node.lock() = Some(agent);
+    }
+
+    /// The block pod IPs come from: `127.B.0.0/16` (the Node's podCIDR).
+    fn pod_cidr(&self) -> String {
+        format!("127.{}.0.0/16", self.ips.lock().block)
     }
 
     /// Kills every container process and stops every pod thread.
@@ -312,6 +339,9 @@ impl Kubelet {
             loop {
                 if self.stop.load(Ordering::Relaxed) {
                     return;
+                }
+                if let Some(agent) = self.node.lock().as_mut() {
+                    agent.tick();
                 }
                 match stream.recv_timeout(Duration::from_millis(200)) {
                     Ok(ev) => {
@@ -507,6 +537,32 @@ pub(crate) fn config_lookup(store: Arc<Store>, ns: String) -> ConfigLookup {
         }
         Some(out)
     })
+}
+
+/// The pull error of an image named by `--fail-image`.
+fn pull_failure(image: &str) -> String {
+    format!("failed to pull and unpack image {image:?}: simulated pull failure (--fail-image)")
+}
+
+/// The first `configMap` or `secret` volume of `pod` whose object is
+/// missing (what a FailedMount Event names).
+fn unmountable_volume(pod: &Value, lookup: super::podspec::Lookup<'_>) -> Option<String> {
+    pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| {
+            let (kind, src, name) = if let Some(cm) = v.get("configMap") {
+                ("ConfigMap", cm, &cm["name"])
+            } else if let Some(sec) = v.get("secret") {
+                ("Secret", sec, &sec["secretName"])
+            } else {
+                return false;
+            };
+            src["optional"] != true && lookup(kind, name.as_str().unwrap_or("")).is_none()
+        })
+        .and_then(|v| v["name"].as_str())
+        .map(str::to_string)
 }
 
 fn truncate(s: &str, n: usize) -> &str {

@@ -7,10 +7,11 @@
 //! threads read the containers through [`PodShared`].
 
 use super::{
-    config_lookup, truncate, ConfigLookup, ContainerHandle, Kubelet, PodMsg, PodShared, HOST_IP,
-    NODE_NAME,
+    config_lookup, pull_failure, truncate, ConfigLookup, ContainerHandle, Kubelet, PodMsg,
+    PodShared, HOST_IP, NODE_NAME,
 };
 use crate::kube::time::{now_rfc3339, parse_rfc3339, rfc3339};
+use crate::sim::events::{self, Regarding};
 use crate::sim::podspec::{self, PlanContext};
 use crate::sim::resources::Resource;
 use crate::sim::runtime::Process;
@@ -32,6 +33,11 @@ const CONFIG_RETRY: Duration = Duration::from_millis(300);
 /// often a moment late here, and should cost little.
 const ENV_RETRY_FIRST: Duration = Duration::from_millis(50);
 const ENV_RETRY_MAX: Duration = Duration::from_secs(2);
+/// How long an image named by `--fail-image` stays in ErrImagePull or
+/// ImagePullBackOff before the other (docs/sim.md): a timer, not every pass
+/// of the pod's loop, or the pod's own status write would wake it to write
+/// again at once.
+const IMAGE_RETRY: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Default)]
 struct CState {
@@ -83,6 +89,9 @@ pub(super) struct PodWorker {
     terminating_until: Option<Instant>,
     deleted: bool,
     image_error: bool,
+    /// When the failing images' state next flips (ErrImagePull and
+    /// ImagePullBackOff alternate).
+    image_retry_at: Option<Instant>,
     /// Volumes could not be set up (a missing ConfigMap, say): retry then,
     /// as a kubelet does, so creating the ConfigMap later lets the pod start.
     volumes_retry_at: Option<Instant>,
@@ -148,6 +157,7 @@ impl PodWorker {
             terminating_until: None,
             deleted: false,
             image_error: false,
+            image_retry_at: None,
             volumes_retry_at: None,
             pod_id: None,
         }
@@ -252,6 +262,8 @@ impl PodWorker {
             });
         match r {
             Ok(p) => {
+                // The sim's kubelet is also its scheduler.
+                events::scheduled(&self.k.store, &p, NODE_NAME);
                 self.pod = p;
                 self.start_time = Some(SystemTime::now());
                 self.started_instant = Some(Instant::now());
@@ -300,10 +312,21 @@ impl PodWorker {
             .collect();
         if !failing.is_empty() {
             self.image_error = true;
-            for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
+            self.image_retry_at = Some(Instant::now() + IMAGE_RETRY);
+            let mut pulls = Vec::new();
+            for (init, c) in self
+                .init
+                .iter_mut()
+                .map(|c| (true, c))
+                .chain(self.containers.iter_mut().map(|c| (false, c)))
+            {
                 if failing.contains(&c.name) {
-                    c.state = json!({"waiting": {"reason": "ErrImagePull", "message": format!("failed to pull and unpack image \"{}\": simulated pull failure (--fail-image)", c.image)}});
+                    c.state = json!({"waiting": {"reason": "ErrImagePull", "message": pull_failure(&c.image)}});
+                    pulls.push((init, c.name.clone(), c.image.clone()));
                 }
+            }
+            for (init, name, image) in pulls {
+                self.pull_failed(init, &name, &image);
             }
             return;
         }
@@ -344,6 +367,14 @@ impl PodWorker {
                     c.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": e.to_string()}});
                 }
                 self.volumes_retry_at = Some(Instant::now() + CONFIG_RETRY);
+                // What the kubelet's volume manager says of the volume.
+                let message = match super::unmountable_volume(&self.pod, &*lookup) {
+                    Some(v) => format!("MountVolume.SetUp failed for volume \"{v}\" : {e}"),
+                    None => format!("Unable to attach or mount volumes: {e}"),
+                };
+                self.k
+                    .recorder
+                    .warning(&Regarding::pod(&self.pod), "FailedMount", &message);
                 false
             }
         }
@@ -411,6 +442,11 @@ impl PodWorker {
         let plan = match plan {
             Ok(p) => p,
             Err(e) => {
+                self.k.recorder.warning(
+                    &Regarding::container(&self.pod, init, &c.name),
+                    "Failed",
+                    &format!("Error: {e}"),
+                );
                 c.state = json!({"waiting": {"reason": e.reason(), "message": e.to_string()}});
                 // Retried like a kubelet does: the missing ConfigMap or
                 // Secret may appear.
@@ -423,7 +459,38 @@ impl PodWorker {
                 return;
             }
         };
-        match self.k.runtime.start(plan) {
+        let about = Regarding::container(&self.pod, init, &c.name);
+        let rec = &self.k.recorder;
+        // The image is "pulled" (none ever is) as the pull policy says.
+        if spec["imagePullPolicy"] == "Always" {
+            rec.normal(&about, "Pulling", &format!("Pulling image {:?}", c.image));
+            rec.normal(
+                &about,
+                "Pulled",
+                &format!(
+                    "Successfully pulled image {:?} in 0s (0s including waiting). Image size: 0 bytes.",
+                    c.image
+                ),
+            );
+        } else {
+            rec.normal(
+                &about,
+                "Pulled",
+                &format!(
+                    "Container image {:?} already present on machine and can be accessed by the pod",
+                    c.image
+                ),
+            );
+        }
+        let started = self.k.runtime.start(plan);
+        match &started {
+            Ok(_) => {
+                rec.normal(&about, "Created", "Container created");
+                rec.normal(&about, "Started", "Container started");
+            }
+            Err(e) => rec.warning(&about, "Failed", &format!("Error: {e}")),
+        }
+        match started {
             Ok(p) => {
                 c.env_backoff = Duration::ZERO;
                 c.generation += 1;
@@ -485,6 +552,20 @@ impl PodWorker {
         }
     }
 
+    /// A pull of an image named by `--fail-image`, as the kubelet tells
+    /// it: Pulling, the failure, the container's error.
+    fn pull_failed(&self, init: bool, name: &str, image: &str) {
+        let about = Regarding::container(&self.pod, init, name);
+        let rec = &self.k.recorder;
+        rec.normal(&about, "Pulling", &format!("Pulling image {image:?}"));
+        rec.warning(
+            &about,
+            "Failed",
+            &format!("Failed to pull image {image:?}: {}", pull_failure(image)),
+        );
+        rec.warning(&about, "Failed", "Error: ErrImagePull");
+    }
+
     fn find(&self, name: &str) -> Option<&CState> {
         self.containers
             .iter()
@@ -504,11 +585,24 @@ impl PodWorker {
             let _ = parse_rfc3339(ts);
             let sooner = self.terminating_until.is_none_or(|t| until < t);
             if sooner {
+                let first = self.terminating_until.is_none();
                 self.terminating_until = Some(until);
-                for c in self.containers.iter_mut().chain(self.init.iter_mut()) {
+                for (init, c) in self
+                    .containers
+                    .iter_mut()
+                    .map(|c| (false, c))
+                    .chain(self.init.iter_mut().map(|c| (true, c)))
+                {
                     c.restart_at = None;
                     if let Some(p) = &c.process {
                         p.terminate(Duration::from_secs(grace));
+                        if first {
+                            self.k.recorder.normal(
+                                &Regarding::container(&self.pod, init, &c.name),
+                                "Killing",
+                                &format!("Stopping container {}", c.name),
+                            );
+                        }
                     }
                 }
             }
@@ -570,6 +664,14 @@ impl PodWorker {
                 let wait = c.backoff;
                 c.backoff = (c.backoff * 2).min(Duration::from_secs(300));
                 c.restart_at = Some(Instant::now() + wait);
+                self.k.recorder.warning(
+                    &Regarding::container(&self.pod, is_init, &c.name),
+                    "BackOff",
+                    &format!(
+                        "Back-off restarting failed container {} in pod {}_{}({})",
+                        c.name, self.name, self.ns, self.uid
+                    ),
+                );
                 c.state = json!({"waiting": {
                     "reason": "CrashLoopBackOff",
                     "message": format!("back-off {}s restarting failed container={} pod={}_{}({})",
@@ -627,6 +729,9 @@ impl PodWorker {
         if let Some(at) = self.volumes_retry_at {
             t = t.min(at.saturating_duration_since(now));
         }
+        if let Some(at) = self.image_retry_at {
+            t = t.min(at.saturating_duration_since(now));
+        }
         t.max(Duration::from_millis(1))
     }
 
@@ -641,6 +746,11 @@ impl PodWorker {
         if self.terminating_until.is_none() {
             if let Some(d) = self.active_deadline() {
                 if now >= d && self.phase != "Failed" && self.phase != "Succeeded" {
+                    self.k.recorder.normal(
+                        &Regarding::pod(&self.pod),
+                        "DeadlineExceeded",
+                        "Pod was active on the node longer than the specified deadline",
+                    );
                     self.phase = "Failed".into();
                     self.reason = Some("DeadlineExceeded".into());
                     self.message = Some(
@@ -663,9 +773,16 @@ impl PodWorker {
             }
             changed = true;
         }
-        if self.image_error {
+        if self.image_error && self.image_retry_at.is_some_and(|t| t <= now) {
+            self.image_retry_at = Some(now + IMAGE_RETRY);
             // ErrImagePull and ImagePullBackOff alternate, as on a real node.
-            for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
+            let mut told = Vec::new();
+            for (init, c) in self
+                .init
+                .iter_mut()
+                .map(|c| (true, c))
+                .chain(self.containers.iter_mut().map(|c| (false, c)))
+            {
                 let reason = c.state["waiting"]["reason"].as_str().unwrap_or("");
                 let next = match reason {
                     "ErrImagePull" => "ImagePullBackOff",
@@ -675,10 +792,26 @@ impl PodWorker {
                 let message = if next == "ImagePullBackOff" {
                     format!("Back-off pulling image \"{}\"", c.image)
                 } else {
-                    format!("failed to pull and unpack image \"{}\": simulated pull failure (--fail-image)", c.image)
+                    pull_failure(&c.image)
                 };
                 c.state = json!({"waiting": {"reason": next, "message": message}});
+                told.push((init, c.name.clone(), c.image.clone(), next));
                 changed = true;
+            }
+            for (init, name, image, next) in told {
+                if next == "ErrImagePull" {
+                    self.pull_failed(init, &name, &image);
+                } else {
+                    let about = Regarding::container(&self.pod, init, &name);
+                    self.k.recorder.normal(
+                        &about,
+                        "BackOff",
+                        &format!("Back-off pulling image {image:?}"),
+                    );
+                    self.k
+                        .recorder
+                        .warning(&about, "Failed", "Error: ImagePullBackOff");
+                }
             }
         }
         let due: Vec<(bool, usize)> = self

@@ -201,6 +201,21 @@ pub enum StoreError {
         name: String,
         message: String,
     },
+    /// 422: a PUT without `metadata.resourceVersion` to a kind that allows
+    /// no unconditional update ([`Resource::allows_unconditional_update`]).
+    /// Upstream builds this `Invalid` from the resource, not the kind
+    /// (`leases.coordination.k8s.io "x" is invalid: …`, `details.kind`
+    /// `leases`), so it has a variant of its own.
+    ResourceVersionRequired { resource: Resource, name: String },
+}
+
+/// The one field cause of [`StoreError::ResourceVersionRequired`].
+pub fn resource_version_required() -> FieldCause {
+    FieldCause::invalid_raw(
+        "metadata.resourceVersion",
+        "0",
+        "must be specified for an update",
+    )
 }
 
 /// The message a stale resourceVersion gets (upstream `OptimisticLockErrorMsg`).
@@ -216,7 +231,9 @@ impl StoreError {
             | StoreError::Conflict { .. }
             | StoreError::PreconditionFailed { .. }
             | StoreError::ApplyConflict { .. } => 409,
-            StoreError::Invalid { .. } | StoreError::PatchNotApplicable(_) => 422,
+            StoreError::Invalid { .. }
+            | StoreError::PatchNotApplicable(_)
+            | StoreError::ResourceVersionRequired { .. } => 422,
             StoreError::BadRequest(_) => 400,
             StoreError::Expired(_) => 410,
             StoreError::Forbidden { .. } => 403,
@@ -231,7 +248,9 @@ impl StoreError {
             StoreError::Conflict { .. }
             | StoreError::PreconditionFailed { .. }
             | StoreError::ApplyConflict { .. } => "Conflict",
-            StoreError::Invalid { .. } | StoreError::PatchNotApplicable(_) => "Invalid",
+            StoreError::Invalid { .. }
+            | StoreError::PatchNotApplicable(_)
+            | StoreError::ResourceVersionRequired { .. } => "Invalid",
             StoreError::BadRequest(_) => "BadRequest",
             StoreError::Expired(_) => "Expired",
             StoreError::Forbidden { .. } => "Forbidden",
@@ -246,7 +265,8 @@ impl StoreError {
             | StoreError::Conflict { resource, name, .. }
             | StoreError::PreconditionFailed { resource, name, .. }
             | StoreError::Invalid { resource, name, .. }
-            | StoreError::Forbidden { resource, name, .. } => Some((*resource, name)),
+            | StoreError::Forbidden { resource, name, .. }
+            | StoreError::ResourceVersionRequired { resource, name } => Some((*resource, name)),
             StoreError::BadRequest(_)
             | StoreError::Expired(_)
             | StoreError::PatchNotApplicable(_)
@@ -309,6 +329,12 @@ impl StoreError {
                     joined
                 )
             }
+            StoreError::ResourceVersionRequired { resource, name } => format!(
+                "{} {} is invalid: {}",
+                resource.qualified_resource(),
+                quote(name),
+                resource_version_required().message()
+            ),
             StoreError::BadRequest(m) | StoreError::Expired(m) => m.clone(),
             StoreError::ApplyConflict { message, .. } => message.clone(),
             StoreError::PatchNotApplicable(_) => {

@@ -249,6 +249,12 @@ impl Store {
         list_locked(&self.inner.read(), res, ns, sel)
     }
 
+    /// How many objects of a kind there are (all namespaces), without
+    /// copying any.
+    pub fn count(&self, res: Resource) -> usize {
+        self.inner.read().objects[res.index()].len()
+    }
+
     /// Replaces an object (PUT), or its status (`Subresource::Status`).
     /// A write that changes nothing returns the stored object untouched.
     pub fn update(
@@ -262,6 +268,41 @@ impl Store {
         let ns = scoped_ns(res, ns);
         let g = self.inner.write();
         self.checked_update(g, res, ns, name, obj, sub)
+    }
+
+    /// A PUT: [`Store::update`] of the object, or, for a kind that allows
+    /// it ([`Resource::allows_create_on_update`]), its creation when the
+    /// name does not exist yet (the body's resourceVersion is then
+    /// ignored, as upstream's registry ignores it). The flag says whether
+    /// it was created (201).
+    pub fn update_or_create(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+        obj: Obj,
+    ) -> Result<(Obj, bool), StoreError> {
+        // Twice at most: a create that loses a race to another creator
+        // becomes an update of what it made.
+        for _ in 0..2 {
+            match self.update(res, ns, name, obj.clone(), Subresource::Main) {
+                Err(StoreError::NotFound { resource, .. })
+                    if resource == res && res.allows_create_on_update() =>
+                {
+                    let mut body = check_body(res, obj.clone())?;
+                    check_identity(res, scoped_ns(res, ns), name, &body)?;
+                    meta_mut(&mut body).remove("resourceVersion");
+                    match self.create(res, ns, body) {
+                        Ok(o) => return Ok((o, true)),
+                        Err(StoreError::AlreadyExists { .. }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                r => return r.map(|o| (o, false)),
+            }
+        }
+        self.update(res, ns, name, obj, Subresource::Main)
+            .map(|o| (o, false))
     }
 
     /// Applies a patch to the stored object, then takes the update path
@@ -491,6 +532,12 @@ impl Store {
     ) -> Result<Outcome, StoreError> {
         let stored = stored_in(g, res, ns, name)?;
         let body_rv = meta_str(&body, "resourceVersion");
+        if body_rv.is_empty() && !res.allows_unconditional_update() {
+            return Err(StoreError::ResourceVersionRequired {
+                resource: res,
+                name: name.to_string(),
+            });
+        }
         if !body_rv.is_empty() && body_rv != meta_str(stored, "resourceVersion") {
             return Err(StoreError::Conflict {
                 resource: res,
@@ -739,7 +786,7 @@ fn stored_in<'g>(g: &'g Inner, res: Resource, ns: &str, name: &str) -> Result<&'
         .ok_or_else(|| not_found(res, name))
 }
 
-fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
+pub(crate) fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
     let info = res.info();
     let Value::Object(mut m) = obj else {
         return Err(StoreError::BadRequest(format!(
@@ -824,6 +871,7 @@ fn check_body(res: Resource, obj: Obj) -> Result<Obj, StoreError> {
         }
         Some(_) => return Err(bad("metadata must be an object")),
     }
+    crate::sim::decode::decode(res, &mut m).map_err(|e| bad(&e))?;
     Ok(Value::Object(m))
 }
 
