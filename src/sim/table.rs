@@ -110,11 +110,9 @@ fn columns(res: Resource) -> Vec<Col> {
             c("Programmed", "string", 0),
             c("Age", "string", 0),
         ],
-        Resource::ServiceAccount => vec![
-            c("Name", "string", 0),
-            c("Secrets", "string", 0),
-            c("Age", "string", 0),
-        ],
+        // 1.36's `serviceAccountColumnDefinitions`: the SECRETS column is
+        // gone since token Secrets are no longer made.
+        Resource::ServiceAccount => vec![c("Name", "string", 0), c("Age", "string", 0)],
         Resource::HttpRoute => vec![
             c("Name", "string", 0),
             c("Hostnames", "string", 0),
@@ -459,12 +457,8 @@ fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
         Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
             gateway_cells(res, o, name)
         }
-        // `printServiceAccount`: the count of `secrets`, an integer cell
-        // under a column declared "string", as upstream has it.
-        Resource::ServiceAccount => {
-            let n = o["secrets"].as_array().map(Vec::len).unwrap_or(0);
-            vec![name, json!(n), json!(age(o))]
-        }
+        // `printServiceAccount`: the name and the age.
+        Resource::ServiceAccount => vec![name, json!(age(o))],
         // `printLease`: the holder, "" when none.
         Resource::Lease => vec![name, json!(s(&o["spec"]["holderIdentity"])), json!(age(o))],
         Resource::Node => node_cells(o, name),
