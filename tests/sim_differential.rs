@@ -78,6 +78,7 @@ fn steps() -> Vec<Step> {
         creates_reads_and_replaces(),
         patches(),
         applies(),
+        kinds(),
         selectors_deletes_and_discovery(),
         workloads(),
     ]
@@ -263,7 +264,7 @@ fn applies() -> Vec<Step> {
         step(
             "patch-long-field-manager",
             "PATCH",
-            "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm",
+            "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm",
         )
         .raw("application/merge-patch+json", r#"{"data":{"c":"3"}}"#),
         step(
@@ -278,6 +279,146 @@ fn applies() -> Vec<Step> {
             "/api/v1/namespaces/{ns}/configmaps/ssa?fieldManager=m1",
         )
         .raw(APPLY, &ssa("9")),
+    ]
+}
+
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases";
+const PVCS: &str = "/api/v1/namespaces/{ns}/persistentvolumeclaims";
+
+fn lease(extra: Value) -> Value {
+    let mut l = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "l"},
+        "spec": {"holderIdentity": "h", "leaseDurationSeconds": 15,
+                 "renewTime": "2026-12-04T10:00:00.123456Z"}});
+    if let (Some(m), Some(e)) = (l.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    l
+}
+
+fn pvc(spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": "claim"}, "spec": spec})
+}
+
+/// Leases, Nodes, Events (both groups), PersistentVolumeClaims and the
+/// access reviews.
+fn kinds() -> Vec<Step> {
+    vec![
+        step("lease-create", "POST", LEASES).json(lease(json!({}))),
+        step("lease-bad-duration", "POST", LEASES).json(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "bad"}, "spec": {"leaseDurationSeconds": 0}})),
+        step("lease-bad-time", "POST", LEASES).json(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "badtime"}, "spec": {"renewTime": "yesterday"}})),
+        step(
+            "lease-get",
+            "GET",
+            "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/l",
+        ),
+        step(
+            "lease-update-stale",
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/l",
+        )
+        .json(lease(
+            json!({"metadata": {"name": "l", "resourceVersion": "1"}}),
+        )),
+        step(
+            "lease-update-no-rv",
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/l",
+        )
+        .json(lease(json!({}))),
+        step(
+            "lease-put-creates",
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/l2",
+        )
+        .json(lease(json!({"metadata": {"name": "l2"}}))),
+        step("nodes-list", "GET", "/api/v1/nodes"),
+        step("node-missing", "GET", "/api/v1/nodes/nope"),
+        step("events-list", "GET", "/api/v1/namespaces/{ns}/events"),
+        step("event-create", "POST", "/api/v1/namespaces/{ns}/events").json(json!({
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"},
+            "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "{ns}"},
+            "reason": "Tested", "message": "m", "type": "Normal",
+            "source": {"component": "differential"}})),
+        step(
+            "event-no-object-namespace",
+            "POST",
+            "/api/v1/namespaces/{ns}/events",
+        )
+        .json(json!({
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": "e2"},
+            "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "elsewhere"},
+            "reason": "Tested", "type": "Normal"})),
+        step("event-bad-type", "POST", "/api/v1/namespaces/{ns}/events").json(json!({
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": "e3"},
+            "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "{ns}"},
+            "reason": "Tested", "type": "Odd"})),
+        step(
+            "events-v1-list",
+            "GET",
+            "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+        ),
+        step(
+            "events-v1-get",
+            "GET",
+            "/apis/events.k8s.io/v1/namespaces/{ns}/events/e1",
+        ),
+        step(
+            "events-v1-create-invalid",
+            "POST",
+            "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+        )
+        .json(json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                         "metadata": {"name": "e4"}, "reason": "Tested"})),
+        step("pvc-create", "POST", PVCS).json(pvc(json!({
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}))),
+        step("pvc-no-access-modes", "POST", PVCS).json(json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "noam"},
+            "spec": {"resources": {"requests": {"storage": "1Gi"}}}})),
+        step("pvc-no-storage", "POST", PVCS).json(json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "nost"},
+            "spec": {"accessModes": ["ReadWriteOnce"]}})),
+        step(
+            "pvc-spec-immutable",
+            "PATCH",
+            "/api/v1/namespaces/{ns}/persistentvolumeclaims/claim",
+        )
+        .raw(
+            "application/merge-patch+json",
+            r#"{"spec":{"accessModes":["ReadWriteMany"]}}"#,
+        ),
+        step(
+            "access-review",
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        )
+        .json(
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                     "spec": {"resourceAttributes": {"verb": "create", "resource": "pods",
+                                                     "namespace": "{ns}"}}}),
+        ),
+        step(
+            "access-review-empty",
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        )
+        .json(
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                     "spec": {}}),
+        ),
+        step(
+            "self-review",
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        )
+        .json(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})),
     ]
 }
 
@@ -572,6 +713,10 @@ fn the_sim_answers_as_the_real_api_server() {
         for s in steps() {
             let r = send(real, &s);
             let m = send(&sim, &s);
+            eprintln!(
+                "step {}: real {} {}, sim {} {}",
+                s.name, r.code, r.reason, m.code, m.reason
+            );
             let same_shape = r.code == m.code
                 && r.reason == m.reason
                 && r.details == m.details
