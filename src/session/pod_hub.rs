@@ -196,7 +196,13 @@ impl PodHub {
     }
 }
 
-fn observed(st: &mut State, p: Pod) {
+fn observed(st: &mut State, mut p: Pod) {
+    // The daemon never reads `managedFields`, and a pod's can outweigh the
+    // rest of it: dropped before the pod is cached or handed on, as
+    // client-go's informers' StripManagedFields transform does. (Nothing
+    // the daemon writes back is built from these copies' metadata; an
+    // update that omits `managedFields` keeps the server's anyway.)
+    p.metadata.extra.remove("managedFields");
     let name = p.metadata.name().to_string();
     if let Some(deliver) = st.routes.get_mut(&name) {
         deliver(PodUpdate::Observed(Box::new(p.clone())));
@@ -251,6 +257,35 @@ mod tests {
         let s = seen.clone();
         hub.register(name, Box::new(move |u| s.lock().push(phase(&u))));
         seen
+    }
+
+    #[test]
+    fn managed_fields_are_neither_cached_nor_handed_on() {
+        let hub = PodHub::new();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g = got.clone();
+        hub.register(
+            "a",
+            Box::new(move |u| {
+                if let PodUpdate::Observed(p) = u {
+                    g.lock()
+                        .push(p.metadata.extra.contains_key("managedFields"));
+                }
+            }),
+        );
+        let mut p = pod("a", "Running");
+        p.metadata
+            .extra
+            .insert("managedFields".into(), json!([{"manager": "m"}]));
+        p.metadata.extra.insert("selfLink".into(), json!("/x"));
+        hub.apply(WatchEvent::Added(p));
+        assert_eq!(*got.lock(), vec![false]);
+        let cached = hub.state.lock().cache.get("a").cloned().unwrap();
+        assert!(!cached.metadata.extra.contains_key("managedFields"));
+        assert!(
+            cached.metadata.extra.contains_key("selfLink"),
+            "only managedFields goes"
+        );
     }
 
     #[test]
