@@ -4,12 +4,16 @@
 //! large enough to leave decrypted bytes inside OpenSSL), a client
 //! certificate (`--client-ca`), and a PKCS#1 key refused with a clear error.
 //! The connection comes from the sim's kubeconfig through the real loader.
+//! REST and watch also run on the real control plane (`two_backends!`,
+//! docs/control-plane.md): OpenSSL against kube-apiserver's TLS and token
+//! auth.
 //! Compiled only with the feature:
 //! `cargo test --features native-tls --test kube_native_tls`.
 #![cfg(feature = "native-tls")]
 
 mod common;
 
+use common::backend::Backend;
 use common::SimProc;
 use kubegate::kube::client::{
     Api, Client, ConfigMap, DeleteParams, KubeError, ListParams, Pod, WatchEvent, WatchParams,
@@ -78,12 +82,12 @@ fn sh(script: &str) -> Vec<String> {
     ["sh", "-c", script].iter().map(|s| s.to_string()).collect()
 }
 
-#[test]
-fn rest_and_watch_over_native_tls() {
-    let _w = watchdog(120);
-    let sim = SimProc::start(&["--tls", "--token", "t"]);
-    let client = Client::new(connection(&sim)).expect("client");
-    let cms = Api::<ConfigMap>::namespaced(&client, "default");
+two_backends!(rest_and_watch_over_native_tls, 120);
+fn rest_and_watch_over_native_tls(b: &Backend) {
+    let conn = || b.client.connection().clone();
+    assert!(conn().is_tls(), "{}", conn().server);
+    let client = Client::new(conn()).expect("client");
+    let cms = Api::<ConfigMap>::namespaced(&client, &b.ns);
 
     // A watch from now on, on its own thread (a stream agent: native-tls too).
     let w = cms.watch(WatchParams::default());
@@ -96,7 +100,7 @@ fn rest_and_watch_over_native_tls() {
             }
         }
     });
-    // The initial snapshot (empty namespace), then our create.
+    // The initial snapshot, then our create.
     match rx.recv_timeout(Duration::from_secs(20)) {
         Ok(Ok(WatchEvent::Resynced { .. })) => {}
         other => panic!("initial watch item: {other:?}"),
@@ -129,18 +133,18 @@ fn rest_and_watch_over_native_tls() {
     let _ = t.join();
 
     // A wrong token is the server's 401, not a TLS failure.
-    let mut bad = connection(&sim);
+    let mut bad = conn();
     bad.credentials = Arc::new(kubegate::kube::connection::StaticToken("wrong".into()));
-    let e = Api::<ConfigMap>::namespaced(&Client::new(bad).expect("client"), "default")
+    let e = Api::<ConfigMap>::namespaced(&Client::new(bad).expect("client"), &b.ns)
         .list(&ListParams::default())
         .expect_err("wrong token");
     assert!(matches!(e, KubeError::Unauthorized(_)), "{e:?}");
 
     // A CA that did not sign the server's certificate: a transport error.
-    let mut other = connection(&sim);
+    let mut other = conn();
     let ca = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("ca");
     other.tls.ca_certs = vec![ca.cert.der().clone()];
-    let e = Api::<ConfigMap>::namespaced(&Client::new(other).expect("client"), "default")
+    let e = Api::<ConfigMap>::namespaced(&Client::new(other).expect("client"), &b.ns)
         .list(&ListParams::default())
         .expect_err("untrusted server");
     // OpenSSL's wording (rustls says "invalid peer certificate"): proof
