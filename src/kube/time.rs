@@ -109,7 +109,8 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
 }
 
 // Howard Hinnant's algorithms (public domain), proleptic Gregorian calendar.
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
+/// The date (year, month, day) of a day count since 1970-01-01.
+pub(crate) fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -122,7 +123,8 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);
