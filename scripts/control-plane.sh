@@ -228,6 +228,12 @@ subjectAltName=IP:127.0.0.1,DNS:$NODE_NAME"
     issue apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client/O=kubeadm:cluster-admins" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=clientAuth"
+    # An admin that authenticates with a client certificate instead of a
+    # token (the API server's --client-ca-file is this CA): CN is the user,
+    # O the group.
+    issue admin-cert "/CN=kubegate-admin-cert/O=system:masters" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=clientAuth"
     # Service-account tokens: the API server signs with sa.key, checks with sa.pub.
     openssl ecparam -name prime256v1 -genkey -noout -out sa.key 2>/dev/null
     openssl ec -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -258,6 +264,34 @@ contexts:
     user: $user
     namespace: default
 current-context: $user@kubegate-real
+EOF
+  chmod 600 "$file"
+}
+
+# write_cert_kubeconfig FILE PKI_PREFIX: a kubeconfig whose user is the
+# client certificate PKI_PREFIX.crt with its key, all embedded.
+write_cert_kubeconfig() {
+  local file=$1 pfx=$2
+  cat > "$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: kubegate-real
+  cluster:
+    server: $SERVER
+    certificate-authority-data: $(base64 -w0 < "$DIR/pki/ca.crt")
+users:
+- name: cert
+  user:
+    client-certificate-data: $(base64 -w0 < "$pfx.crt")
+    client-key-data: $(base64 -w0 < "$pfx.key")
+contexts:
+- name: cert@kubegate-real
+  context:
+    cluster: kubegate-real
+    user: cert
+    namespace: default
+current-context: cert@kubegate-real
 EOF
   chmod 600 "$file"
 }
@@ -419,6 +453,7 @@ start() {
   chmod 600 "$DIR/pki/tokens.csv"
 
   write_kubeconfig "$DIR/admin.kubeconfig" kubegate-admin "${token[admin]}"
+  write_cert_kubeconfig "$DIR/admin-cert.kubeconfig" "$DIR/pki/admin-cert"
   for u in "${USERS[@]}"; do write_kubeconfig "$DIR/$u.kubeconfig" "$u" "${token[$u]}"; done
   write_kubeconfig "$DIR/pki/kube-controller-manager.kubeconfig" system:kube-controller-manager "${token[kube-controller-manager]}"
   write_kubeconfig "$DIR/pki/kube-scheduler.kubeconfig" system:kube-scheduler "${token[kube-scheduler]}"
@@ -558,6 +593,7 @@ EOF
     kv() { printf "export %s='%s'\n" "$1" "${2//\'/\'\\\'\'}"; }
     kv KUBEGATE_REAL_DIR "$DIR"
     kv KUBEGATE_REAL_KUBECONFIG "$DIR/admin.kubeconfig"
+    kv KUBEGATE_REAL_KUBECONFIG_CERT "$DIR/admin-cert.kubeconfig"
     for u in "${USERS[@]}"; do kv "KUBEGATE_REAL_KUBECONFIG_${u^^}" "$DIR/$u.kubeconfig"; done
     kv KUBEGATE_REAL_USERS "${USERS[*]}"
     for u in "${USERS[@]}"; do kv "KUBEGATE_REAL_GROUP_${u^^}" "${USER_GROUP[$u]}"; done
