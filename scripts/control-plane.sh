@@ -241,10 +241,13 @@ extendedKeyUsage=clientAuth"
   )
 }
 
-# write_kubeconfig FILE USER TOKEN: a kubeconfig with the CA embedded, so the
+# write_kubeconfig FILE USER CREDENTIALS...: a kubeconfig with the CA and
+# the credentials embedded (`key: value` lines of its user entry), so the
 # file works wherever it is copied.
 write_kubeconfig() {
-  local file=$1 user=$2 token=$3
+  local file=$1 user=$2 line creds=""
+  shift 2
+  for line in "$@"; do creds+="    $line"$'\n'; done
   cat > "$file" <<EOF
 apiVersion: v1
 kind: Config
@@ -256,7 +259,7 @@ clusters:
 users:
 - name: $user
   user:
-    token: $token
+${creds%$'\n'}
 contexts:
 - name: $user@kubegate-real
   context:
@@ -268,33 +271,8 @@ EOF
   chmod 600 "$file"
 }
 
-# write_cert_kubeconfig FILE PKI_PREFIX: a kubeconfig whose user is the
-# client certificate PKI_PREFIX.crt with its key, all embedded.
-write_cert_kubeconfig() {
-  local file=$1 pfx=$2
-  cat > "$file" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: kubegate-real
-  cluster:
-    server: $SERVER
-    certificate-authority-data: $(base64 -w0 < "$DIR/pki/ca.crt")
-users:
-- name: cert
-  user:
-    client-certificate-data: $(base64 -w0 < "$pfx.crt")
-    client-key-data: $(base64 -w0 < "$pfx.key")
-contexts:
-- name: cert@kubegate-real
-  context:
-    cluster: kubegate-real
-    user: cert
-    namespace: default
-current-context: cert@kubegate-real
-EOF
-  chmod 600 "$file"
-}
+# A token user's kubeconfig: FILE USER TOKEN.
+token_kubeconfig() { write_kubeconfig "$1" "$2" "token: $3"; }
 
 # kwok's configuration: the lifecycle stages from its module, and what its
 # kubelet API does for exec, port-forward, logs and attach.
@@ -452,12 +430,14 @@ start() {
   } > "$DIR/pki/tokens.csv"
   chmod 600 "$DIR/pki/tokens.csv"
 
-  write_kubeconfig "$DIR/admin.kubeconfig" kubegate-admin "${token[admin]}"
-  write_cert_kubeconfig "$DIR/admin-cert.kubeconfig" "$DIR/pki/admin-cert"
-  for u in "${USERS[@]}"; do write_kubeconfig "$DIR/$u.kubeconfig" "$u" "${token[$u]}"; done
-  write_kubeconfig "$DIR/pki/kube-controller-manager.kubeconfig" system:kube-controller-manager "${token[kube-controller-manager]}"
-  write_kubeconfig "$DIR/pki/kube-scheduler.kubeconfig" system:kube-scheduler "${token[kube-scheduler]}"
-  write_kubeconfig "$DIR/pki/kwok.kubeconfig" kwok "${token[kwok]}"
+  token_kubeconfig "$DIR/admin.kubeconfig" kubegate-admin "${token[admin]}"
+  write_kubeconfig "$DIR/admin-cert.kubeconfig" kubegate-admin-cert \
+    "client-certificate-data: $(base64 -w0 < "$DIR/pki/admin-cert.crt")" \
+    "client-key-data: $(base64 -w0 < "$DIR/pki/admin-cert.key")"
+  for u in "${USERS[@]}"; do token_kubeconfig "$DIR/$u.kubeconfig" "$u" "${token[$u]}"; done
+  token_kubeconfig "$DIR/pki/kube-controller-manager.kubeconfig" system:kube-controller-manager "${token[kube-controller-manager]}"
+  token_kubeconfig "$DIR/pki/kube-scheduler.kubeconfig" system:kube-scheduler "${token[kube-scheduler]}"
+  token_kubeconfig "$DIR/pki/kwok.kubeconfig" kwok "${token[kwok]}"
 
   # etcd: plain HTTP, on loopback only, one member. No fsync: the data
   # lives for one test run, and fsync on a busy CI disk slows every write.
