@@ -14,6 +14,28 @@ pub struct Identity {
     pub name: String,
     pub workspaces: Vec<Workspace>,
     pub may_start_sessions: bool,
+    /// The Kubernetes groups the daemon names in `Impersonate-Group` when it
+    /// acts for this caller with `[cluster] impersonate` on (the user is
+    /// `name`); the API server adds `system:authenticated` itself.
+    pub kube_groups: Vec<String>,
+    /// How the caller proved who it is.
+    pub credential: Credential,
+}
+
+/// How a caller authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// A `[[principal]]`'s bearer token.
+    Static,
+    /// A verified OpenID Connect token (an ID token or a JWT access token).
+    Oidc {
+        /// The issuer that signed it (`iss`).
+        issuer: String,
+        /// The groups the issuer's `claim_mappings` gave (prefixed).
+        groups: Vec<String>,
+        /// The token's `exp`, seconds since the Unix epoch.
+        expires_unix: u64,
+    },
 }
 
 impl Identity {

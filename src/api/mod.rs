@@ -7,7 +7,7 @@
 
 pub mod identity;
 
-pub use identity::{Identity, Workspace};
+pub use identity::{Credential, Identity, Workspace};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -79,10 +79,33 @@ pub enum Code {
     /// A tunnel to a port kubegate itself uses in a session's pod (the
     /// workspace agent's, an app runner's inspect port).
     PortReserved,
+    /// An OpenID Connect token past its `exp` (leeway included).
+    TokenExpired,
+    /// An OpenID Connect token before its `nbf` or `iat` (leeway included).
+    TokenNotYetValid,
+    /// A JWT that is malformed, lacks a required claim, lives longer than
+    /// the issuer's cap, or whose signature no key of its issuer verifies.
+    TokenInvalid,
+    /// A JWT whose `aud` (or `azp`) names none of its issuer's audiences.
+    TokenAudience,
+    /// A JWT whose `iss` names no configured issuer.
+    TokenIssuer,
+    /// A JWT signed with `none`, an HMAC algorithm, or an algorithm its key
+    /// (the issuer's JWK) does not have.
+    TokenAlgorithm,
+    /// A verified token whose claims fail the issuer's
+    /// `claim_validation_rules`, whose mapped name or groups fail
+    /// `user_validation_rules` (`system:`), whose email is not verified, or
+    /// whose name is a static principal's.
+    IdentityRefused,
+    /// A verified identity that no `[[oidc.rule]]` matches.
+    NoMatchingRule,
+    /// No cached key verifies the token and its issuer cannot be reached.
+    IssuerUnavailable,
 }
 
 impl Code {
-    pub const ALL: [Code; 34] = [
+    pub const ALL: [Code; 43] = [
         Code::Unauthorized,
         Code::NotFound,
         Code::MethodNotAllowed,
@@ -117,6 +140,15 @@ impl Code {
         Code::InvalidProxyPath,
         Code::TooManyConnections,
         Code::PortReserved,
+        Code::TokenExpired,
+        Code::TokenNotYetValid,
+        Code::TokenInvalid,
+        Code::TokenAudience,
+        Code::TokenIssuer,
+        Code::TokenAlgorithm,
+        Code::IdentityRefused,
+        Code::NoMatchingRule,
+        Code::IssuerUnavailable,
     ];
 
     /// The wire spelling (`EXEC_INVALID`).
@@ -156,6 +188,15 @@ impl Code {
             Code::InvalidProxyPath => "INVALID_PROXY_PATH",
             Code::TooManyConnections => "TOO_MANY_CONNECTIONS",
             Code::PortReserved => "PORT_RESERVED",
+            Code::TokenExpired => "TOKEN_EXPIRED",
+            Code::TokenNotYetValid => "TOKEN_NOT_YET_VALID",
+            Code::TokenInvalid => "TOKEN_INVALID",
+            Code::TokenAudience => "TOKEN_AUDIENCE",
+            Code::TokenIssuer => "TOKEN_ISSUER",
+            Code::TokenAlgorithm => "TOKEN_ALGORITHM",
+            Code::IdentityRefused => "IDENTITY_REFUSED",
+            Code::NoMatchingRule => "NO_MATCHING_RULE",
+            Code::IssuerUnavailable => "ISSUER_UNAVAILABLE",
         }
     }
 
@@ -166,7 +207,14 @@ impl Code {
     /// The HTTP status of this code (docs/api.md#error-codes-and-statuses).
     pub fn status(self) -> u16 {
         match self {
-            Code::Unauthorized => 401,
+            Code::Unauthorized
+            | Code::TokenExpired
+            | Code::TokenNotYetValid
+            | Code::TokenInvalid
+            | Code::TokenAudience
+            | Code::TokenIssuer
+            | Code::TokenAlgorithm
+            | Code::IdentityRefused => 401,
             Code::NotFound | Code::ExecTargetNotFound => 404,
             Code::MethodNotAllowed => 405,
             Code::BodyTooLarge | Code::WorkspaceLimit => 413,
@@ -180,7 +228,10 @@ impl Code {
             | Code::InvalidPath
             | Code::InvalidBundle
             | Code::InvalidProxyPath => 400,
-            Code::ExecTargetForbidden | Code::Forbidden | Code::PortReserved => 403,
+            Code::ExecTargetForbidden
+            | Code::Forbidden
+            | Code::PortReserved
+            | Code::NoMatchingRule => 403,
             Code::ExecTargetNotReady
             | Code::TooManySessions
             | Code::NotRunning
@@ -189,7 +240,7 @@ impl Code {
             Code::ExecTooMany | Code::ReloadRateLimited | Code::TooManyConnections => 429,
             Code::ExecAborted => 499,
             Code::ExecFailed | Code::PortUnreachable | Code::WorkspaceUnavailable => 502,
-            Code::Overloaded | Code::NotReady => 503,
+            Code::Overloaded | Code::NotReady | Code::IssuerUnavailable => 503,
             Code::Internal => 500,
         }
     }

@@ -7,7 +7,7 @@
 //! comparison are [`crate::token`]'s; the caller it finds is an
 //! [`Identity`] (the API's type).
 
-use crate::api::Identity;
+use crate::api::{Credential, Identity};
 use crate::config::Principal;
 use crate::exec::frames::token_from_protocol;
 use crate::http::Request;
@@ -34,6 +34,8 @@ impl Principals {
                         name: p.name.clone(),
                         workspaces: p.workspaces.clone(),
                         may_start_sessions: p.may_start_sessions,
+                        kube_groups: Vec::new(),
+                        credential: Credential::Static,
                     }),
                 ))
             })
