@@ -17,6 +17,7 @@
 //! server (`server::settings`, `session::pod::PodSettings`).
 
 mod key_at;
+pub mod oidc;
 mod validate;
 
 use std::fmt;
@@ -147,6 +148,9 @@ pub struct Config {
     pub sessions: SessionsSection,
     #[serde(default, rename = "principal")]
     pub principals: Vec<Principal>,
+    /// OpenID Connect principals (`[oidc]`, [`oidc::OidcSection`]).
+    #[serde(default)]
+    pub oidc: oidc::OidcSection,
 }
 
 /// `[server]`: the front door.

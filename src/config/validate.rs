@@ -20,7 +20,7 @@ use crate::kube::names::{
 };
 
 /// `Err` naming `key`.
-fn err<T>(key: &str, message: String) -> Result<T, KeyError> {
+pub(super) fn err<T>(key: &str, message: String) -> Result<T, KeyError> {
     Err(KeyError {
         key: key.to_string(),
         message,
@@ -30,7 +30,7 @@ fn err<T>(key: &str, message: String) -> Result<T, KeyError> {
 /// A relative path made absolute against `base` (the config file's
 /// folder); `.` components dropped: `./state` reads better in logs as
 /// `state`.
-fn resolve(base: &Path, p: &mut PathBuf) {
+pub(super) fn resolve(base: &Path, p: &mut PathBuf) {
     if p.is_relative() {
         *p = base.join(
             p.components()
@@ -48,6 +48,7 @@ impl Config {
         check_sessions(&self.sessions)?;
         check_exec(&mut self.exec, base)?;
         check_principals(&mut self.principals)?;
+        super::oidc::check_oidc(&mut self.oidc, &self.principals, base)?;
         self.check_demo_token()
     }
 
