@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod exec;

@@ -200,13 +200,14 @@ pub fn parse_template(t: &str) -> Result<Vec<TemplatePart>, String> {
     Ok(parts)
 }
 
-/// An issuer or discovery URL: `https://`, or `http://` to a loopback host
-/// (tests); no query, fragment or user info.
-fn check_url(key: &str, u: &str) -> Result<(), KeyError> {
+/// What is wrong with an issuer, discovery or JWKS URL, if anything: it
+/// must be `https://`, or `http://` to a loopback host (tests); no query,
+/// fragment or user info.
+pub fn url_problem(u: &str) -> Option<String> {
     let rest = if let Some(r) = u.strip_prefix("https://") {
         r
     } else if let Some(r) = u.strip_prefix("http://") {
-        let host = r.split(['/']).next().unwrap_or("");
+        let host = r.split('/').next().unwrap_or("");
         let host = host
             .rsplit_once(':')
             .filter(|(h, p)| !h.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
@@ -218,26 +219,32 @@ fn check_url(key: &str, u: &str) -> Result<(), KeyError> {
                 .parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback());
         if !loopback {
-            return err(
-                key,
-                format!("{u:?} must be https (plain http only to a loopback address, for tests)"),
-            );
+            return Some(format!(
+                "{u:?} must be https (plain http only to a loopback address, for tests)"
+            ));
         }
         r
     } else {
-        return err(key, format!("{u:?} must be an https:// URL"));
+        return Some(format!("{u:?} must be an https:// URL"));
     };
     let host = rest.split('/').next().unwrap_or("");
     if host.is_empty()
         || rest.contains(['?', '#', '@'])
         || u.chars().any(|c| c.is_control() || c.is_whitespace())
     {
-        return err(
-            key,
-            format!("{u:?} is not a URL with a host and no query, fragment or user info"),
-        );
+        return Some(format!(
+            "{u:?} is not a URL with a host and no query, fragment or user info"
+        ));
     }
-    Ok(())
+    None
+}
+
+/// [`url_problem`] as a key's error.
+fn check_url(key: &str, u: &str) -> Result<(), KeyError> {
+    match url_problem(u) {
+        Some(m) => err(key, m),
+        None => Ok(()),
+    }
 }
 
 /// A name or group a mapping or rule gives: printable, at most 128
