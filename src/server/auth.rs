@@ -6,18 +6,25 @@
 //! never reaches a log line or an error message. The digests and their
 //! comparison are [`crate::token`]'s; the caller it finds is an
 //! [`Identity`] (the API's type).
+//!
+//! A token that is no static principal's and is shaped like a JWT goes to
+//! OIDC verification when `[oidc]` has issuers ([`crate::auth::Oidc`]):
+//! static tokens are always checked first, against all of them.
 
-use crate::api::{Credential, Identity};
+use crate::api::{ApiError, Credential, Identity};
+use crate::auth::{looks_like_jwt, Oidc};
 use crate::config::Principal;
 use crate::exec::frames::token_from_protocol;
 use crate::http::Request;
 use crate::token::{decode_digest, digest, same_digest, TokenDigest};
 use std::sync::Arc;
 
-/// The principals of the configuration, by token digest.
+/// The principals of the configuration, by token digest, and its OIDC
+/// verifier (when `[oidc]` has issuers).
 #[derive(Debug, Default)]
 pub struct Principals {
     entries: Vec<(TokenDigest, Arc<Identity>)>,
+    oidc: Option<Arc<Oidc>>,
 }
 
 impl Principals {
@@ -40,7 +47,41 @@ impl Principals {
                 ))
             })
             .collect();
-        Principals { entries }
+        Principals {
+            entries,
+            oidc: None,
+        }
+    }
+
+    /// The static principals and an OIDC verifier.
+    pub fn with_oidc(config: &[Principal], oidc: Option<Arc<Oidc>>) -> Principals {
+        Principals {
+            oidc,
+            ..Principals::new(config)
+        }
+    }
+
+    /// The OIDC verifier, when `[oidc]` has issuers.
+    pub fn oidc(&self) -> Option<&Arc<Oidc>> {
+        self.oidc.as_ref()
+    }
+
+    /// The caller a token names: a static principal (checked first, in
+    /// constant time against all), else a verified OIDC identity when the
+    /// token is JWT-shaped and issuers are configured. `Err(None)`: not a
+    /// valid token (the caller's generic 401); `Err(Some(e))`: an OIDC
+    /// refusal with its code. Neither the token nor a claim is logged.
+    pub fn identify(&self, token: &str) -> Result<Arc<Identity>, Option<ApiError>> {
+        if let Some(who) = self.authenticate(token) {
+            return Ok(who);
+        }
+        match &self.oidc {
+            Some(o) if looks_like_jwt(token) => o.verify(token).map(Arc::new).map_err(|e| {
+                log::debug!("OIDC token refused: {}", e.code);
+                Some(e)
+            }),
+            _ => Err(None),
+        }
     }
 
     pub fn len(&self) -> usize {

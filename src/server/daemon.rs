@@ -28,6 +28,7 @@ use super::demo::{
 };
 use super::routes::{check_writable, cluster_version, test_hooks, FrontDoor};
 use super::settings::{exec_settings, size};
+use crate::auth::Oidc;
 use crate::config::{ClusterMode, Config, ConfigError, RoutingLayer};
 use crate::exec::audit::Audit;
 use crate::exec::gateway::Gateway;
@@ -81,20 +82,25 @@ pub(super) fn failed(m: impl Into<String>) -> StartError {
     StartError::Failed(m.into())
 }
 
-/// A reload refused: the current principals stay.
+/// A reload refused: the current principals (and OIDC issuers and rules)
+/// stay.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReloadRefused {
-    /// Principals in the new file.
-    pub principals: usize,
+pub enum ReloadRefused {
+    /// Principals in the new file, in sim mode without pod users.
+    Principals(usize),
+    /// The new `[oidc]` cannot be put to work (a CA file, a thread).
+    Oidc(String),
 }
 
 impl std::fmt::Display for ReloadRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} principals in sim mode without pod users: one at most (docs/sim.md, \"Pod users\")",
-            self.principals
-        )
+        match self {
+            ReloadRefused::Principals(n) => write!(
+                f,
+                "{n} principals in sim mode without pod users: one at most (docs/sim.md, \"Pod users\")"
+            ),
+            ReloadRefused::Oidc(e) => write!(f, "[oidc]: {e}"),
+        }
     }
 }
 
@@ -172,7 +178,15 @@ impl Daemon {
         let metrics = Arc::new(Metrics::new());
         cluster_metrics(&metrics, &client);
         let gateway = exec_gateway(cfg, &client, &conn, &metrics)?;
-        let principals = Arc::new(RwLock::new(Arc::new(Principals::new(&cfg.principals))));
+        let oidc = Oidc::new(&cfg.oidc, &cfg.principals, None)
+            .map_err(|e| failed(format!("[oidc]: {e}")))?;
+        if let Some(o) = &oidc {
+            log::info!("OIDC issuers: {}", o.issuer_urls().join(", "));
+        }
+        let principals = Arc::new(RwLock::new(Arc::new(Principals::with_oidc(
+            &cfg.principals,
+            oidc.map(Arc::new),
+        ))));
         let engine = session_engine(cfg, &client, &conn);
         // Gateway routing: the Gateway read now and every 5 s after, its
         // state bounding every session endpoint's (from the first read).
@@ -222,11 +236,14 @@ impl Daemon {
     /// their own users and the new file has more than one principal.
     pub fn reload_principals(&self, cfg: &Config) -> Result<(), ReloadRefused> {
         if self.sim_unconfined && cfg.principals.len() > 1 {
-            return Err(ReloadRefused {
-                principals: cfg.principals.len(),
-            });
+            return Err(ReloadRefused::Principals(cfg.principals.len()));
         }
-        *self.principals.write() = Arc::new(Principals::new(&cfg.principals));
+        // The issuers keep their cached keys when configured the same.
+        let current = self.principals.read().clone();
+        let oidc = Oidc::new(&cfg.oidc, &cfg.principals, current.oidc().map(|o| &**o))
+            .map_err(ReloadRefused::Oidc)?;
+        *self.principals.write() =
+            Arc::new(Principals::with_oidc(&cfg.principals, oidc.map(Arc::new)));
         Ok(())
     }
 

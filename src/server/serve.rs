@@ -95,7 +95,12 @@ fn reload(daemon: &Daemon, config_path: &Path) {
         Ok(c) => {
             warn_demo_token(&c);
             match daemon.reload_principals(&c) {
-                Ok(()) => log::info!("SIGHUP: {} principals reloaded", c.principals.len()),
+                Ok(()) => log::info!(
+                    "SIGHUP: {} principals, {} OIDC issuers and {} OIDC rules reloaded",
+                    c.principals.len(),
+                    c.oidc.issuers.len(),
+                    c.oidc.rules.len()
+                ),
                 Err(e) => log::error!("SIGHUP: keeping the current principals: {e}"),
             }
         }

@@ -75,12 +75,25 @@ impl FrontDoor {
     /// among the principal's long-lived ones.
     pub(super) fn admission(&self, head: &Request) -> Admission {
         let path = head.path.as_str();
-        if matches!(Route::of(&head.method, path), Route::Health | Route::Ready) {
+        if matches!(
+            Route::of(&head.method, path),
+            Route::Health | Route::Ready | Route::AuthConfig
+        ) {
             return Admission::Admit(Admit::with_limit(0));
         }
         let principals = self.principals.read().clone();
-        let Some(who) = request_token(head).and_then(|t| principals.authenticate(&t)) else {
-            return self.refuse("unauthenticated", &unauthorized());
+        let who = match request_token(head).map(|t| principals.identify(&t)) {
+            Some(Ok(who)) => who,
+            None | Some(Err(None)) => return self.refuse("unauthenticated", &unauthorized()),
+            Some(Err(Some(e))) => {
+                let retry = e.code == Code::IssuerUnavailable;
+                return match self.refuse("unauthenticated", &e) {
+                    Admission::Refuse(r) if retry => {
+                        Admission::Refuse(r.with_header("Retry-After", "1"))
+                    }
+                    a => a,
+                };
+            }
         };
         let mut limit = self.max_body;
         let mut kind = Kind::KeepAlive;

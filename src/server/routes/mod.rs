@@ -5,6 +5,8 @@
 //! - [`admission`]: what a request's head decides before any body byte
 //!   (docs/api.md "Admission");
 //! - [`health`]: `/healthz`, `/readyz` and `/metrics`;
+//! - [`identity`]: `GET /v1/auth/config` (unauthenticated) and
+//!   `GET /v1/auth/whoami`;
 //! - [`exec`]: `POST /v1/exec` and `GET /v1/exec/interactive`;
 //! - [`workspaces`]: `GET /v1/workspaces` and a session's workspace files;
 //! - [`sessions`]: `/v1/sessions[/{id}]`, its operations and io socket;
@@ -22,6 +24,7 @@ mod admission;
 mod events;
 mod exec;
 mod health;
+mod identity;
 mod ports;
 mod sessions;
 mod tunnels;
@@ -142,6 +145,11 @@ pub(in crate::server) enum Route<'p> {
     Ready,
     /// `GET /metrics`.
     Metrics,
+    /// `GET /v1/auth/config` (no authentication: what `kubegate login`
+    /// should use).
+    AuthConfig,
+    /// `GET /v1/auth/whoami`.
+    Whoami,
     /// `POST /v1/exec`.
     ExecOneShot,
     /// `GET /v1/exec/interactive` (a WebSocket).
@@ -187,13 +195,21 @@ impl<'p> Route<'p> {
             ("/healthz", "GET") => Route::Health,
             ("/readyz", "GET") => Route::Ready,
             ("/metrics", "GET") => Route::Metrics,
+            ("/v1/auth/config", "GET") => Route::AuthConfig,
+            ("/v1/auth/whoami", "GET") => Route::Whoami,
             ("/v1/exec", "POST") => Route::ExecOneShot,
             ("/v1/exec/interactive", "GET") => Route::ExecInteractive,
             ("/v1/exec/tunnel", "GET") => Route::ExecTunnel,
             ("/v1/workspaces", "GET") => Route::Workspaces,
-            ("/metrics" | "/v1/exec/interactive" | "/v1/exec/tunnel" | "/v1/workspaces", _) => {
-                Route::Miss(Method("GET"))
-            }
+            (
+                "/metrics"
+                | "/v1/exec/interactive"
+                | "/v1/exec/tunnel"
+                | "/v1/workspaces"
+                | "/v1/auth/config"
+                | "/v1/auth/whoami",
+                _,
+            ) => Route::Miss(Method("GET")),
             ("/v1/exec", _) => Route::Miss(Method("POST")),
             _ => Route::Miss(NotFound),
         }
@@ -288,9 +304,10 @@ impl FrontDoor {
             return Ok(a.who.clone());
         }
         let principals = self.principals.read().clone();
-        request_token(req)
-            .and_then(|t| principals.authenticate(&t))
-            .ok_or_else(unauthorized)
+        let token = request_token(req).ok_or_else(unauthorized)?;
+        principals
+            .identify(&token)
+            .map_err(|e| e.unwrap_or_else(unauthorized))
     }
 
     /// Every route behind authentication (all but health and readiness),
@@ -302,6 +319,8 @@ impl FrontDoor {
             Route::Health => Ok(health::healthz().into()),
             Route::Ready => Ok(self.readiness().into()),
             Route::Metrics => Ok(self.metrics_page().into()),
+            Route::AuthConfig => Ok(self.auth_config()),
+            Route::Whoami => Ok(identity::whoami(&who)),
             Route::ExecOneShot => self.exec_oneshot(&who, &req),
             Route::ExecInteractive => self.exec_interactive(&who, &req),
             Route::ExecTunnel => self.exec_tunnel(&who, &req),
@@ -331,6 +350,7 @@ impl Handler for FrontDoor {
         let reply = match Route::of(&req.method, &req.path) {
             Route::Health => health::healthz().into(),
             Route::Ready => self.readiness().into(),
+            Route::AuthConfig => self.auth_config(),
             _ => match self.route(req) {
                 Ok(r) => r,
                 Err(e) => {
@@ -385,6 +405,9 @@ mod tests {
             ("GET", "/readyz", Route::Ready),
             ("POST", "/healthz", Route::Miss(Miss::NotFound)),
             ("GET", "/metrics", Route::Metrics),
+            ("GET", "/v1/auth/config", Route::AuthConfig),
+            ("GET", "/v1/auth/whoami", Route::Whoami),
+            ("POST", "/v1/auth/whoami", Route::Miss(Miss::Method("GET"))),
             ("POST", "/metrics", Route::Miss(Miss::Method("GET"))),
             ("POST", "/v1/exec", Route::ExecOneShot),
             ("GET", "/v1/exec", Route::Miss(Miss::Method("POST"))),
