@@ -125,7 +125,7 @@ pub fn split(token: &str) -> Result<Parts<'_>, ApiError> {
 }
 
 /// The `iss` claim, when it is a string.
-pub fn issuer_of<'a>(claims: &'a Map<String, Value>) -> Option<&'a str> {
+pub fn issuer_of(claims: &Map<String, Value>) -> Option<&str> {
     claims.get("iss").and_then(Value::as_str)
 }
 
