@@ -235,7 +235,7 @@ pub fn check_claims(p: &Policy, claims: &Map<String, Value>, now: i64) -> Result
     }
     for r in &p.claim_rules {
         if !holds(claims.get(&r.claim), &r.required_value) {
-            return Err(invalid(format!(
+            return Err(refused(format!(
                 "the {} claim does not hold its required value (claim_validation_rules)",
                 r.claim
             )));
@@ -563,7 +563,7 @@ mod tests {
         });
         assert_eq!(
             code(check_claims(&strict, &claims(json!({})), NOW)),
-            Code::TokenInvalid
+            Code::IdentityRefused
         );
         assert!(check_claims(&strict, &claims(json!({"hd": "example.com"})), NOW).is_ok());
     }

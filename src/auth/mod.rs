@@ -1,4 +1,4 @@
-//! OpenID Connect principals (docs/security.md#oidc): a bearer token that
+//! OpenID Connect principals (docs/SECURITY.md#oidc-tokens): a bearer token that
 //! is a JWT signed by a configured issuer becomes an [`Identity`] through
 //! the issuer's claim mappings and the `[[oidc.rule]]`s.
 //!
