@@ -167,7 +167,9 @@ pub fn pick<'k>(keys: &'k [Key], h: &Header) -> Pick<'k> {
 }
 
 /// Whether `signature` (base64url) signs `input` under `key` with the
-/// key's own algorithm.
+/// key's own algorithm. Never with another: jsonwebtoken's EC verifier
+/// reaches `unreachable!()` when handed an RSA key, and [`parse_jwks`]
+/// keeps only algorithms that fit their key's type.
 pub fn verifies(key: &Key, input: &str, signature: &str) -> bool {
     jsonwebtoken::crypto::verify(signature, input.as_bytes(), &key.key, key.alg).unwrap_or(false)
 }

@@ -340,3 +340,142 @@ fn spawn_refresher(
         })
         .map(|_| ())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+    use serde_json::{json, Value};
+
+    const URL: &str = "https://idp.example";
+
+    /// An EC P-256 key: its PKCS#8 DER (to sign) and its public JWK.
+    fn ec_key(kid: &str) -> (Vec<u8>, Value) {
+        let kp = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let raw = kp.public_key_raw();
+        let b = |s: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let jwk = json!({"kty": "EC", "crv": "P-256", "kid": kid,
+                         "x": b(&raw[1..33]), "y": b(&raw[33..65])});
+        (kp.serialize_der(), jwk)
+    }
+
+    fn sign(der: &[u8], kid: &str, alg: jsonwebtoken::Algorithm, claims: &Value) -> String {
+        let mut h = jsonwebtoken::Header::new(alg);
+        h.kid = Some(kid.into());
+        jsonwebtoken::encode(&h, claims, &jsonwebtoken::EncodingKey::from_ec_der(der)).unwrap()
+    }
+
+    fn claims(now: i64) -> Value {
+        json!({"iss": URL, "aud": "kubegate", "sub": "ann", "iat": now - 5, "exp": now + 300,
+               "groups": ["dev"]})
+    }
+
+    /// An `Oidc` with these keys cached and no refresher thread: the kick
+    /// channel's receiver is returned to see whether a fetch was asked for.
+    fn oidc(jwks: Value, state: KeyState) -> (Oidc, Receiver<()>) {
+        let c: crate::config::oidc::IssuerConfig = serde_json::from_value(json!({
+            "url": URL, "audiences": ["kubegate"],
+            "claim_mappings": {"username": {"claim": "sub", "prefix": "oidc:"},
+                               "groups": {"claim": "groups", "prefix": ""}},
+        }))
+        .unwrap();
+        let rule: crate::config::oidc::RuleConfig =
+            serde_json::from_value(json!({"group": "dev", "workspaces": ["demo/{claim:sub}"]}))
+                .unwrap();
+        let (kick, kicked) = bounded(1);
+        let (stop, _) = bounded(0);
+        let issuer = Arc::new(Issuer {
+            policy: Policy::new(&c),
+            source: Source {
+                issuer: URL.into(),
+                discovery: c.discovery(),
+                tls: TlsMaterial::default(),
+            },
+            state: Mutex::new(KeyState {
+                keys: Arc::new(keys::parse_jwks(&jwks).unwrap()),
+                ..state
+            }),
+            kick,
+        });
+        let o = Oidc {
+            issuers: vec![issuer],
+            rules: vec![Rule::new(&rule)],
+            static_names: HashSet::new(),
+            login: None,
+            _stop: stop,
+        };
+        (o, kicked)
+    }
+
+    fn fresh() -> KeyState {
+        KeyState {
+            fetched: Some(Instant::now()),
+            attempted: Some(Instant::now()),
+            ..KeyState::default()
+        }
+    }
+
+    #[test]
+    fn verification_uses_the_cached_keys_and_never_fetches_for_a_stranger() {
+        let (der, jwk) = ec_key("e1");
+        let (other, _) = ec_key("e2");
+        let now = now_unix();
+        let (o, kicked) = oidc(json!({ "keys": [jwk] }), fresh());
+        let es256 = jsonwebtoken::Algorithm::ES256;
+
+        let id = o
+            .verify_at(&sign(&der, "e1", es256, &claims(now)), now)
+            .unwrap();
+        assert_eq!(id.name, "oidc:ann");
+        assert_eq!(id.workspaces[0].to_string(), "demo/ann");
+
+        let code = |t: &str| o.verify_at(t, now).unwrap_err().code;
+        let mut stranger = claims(now);
+        stranger["iss"] = json!("https://elsewhere");
+        assert_eq!(code(&sign(&der, "e1", es256, &stranger)), Code::TokenIssuer);
+        // Another key under the same kid; another algorithm than the key's.
+        assert_eq!(
+            code(&sign(&other, "e1", es256, &claims(now))),
+            Code::TokenInvalid
+        );
+        let good = sign(&der, "e1", es256, &claims(now));
+        let relabelled = format!(
+            "{}.{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(json!({"alg": "ES384", "kid": "e1"}).to_string()),
+            good.split_once('.').unwrap().1
+        );
+        assert_eq!(code(&relabelled), Code::TokenAlgorithm);
+        // An unknown kid right after a good fetch: 401, no new fetch.
+        assert_eq!(
+            code(&sign(&der, "e9", es256, &claims(now))),
+            Code::TokenInvalid
+        );
+        assert!(kicked.try_recv().is_err(), "a fetch was asked for");
+    }
+
+    #[test]
+    fn an_unknown_kid_asks_for_one_fetch_and_fails_closed() {
+        let (der, jwk) = ec_key("e1");
+        let now = now_unix();
+        let token = sign(&der, "e2", jsonwebtoken::Algorithm::ES256, &claims(now));
+        // Keys older than the rate limit: a fetch is asked for, 503 meanwhile.
+        let (o, kicked) = oidc(json!({ "keys": [jwk.clone()] }), KeyState::default());
+        assert_eq!(
+            o.verify_at(&token, now).unwrap_err().code,
+            Code::IssuerUnavailable
+        );
+        assert!(kicked.try_recv().is_ok());
+        // The last fetch failed moments ago: 503, and no new fetch.
+        let failed = KeyState {
+            failed: Some("refused".into()),
+            ..fresh()
+        };
+        let (o, kicked) = oidc(json!({ "keys": [jwk] }), failed);
+        assert_eq!(
+            o.verify_at(&token, now).unwrap_err().code,
+            Code::IssuerUnavailable
+        );
+        assert!(kicked.try_recv().is_err());
+    }
+}
