@@ -383,6 +383,19 @@ fn sighup_reloads_the_rules_and_a_bad_reload_keeps_them() {
     let (st, v) = get(&d, "/v1/auth/whoami", &token);
     assert_eq!((st, code(&v)), (403, "NO_MATCHING_RULE"), "{v}");
     assert!(d.log_text().contains("oidc.rule[0].kube_groups[0]"));
+    // A file that validates but whose CA file cannot be read: kept too.
+    hup(
+        &config.replace(
+            &format!("url = \"{}\"\naudiences = [\"kubegate\"]", issuer.url),
+            &format!(
+                "url = \"{}\"\naudiences = [\"kubegate\"]\ncertificate_authority = \"no-such-ca.pem\"",
+                issuer.url
+            ),
+        ),
+        "oidc.issuer[0].certificate_authority",
+    );
+    let (st, v) = get(&d, "/v1/auth/whoami", &token);
+    assert_eq!((st, code(&v)), (403, "NO_MATCHING_RULE"), "{v}");
 
     // Back to the first file: the token works again.
     hup(&config, "OIDC rules reloaded");
