@@ -77,6 +77,7 @@ impl Client {
             // no credentials (no client certificate).
             credentials: Arc::new(Anonymous),
             namespace: String::new(),
+            impersonate: None,
         };
         let tls = client_tls(&conn, &ep).map_err(|e| match e {
             // A CA that rustls refuses is a configuration problem.

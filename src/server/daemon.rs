@@ -182,7 +182,6 @@ impl Daemon {
             &limits,
             Parts {
                 probe,
-                client,
                 principals: principals.clone(),
                 gateway: gateway.clone(),
                 metrics: metrics.clone(),
@@ -487,7 +486,6 @@ fn session_engine(cfg: &Config, client: &Client, conn: &Connection) -> Arc<Engin
 /// What the front door serves, made before it.
 struct Parts {
     probe: Client,
-    client: Client,
     principals: Arc<RwLock<Arc<Principals>>>,
     gateway: Arc<Gateway>,
     metrics: Arc<Metrics>,
@@ -522,7 +520,6 @@ fn front_door(cfg: &Config, limits: &FrontDoorLimits, p: Parts) -> FrontDoor {
     };
     FrontDoor {
         probe: p.probe,
-        client: p.client,
         state_dir: cfg.server.state_dir.clone(),
         principals: p.principals,
         gateway: p.gateway,
