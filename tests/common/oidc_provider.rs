@@ -1,0 +1,249 @@
+//! panva's oidc-provider as a test's OpenID issuer (tests/peer/oidc/
+//! provider.mjs, installed by scripts/oidc-provider.sh): started on
+//! loopback by the test, restarted on the same port with another key set
+//! (a key rotation), stopped on drop; and the device flow's user step done
+//! for real through the provider's own pages ([`OidcProvider::approve`],
+//! tests/peer/oidc/approve.mjs).
+//!
+//! ```ignore
+//! let Some(mut idp) = OidcProvider::start(&ProviderOptions::default()) else {
+//!     return; // not installed, outside CI: skipped with a line on stderr
+//! };
+//! // issuer: idp.issuer, client id: idp.options.client_id ("kubegate"),
+//! // signing keys: idp.jwks (RS256, kid "k1"); accounts: any login name N
+//! // (sub N, email N@example.com, email_verified, groups options.groups).
+//! idp.approve(&verification_uri, &user_code, "ann");
+//! idp.rotate("k2"); // same issuer URL, a new signing key
+//! ```
+
+use super::first_line;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const PROVIDER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peer/oidc/provider.mjs");
+const APPROVE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peer/oidc/approve.mjs");
+/// How long the provider may take to print its ready line.
+const READY: Duration = Duration::from_secs(20);
+
+/// Where scripts/oidc-provider.sh installs oidc-provider; `None` (with a
+/// skip line) when it is missing outside CI; a failure in CI.
+pub fn installed() -> Option<PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+        .expect("HOME or XDG_CACHE_HOME");
+    let dir = cache.join("kubegate").join("oidc-provider");
+    if dir.join("node_modules/oidc-provider/package.json").exists() {
+        return Some(dir);
+    }
+    let msg = format!(
+        "oidc-provider is not installed under {} (run scripts/oidc-provider.sh)",
+        dir.display()
+    );
+    assert!(std::env::var_os("CI").is_none(), "{msg}");
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
+/// How to set the provider up.
+#[derive(Debug, Clone)]
+pub struct ProviderOptions {
+    pub client_id: String,
+    /// ID and access token lifetime.
+    pub id_token_ttl_secs: u64,
+    pub device_code_ttl_secs: u64,
+    /// The `groups` claim of every account.
+    pub groups: Vec<String>,
+}
+
+impl Default for ProviderOptions {
+    fn default() -> Self {
+        ProviderOptions {
+            client_id: "kubegate".into(),
+            id_token_ttl_secs: 3600,
+            device_code_ttl_secs: 600,
+            groups: vec!["developers".into()],
+        }
+    }
+}
+
+/// A running provider.
+pub struct OidcProvider {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`, the issuer URL (also its discovery base).
+    pub issuer: String,
+    pub port: u16,
+    pub options: ProviderOptions,
+    /// The private JWK set it signs with (RS256).
+    pub jwks: PathBuf,
+    /// Its folder: the key files and `provider.log` (its stderr).
+    pub dir: PathBuf,
+    node_dir: PathBuf,
+}
+
+impl OidcProvider {
+    /// Starts a provider on a free loopback port with a fresh key `k1`;
+    /// `None` when oidc-provider is not installed (outside CI).
+    pub fn start(options: &ProviderOptions) -> Option<OidcProvider> {
+        let node_dir = installed()?;
+        let dir = super::temp_dir("oidc-provider");
+        let jwks = dir.join("k1.json");
+        keygen(&node_dir, &jwks, "k1");
+        let mut p = OidcProvider {
+            child: None,
+            issuer: String::new(),
+            port: 0,
+            options: options.clone(),
+            jwks,
+            dir,
+            node_dir,
+        };
+        p.spawn();
+        Some(p)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.join("provider.log")).expect("provider.log");
+        let mut c = Command::new("node");
+        c.arg(PROVIDER)
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--jwks")
+            .arg(&self.jwks)
+            .arg("--client-id")
+            .arg(&self.options.client_id)
+            .arg("--id-token-ttl")
+            .arg(self.options.id_token_ttl_secs.to_string())
+            .arg("--device-code-ttl")
+            .arg(self.options.device_code_ttl_secs.to_string())
+            .arg("--groups")
+            .arg(self.options.groups.join(","))
+            .env("OIDC_PROVIDER_DIR", &self.node_dir)
+            // It stops when its stdin closes: when this test process dies.
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log);
+        let mut child = c.spawn().expect("spawn node (is Node.js installed?)");
+        let line = first_line(&mut child, READY).unwrap_or_else(|| {
+            panic!(
+                "oidc-provider did not start within {READY:?}:\n{}",
+                self.log()
+            )
+        });
+        let issuer = line
+            .trim()
+            .strip_prefix("oidc-provider listening on ")
+            .unwrap_or_else(|| panic!("unexpected ready line {line:?}:\n{}", self.log()))
+            .to_string();
+        self.port = issuer
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port in the issuer URL");
+        self.issuer = issuer;
+        self.child = Some(child);
+    }
+
+    /// Its stderr so far (for a failing assertion's message).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("provider.log")).unwrap_or_default()
+    }
+
+    /// Stops it (SIGTERM, then SIGKILL after 5 s).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            drop(c.stdin.take());
+            super::terminate(&mut c, Duration::from_secs(5));
+        }
+    }
+
+    /// Stops it and starts it again on the same port with `jwks` (a new
+    /// key set: the issuer URL stays, the signing key changes). Its
+    /// grants and sessions are in memory: they are gone after a restart.
+    pub fn restart(&mut self, jwks: &Path) {
+        self.stop();
+        self.jwks = jwks.to_path_buf();
+        // The port was just freed; take it again (bounded retries: it may
+        // linger a moment).
+        super::wait_for(
+            "the provider back on its port",
+            Duration::from_secs(20),
+            || {
+                let free = std::net::TcpListener::bind(("127.0.0.1", self.port)).is_ok();
+                free.then_some(())
+            },
+        );
+        self.spawn();
+    }
+
+    /// A fresh key set with key id `kid`, and a restart with it.
+    pub fn rotate(&mut self, kid: &str) {
+        let jwks = self.dir.join(format!("{kid}.json"));
+        keygen(&self.node_dir, &jwks, kid);
+        self.restart(&jwks);
+    }
+
+    /// The device flow's user step, through the provider's own pages:
+    /// the verification page, the user code, the login form (as `login`),
+    /// the consent form. Panics with the page it stopped at.
+    pub fn approve(&self, verification_uri: &str, user_code: &str, login: &str) {
+        self.user_step(verification_uri, user_code, login, "approve");
+    }
+
+    /// The user step answered with the confirm page's Abort button: the
+    /// device's next poll gets `access_denied`.
+    pub fn deny(&self, verification_uri: &str, user_code: &str) {
+        self.user_step(verification_uri, user_code, "nobody", "deny");
+    }
+
+    fn user_step(&self, uri: &str, code: &str, login: &str, decision: &str) {
+        let mut c = Command::new("node");
+        c.args([APPROVE, uri, code, login, decision]);
+        let out = super::run_with_timeout(c, None, Duration::from_secs(30));
+        assert_eq!(
+            out.code,
+            Some(0),
+            "approve.mjs {decision}:\nstdout: {}\nstderr: {}\nprovider:\n{}",
+            out.stdout_str(),
+            out.stderr_str(),
+            self.log()
+        );
+    }
+
+    /// What it counted: `{"token": {GRANT_TYPE: n}, "errors": {ERROR: n}}`.
+    pub fn stats(&self) -> serde_json::Value {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "GET /test/stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .expect("write");
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("read");
+        let body = raw.split("\r\n\r\n").nth(1).unwrap_or("");
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("stats {body:?}: {e}"))
+    }
+}
+
+impl Drop for OidcProvider {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A private JWK set with one RS256 key `kid`, written to `path`.
+pub fn keygen(node_dir: &Path, path: &Path, kid: &str) {
+    let mut c = Command::new("node");
+    c.arg(PROVIDER)
+        .arg("keygen")
+        .arg(path)
+        .arg(kid)
+        .env("OIDC_PROVIDER_DIR", node_dir);
+    let out = super::run_with_timeout(c, None, Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "keygen: {}", out.stderr_str());
+}
