@@ -492,6 +492,25 @@ fn a_denied_sign_in_exits_3_and_stores_nothing() {
     assert!(token_files(&home).is_empty());
 }
 
+/// The harness itself: a restart with a rotated key set keeps the issuer
+/// URL and publishes only the new key (what the daemon's key-rotation
+/// test relies on); its grants are in memory and gone after a restart.
+#[test]
+fn the_provider_restarts_with_a_rotated_key_set() {
+    let _w = watchdog("provider rotation", 90);
+    let Some(mut idp) = OidcProvider::start(&ProviderOptions::default()) else {
+        return;
+    };
+    let issuer = idp.issuer.clone();
+    assert_eq!(idp.kids(), ["k1"]);
+    let doc = idp.get_json("/.well-known/openid-configuration");
+    assert_eq!(doc["issuer"], issuer.as_str());
+    assert!(doc["device_authorization_endpoint"].is_string(), "{doc}");
+    idp.rotate("k2");
+    assert_eq!(idp.issuer, issuer);
+    assert_eq!(idp.kids(), ["k2"]);
+}
+
 // ------------------------------------------------ against the stand-ins
 
 /// `slow_down` adds 5 s to the interval for the rest of the flow

@@ -214,19 +214,38 @@ impl OidcProvider {
 
     /// What it counted: `{"token": {GRANT_TYPE: n}, "errors": {ERROR: n}}`.
     pub fn stats(&self) -> serde_json::Value {
+        self.get_json("/test/stats")
+    }
+
+    /// The key ids of its published key set (`/jwks`).
+    pub fn kids(&self) -> Vec<String> {
+        let v = self.get_json("/jwks");
+        v["keys"]
+            .as_array()
+            .map(|ks| {
+                ks.iter()
+                    .filter_map(|k| k["kid"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `GET path` on the provider, the JSON body (10 s bound).
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
         use std::io::Write;
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
         write!(
             s,
-            "GET /test/stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+            self.port
         )
         .expect("write");
         let mut raw = String::new();
         s.read_to_string(&mut raw).expect("read");
         let body = raw.split("\r\n\r\n").nth(1).unwrap_or("");
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("stats {body:?}: {e}"))
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {body:?}: {e}"))
     }
 }
 
