@@ -14,14 +14,13 @@ mod common;
 
 use base64::Engine as _;
 use common::bench::watchdog;
-use common::oidc_provider::{OidcProvider, ProviderOptions};
-use common::{run_with_timeout, temp_dir, Output, KUBEGATE};
+use common::oidc_provider::{kg, login, OidcProvider, ProviderOptions};
+use common::{run_with_timeout, temp_dir, Output};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -266,19 +265,6 @@ impl StandInIssuer {
 
 // ------------------------------------------------ running the CLI
 
-/// `kubegate ARGS` with its state (the token store) in `home`, and no
-/// KUBEGATE_* from the test's environment.
-fn kg(home: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(KUBEGATE);
-    c.args(args)
-        .env("HOME", home)
-        .env("XDG_STATE_HOME", home.join("state"))
-        .env_remove("KUBEGATE_SERVER")
-        .env_remove("KUBEGATE_TOKEN")
-        .env_remove("KUBEGATE_WORKSPACE");
-    c
-}
-
 fn run(home: &Path, args: &[&str]) -> Output {
     run_with_timeout(kg(home, args), None, T)
 }
@@ -304,57 +290,6 @@ fn stored(home: &Path) -> Value {
     let files = token_files(home);
     assert_eq!(files.len(), 1, "{files:?}");
     serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap()
-}
-
-/// `kubegate login --server SERVER`: reads the verification URL and user
-/// code from its stderr, hands them to `user` (the person's step), and
-/// waits for its end. Its exit code, stdout and stderr.
-fn login(home: &Path, server: &str, user: impl FnOnce(&str, &str)) -> Output {
-    let mut child = kg(home, &["login", "--server", server])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut so = child.stdout.take().unwrap();
-    let out_t = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = so.read_to_end(&mut b);
-        b
-    });
-    let (tx, rx) = std::sync::mpsc::channel();
-    let se = child.stderr.take().unwrap();
-    let err_t = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        for line in BufReader::new(se).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("To sign in, open ") {
-                if let Some((uri, code)) = rest.split_once(" and enter the code ") {
-                    let _ = tx.send((uri.to_string(), code.to_string()));
-                }
-            }
-            all.push(line);
-        }
-        all.join("\n")
-    });
-    if let Ok((uri, code)) = rx.recv_timeout(T) {
-        user(&uri, &code);
-    }
-    let deadline = Instant::now() + T;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kubegate login did not end within {T:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        code: status.code(),
-        stdout: out_t.join().unwrap(),
-        stderr: err_t.join().unwrap().into_bytes(),
-    }
 }
 
 fn show(o: &Output) -> String {

@@ -5,6 +5,9 @@
 //! for real through the provider's own pages ([`OidcProvider::approve`],
 //! tests/peer/oidc/approve.mjs).
 //!
+//! A test signs in as a person would with [`login`] (the real `kubegate
+//! login`, its URL and code read from its stderr) and [`OidcProvider::approve`]:
+//!
 //! ```ignore
 //! let Some(mut idp) = OidcProvider::start(&ProviderOptions::default()) else {
 //!     return; // not installed, outside CI: skipped with a line on stderr
@@ -14,18 +17,25 @@
 //! // (sub N, email N@example.com, email_verified, groups options.groups).
 //! idp.approve(&verification_uri, &user_code, "ann");
 //! idp.rotate("k2"); // same issuer URL, a new signing key
+//! let home = temp_dir("login"); // the CLI's HOME and XDG_STATE_HOME
+//! let out = login(&home, &daemon_url, |uri, code| idp.approve(uri, code, "ann"));
+//! assert_eq!(out.code, Some(0));
+//! // later commands: kg(&home, &["exec", "--server", &daemon_url, …]) send
+//! // the stored ID token
 //! ```
 
-use super::first_line;
-use std::io::Read;
+use super::{first_line, Output, KUBEGATE};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const PROVIDER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peer/oidc/provider.mjs");
 const APPROVE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peer/oidc/approve.mjs");
 /// How long the provider may take to print its ready line.
 const READY: Duration = Duration::from_secs(20);
+/// How long `kubegate login` may take, the user step included.
+const LOGIN: Duration = Duration::from_secs(60);
 
 /// Where scripts/oidc-provider.sh installs oidc-provider; `None` (with a
 /// skip line) when it is missing outside CI; a failure in CI.
@@ -265,4 +275,70 @@ pub fn keygen(node_dir: &Path, path: &Path, kid: &str) {
         .env("OIDC_PROVIDER_DIR", node_dir);
     let out = super::run_with_timeout(c, None, Duration::from_secs(30));
     assert_eq!(out.code, Some(0), "keygen: {}", out.stderr_str());
+}
+
+// ------------------------------------------------ the CLI's side
+
+/// `kubegate ARGS` with its state (the token store) in `home`, and no
+/// KUBEGATE_* from the test's environment.
+pub fn kg(home: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(KUBEGATE);
+    c.args(args)
+        .env("HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env_remove("KUBEGATE_SERVER")
+        .env_remove("KUBEGATE_TOKEN")
+        .env_remove("KUBEGATE_WORKSPACE");
+    c
+}
+
+/// `kubegate login --server SERVER`: reads the verification URL and user
+/// code from its stderr, hands them to `user` (the person's step), and
+/// waits for its end. Its exit code, stdout and stderr.
+pub fn login(home: &Path, server: &str, user: impl FnOnce(&str, &str)) -> Output {
+    let mut child = kg(home, &["login", "--server", server])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut so = child.stdout.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = so.read_to_end(&mut b);
+        b
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let se = child.stderr.take().unwrap();
+    let err_t = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in BufReader::new(se).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("To sign in, open ") {
+                if let Some((uri, code)) = rest.split_once(" and enter the code ") {
+                    let _ = tx.send((uri.to_string(), code.to_string()));
+                }
+            }
+            all.push(line);
+        }
+        all.join("\n")
+    });
+    if let Ok((uri, code)) = rx.recv_timeout(LOGIN) {
+        user(&uri, &code);
+    }
+    let deadline = Instant::now() + LOGIN;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kubegate login did not end within {LOGIN:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        code: status.code(),
+        stdout: out_t.join().unwrap(),
+        stderr: err_t.join().unwrap().into_bytes(),
+    }
 }
