@@ -206,12 +206,23 @@ pub struct OAuthError {
 }
 
 impl OAuthError {
+    /// The error and its description for a message, control characters
+    /// (a terminal's escape sequences) replaced.
     fn said(&self) -> String {
-        match &self.error_description {
+        let said = match &self.error_description {
             Some(d) if !d.is_empty() => format!("{} ({d})", self.error),
             _ => self.error.clone(),
-        }
+        };
+        printable(&said)
     }
+}
+
+/// `s` with control characters replaced by `?`: what an issuer sends is
+/// printed on the person's terminal.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// The device endpoint's answer, by status.
@@ -236,6 +247,21 @@ pub fn parse_device_auth(status: u16, body: &[u8]) -> Result<DeviceAuth, CliErro
     {
         return Err(issuer_error(
             "the device authorization answer has an empty code or a verification URL that is neither https nor loopback",
+        ));
+    }
+    // Printed on the person's terminal: no escape sequences.
+    let shown = [
+        Some(&d.user_code),
+        Some(&d.verification_uri),
+        d.verification_uri_complete.as_ref(),
+    ];
+    if shown
+        .into_iter()
+        .flatten()
+        .any(|v| v.chars().any(char::is_control))
+    {
+        return Err(issuer_error(
+            "the device authorization answer has control characters in its code or URLs",
         ));
     }
     Ok(d)
@@ -492,6 +518,34 @@ mod tests {
         assert_eq!(
             code(p.on_error(&err("invalid_client"), Duration::ZERO)),
             ISSUER
+        );
+    }
+
+    #[test]
+    fn what_the_issuer_says_reaches_the_terminal_without_control_characters() {
+        let e = parse_device_auth(
+            200,
+            br#"{"device_code":"d","user_code":"AB\u001b[2J","verification_uri":"https://idp/d","expires_in":60}"#,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("control characters"), "{e}");
+        let ok = parse_device_auth(
+            200,
+            br#"{"device_code":"d","user_code":"AB-CD","verification_uri":"https://idp/d","expires_in":60}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.interval, None);
+        let mut p = PollSchedule::new(&ok);
+        let said = OAuthError {
+            error: "invalid_client".into(),
+            error_description: Some("bad\u{1b}[31m".into()),
+        };
+        let PollStep::Fail(e) = p.on_error(&said, Duration::ZERO) else {
+            panic!()
+        };
+        assert!(
+            !e.message.contains('\u{1b}') && e.message.contains("bad?[31m"),
+            "{e}"
         );
     }
 
