@@ -133,7 +133,7 @@ const provider = new Provider(issuer, {
   },
   cookies: { keys: [randomUUID()] },
   pkce: { required: () => false },
-  // One line per refused request on stderr (the test shows it on failure).
+  // Error pages as JSON (approve.mjs prints the page it stopped at).
   renderError(ctx, out) {
     ctx.type = 'json';
     ctx.body = out;
