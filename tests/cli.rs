@@ -18,11 +18,16 @@ const T: Duration = Duration::from_secs(60);
 
 /// `kubegate ARGS` with no KUBEGATE_* from the test's environment.
 fn kg(args: &[&str]) -> Command {
+    // An empty state folder: a command without a token would otherwise
+    // find the user's own stored logins (`kubegate login`).
+    static STATE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let state = STATE.get_or_init(|| common::temp_dir("cli-state"));
     let mut c = Command::new(KUBEGATE);
     c.args(args)
         .env_remove("KUBEGATE_SERVER")
         .env_remove("KUBEGATE_TOKEN")
-        .env_remove("KUBEGATE_WORKSPACE");
+        .env_remove("KUBEGATE_WORKSPACE")
+        .env("XDG_STATE_HOME", state);
     c
 }
 

@@ -103,6 +103,7 @@ fn tls_token_connection(sim: &SimProc, token: Arc<dyn Credentials>) -> Connectio
         tls: tls_material(&kc, false),
         credentials: token,
         namespace: "default".into(),
+        impersonate: None,
     }
 }
 
@@ -1083,6 +1084,7 @@ fn tls_with_client_certificate() {
         tls: tls_material(&kc, true),
         credentials: Arc::new(kubegate::kube::connection::Anonymous),
         namespace: "default".into(),
+        impersonate: None,
     };
     let client = Client::new(conn).expect("client");
     let pods = Api::<Pod>::namespaced(&client, "default");
@@ -1104,6 +1106,7 @@ fn tls_with_client_certificate() {
         tls: tls_material(&kc, false),
         credentials: Arc::new(kubegate::kube::connection::Anonymous),
         namespace: "default".into(),
+        impersonate: None,
     };
     let e = Api::<Pod>::namespaced(&Client::new(anon).expect("client"), "default")
         .list(&ListParams::default())

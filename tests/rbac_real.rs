@@ -36,6 +36,13 @@
 //!    stage `workspace` (the pod proxy's 400), its pod deleted and its
 //!    Secret collected.
 //!
+//! 4. `[cluster] impersonate = true`, scripts/rbac-impersonation.yaml
+//!    applied too: a principal in the developers' group execs and tunnels
+//!    into its workspace as itself, and a namespace whose Role lacks
+//!    `pods/exec` refuses it with the cluster's own message although
+//!    kubegate's rules allow it. The audit log names the daemon as `user`
+//!    and the principal as `impersonatedUser` (docs/SECURITY.md#impersonation).
+//!
 //! Zero 403s: the daemon's log holds no Kubernetes refusal, and, when the
 //! plane writes an audit log (`KUBEGATE_REAL_AUDIT_LOG`), every request of
 //! the ServiceAccount is read from it: none was refused, each is granted in
@@ -203,6 +210,9 @@ struct Namespaces<'a> {
     session: String,
     workspace: String,
     gateway: String,
+    /// A second workspace namespace, where the developers' group may look
+    /// but not exec (phase 4).
+    denied: String,
 }
 
 impl<'a> Namespaces<'a> {
@@ -213,15 +223,16 @@ impl<'a> Namespaces<'a> {
             session: format!("{base}-s"),
             workspace: format!("{base}-w"),
             gateway: format!("{base}-g"),
+            denied: format!("{base}-d"),
         };
-        for n in [&ns.session, &ns.workspace, &ns.gateway] {
+        for n in [&ns.session, &ns.workspace, &ns.gateway, &ns.denied] {
             plane.ok(&["create", "namespace", n], None);
             plane.ok(&["label", "namespace", n, "kubegate.dev/test=true"], None);
         }
         // Pods are refused until the controller-manager made the
         // namespace's `default` ServiceAccount (403 `error looking up
         // service account`): wait, so that no 403 comes from that.
-        for n in [&ns.session, &ns.workspace] {
+        for n in [&ns.session, &ns.workspace, &ns.denied] {
             wait_for(&format!("ServiceAccount {n}/default"), WAIT, || {
                 plane.get(n, "serviceaccount/default").map(|_| ())
             });
@@ -255,21 +266,22 @@ impl<'a> Namespaces<'a> {
 
 impl Drop for Namespaces<'_> {
     fn drop(&mut self) {
-        for n in [&self.session, &self.workspace, &self.gateway] {
+        for n in [&self.session, &self.workspace, &self.gateway, &self.denied] {
             let _ = self
                 .plane
                 .kubectl(&["delete", "namespace", n, "--wait=false"], None);
         }
-        // rbac.yaml's one cluster-scoped object.
-        let _ = self.plane.kubectl(
-            &[
-                "delete",
-                "clusterrole",
-                "kubegate-exec",
-                "--ignore-not-found",
-            ],
-            None,
-        );
+        // rbac.yaml's and rbac-impersonation.yaml's cluster-scoped objects.
+        for what in [
+            "clusterrole/kubegate-exec",
+            "clusterrole/kubegate-impersonate",
+            "clusterrolebinding/kubegate-impersonate",
+            "clusterrole/kubegate-developer",
+        ] {
+            let _ = self
+                .plane
+                .kubectl(&["delete", what, "--ignore-not-found"], None);
+        }
     }
 }
 
@@ -357,6 +369,23 @@ fn create_deployment(plane: &Plane, ns: &str) {
 }
 
 fn daemon_config(kubeconfig: &Path, ns: &Namespaces, digest: &str, access: &str) -> String {
+    let principal = format!(
+        "name = \"rbac-real\"\ntoken_sha256 = \"{digest}\"\nworkspaces = [\"{}/{WORKSPACE_UID}\"]\n\
+         may_start_sessions = true\n",
+        ns.workspace
+    );
+    config_with(kubeconfig, ns, access, "", &principal)
+}
+
+/// The daemon's configuration on the plane: `cluster` adds `[cluster]`
+/// keys, `principal` is the one `[[principal]]` table's body.
+fn config_with(
+    kubeconfig: &Path,
+    ns: &Namespaces,
+    access: &str,
+    cluster: &str,
+    principal: &str,
+) -> String {
     format!(
         r#"[server]
 listen = "127.0.0.1:0"
@@ -368,19 +397,14 @@ kubeconfig = "{}"
 session_namespace = "{}"
 base_domain = "dev.example.com"
 pod_access = "{access}"
-
+{cluster}
 [sessions]
 agent_deadline_secs = {AGENT_DEADLINE_SECS}
 
 [[principal]]
-name = "rbac-real"
-token_sha256 = "{digest}"
-workspaces = ["{}/{WORKSPACE_UID}"]
-may_start_sessions = true
-"#,
+{principal}"#,
         kubeconfig.display(),
         ns.session,
-        ns.workspace
     )
 }
 
@@ -867,6 +891,144 @@ fn failing_session(plane: &Plane, ns: &Namespaces, d: &DaemonProc) {
     assert!(matches!(published(plane, &ns.session, &id), (None, None)));
 }
 
+/// The principal of phase 4, as the cluster will name it.
+const ANN: &str = "rbac-real-ann";
+/// The group rbac-impersonation.yaml lets the daemon impersonate and
+/// binds its example developer Role to.
+const DEVELOPERS: &str = "kubegate:developers";
+const IMPERSONATION_RBAC: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/scripts/rbac-impersonation.yaml"
+);
+
+/// Phase 4, `[cluster] impersonate = true`: scripts/rbac-impersonation.yaml
+/// applied (namespaces moved), and in the denied namespace a Role that
+/// lets the developers look but not exec. The principal lists both
+/// workspaces, execs and tunnels in its own, and is refused in the other
+/// with the cluster's message although kubegate's rules allow it.
+fn drive_impersonation(plane: &Plane, ns: &Namespaces, kubeconfig: &Path) {
+    let text = std::fs::read_to_string(IMPERSONATION_RBAC).expect("read rbac-impersonation.yaml");
+    let items = adapted(&documents(&text), &ns.map());
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    plane.ok(&["apply", "-f", "-"], Some(list.to_string().as_bytes()));
+    let look_only = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "look-only", "namespace": ns.denied},
+         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list"]},
+                   {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["list"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "look-only", "namespace": ns.denied},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "look-only"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DEVELOPERS}]}
+    ]});
+    plane.ok(
+        &["apply", "-f", "-"],
+        Some(look_only.to_string().as_bytes()),
+    );
+    create_deployment(plane, &ns.denied);
+
+    let (token, digest) = common::daemon::random_token();
+    let principal = format!(
+        "name = \"{ANN}\"\ntoken_sha256 = \"{digest}\"\nkube_groups = [\"{DEVELOPERS}\"]\n\
+         workspaces = [\"{}/{WORKSPACE_UID}\", \"{}/{WORKSPACE_UID}\"]\n",
+        ns.workspace, ns.denied
+    );
+    let config = config_with(
+        kubeconfig,
+        ns,
+        "api-proxy",
+        "impersonate = true\n",
+        &principal,
+    );
+    let mut d = DaemonProc::start_config(&config, kubeconfig.to_path_buf(), &token, "info");
+    // RBAC bindings reach the authorizer's cache a moment after the apply.
+    let exec = |project: &str| {
+        json!({"workspace": {"project": project, "uid": WORKSPACE_UID},
+               "deployment": "hello", "command": ["sh", "-c", "echo hi"]})
+    };
+    let mut last = (0, Value::Null);
+    wait_for("an impersonated exec in the workspace", WAIT, || {
+        last = d.json("POST", "/v1/exec", Some(&exec(&ns.workspace)));
+        (last.0 == 200).then_some(())
+    });
+    let v = &last.1;
+    assert_eq!(
+        (v["exitCode"].as_i64(), v["stdout"].as_str()),
+        (Some(0), Some("hi\n")),
+        "{v}"
+    );
+    let (st, v) = d.json("GET", "/v1/workspaces", None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["workspaces"].as_array().map(Vec::len), Some(2), "{v}");
+    tunnel_echo(
+        &d,
+        &format!(
+            "/v1/exec/tunnel?project={}&uid={WORKSPACE_UID}&deployment=hello&port=7",
+            ns.workspace
+        ),
+    );
+
+    // kubegate allows it; the cluster does not: its message, naming the
+    // principal, comes back with kubegate's code.
+    let (st, v) = d.json("POST", "/v1/exec", Some(&exec(&ns.denied)));
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(v["error"]["code"], "EXEC_TARGET_FORBIDDEN", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains(&format!("User \"{ANN}\" cannot"))
+            && message.contains("pods/exec")
+            && message.contains(&ns.denied),
+        "{message}"
+    );
+    assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
+    // The token never reached the daemon's log.
+    assert!(!d.log_text().contains(&token));
+}
+
+/// Phase 4's requests in the audit log: authenticated as the daemon,
+/// authorized as the principal in the developers' group; the exec in the
+/// workspace and the port-forward allowed, the exec in the denied
+/// namespace refused.
+fn check_impersonated(audit: &Path, ns: &Namespaces) {
+    let text = std::fs::read_to_string(audit).expect("read the audit log");
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["impersonatedUser"]["username"] == ANN)
+        // This run's (the plane's log outlives one test run).
+        .filter(|e| {
+            let n = &e["objectRef"]["namespace"];
+            *n == ns.workspace.as_str() || *n == ns.denied.as_str()
+        })
+        .collect();
+    assert!(!events.is_empty(), "no request as {ANN} in the audit log");
+    for e in &events {
+        assert_eq!(e["user"]["username"], ns.user().as_str(), "{e}");
+        let groups: Vec<&str> = e["impersonatedUser"]["groups"]
+            .as_array()
+            .map(|g| g.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert!(groups.contains(&DEVELOPERS), "{e}");
+    }
+    let find = |namespace: &str, sub: &str, refused: bool| {
+        events.iter().any(|e| {
+            let code = e["responseStatus"]["code"].as_u64().unwrap_or(0);
+            e["objectRef"]["namespace"] == namespace
+                && e["objectRef"]["subresource"] == sub
+                && (code == 403) == refused
+        })
+    };
+    assert!(find(&ns.workspace, "exec", false), "{events:#?}");
+    assert!(find(&ns.workspace, "portforward", false), "{events:#?}");
+    assert!(find(&ns.denied, "exec", true), "{events:#?}");
+    println!(
+        "impersonated requests on the real plane: {} (user {}, impersonatedUser {ANN})",
+        events.len(),
+        ns.user()
+    );
+}
+
 /// No Kubernetes refusal in any of the daemon's logs.
 fn no_refusal_logged(d: &DaemonProc) {
     for e in std::fs::read_dir(&d.dir)
@@ -930,6 +1092,11 @@ fn audited(path: &Path, user: &str) -> (Audited, Vec<String>) {
         };
         let ua = e["userAgent"].as_str().unwrap_or("");
         if e["user"]["username"] != user || !ua.starts_with("kubegate/") {
+            continue;
+        }
+        // Authorized as the principal, not the daemon (phase 4): judged by
+        // the principal's grants, in `check_impersonated`.
+        if e.get("impersonatedUser").is_some() {
             continue;
         }
         // A long-running request has two events (ResponseStarted, then
@@ -1056,10 +1223,13 @@ fn the_daemon_needs_nothing_beyond_rbac_yaml_on_the_real_plane() {
     failing_session(&plane, &ns, &d);
     assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
     no_refusal_logged(&d);
+    let before_impersonation = t0.elapsed();
+    drive_impersonation(&plane, &ns, &kubeconfig);
     match &plane.audit_log {
         Some(audit) => {
             flush_audit(&plane, &kubeconfig, audit, &ns);
             check_audit(audit, &ns);
+            check_impersonated(audit, &ns);
         }
         None => eprintln!(
             "rbac_real: KUBEGATE_REAL_AUDIT_LOG is not set: 403s were looked for in the \
@@ -1068,10 +1238,12 @@ fn the_daemon_needs_nothing_beyond_rbac_yaml_on_the_real_plane() {
         ),
     }
     eprintln!(
-        "rbac_real: set-up {:.1} s, direct phase {:.1} s, api-proxy phase {:.1} s, all {:.1} s",
+        "rbac_real: set-up {:.1} s, direct phase {:.1} s, api-proxy phase {:.1} s, \
+         impersonation phase {:.1} s, all {:.1} s",
         set_up.as_secs_f64(),
         (direct - set_up).as_secs_f64(),
         (readopted - direct).as_secs_f64(),
+        (t0.elapsed() - before_impersonation).as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
 }

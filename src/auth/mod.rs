@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use crate::api::{ApiError, Code, Identity};
 use crate::config::oidc::OidcSection;
 use crate::config::Principal;
-use crate::kube::connection::TlsMaterial;
+use crate::kube::connection::{Impersonation, TlsMaterial};
 
 pub use self::checks::looks_like_jwt;
 use self::checks::{apply_rules, check_claims, expires_unix, map_names, split, Policy, Rule};
@@ -86,6 +86,9 @@ pub struct Oidc {
     rules: Vec<Rule>,
     static_names: HashSet<String>,
     login: Option<LoginSettings>,
+    /// `[cluster] impersonate`: the mapped name and groups must be
+    /// sendable as `Impersonate-*` headers.
+    impersonate: bool,
     /// Dropped with this: every refresher thread ends.
     _stop: Sender<()>,
 }
@@ -124,6 +127,7 @@ impl Oidc {
     pub fn new(
         o: &OidcSection,
         principals: &[Principal],
+        impersonate: bool,
         previous: Option<&Oidc>,
     ) -> Result<Option<Oidc>, String> {
         if o.issuers.is_empty() {
@@ -177,6 +181,7 @@ impl Oidc {
             rules: o.rules.iter().map(Rule::new).collect(),
             static_names: principals.iter().map(|p| p.name.clone()).collect(),
             login,
+            impersonate,
             _stop: stop,
         }))
     }
@@ -231,14 +236,21 @@ impl Oidc {
         }
         check_claims(&issuer.policy, &parts.claims, now)?;
         let (name, groups) = map_names(&issuer.policy, &parts.claims, &self.static_names)?;
-        apply_rules(
+        let id = apply_rules(
             &self.rules,
             &issuer.policy.url,
             name,
             groups,
             &parts.claims,
             expires_unix(&parts.claims),
-        )
+        )?;
+        if self.impersonate && Impersonation::new(&id.name, &id.kube_groups).is_err() {
+            return Err(ApiError::new(
+                Code::IdentityRefused,
+                "with cluster.impersonate, the mapped name must be printable ASCII that an Impersonate-User header carries unchanged",
+            ));
+        }
+        Ok(id)
     }
 }
 
@@ -402,6 +414,7 @@ mod tests {
             rules: vec![Rule::new(&rule)],
             static_names: HashSet::new(),
             login: None,
+            impersonate: true,
             _stop: stop,
         };
         (o, kicked)
@@ -430,6 +443,13 @@ mod tests {
         assert_eq!(id.workspaces[0].to_string(), "demo/ann");
 
         let code = |t: &str| o.verify_at(t, now).unwrap_err().code;
+        // With impersonation on, a name no header carries unchanged.
+        let mut accented = claims(now);
+        accented["sub"] = json!("zoë");
+        assert_eq!(
+            code(&sign(&der, "e1", es256, &accented)),
+            Code::IdentityRefused
+        );
         let mut stranger = claims(now);
         stranger["iss"] = json!("https://elsewhere");
         assert_eq!(code(&sign(&der, "e1", es256, &stranger)), Code::TokenIssuer);

@@ -41,6 +41,13 @@ commands:
   dev           run a project folder (its kubegate.toml) as a session: prefixed output,
                 local edits synced, Ctrl-C stops it
                 kubegate dev [--stdin APP] [DIR]
+  login         sign in with the daemon's OpenID provider (device code); later
+                commands without a token use the stored, refreshed ID token
+                kubegate login [--browser]
+  logout        remove the tokens stored for the daemon
+                kubegate logout
+  whoami        who the daemon takes the token for: principal, groups, workspaces, expiry
+                kubegate whoami [--output table|json]
   app-runner    run a program with live reload and a debug event stream (in app containers)
                 kubegate app-runner [--root DIR] [--inspect-addr HOST:PORT] [--app NAME] -- CMD [ARGS...]
   install-self  copy this executable to DEST/kubegate, atomically (session pods' init container)
@@ -50,9 +57,10 @@ commands:
                 kubegate workspace-agent [--listen ADDR] [--root DIR] [--max-file-bytes N]
                                          [--max-files N] [--max-total-bytes N]
 
-client commands (exec, workspaces, sessions, attach, port-forward, dev) take
---server URL (env KUBEGATE_SERVER, default http://127.0.0.1:7443), --token T
-or --token-file F (env KUBEGATE_TOKEN) and --ca-file F; `kubegate COMMAND
+client commands (exec, workspaces, sessions, attach, port-forward, dev,
+whoami) take --server URL (env KUBEGATE_SERVER, default
+http://127.0.0.1:7443), --token T or --token-file F (env KUBEGATE_TOKEN;
+none: the token kubegate login stored) and --ca-file F; `kubegate COMMAND
 --help` for details.
 ";
 
@@ -88,6 +96,9 @@ pub enum Client {
     Attach,
     PortForward,
     Dev,
+    Login,
+    Logout,
+    Whoami,
 }
 
 impl Client {
@@ -100,6 +111,9 @@ impl Client {
             Client::Attach => super::attach_main(argv),
             Client::PortForward => super::port_forward_main(argv),
             Client::Dev => super::dev_main(argv),
+            Client::Login => super::login_main(argv),
+            Client::Logout => super::logout_main(argv),
+            Client::Whoami => super::whoami_main(argv),
         }
     }
 }
@@ -143,6 +157,9 @@ pub fn parse(argv: &[String]) -> Result<Command<'_>, UsageError> {
         "attach" => client(Client::Attach),
         "port-forward" => client(Client::PortForward),
         "dev" => client(Client::Dev),
+        "login" => client(Client::Login),
+        "logout" => client(Client::Logout),
+        "whoami" => client(Client::Whoami),
         "workspace-agent" => Ok(Command::WorkspaceAgent(rest)),
         "app-runner" => Ok(Command::AppRunner(rest)),
         "install-self" => Ok(Command::InstallSelf(rest)),

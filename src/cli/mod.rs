@@ -29,6 +29,11 @@
 //!   its frames, what its close means), for `attach` and `dev`;
 //! - `events`: a session's event stream (SSE over chunked HTTP), resumed
 //!   with `Last-Event-ID`;
+//! - `login`: `kubegate login` (the device authorization grant),
+//!   `logout`, `whoami`, and the stored ID token (refreshed under a lock)
+//!   that every command sends when given no token; `oidc`: their OAuth and
+//!   OpenID messages and the poll schedule, sans I/O; `token_store`: the
+//!   token files and their locks;
 //! - `dev`: `kubegate dev [DIR]`, a folder run as a session: the manifest,
 //!   the bundle, prefixed output of every app, file sync, input, Ctrl-C.
 //!
@@ -42,10 +47,13 @@ mod dev;
 mod events;
 mod exec;
 mod io_socket;
+mod login;
 mod net;
+mod oidc;
 mod port_forward;
 mod sessions;
 mod term;
+mod token_store;
 mod workspaces;
 
 pub use args::{AttachArgs, DevArgs, ExecArgs, PortForwardArgs, SessionsArgs, WorkspacesArgs};
@@ -119,6 +127,8 @@ enum Exits {
     /// [`exit::OWN_ERROR`] (255) for every failure of kubegate's own: the
     /// command passes a remote exit code on (`exec`, `attach`).
     Own,
+    /// `login`: as [`Exits::Plain`], and 3 denied, 4 the code expired.
+    Login,
 }
 
 /// One client command: its parsed arguments (or the parse error), its help,
@@ -150,6 +160,7 @@ fn fail(e: &CliError, synopsis: &str, exits: Exits) -> i32 {
     match exits {
         Exits::Plain => exit::for_code(&e.code),
         Exits::Own => exit::OWN_ERROR,
+        Exits::Login => login::login_exit_code(&e.code),
     }
 }
 
@@ -166,6 +177,9 @@ pub fn refuse_usage(c: command::Client, e: &exit::UsageError) -> i32 {
         Client::Sessions => (help::SESSIONS_SYNOPSIS, Exits::Plain),
         Client::PortForward => (help::PORT_FORWARD_SYNOPSIS, Exits::Plain),
         Client::Dev => (help::DEV_SYNOPSIS, Exits::Plain),
+        Client::Login => (help::LOGIN_SYNOPSIS, Exits::Login),
+        Client::Logout => (help::LOGOUT_SYNOPSIS, Exits::Plain),
+        Client::Whoami => (help::WHOAMI_SYNOPSIS, Exits::Plain),
     };
     fail(&CliError::usage(e.to_string()), synopsis, exits)
 }
@@ -246,5 +260,43 @@ pub fn dev_main(argv: &[String]) -> i32 {
         args::help::DEV_SYNOPSIS,
         Exits::Plain,
         dev::run,
+    )
+}
+
+/// `kubegate login`: 0 signed in, 2 usage or configuration error, 3
+/// denied, 4 the code expired, 1 any other failure.
+pub fn login_main(argv: &[String]) -> i32 {
+    let parsed = args::parse_login(argv, &env_var);
+    client_main(
+        parsed,
+        &args::help::login_help(),
+        args::help::LOGIN_SYNOPSIS,
+        Exits::Login,
+        login::run_login,
+    )
+}
+
+/// `kubegate logout`: 0 success, 2 usage error, 1 any other failure.
+pub fn logout_main(argv: &[String]) -> i32 {
+    let parsed = args::parse_logout(argv, &env_var);
+    client_main(
+        parsed,
+        &args::help::logout_help(),
+        args::help::LOGOUT_SYNOPSIS,
+        Exits::Plain,
+        login::run_logout,
+    )
+}
+
+/// `kubegate whoami`: 0 success, 2 usage or configuration error, 1 any
+/// other failure.
+pub fn whoami_main(argv: &[String]) -> i32 {
+    let parsed = args::parse_whoami(argv, &env_var);
+    client_main(
+        parsed,
+        &args::help::whoami_help(),
+        args::help::WHOAMI_SYNOPSIS,
+        Exits::Plain,
+        login::run_whoami,
     )
 }

@@ -39,7 +39,11 @@ pub const MAX_BODY: usize = 1024 * 1024;
 pub struct Client {
     server: String,
     ep: Endpoint,
-    token: String,
+    /// None: requests without `Authorization` (the login's own requests:
+    /// the daemon's `/v1/auth/config`, the issuer's endpoints).
+    token: Option<String>,
+    /// What the server is, for messages: "the daemon", "the issuer".
+    what: &'static str,
     /// The TLS settings of an https server (none for http), built once.
     tls: Option<ClientTls>,
 }
@@ -60,16 +64,36 @@ impl Client {
     /// Resolves the token (reading the token file), the CA file and the
     /// TLS settings.
     pub fn new(c: &CommonArgs) -> Result<Client, CliError> {
-        let ep = parse_server(&c.server).map_err(CliError::usage)?;
         let token = c.token()?;
+        Client::build(&c.server, Some(token), c.ca_file.as_deref(), "the daemon")
+    }
+
+    /// A client that sends no token, to `server` (a daemon or an issuer's
+    /// endpoint URL, whose path is the prefix: [`Client::path`] of `""` is
+    /// the URL's own path), trusting `ca_file` or the web PKI roots.
+    pub fn anonymous(
+        server: &str,
+        ca_file: Option<&std::path::Path>,
+        what: &'static str,
+    ) -> Result<Client, CliError> {
+        Client::build(server, None, ca_file, what)
+    }
+
+    fn build(
+        server: &str,
+        token: Option<String>,
+        ca_file: Option<&std::path::Path>,
+        what: &'static str,
+    ) -> Result<Client, CliError> {
+        let ep = parse_server(server).map_err(CliError::usage)?;
         let mut tls = TlsMaterial::default();
-        if let Some(path) = &c.ca_file {
+        if let Some(path) = ca_file {
             let pem = std::fs::read(path)
                 .map_err(|e| config(format!("--ca-file {}: {e}", path.display())))?;
             tls.ca_certs = crate::http::tls::certs_from_pem(&pem)
                 .map_err(|e| config(format!("--ca-file {}: {e}", path.display())))?;
         }
-        let server = c.server.trim_end_matches('/').to_string();
+        let server = server.trim_end_matches('/').to_string();
         let conn = Connection {
             server: server.clone(),
             tls,
@@ -77,6 +101,7 @@ impl Client {
             // no credentials (no client certificate).
             credentials: Arc::new(Anonymous),
             namespace: String::new(),
+            impersonate: None,
         };
         let tls = client_tls(&conn, &ep).map_err(|e| match e {
             // A CA that rustls refuses is a configuration problem.
@@ -87,6 +112,7 @@ impl Client {
             server,
             ep,
             token,
+            what,
             tls,
         })
     }
@@ -97,13 +123,18 @@ impl Client {
 
     /// The path with the server's prefix (`https://h/gw` -> `/gw/v1/...`).
     pub fn path(&self, p: &str) -> String {
-        format!("{}{p}", self.ep.prefix)
+        let full = format!("{}{p}", self.ep.prefix);
+        if full.is_empty() {
+            "/".to_string()
+        } else {
+            full
+        }
     }
 
     fn unreachable(&self, e: impl fmt::Display) -> CliError {
         CliError::new(
             codes::UNREACHABLE,
-            format!("cannot reach the daemon at {}: {e}", self.server()),
+            format!("cannot reach {} at {}: {e}", self.what, self.server()),
         )
     }
 
@@ -200,6 +231,29 @@ impl Client {
         Ok(body)
     }
 
+    /// `METHOD path` with an optional body (content type and bytes): the
+    /// answer's status and whole body, whatever the status (the OAuth
+    /// endpoints answer errors as 400 with their own JSON). A body over
+    /// [`MAX_BODY`] is a protocol error.
+    pub fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &[u8])>,
+    ) -> Result<(u16, Vec<u8>), CliError> {
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let mut sock = self.dial(deadline)?;
+        let bytes = self.request(method, path, "application/json", &[], body);
+        self.send(&mut sock, &bytes, deadline)?;
+        let (head, rest) = self.head(&mut sock, deadline)?;
+        let body = Self::body(&mut sock, &head, &rest, deadline);
+        sock.send_close_notify();
+        if body.len() >= MAX_BODY {
+            return Err(self.protocol(format_args!("the answer is larger than {MAX_BODY} bytes")));
+        }
+        Ok((head.code, body))
+    }
+
     /// One request with the headers every request of ours carries
     /// (`Connection: close`, `Accept`, our `User-Agent`, the token), then
     /// `extra` and the body.
@@ -212,12 +266,11 @@ impl Client {
         body: Option<(&str, &[u8])>,
     ) -> Vec<u8> {
         let agent = concat!("kubegate/", env!("CARGO_PKG_VERSION"));
-        let bearer = format!("Bearer {}", self.token);
-        let mut headers = vec![
-            ("Accept", accept),
-            ("User-Agent", agent),
-            ("Authorization", bearer.as_str()),
-        ];
+        let bearer = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let mut headers = vec![("Accept", accept), ("User-Agent", agent)];
+        if let Some(b) = &bearer {
+            headers.push(("Authorization", b.as_str()));
+        }
         headers.extend_from_slice(extra);
         close_request(method, &self.path(path), &self.ep.authority, &headers, body)
     }
@@ -261,13 +314,17 @@ impl Client {
         let mut sock = self.dial(deadline)?;
         let key = generate_key();
         let agent = concat!("kubegate/", env!("CARGO_PKG_VERSION"));
-        let auth = format!("Bearer {}", self.token);
+        let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let mut headers = vec![("User-Agent", agent)];
+        if let Some(a) = &auth {
+            headers.push(("Authorization", a.as_str()));
+        }
         let req = upgrade_request(
             path_and_query,
             &self.ep.authority,
             &key,
             Some(subprotocol),
-            &[("User-Agent", agent), ("Authorization", &auth)],
+            &headers,
         );
         self.send(&mut sock, &req, deadline)?;
         let (head, rest) = self.head(&mut sock, deadline)?;

@@ -299,6 +299,12 @@ pub struct ClusterSection {
     pub max_memory: String,
     #[serde(default = "default_max_ephemeral_storage")]
     pub max_ephemeral_storage: String,
+    /// Calls that reach into a workspace for a principal (exec, its target
+    /// resolution, Deployment tunnels, the workspace listing) carry
+    /// `Impersonate-User`/`Impersonate-Group`, so the cluster's RBAC and
+    /// audit log judge the person (docs/SECURITY.md#impersonation).
+    #[serde(default)]
+    pub impersonate: bool,
     #[serde(default)]
     pub sim: SimSection,
 }
@@ -556,6 +562,9 @@ pub struct Principal {
     pub token_sha256: String,
     pub workspaces: Vec<Workspace>,
     pub may_start_sessions: bool,
+    /// `Impersonate-Group` values under `[cluster] impersonate` (the user
+    /// is `name`); `system:` groups are refused at load.
+    pub kube_groups: Vec<String>,
 }
 
 /// What a `[[principal]]` table may hold; `token` is accepted by serde only
@@ -574,6 +583,8 @@ struct RawPrincipal {
     workspaces: Vec<String>,
     #[serde(default)]
     may_start_sessions: bool,
+    #[serde(default)]
+    kube_groups: Vec<String>,
 }
 
 fn refuse_clear_token<'de, D: serde::Deserializer<'de>>(_: D) -> Result<Option<()>, D::Error> {
@@ -601,6 +612,7 @@ impl<'de> Deserialize<'de> for Principal {
                 })
                 .collect(),
             may_start_sessions: raw.may_start_sessions,
+            kube_groups: raw.kube_groups,
         })
     }
 }

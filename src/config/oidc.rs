@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::validate::{err, resolve};
+use super::validate::{check_kube_group, err, resolve};
 use super::{KeyError, Principal};
 use crate::api::Workspace;
 
@@ -464,16 +464,9 @@ fn check_rules(o: &OidcSection) -> Result<(), KeyError> {
             }
         }
         for (j, g) in r.kube_groups.iter().enumerate() {
-            let key = k(&format!("kube_groups[{j}]"));
-            if !printable(g) {
-                return err(&key, "must be 1 to 128 printable characters".into());
-            }
-            if g.starts_with(SYSTEM_PREFIX) {
-                return err(
-                    &key,
-                    format!("{g:?}: Kubernetes groups starting with {SYSTEM_PREFIX:?} are never impersonated"),
-                );
-            }
+            // The static principals' rule: never system:, sendable as a
+            // header unchanged.
+            check_kube_group(&k(&format!("kube_groups[{j}]")), g)?;
         }
     }
     Ok(())

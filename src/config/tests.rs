@@ -806,3 +806,41 @@ fn each_routing_refusal_names_its_key() {
         assert_eq!(refusal(lines).0, key, "{lines}");
     }
 }
+
+#[test]
+fn impersonation_groups_and_names() {
+    let p = |groups: &str| {
+        with_principal(&format!(
+            "name = \"ann\"\ntoken_sha256 = \"{DEMO_DIGEST}\"\nkube_groups = [{groups}]"
+        ))
+    };
+    let c = parse(&p("\"kubegate:developers\"")).unwrap();
+    assert_eq!(c.principals[0].kube_groups, ["kubegate:developers"]);
+    assert!(!c.cluster.impersonate);
+    // system: groups are never impersonated (system:masters is cluster-admin).
+    assert_eq!(
+        key_of(&p("\"system:masters\"")),
+        "principal[0].kube_groups[0]"
+    );
+    let e = parse(&p("\"dev\", \"system:masters\"")).unwrap_err();
+    assert_eq!(e.key, "principal[0].kube_groups[1]");
+    assert!(e.message.contains("system:"), "{}", e.message);
+    // A group that would not travel unchanged in a header.
+    assert_eq!(key_of(&p("\"a\\r\\nb\"")), "principal[0].kube_groups[0]");
+    assert_eq!(key_of(&p("\"\"")), "principal[0].kube_groups[0]");
+
+    // With impersonation on, every static name goes out as Impersonate-User.
+    let on = |name: &str| {
+        format!(
+            "[cluster]\nmode = \"sim\"\nimpersonate = true\n[[principal]]\nname = \"{name}\"\ntoken_sha256 = \"{DEMO_DIGEST}\"\n"
+        )
+    };
+    assert!(parse(&on("ann@example.com")).unwrap().cluster.impersonate);
+    assert_eq!(key_of(&on("system:admin")), "principal[0].name");
+    assert_eq!(key_of(&on("ünïcode")), "principal[0].name");
+    // Without it, the name is only kubegate's.
+    assert!(parse(&with_principal(&format!(
+        "name = \"ünïcode\"\ntoken_sha256 = \"{DEMO_DIGEST}\""
+    )))
+    .is_ok());
+}

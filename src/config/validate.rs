@@ -13,6 +13,7 @@ use super::{
     MIN_RECORDING_MAX_BYTES,
 };
 use crate::api::Workspace;
+use crate::kube::connection::Impersonation;
 use crate::kube::image::check_image;
 use crate::kube::labels::MANAGED_BY_LABEL;
 use crate::kube::names::{
@@ -48,6 +49,9 @@ impl Config {
         check_sessions(&self.sessions)?;
         check_exec(&mut self.exec, base)?;
         check_principals(&mut self.principals)?;
+        if self.cluster.impersonate {
+            check_impersonated_names(&self.principals)?;
+        }
         super::oidc::check_oidc(&mut self.oidc, &self.principals, base)?;
         self.check_demo_token()
     }
@@ -536,6 +540,46 @@ fn check_principals(principals: &mut [Principal]) -> Result<(), KeyError> {
             }
             *w = parsed;
         }
+        for (j, g) in p.kube_groups.iter().enumerate() {
+            check_kube_group(&k(&format!("kube_groups[{j}]")), g)?;
+        }
+    }
+    Ok(())
+}
+
+/// A Kubernetes group the daemon would impersonate: never a `system:` one
+/// (`system:masters` is cluster-admin; the API server adds
+/// `system:authenticated` itself), and sendable unchanged as a header.
+pub(crate) fn check_kube_group(key: &str, g: &str) -> Result<(), KeyError> {
+    if g.starts_with("system:") {
+        return err(
+            key,
+            format!("{g:?}: groups starting with \"system:\" are never impersonated (docs/SECURITY.md#impersonation)"),
+        );
+    }
+    Impersonation::new("x", &[g.to_string()]).map_err(|e| KeyError {
+        key: key.to_string(),
+        message: e.to_string(),
+    })?;
+    Ok(())
+}
+
+/// Under `[cluster] impersonate`, every static principal's name is sent as
+/// `Impersonate-User`: it must travel unchanged, and never be a `system:`
+/// name (a ServiceAccount's or a control-plane component's).
+fn check_impersonated_names(principals: &[Principal]) -> Result<(), KeyError> {
+    for (i, p) in principals.iter().enumerate() {
+        let key = format!("principal[{i}].name");
+        if p.name.starts_with("system:") {
+            return err(
+                &key,
+                format!("{:?}: with cluster.impersonate, a name starting with \"system:\" would act as a Kubernetes system identity", p.name),
+            );
+        }
+        Impersonation::new(&p.name, &[]).map_err(|e| KeyError {
+            key,
+            message: format!("with cluster.impersonate: {e}"),
+        })?;
     }
     Ok(())
 }

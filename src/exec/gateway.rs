@@ -17,7 +17,7 @@ use crate::api::{ApiError, Code, Identity};
 use crate::http::ws::Outbox;
 use crate::http::PeerProbe;
 use crate::kube::client::Client;
-use crate::kube::connection::Connection;
+use crate::kube::connection::{Connection, Impersonation};
 use crate::kube::remote::{self, ExecOptions, Output, RemoteError, RemoteProcess, TermSize};
 use crate::metrics::{label, Metrics};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -47,6 +47,8 @@ pub struct Settings {
     pub recording_dir: Option<std::path::PathBuf>,
     /// A recording's size cap and free-space floor.
     pub recording_bounds: Bounds,
+    /// Act in the cluster as the principal (`[cluster] impersonate`).
+    pub impersonate: bool,
 }
 
 /// `POST /v1/exec` body.
@@ -196,8 +198,30 @@ impl Gateway {
         check_workspace(who, spec)?;
         let slot = self.slots.acquire(&who.name)?;
         *checked = true;
-        let target = resolve(&self.client, &self.settings.ownership, spec)?;
+        let (client, _) = self.as_principal(who)?;
+        let target = resolve(&client, &self.settings.ownership, spec)?;
         Ok((slot, target))
+    }
+
+    /// The client and connection that reach into a workspace for `who`:
+    /// the daemon's own, or with `[cluster] impersonate` the same acting as
+    /// the principal (`Impersonate-User` = its name, `Impersonate-Group` =
+    /// its Kubernetes groups; docs/SECURITY.md#impersonation). A name that
+    /// cannot travel in a header unchanged is refused, never sent altered.
+    pub fn as_principal(&self, who: &Identity) -> Result<(Client, Connection), ApiError> {
+        if !self.settings.impersonate {
+            return Ok((self.client.clone(), self.conn.clone()));
+        }
+        let imp = Impersonation::new(&who.name, &who.kube_groups).map_err(|e| {
+            ApiError::new(
+                Code::ExecTargetForbidden,
+                format!("the daemon cannot act in the cluster as this principal: {e}"),
+            )
+        })?;
+        Ok((
+            self.client.impersonating(imp.clone()),
+            self.conn.impersonating(imp),
+        ))
     }
 
     /// How long the stream to the API server may bring nothing, pongs
@@ -215,12 +239,14 @@ impl Gateway {
 
     fn open(
         &self,
+        who: &Identity,
         target: &Target,
         spec: &ExecSpec,
         o: ExecOptions,
     ) -> Result<RemoteProcess, ApiError> {
+        let (_, conn) = self.as_principal(who)?;
         remote::exec(
-            &self.conn,
+            &conn,
             &target.namespace,
             &target.pod,
             Some(&target.container),
@@ -334,7 +360,7 @@ impl Gateway {
             target = Some(t.clone());
             self.metrics
                 .add("kubegate_exec_active", "kind=\"oneshot\"", 1);
-            let r = self.run_oneshot(&spec, t, caps, probe, &mut out_bytes);
+            let r = self.run_oneshot(who, &spec, t, caps, probe, &mut out_bytes);
             self.metrics
                 .add("kubegate_exec_active", "kind=\"oneshot\"", -1);
             r
@@ -368,6 +394,7 @@ impl Gateway {
 
     fn run_oneshot(
         &self,
+        who: &Identity,
         spec: &ExecSpec,
         target: Target,
         caps: (usize, usize),
@@ -384,7 +411,7 @@ impl Gateway {
             idle_timeout: Some(self.stream_idle_timeout()),
             ..ExecOptions::default()
         };
-        let process = self.open(&target, spec, opts)?;
+        let process = self.open(who, &target, spec, opts)?;
         let output = process.output();
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         loop {
@@ -463,7 +490,7 @@ impl Gateway {
                 idle_timeout: Some(self.stream_idle_timeout()),
                 ..ExecOptions::default()
             };
-            let process = self.open(&target, &req.spec, opts)?;
+            let process = self.open(who, &target, &req.spec, opts)?;
             Ok::<_, ApiError>((slot, target, process))
         })();
         match result {
@@ -518,6 +545,11 @@ pub(super) fn remote_error(e: &RemoteError) -> ApiError {
     match e {
         RemoteError::Api { code: 404, status } => {
             ApiError::new(Code::ExecTargetNotFound, status.message.clone())
+        }
+        // The cluster's RBAC said no (with impersonation: to the
+        // principal): its message, which names who and what.
+        RemoteError::Api { code: 403, status } => {
+            ApiError::new(Code::ExecTargetForbidden, status.message.clone())
         }
         RemoteError::Api { status, .. } => ApiError::new(Code::ExecFailed, status.message.clone()),
         RemoteError::Status(s) => ApiError::new(Code::ExecFailed, s.message.clone()),

@@ -165,8 +165,18 @@ pub fn choose_pod(
 
 /// A cluster error while resolving: messages from Kubernetes are passed on
 /// (they name objects, never credentials); the rest says what failed.
+///
+/// A 403 is the cluster's RBAC refusing (with impersonation, refusing the
+/// principal): `EXEC_TARGET_FORBIDDEN` with the cluster's own message, so
+/// the caller reads who was refused what.
 pub fn cluster_error(what: &str, e: &KubeError) -> ApiError {
-    ApiError::new(Code::ExecFailed, format!("{what}: {e}"))
+    match e {
+        KubeError::Forbidden(status) => ApiError::new(
+            Code::ExecTargetForbidden,
+            format!("{what}: {}", status.message),
+        ),
+        _ => ApiError::new(Code::ExecFailed, format!("{what}: {e}")),
+    }
 }
 
 fn selector_string(sel: &BTreeMap<String, String>) -> String {

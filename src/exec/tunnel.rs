@@ -25,8 +25,13 @@ impl Gateway {
     /// Resolves a checked `spec`'s Deployment to a running pod: the target
     /// and the pod's IP. From here on every outcome is audited (a
     /// Deployment of another workspace included).
-    pub fn tunnel_target(&self, spec: &ExecSpec) -> Result<(Target, String), ApiError> {
-        resolve_pod(&self.client, &self.settings.ownership, spec)
+    pub fn tunnel_target(
+        &self,
+        who: &Identity,
+        spec: &ExecSpec,
+    ) -> Result<(Target, String), ApiError> {
+        let (client, _) = self.as_principal(who)?;
+        resolve_pod(&client, &self.settings.ownership, spec)
     }
 
     /// Disconnected when the daemon stops (tunnels end with 1001).

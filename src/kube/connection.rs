@@ -19,6 +19,96 @@ pub struct Connection {
     pub credentials: Arc<dyn Credentials>,
     /// The namespace of the kubeconfig context (or the service account's).
     pub namespace: String,
+    /// Act as someone else: every request (REST, watch, exec/attach/
+    /// port-forward upgrades, pod proxy) carries `Impersonate-User` and
+    /// `Impersonate-Group` (docs/SECURITY.md#impersonation).
+    pub impersonate: Option<Impersonation>,
+}
+
+/// Who a connection acts as (Kubernetes user impersonation): the API
+/// server authorizes the request as `user` in `groups` (plus
+/// `system:authenticated`, which it adds itself) after checking that the
+/// connection's own identity may `impersonate` them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Impersonation {
+    user: String,
+    groups: Vec<String>,
+}
+
+/// Why a name cannot be impersonated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImpersonationError(pub String);
+
+impl fmt::Display for ImpersonationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ImpersonationError {}
+
+/// Longest user or group name sent in an impersonation header.
+pub const MAX_IMPERSONATED_NAME: usize = 1024;
+
+impl Impersonation {
+    /// `user` in `groups`. Each name must be a usable header value that
+    /// means to the API server exactly what it means here: not empty, at
+    /// most [`MAX_IMPERSONATED_NAME`] bytes, printable ASCII only (no
+    /// control characters, no line breaks, no bytes a proxy might
+    /// re-encode), and no leading or trailing space (HTTP trims it).
+    pub fn new(user: &str, groups: &[String]) -> Result<Impersonation, ImpersonationError> {
+        check_name("user", user)?;
+        for g in groups {
+            check_name("group", g)?;
+        }
+        Ok(Impersonation {
+            user: user.to_string(),
+            groups: groups.to_vec(),
+        })
+    }
+
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    pub fn groups(&self) -> &[String] {
+        &self.groups
+    }
+
+    /// The request headers: one `Impersonate-User`, one `Impersonate-Group`
+    /// per group (repeated, never comma-joined: the API server reads each
+    /// header value as one group).
+    pub fn headers(&self) -> Vec<(String, String)> {
+        let mut h = vec![("Impersonate-User".to_string(), self.user.clone())];
+        for g in &self.groups {
+            h.push(("Impersonate-Group".to_string(), g.clone()));
+        }
+        h
+    }
+}
+
+fn check_name(what: &str, name: &str) -> Result<(), ImpersonationError> {
+    if name.is_empty() {
+        return Err(ImpersonationError(format!(
+            "an empty {what} name cannot be impersonated"
+        )));
+    }
+    if name.len() > MAX_IMPERSONATED_NAME {
+        return Err(ImpersonationError(format!(
+            "a {what} name longer than {MAX_IMPERSONATED_NAME} bytes cannot be impersonated"
+        )));
+    }
+    if !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(ImpersonationError(format!(
+            "the {what} name {name:?} holds a byte that is not printable ASCII: it cannot be sent as an impersonation header"
+        )));
+    }
+    if name.starts_with(' ') || name.ends_with(' ') {
+        return Err(ImpersonationError(format!(
+            "the {what} name {name:?} starts or ends with a space, which HTTP drops"
+        )));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Connection {
@@ -135,10 +225,73 @@ impl Connection {
             tls: TlsMaterial::default(),
             credentials: Arc::new(Anonymous),
             namespace: "default".into(),
+            impersonate: None,
         }
     }
 
     pub fn is_tls(&self) -> bool {
         self.server.starts_with("https://")
+    }
+
+    /// This connection acting as `who`.
+    pub fn impersonating(&self, who: Impersonation) -> Connection {
+        Connection {
+            impersonate: Some(who),
+            ..self.clone()
+        }
+    }
+
+    /// The impersonation headers of every request (none without one).
+    pub fn impersonation_headers(&self) -> Vec<(String, String)> {
+        self.impersonate
+            .as_ref()
+            .map(Impersonation::headers)
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod impersonation_tests {
+    use super::*;
+
+    #[test]
+    fn headers_repeat_one_group_each() {
+        let i = Impersonation::new("oidc:ann", &["dev,ops".into(), "team-a".into()]).unwrap();
+        assert_eq!(
+            i.headers(),
+            vec![
+                ("Impersonate-User".to_string(), "oidc:ann".to_string()),
+                ("Impersonate-Group".to_string(), "dev,ops".to_string()),
+                ("Impersonate-Group".to_string(), "team-a".to_string()),
+            ]
+        );
+        let c = Connection::plain("http://127.0.0.1:1").impersonating(i);
+        assert_eq!(c.impersonation_headers().len(), 3);
+        assert!(Connection::plain("http://127.0.0.1:1")
+            .impersonation_headers()
+            .is_empty());
+    }
+
+    #[test]
+    fn names_that_would_mean_more_upstream_are_refused() {
+        for bad in [
+            "",
+            "ann\r\nImpersonate-Group: system:masters",
+            "ann\n",
+            "tab\there",
+            " ann",
+            "ann ",
+            "ünïcode",
+            "del\u{7f}",
+        ] {
+            assert!(Impersonation::new(bad, &[]).is_err(), "{bad:?}");
+            assert!(
+                Impersonation::new("ann", &[bad.to_string()]).is_err(),
+                "{bad:?}"
+            );
+        }
+        let long = "a".repeat(MAX_IMPERSONATED_NAME + 1);
+        assert!(Impersonation::new(&long, &[]).is_err());
+        assert!(Impersonation::new("oidc:ann@example.com", &["oidc:dev team".into()]).is_ok());
     }
 }

@@ -41,7 +41,7 @@ impl Principals {
                         name: p.name.clone(),
                         workspaces: p.workspaces.clone(),
                         may_start_sessions: p.may_start_sessions,
-                        kube_groups: Vec::new(),
+                        kube_groups: p.kube_groups.clone(),
                         credential: Credential::Static,
                     }),
                 ))
@@ -132,6 +132,7 @@ mod tests {
             token_sha256: crate::token::digest_hex(token),
             workspaces: ws.iter().map(|w| Workspace::parse(w).unwrap()).collect(),
             may_start_sessions: false,
+            kube_groups: vec![],
         }
     }
 
@@ -160,6 +161,7 @@ mod tests {
             token_sha256: d.into(),
             workspaces: vec![],
             may_start_sessions: true,
+            kube_groups: vec![],
         }]);
         assert!(ps.authenticate("kubegate-demo-token").is_some());
     }

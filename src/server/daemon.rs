@@ -118,6 +118,9 @@ pub struct Daemon {
     /// Sim mode whose pods cannot run as their own users: one principal at
     /// most, also after a reload.
     sim_unconfined: bool,
+    /// `[cluster] impersonate` as started (a reload does not change it):
+    /// OIDC names must be sendable as `Impersonate-User`.
+    impersonate: bool,
 }
 
 /// The cluster the daemon talks to: its connection, and the embedded sim
@@ -178,7 +181,7 @@ impl Daemon {
         let metrics = Arc::new(Metrics::new());
         cluster_metrics(&metrics, &client);
         let gateway = exec_gateway(cfg, &client, &conn, &metrics)?;
-        let oidc = Oidc::new(&cfg.oidc, &cfg.principals, None)
+        let oidc = Oidc::new(&cfg.oidc, &cfg.principals, cfg.cluster.impersonate, None)
             .map_err(|e| failed(format!("[oidc]: {e}")))?;
         if let Some(o) = &oidc {
             log::info!("OIDC issuers: {}", o.issuer_urls().join(", "));
@@ -196,7 +199,6 @@ impl Daemon {
             &limits,
             Parts {
                 probe,
-                client,
                 principals: principals.clone(),
                 gateway: gateway.clone(),
                 metrics: metrics.clone(),
@@ -222,6 +224,7 @@ impl Daemon {
             principals,
             engine,
             sim_unconfined,
+            impersonate: cfg.cluster.impersonate,
         })
     }
 
@@ -240,8 +243,13 @@ impl Daemon {
         }
         // The issuers keep their cached keys when configured the same.
         let current = self.principals.read().clone();
-        let oidc = Oidc::new(&cfg.oidc, &cfg.principals, current.oidc().map(|o| &**o))
-            .map_err(ReloadRefused::Oidc)?;
+        let oidc = Oidc::new(
+            &cfg.oidc,
+            &cfg.principals,
+            self.impersonate,
+            current.oidc().map(|o| &**o),
+        )
+        .map_err(ReloadRefused::Oidc)?;
         *self.principals.write() =
             Arc::new(Principals::with_oidc(&cfg.principals, oidc.map(Arc::new)));
         Ok(())
@@ -504,7 +512,6 @@ fn session_engine(cfg: &Config, client: &Client, conn: &Connection) -> Arc<Engin
 /// What the front door serves, made before it.
 struct Parts {
     probe: Client,
-    client: Client,
     principals: Arc<RwLock<Arc<Principals>>>,
     gateway: Arc<Gateway>,
     metrics: Arc<Metrics>,
@@ -539,7 +546,6 @@ fn front_door(cfg: &Config, limits: &FrontDoorLimits, p: Parts) -> FrontDoor {
     };
     FrontDoor {
         probe: p.probe,
-        client: p.client,
         state_dir: cfg.server.state_dir.clone(),
         principals: p.principals,
         gateway: p.gateway,

@@ -51,6 +51,7 @@ pub fn exec_settings(cfg: &Config) -> Settings {
             max_bytes: x.recording_max_bytes,
             min_free_bytes: x.recording_min_free_bytes,
         },
+        impersonate: cfg.cluster.impersonate,
     }
 }
 

@@ -10,6 +10,7 @@ pub mod backend;
 pub mod bench;
 pub mod daemon;
 pub mod issuer;
+pub mod oidc_provider;
 pub mod pod_fixture;
 pub mod pty;
 pub mod rbac_file;

@@ -5,7 +5,8 @@
 /// The common flags' lines of every client command's help.
 const COMMON_HELP: &str =
     "      --server URL         the daemon (env KUBEGATE_SERVER, default http://127.0.0.1:7443)
-      --token T            the bearer token (env KUBEGATE_TOKEN)
+      --token T            the bearer token (env KUBEGATE_TOKEN; none given:
+                           the one `kubegate login` stored for the server)
       --token-file F       read the token from F (surrounding whitespace trimmed)
       --ca-file F          trust the CA certificates in PEM file F (https servers)
   -h, --help               this help
@@ -164,6 +165,70 @@ exit codes: 0 the session was stopped or suspended on request; 2 usage,
 configuration or manifest error (nothing was started); 1 any other
 failure (the folder over the bundle limits, a refusal, the session failing
 or ending under us).
+"
+    )
+}
+
+pub const LOGIN_SYNOPSIS: &str = "usage: kubegate login [--browser] [--server URL] [--ca-file F]
+       (kubegate login --help for more)";
+
+pub fn login_help() -> String {
+    "usage: kubegate login [--browser] [--server URL] [--ca-file F]
+
+Signs in with the daemon's OpenID provider (the device authorization grant,
+RFC 8628): prints a URL and a code to enter there, from any browser, then
+waits until the sign-in is done and stores the tokens (0600, under
+$XDG_STATE_HOME/kubegate/tokens/) for this daemon URL. Later commands
+without --token use them and refresh them.
+
+options:
+      --browser            also open the URL with xdg-open
+      --server URL         the daemon (env KUBEGATE_SERVER, default http://127.0.0.1:7443);
+                           https, or http on loopback only
+      --ca-file F          trust the CA certificates in PEM file F (the daemon)
+  -h, --help               this help
+
+exit codes: 0 signed in; 2 usage or configuration error (a daemon URL that
+cannot be trusted, no OIDC login configured); 3 the sign-in was denied;
+4 the code expired before the sign-in; 1 any other failure.
+"
+    .to_string()
+}
+
+pub const LOGOUT_SYNOPSIS: &str = "usage: kubegate logout [--server URL]
+       (kubegate logout --help for more)";
+
+pub fn logout_help() -> String {
+    "usage: kubegate logout [--server URL]
+
+Removes the tokens `kubegate login` stored for the daemon URL.
+
+options:
+      --server URL         the daemon (env KUBEGATE_SERVER, default http://127.0.0.1:7443)
+  -h, --help               this help
+
+exit codes: 0 success (also when nothing was stored); 2 usage error; 1 a
+token file that could not be removed.
+"
+    .to_string()
+}
+
+pub const WHOAMI_SYNOPSIS: &str =
+    "usage: kubegate whoami [--output table|json] [--server URL] [--token T | --token-file F] [--ca-file F]
+       (kubegate whoami --help for more)";
+
+pub fn whoami_help() -> String {
+    format!(
+        "usage: kubegate whoami [--output table|json] [--server URL] [--token T | --token-file F] [--ca-file F]
+
+Shows who the daemon takes the token for: the principal, how it signed in,
+its groups and Kubernetes groups, its workspaces, when the token expires, and
+the daemon URL. Never the token.
+
+options:
+  -o, --output FORMAT      table (default) or json (the daemon's answer as is)
+{COMMON_HELP}
+exit codes: 0 success; 2 usage or configuration error; 1 any other failure.
 "
     )
 }

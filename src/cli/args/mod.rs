@@ -26,6 +26,10 @@ pub enum TokenSource {
     Value(String),
     /// `--token-file`.
     File(PathBuf),
+    /// None given: the ID token `kubegate login` stored for the daemon URL
+    /// (refreshed when it expires within a minute; docs/cli.md, "The token
+    /// store").
+    Stored,
 }
 
 impl std::fmt::Debug for TokenSource {
@@ -34,6 +38,7 @@ impl std::fmt::Debug for TokenSource {
             // Never print a token, not even in a debug dump.
             TokenSource::Value(_) => f.write_str("Value(<redacted>)"),
             TokenSource::File(p) => f.debug_tuple("File").field(p).finish(),
+            TokenSource::Stored => f.write_str("Stored"),
         }
     }
 }
@@ -47,11 +52,13 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
-    /// The token: the value, or the trimmed contents of the token file.
+    /// The token: the value, the trimmed contents of the token file, or
+    /// the stored ID token for the daemon URL (refreshed if need be).
     pub fn token(&self) -> Result<String, CliError> {
         match &self.token {
             TokenSource::Value(t) => Ok(t.clone()),
             TokenSource::File(p) => read_token_file(p),
+            TokenSource::Stored => super::login::stored_token(&self.server),
         }
     }
 }
@@ -179,12 +186,7 @@ impl CommonRaw {
             (None, Some(f)) => TokenSource::File(PathBuf::from(f)),
             (None, None) => match env("KUBEGATE_TOKEN").filter(|t| !t.trim().is_empty()) {
                 Some(t) => TokenSource::Value(t.trim().to_string()),
-                None => {
-                    return Err(CliError::new(
-                        codes::CONFIG,
-                        "no token: pass --token T or --token-file F, or set KUBEGATE_TOKEN",
-                    ))
-                }
+                None => TokenSource::Stored,
             },
         };
         Ok(CommonArgs {
@@ -291,6 +293,99 @@ pub fn parse_exec(args: &[String], env: Env<'_>) -> Result<Parsed<ExecArgs>, Cli
         uid,
         deployment,
         command,
+    }))
+}
+
+/// `kubegate login` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginArgs {
+    pub server: String,
+    pub ca_file: Option<PathBuf>,
+    /// `--browser`: open the verification page with `xdg-open`.
+    pub browser: bool,
+}
+
+/// `kubegate logout` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogoutArgs {
+    pub server: String,
+}
+
+/// `kubegate whoami` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WhoamiArgs {
+    pub common: CommonArgs,
+    pub output: OutputFormat,
+}
+
+impl CommonRaw {
+    /// `--server` (or its environment variable, or the default) and
+    /// `--ca-file` of a command that takes no token (`login`, `logout`).
+    fn server_only(self, cmd: &str, env: Env<'_>) -> Result<(String, Option<PathBuf>), CliError> {
+        if self.token.is_some() || self.token_file.is_some() {
+            return Err(usage(format!(
+                "{cmd} takes no --token or --token-file: it is about the stored login"
+            )));
+        }
+        let ca_file = self.ca_file.clone();
+        let mut raw = self;
+        raw.token = Some("-".into());
+        let c = raw.finish(env)?;
+        Ok((c.server, ca_file.map(PathBuf::from)))
+    }
+}
+
+/// Parses `kubegate login` arguments (after the word `login`).
+pub fn parse_login(args: &[String], env: Env<'_>) -> Result<Parsed<LoginArgs>, CliError> {
+    let mut common = CommonRaw::default();
+    let mut browser = false;
+    let Some(pos) = read_options(args, &mut common, |name, _| {
+        if name != "--browser" {
+            return Ok(false);
+        }
+        browser = true;
+        Ok(true)
+    })?
+    else {
+        return Ok(Parsed::Help);
+    };
+    if let Some(extra) = pos.first() {
+        return Err(usage(format!("unexpected argument {extra:?}")));
+    }
+    let (server, ca_file) = common.server_only("login", env)?;
+    Ok(Parsed::Run(LoginArgs {
+        server,
+        ca_file,
+        browser,
+    }))
+}
+
+/// Parses `kubegate logout` arguments (after the word `logout`).
+pub fn parse_logout(args: &[String], env: Env<'_>) -> Result<Parsed<LogoutArgs>, CliError> {
+    let mut common = CommonRaw::default();
+    let Some(pos) = read_options(args, &mut common, |_, _| Ok(false))? else {
+        return Ok(Parsed::Help);
+    };
+    if let Some(extra) = pos.first() {
+        return Err(usage(format!("unexpected argument {extra:?}")));
+    }
+    let (server, _) = common.server_only("logout", env)?;
+    Ok(Parsed::Run(LogoutArgs { server }))
+}
+
+/// Parses `kubegate whoami` arguments (after the word `whoami`).
+pub fn parse_whoami(args: &[String], env: Env<'_>) -> Result<Parsed<WhoamiArgs>, CliError> {
+    let mut common = CommonRaw::default();
+    let mut output = None;
+    let Some(pos) = read_output_options(args, &mut common, &mut output)? else {
+        return Ok(Parsed::Help);
+    };
+    if let Some(extra) = pos.first() {
+        return Err(usage(format!("unexpected argument {extra:?}")));
+    }
+    Ok(Parsed::Run(WhoamiArgs {
+        common: common.finish(env)?,
+        output: output.unwrap_or(OutputFormat::Table),
     }))
 }
 

@@ -206,16 +206,15 @@ fn exec_usage_errors() {
 }
 
 #[test]
-fn exec_without_any_token_is_a_config_error() {
-    let e = exec_err(&["-w", "p/u", "d", "--", "ls"], &[]);
-    assert_eq!(e.code, codes::CONFIG);
-    assert!(e.message.contains("KUBEGATE_TOKEN"), "{e}");
+fn exec_without_any_token_uses_the_stored_one() {
+    let a = exec_ok(&["-w", "p/u", "d", "--", "ls"], &[]);
+    assert_eq!(a.common.token, TokenSource::Stored);
     // A blank env token counts as none.
-    let e = exec_err(
+    let a = exec_ok(
         &["-w", "p/u", "d", "--", "ls"],
         &[("KUBEGATE_TOKEN", " \n")],
     );
-    assert_eq!(e.code, codes::CONFIG);
+    assert_eq!(a.common.token, TokenSource::Stored);
 }
 
 #[test]
@@ -263,8 +262,44 @@ fn workspaces_arguments() {
             other => panic!("{args:?}: {other:?}"),
         }
     }
+    // No token given: the stored login's, looked up when the command runs.
     match parse_workspaces(&v(&[]), &env_of(&[])) {
-        Err(e) => assert!(e.is_config(), "{e}"),
+        Ok(Parsed::Run(a)) => assert_eq!(a.common.token, TokenSource::Stored),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn login_logout_and_whoami_arguments() {
+    let run = |r: Result<Parsed<LoginArgs>, CliError>| match r {
+        Ok(Parsed::Run(a)) => a,
+        other => panic!("{other:?}"),
+    };
+    let a = run(parse_login(&v(&["--browser"]), &env_of(&[TOKEN])));
+    assert!(a.browser);
+    assert_eq!(a.server, DEFAULT_SERVER);
+    let a = run(parse_login(
+        &v(&["--server", "https://gw", "--ca-file", "/ca.pem"]),
+        &env_of(&[]),
+    ));
+    assert_eq!((a.server.as_str(), a.browser), ("https://gw", false));
+    assert_eq!(a.ca_file, Some(PathBuf::from("/ca.pem")));
+    // The environment's token is not the login's business; a flag is an error.
+    let e = parse_login(&v(&["--token", "t"]), &env_of(&[])).unwrap_err();
+    assert!(e.is_usage() && e.message.contains("login takes no"), "{e}");
+    assert!(parse_login(&v(&["x"]), &env_of(&[]))
+        .unwrap_err()
+        .is_usage());
+    assert_eq!(parse_login(&v(&["-h"]), &env_of(&[])), Ok(Parsed::Help));
+    match parse_logout(&v(&[]), &env_of(&[("KUBEGATE_SERVER", "https://e")])) {
+        Ok(Parsed::Run(a)) => assert_eq!(a.server, "https://e"),
+        other => panic!("{other:?}"),
+    }
+    match parse_whoami(&v(&["-o", "json"]), &env_of(&[])) {
+        Ok(Parsed::Run(a)) => {
+            assert_eq!(a.output, OutputFormat::Json);
+            assert_eq!(a.common.token, TokenSource::Stored);
+        }
         other => panic!("{other:?}"),
     }
 }

@@ -21,6 +21,9 @@ fn the_command_word() {
         ("attach", Client::Attach),
         ("port-forward", Client::PortForward),
         ("dev", Client::Dev),
+        ("login", Client::Login),
+        ("logout", Client::Logout),
+        ("whoami", Client::Whoami),
     ] {
         let a = v(&[word, "--help"]);
         assert_eq!(parse_v(&a), Ok(Command::Client(c, &a[1..])));

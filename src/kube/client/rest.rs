@@ -20,7 +20,7 @@
 use super::backoff::Backoff;
 use super::error::KubeError;
 use super::transport::{self, TlsParts};
-use crate::kube::connection::{Connection, Credentials};
+use crate::kube::connection::{Connection, Credentials, Impersonation};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -254,6 +254,26 @@ impl Client {
         })
     }
 
+    /// This client acting as `who` (docs/SECURITY.md#impersonation): the
+    /// same agent, TLS and credentials; every request it sends, and every
+    /// stream opened with its [`connection`](Client::connection), carries
+    /// the impersonation headers.
+    pub fn impersonating(&self, who: Impersonation) -> Client {
+        let i = &self.inner;
+        Client {
+            inner: Arc::new(Inner {
+                conn: i.conn.impersonating(who),
+                server: i.server.clone(),
+                namespace: i.namespace.clone(),
+                credentials: i.credentials.clone(),
+                tls: i.tls.clone(),
+                agent: i.agent.clone(),
+                options: i.options.clone(),
+                retries: AtomicU64::new(0),
+            }),
+        }
+    }
+
     /// The connection the client was made from.
     pub fn connection(&self) -> &Connection {
         &self.inner.conn
@@ -425,6 +445,9 @@ impl Client {
             b = b.header(http::header::CONTENT_TYPE, ct);
         }
         for (k, v) in &req.headers {
+            b = b.header(k.as_str(), v.as_str());
+        }
+        for (k, v) in self.inner.conn.impersonation_headers() {
             b = b.header(k.as_str(), v.as_str());
         }
         if let Some(t) = token {

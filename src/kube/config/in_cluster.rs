@@ -81,5 +81,6 @@ pub fn in_cluster(env: &Env, sa_dir: &Path) -> Result<Connection, KubeconfigErro
         },
         credentials: Arc::new(token),
         namespace,
+        impersonate: None,
     })
 }

@@ -423,6 +423,7 @@ pub(crate) fn resolve(
         tls,
         credentials,
         namespace,
+        impersonate: None,
     })
 }
 

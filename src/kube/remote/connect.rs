@@ -170,12 +170,14 @@ fn open_once(
         .map_err(|e| Attempt::Final(transport(e)))?;
 
     let key = generate_key();
+    let extra = conn.impersonation_headers();
     let req = handshake::encode_request(&UpgradeRequest {
         path_and_query,
         authority: &ep.authority,
         key: &key,
         offer,
         bearer: bearer.as_deref(),
+        extra: &extra,
     });
     http_client::write_all(&mut sock, &req, deadline).map_err(|source| {
         Attempt::Final(transport(DialError::Io {
@@ -295,7 +297,9 @@ pub fn dial_websocket(
     let scheme = if ep.tls { "wss" } else { "ws" };
     let url = format!("{scheme}://{}{}{path_and_query}", ep.authority, ep.prefix);
     let left = deadline.saturating_duration_since(Instant::now());
-    upgrade_on(sock, &url, headers, bearer.as_deref(), offer, left)
+    let mut headers = headers.to_vec();
+    headers.extend(conn.impersonation_headers());
+    upgrade_on(sock, &url, &headers, bearer.as_deref(), offer, left)
 }
 
 /// The client handshake on a connected socket (see

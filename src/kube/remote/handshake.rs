@@ -32,6 +32,8 @@ pub struct UpgradeRequest<'a> {
     /// Offered subprotocols, preferred first, sent in ONE header.
     pub offer: &'a [Protocol],
     pub bearer: Option<&'a str>,
+    /// Further headers (the connection's impersonation).
+    pub extra: &'a [(String, String)],
 }
 
 /// The request bytes. The token is only ever written here, never logged.
@@ -42,6 +44,7 @@ pub fn encode_request(r: &UpgradeRequest<'_>) -> Vec<u8> {
         r.key,
         &client_offer(r.offer),
         r.bearer,
+        r.extra,
     )
 }
 
@@ -53,6 +56,7 @@ fn encode_upgrade(
     key: &str,
     offer: &str,
     bearer: Option<&str>,
+    extra: &[(String, String)],
 ) -> Vec<u8> {
     let agent = concat!("kubegate/", env!("CARGO_PKG_VERSION"));
     let auth = bearer.map(|t| format!("Bearer {t}"));
@@ -60,6 +64,7 @@ fn encode_upgrade(
     if let Some(a) = &auth {
         headers.push(("Authorization", a.as_str()));
     }
+    headers.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     upgrade_request(path_and_query, authority, key, Some(offer), &headers)
 }
 
@@ -99,6 +104,7 @@ mod tests {
             key: KEY,
             offer: &[Protocol::V5, Protocol::V4],
             bearer: Some("tok"),
+            extra: &[],
         };
         let s = String::from_utf8(encode_request(&r)).unwrap();
         assert!(s.starts_with(
@@ -113,6 +119,12 @@ mod tests {
         assert!(s.contains("\r\nAuthorization: Bearer tok\r\n"));
         assert!(s.ends_with("\r\n\r\n"));
         let s = String::from_utf8(encode_request(&UpgradeRequest { bearer: None, ..r })).unwrap();
+        let imp = [
+            ("Impersonate-User".to_string(), "oidc:ann".to_string()),
+            ("Impersonate-Group".to_string(), "dev".to_string()),
+        ];
+        let with = String::from_utf8(encode_request(&UpgradeRequest { extra: &imp, ..r })).unwrap();
+        assert!(with.contains("\r\nImpersonate-User: oidc:ann\r\nImpersonate-Group: dev\r\n"));
         assert!(!s.contains("Authorization"));
     }
 

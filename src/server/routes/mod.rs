@@ -65,12 +65,11 @@ pub(in crate::server) fn test_hooks() -> bool {
 }
 
 /// The front door's handler: admission, authentication, routing, and the
-/// resources behind the routes (the exec gateway, the session engine, the
-/// cluster client for workspace listings).
+/// resources behind the routes (the exec gateway, which also lists the
+/// workspaces, and the session engine).
 pub(in crate::server) struct FrontDoor {
     /// Short-deadline, no-retry client for `/readyz`.
     pub probe: Client,
-    pub client: Client,
     pub state_dir: PathBuf,
     pub principals: Arc<RwLock<Arc<Principals>>>,
     pub gateway: Arc<Gateway>,

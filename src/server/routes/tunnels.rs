@@ -22,7 +22,7 @@ use crate::exec::frames::Target;
 use crate::http::tunnel::{splice, Duplex, SpliceOptions, MAX_MESSAGE, SUBPROTOCOL};
 use crate::http::ws::WsOptions;
 use crate::http::{Reply, Request, Upgrade};
-use crate::session::access::{AccessError, PodTarget};
+use crate::session::access::{AccessError, PodAccess, PodTarget};
 use crate::session::engine::Handle;
 use crate::session::proxy_path::parse_port;
 use crate::session::spec::{AGENT_PORT, INSPECT_BASE_PORT};
@@ -123,7 +123,7 @@ impl FrontDoor {
             pod,
             port,
         };
-        self.open_tunnel(&target, opened)
+        self.open_tunnel(self.engine.access().as_ref(), &target, opened)
     }
 
     /// `GET /v1/exec/tunnel?project=P&uid=U&deployment=D[&container=C]&port=N`:
@@ -151,7 +151,7 @@ impl FrontDoor {
             port,
         };
         let started = Instant::now();
-        let (target, ip) = match self.gateway.tunnel_target(&spec) {
+        let (target, ip) = match self.gateway.tunnel_target(who, &spec) {
             Ok(t) => t,
             Err(e) => {
                 // Checked, then refused by the cluster's answer (another
@@ -168,14 +168,31 @@ impl FrontDoor {
         };
         opened.pod.clone_from(&target.pod);
         opened.target = Some(target);
-        self.open_tunnel(&pod, opened)
+        // Into a workspace: as the principal under `[cluster] impersonate`
+        // (a session's own tunnels stay the daemon's).
+        let access = match self.gateway.as_principal(who) {
+            Ok((client, _)) if self.gateway.settings().impersonate => {
+                self.engine.access().with_client(&client)
+            }
+            Ok(_) => self.engine.access().clone(),
+            Err(e) => {
+                self.tunnel_ended(&opened, e.code.as_str(), (0, 0), started);
+                return Err(e);
+            }
+        };
+        self.open_tunnel(access.as_ref(), &pod, opened)
     }
 
     /// Connects to the pod's port, then answers the upgrade; the splice
     /// runs on the connection's thread once upgraded.
-    fn open_tunnel(&self, pod: &PodTarget, o: Opened) -> Result<Reply, ApiError> {
+    fn open_tunnel(
+        &self,
+        access: &dyn PodAccess,
+        pod: &PodTarget,
+        o: Opened,
+    ) -> Result<Reply, ApiError> {
         let started = Instant::now();
-        let far = match self.engine.access().tunnel(pod, o.port, CONNECT_TIMEOUT) {
+        let far = match access.tunnel(pod, o.port, CONNECT_TIMEOUT) {
             Ok(far) => far,
             Err(e) => {
                 let e = access_error(o.port, &e);

@@ -105,17 +105,20 @@ impl FrontDoor {
     pub(super) fn workspaces(&self, who: &Identity) -> Result<Reply, ApiError> {
         let own = &self.gateway.settings().ownership;
         let selector = format!("{MANAGED_BY_LABEL}={}", own.managed_by);
+        // Into the principal's workspaces: as the principal under
+        // `[cluster] impersonate`.
+        let (client, _) = self.gateway.as_principal(who)?;
         let mut out = Vec::new();
         for w in &who.workspaces {
-            let list = match Api::<Deployment>::namespaced(&self.client, &w.project)
+            let list = match Api::<Deployment>::namespaced(&client, &w.project)
                 .list(&ListParams::labels(&selector))
             {
                 Ok(l) => l.items,
                 Err(KubeError::NotFound(_)) => Vec::new(),
                 Err(e) => {
-                    return Err(ApiError::new(
-                        Code::ExecFailed,
-                        format!("listing deployments in {}: {e}", w.project),
+                    return Err(crate::exec::resolve::cluster_error(
+                        &format!("listing deployments in {}", w.project),
+                        &e,
                     ))
                 }
             };

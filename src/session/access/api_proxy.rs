@@ -77,6 +77,9 @@ impl ApiProxyAccess {
         if let Some(b) = bearer {
             req.push_str(&format!("Authorization: Bearer {b}\r\n"));
         }
+        for (k, v) in conn.impersonation_headers() {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
         for (k, v) in &pr.headers {
             if !["host", "connection", "content-length", "transfer-encoding"]
                 .iter()
@@ -352,6 +355,10 @@ impl PodAccess for ApiProxyAccess {
                 message: e.to_string(),
             },
         })
+    }
+
+    fn with_client(&self, client: &Client) -> Arc<dyn PodAccess> {
+        Arc::new(ApiProxyAccess::new(client.clone()))
     }
 
     fn websocket(&self, t: &PodTarget, port: u16, req: &PodRequest) -> Result<PodWebSocket> {

@@ -271,6 +271,10 @@ impl PodAccess for DirectAccess {
         Ok(PodWebSocket { ws, protocol })
     }
 
+    fn with_client(&self, _client: &Client) -> Arc<dyn PodAccess> {
+        Arc::new(DirectAccess::new())
+    }
+
     fn tunnel(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<Duplex> {
         let addr = socket_addr(t, port)?;
         let sock = connect(addr, timeout)?;

@@ -392,6 +392,12 @@ pub trait PodAccess: Send + Sync {
     /// cannot be reached, or gives no sign within `timeout`; errors are
     /// failures to ask (the pod does not exist, the API server refuses).
     fn probe_tcp(&self, t: &PodTarget, port: u16, timeout: Duration) -> Result<bool>;
+
+    /// The same access, reaching pods through `client` where it goes
+    /// through the API server at all (`api-proxy`); `direct` dials pod IPs
+    /// and has no client to swap. For the principal's own calls under
+    /// `[cluster] impersonate` (a Deployment tunnel).
+    fn with_client(&self, client: &Client) -> Arc<dyn PodAccess>;
 }
 
 /// The implementation `[cluster] pod_access` names.
