@@ -211,6 +211,15 @@ impl Client {
     /// `METHOD path` with the bearer token and an optional JSON body: the
     /// whole answer body. Non-2xx answers become the daemon's error.
     pub fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<Vec<u8>, CliError> {
+        issuer_retry(|| self.call_once(method, path, body))
+    }
+
+    fn call_once(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<Vec<u8>, CliError> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let mut sock = self.dial(deadline)?;
         let body_part = body.map(|b| ("application/json", b));
@@ -284,6 +293,15 @@ impl Client {
         accept: &str,
         extra: &[(&str, &str)],
     ) -> Result<(ClientSocket, Head, Vec<u8>), CliError> {
+        issuer_retry(|| self.open_stream_once(path, accept, extra))
+    }
+
+    fn open_stream_once(
+        &self,
+        path: &str,
+        accept: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<(ClientSocket, Head, Vec<u8>), CliError> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let mut sock = self.dial(deadline)?;
         let req = self.request("GET", path, accept, extra, None);
@@ -306,6 +324,14 @@ impl Client {
     /// [`Client::path`]) offering `subprotocol` only; the server must
     /// choose it.
     pub fn open_ws(
+        &self,
+        path_and_query: &str,
+        subprotocol: &str,
+    ) -> Result<WebSocket<ClientSocket>, CliError> {
+        issuer_retry(|| self.open_ws_once(path_and_query, subprotocol))
+    }
+
+    fn open_ws_once(
         &self,
         path_and_query: &str,
         subprotocol: &str,
@@ -347,6 +373,30 @@ impl Client {
     }
 }
 
+/// How often, and how far apart, a request refused with
+/// `ISSUER_UNAVAILABLE` is sent again.
+const ISSUER_RETRIES: u32 = 8;
+const ISSUER_RETRY_WAIT: Duration = Duration::from_secs(1);
+
+/// `f` again while the daemon answers `ISSUER_UNAVAILABLE`: it has no key
+/// for the token's `kid` yet and is fetching the issuer's keys (right
+/// after a rotation or its own start; docs/api.md#authentication). The
+/// refusal comes from the request head, before the daemon read a body or
+/// did anything, so every request may be repeated. After about 8 s the
+/// issuer counts as down and the error stands.
+fn issuer_retry<T>(mut f: impl FnMut() -> Result<T, CliError>) -> Result<T, CliError> {
+    let mut left = ISSUER_RETRIES;
+    loop {
+        match f() {
+            Err(e) if e.code == "ISSUER_UNAVAILABLE" && left > 0 => {
+                left -= 1;
+                std::thread::sleep(ISSUER_RETRY_WAIT);
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The interactive exec request path and query (docs/api.md#exec).
 /// `tty` is what is asked of the server (`-t` may be dropped when our stdin
 /// is not a terminal).
@@ -374,6 +424,27 @@ pub fn exec_query(path: &str, a: &ExecArgs, tty: bool, size: Option<(u16, u16)>)
 mod tests {
     use super::*;
     use crate::cli::args::TokenSource;
+
+    #[test]
+    fn an_issuer_being_fetched_is_waited_for_and_nothing_else_is() {
+        let err = |code: &str| CliError::new(code, "x");
+        let mut calls = 0;
+        let r = issuer_retry(|| {
+            calls += 1;
+            if calls < 3 {
+                Err(err("ISSUER_UNAVAILABLE"))
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(r.ok(), Some(3));
+        let mut calls = 0;
+        let r: Result<(), _> = issuer_retry(|| {
+            calls += 1;
+            Err(err("TOKEN_EXPIRED"))
+        });
+        assert_eq!((r.unwrap_err().code.as_str(), calls), ("TOKEN_EXPIRED", 1));
+    }
 
     #[test]
     fn query_encodes_every_argument() {
