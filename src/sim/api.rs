@@ -67,6 +67,8 @@ pub struct ApiServer {
     request_log: Option<parking_lot::Mutex<std::fs::File>>,
     /// `--audit-log FILE`: one audit Event per request (`sim::audit`).
     audit: Option<super::audit::AuditLog>,
+    /// The impersonation mode each requestor last used (`sim::impersonate`).
+    impersonator: super::impersonate::Impersonator,
 }
 
 /// A parsed API path.
@@ -454,6 +456,7 @@ impl ApiServer {
             server_address: std::sync::OnceLock::new(),
             request_log: None,
             audit: None,
+            impersonator: super::impersonate::Impersonator::default(),
         }
     }
 

@@ -29,7 +29,8 @@ pub struct Entry<'a> {
     pub impersonated: Option<&'a UserInfo>,
     pub attrs: &'a Attributes,
     pub code: u16,
-    /// `{status, reason, message}` of a failure's Status, when it had one.
+    /// A failure's Status (its `status`, `message`, `reason` and
+    /// `details` are written), when it had one.
     pub failure: Option<Value>,
     /// The authorizer's decision (`allow`/`forbid`) and reason.
     pub decision: Option<(&'a str, &'a str)>,
@@ -105,6 +106,9 @@ impl AuditLog {
                 {
                     rs.insert(k.into(), v.clone());
                 }
+            }
+            if let Some(d) = f.get("details").filter(|d| d.is_object()) {
+                rs.insert("details".into(), d.clone());
             }
         }
         rs.insert("code".into(), json!(e.code));

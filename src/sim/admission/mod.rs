@@ -369,6 +369,11 @@ fn name_check(res: Resource) -> fn(&str) -> Result<(), RuleError> {
     match res {
         Resource::Namespace => check_dns1123_label,
         Resource::Service => check_dns1035_label,
+        // `ValidateRBACName`: any path segment (`system:discovery`).
+        Resource::Role
+        | Resource::ClusterRole
+        | Resource::RoleBinding
+        | Resource::ClusterRoleBinding => rbac::check_path_segment_name,
         _ => check_dns1123_subdomain,
     }
 }

@@ -12,6 +12,17 @@ use serde_json::Value;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
+/// `path.IsValidPathSegmentName`: the names RBAC objects may have.
+pub(super) fn check_path_segment_name(s: &str) -> Result<(), crate::sim::rules::RuleError> {
+    match s {
+        "." => Err("may not be '.'".into()),
+        ".." => Err("may not be '..'".into()),
+        _ if s.contains('/') => Err("may not contain '/'".into()),
+        _ if s.contains('%') => Err("may not contain '%'".into()),
+        _ => Ok(()),
+    }
+}
+
 fn strs(v: &Value) -> Vec<&str> {
     v.as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
