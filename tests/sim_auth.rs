@@ -629,8 +629,10 @@ fn kubectl_can_i_and_whoami_answer_as_the_caller(p: &Plane) {
 fn impersonation_allowed_and_refused(p: &Plane) {
     let ns = &p.ns;
     let pods = format!("/api/v1/namespaces/{ns}/pods");
-    // bob never impersonates successfully: the first mode tried is
-    // user-info, and its refusal is the answer.
+    // bob never impersonates successfully (no test of this suite lets
+    // him; the real server remembers per requestor which mode last
+    // worked): the first mode tried is user-info, and its refusal is the
+    // answer.
     assert_forbidden(
         &p.call("bob", "GET", &pods, &[("Impersonate-User", "carol")], None),
         &format!("pods is forbidden: User \"bob\" cannot impersonate-on:user-info:list resource \"pods\" in API group \"\" in the namespace \"{ns}\""),

@@ -18,7 +18,6 @@ mod review;
 use crate::http::{ChunkSink, Handler, HttpError, Reply, Request, Response};
 use crate::kube::status::Status;
 use crossbeam_channel::RecvTimeoutError;
-pub(crate) use gate::Who;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -1062,41 +1061,45 @@ fn no_kubelet() -> Reply {
 }
 
 impl Handler for ApiServer {
-    /// Authentication, impersonation and authorization from the head
-    /// (`api::gate`): a refused request's body is never read.
+    /// Authentication from the head (`api::gate`): a stranger's body is
+    /// never read. Impersonation and authorization, which read the store,
+    /// run on the connection's thread in `handle`, not on the listener's.
     fn admit(&self, head: &Request) -> crate::http::Admission {
-        match self.gate(head) {
-            Ok(who) => crate::http::Admission::Admit(crate::http::Admit {
+        if let super::authn::Authn::User(_) = self.auth.authenticate(head) {
+            return crate::http::Admission::Admit(crate::http::Admit {
                 known: true,
-                context: crate::http::Context(Some(Arc::new(who))),
                 ..crate::http::Admit::default()
-            }),
-            Err(refused) => {
-                let refused = *refused;
-                let reply: Reply = refused.response.into();
-                self.log_request(head, &reply);
-                self.audit(head, &refused.who, &reply, refused.failure);
-                match reply {
-                    Reply::Response(r) => crate::http::Admission::Refuse(r),
-                    Reply::Upgrade(_) | Reply::RawUpgrade(_) => {
-                        crate::http::Admission::Admit(crate::http::Admit::default())
-                    }
-                }
+            });
+        }
+        let Err(refused) = self.gate(head) else {
+            return crate::http::Admission::Admit(crate::http::Admit::default());
+        };
+        let refused = *refused;
+        let reply: Reply = refused.response.into();
+        self.log_request(head, &reply);
+        self.audit(head, &refused.who, &reply, refused.failure);
+        match reply {
+            Reply::Response(r) => crate::http::Admission::Refuse(r),
+            Reply::Upgrade(_) | Reply::RawUpgrade(_) => {
+                crate::http::Admission::Admit(crate::http::Admit::default())
             }
         }
     }
 
-    fn handle(&self, req: Request) -> Reply {
-        let who = match req.admitted.get::<Who>() {
-            Some(w) => Ok((*w).clone()),
-            None => self.gate(&req).map_err(|r| *r),
-        };
-        let (reply, who, failure) = match who {
-            Err(refused) => (refused.response.into(), refused.who, refused.failure),
-            Ok(who) => match self.faults.before_request(&req) {
-                Some(r) => (r.into(), who, None),
-                None => (self.dispatch(&req), who, None),
-            },
+    fn handle(&self, mut req: Request) -> Reply {
+        let (reply, who, failure) = match self.gate(&req) {
+            Err(refused) => {
+                let refused = *refused;
+                (refused.response.into(), refused.who, refused.failure)
+            }
+            Ok(who) => {
+                // The reviews answer for this caller (`api::review`).
+                req.admitted = crate::http::Context(Some(Arc::new(who.clone())));
+                match self.faults.before_request(&req) {
+                    Some(r) => (r.into(), who, None),
+                    None => (self.dispatch(&req), who, None),
+                }
+            }
         };
         self.log_request(&req, &reply);
         self.audit(&req, &who, &reply, failure);

@@ -1,8 +1,8 @@
-//! Who a request is and whether it may (docs/sim.md#identity): from the
-//! request's head, before any body byte is read, in upstream's filter
-//! order — authentication (401), impersonation (403, or 400 for groups
-//! without a user), authorization (403) — and the audit line of each
-//! request (`sim::audit`).
+//! Who a request is and whether it may (docs/sim.md#identity), in
+//! upstream's filter order — authentication (401), impersonation (403, or
+//! 400 for groups without a user), authorization (403) — and the audit
+//! line of each request (`sim::audit`). Authentication also runs on the
+//! head in `admit`, so a stranger's body is never read.
 
 use super::*;
 use crate::sim::audit::Entry;
@@ -173,7 +173,8 @@ impl ApiServer {
     }
 
     /// The caller a review answers for (the impersonated user when
-    /// impersonating), and whether reviews are authorized at all.
+    /// impersonating, as `handle` attached it), and whether reviews are
+    /// authorized at all.
     pub(crate) fn review_subject(&self, req: &Request) -> (UserInfo, bool) {
         let who = req
             .admitted
