@@ -142,7 +142,8 @@ impl Plane {
             ns: unique("t-auth"),
             kubectl: var("KUBEGATE_REAL_KUBECTL")?.into(),
             _sim: None,
-            audit: None,
+            // The plane's own audit log (docs/control-plane.md).
+            audit: std::env::var_os("KUBEGATE_REAL_AUDIT_LOG").map(PathBuf::from),
             cleanup: RefCell::new(Vec::new()),
         };
         p.create_namespace();
@@ -714,6 +715,68 @@ fn impersonation_allowed_and_refused(p: &Plane) {
     assert_forbidden(
         &p.call("alice", "GET", "/version", &[("Impersonate-User", "system:serviceaccount:default:default")], None),
         "serviceaccounts \"default\" is forbidden: User \"alice\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"default\"",
+    );
+
+    // The audit lines of an impersonated request: the caller as `user`,
+    // the impersonated user as `impersonatedUser`, on either backend.
+    let ua = unique("sim-auth-audit");
+    let h = [
+        ("Impersonate-User", "carol"),
+        ("Impersonate-Group", "kubegate-devs"),
+        ("User-Agent", ua.as_str()),
+    ];
+    assert_eq!(whoami(p, "alice", &h).0, 201);
+    assert_eq!(
+        p.call("alice", "GET", &format!("{pods}/x"), &h, None).0,
+        403
+    );
+    let audit = p.audit.clone().expect("an audit log");
+    let lines: Vec<Value> = wait_for("the audit lines", Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(&audit).ok()?;
+        let l: Vec<Value> = text
+            .lines()
+            .filter(|l| l.contains(ua.as_str()))
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (l.len() == 2).then_some(l)
+    });
+    let alice = json!({"username": "alice", "uid": "uid-alice", "groups": ["kubegate-devs", "system:authenticated"]});
+    let carol = json!({"username": "carol", "groups": ["kubegate-devs", "system:authenticated"]});
+    for l in &lines {
+        assert_eq!(l["user"], alice, "{l}");
+        assert_eq!(l["impersonatedUser"], carol, "{l}");
+        assert_eq!(l["level"], "Metadata");
+        assert_eq!(l["stage"], "ResponseComplete");
+        assert_eq!(l["sourceIPs"], json!(["127.0.0.1"]));
+    }
+    assert_eq!(lines[0]["verb"], "create");
+    assert_eq!(
+        lines[0]["objectRef"],
+        json!({"resource": "selfsubjectreviews", "apiGroup": "authentication.k8s.io", "apiVersion": "v1"})
+    );
+    assert_eq!(
+        lines[0]["responseStatus"],
+        json!({"metadata": {}, "code": 201})
+    );
+    assert_eq!(
+        lines[0]["annotations"],
+        json!({"authorization.k8s.io/decision": "allow",
+               "authorization.k8s.io/reason": "RBAC: allowed by ClusterRoleBinding \"system:basic-user\" of ClusterRole \"system:basic-user\" to Group \"system:authenticated\""})
+    );
+    assert_eq!(lines[1]["verb"], "get");
+    assert_eq!(
+        lines[1]["objectRef"],
+        json!({"resource": "pods", "namespace": ns, "name": "x", "apiVersion": "v1"})
+    );
+    assert_eq!(
+        lines[1]["responseStatus"],
+        json!({"metadata": {}, "status": "Failure", "reason": "Forbidden", "code": 403,
+               "message": format!("pods \"x\" is forbidden: User \"carol\" cannot get resource \"pods\" in API group \"\" in the namespace \"{ns}\""),
+               "details": {"name": "x", "kind": "pods"}})
+    );
+    assert_eq!(
+        lines[1]["annotations"],
+        json!({"authorization.k8s.io/decision": "forbid", "authorization.k8s.io/reason": ""})
     );
 }
 
