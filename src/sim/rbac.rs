@@ -486,6 +486,72 @@ mod tests {
     }
 
     #[test]
+    fn bindings_grant_as_upstream() {
+        use crate::sim::store::{Store, StoreConfig};
+        let store = Store::new(StoreConfig::default());
+        bootstrap(&store).unwrap();
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}});
+        store.create(Resource::Namespace, "", ns).unwrap();
+        let rb = |name: &str, kind: &str, role: &str, subject: Value| {
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": name, "namespace": "ns"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+                   "subjects": [subject]})
+        };
+        // A RoleBinding to the bootstrap `view` ClusterRole, for a service
+        // account named without a namespace (the binding's is meant).
+        let sa = json!({"kind": "ServiceAccount", "name": "robot"});
+        store
+            .create(
+                Resource::RoleBinding,
+                "ns",
+                rb("sa-view", "ClusterRole", "view", sa),
+            )
+            .unwrap();
+        let robot = UserInfo::authenticated("system:serviceaccount:ns:robot", "", &[]);
+        let list = |ns: &str, res: &str| Attributes {
+            verb: "list".into(),
+            resource_request: true,
+            resource: res.into(),
+            namespace: ns.into(),
+            ..Attributes::default()
+        };
+        let d = authorize(&store, &robot, &list("ns", "pods"));
+        assert!(d.allowed);
+        assert_eq!(
+            d.reason,
+            "RBAC: allowed by RoleBinding \"sa-view/ns\" of ClusterRole \"view\" to ServiceAccount \"ns/robot\""
+        );
+        assert!(!authorize(&store, &robot, &list("ns", "secrets")).allowed);
+        assert!(!authorize(&store, &robot, &list("other", "pods")).allowed);
+        // A group's binding to a missing Role: denied, the error the reason.
+        let g = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "devs"});
+        store
+            .create(Resource::RoleBinding, "ns", rb("devs", "Role", "gone", g))
+            .unwrap();
+        let dev = UserInfo::authenticated("d", "", &["devs".to_string()]);
+        let d = authorize(&store, &dev, &list("ns", "pods"));
+        assert_eq!(
+            d,
+            Decision {
+                allowed: false,
+                reason: "RBAC: role.rbac.authorization.k8s.io \"gone\" not found".into()
+            }
+        );
+        // system:masters needs no binding; the bootstrap ones serve the rest.
+        let admin = crate::sim::authn::admin();
+        assert_eq!(authorize(&store, &admin, &list("", "nodes")).reason, "");
+        let version = Attributes {
+            verb: "get".into(),
+            path: "/version".into(),
+            ..Attributes::default()
+        };
+        assert!(authorize(&store, &dev, &version).allowed);
+        assert!(!authorize(&store, &UserInfo::anonymous(), &list("ns", "pods")).allowed);
+        assert!(authorize(&store, &UserInfo::anonymous(), &version).allowed);
+    }
+
+    #[test]
     fn forbidden_texts() {
         let a = attributes(&req("GET", "/api/v1/namespaces/ns/pods/x"));
         let s = forbidden("u", &a, "");
