@@ -630,27 +630,7 @@ fn kubectl_can_i_and_whoami_answer_as_the_caller(p: &Plane) {
 fn impersonation_allowed_and_refused(p: &Plane) {
     let ns = &p.ns;
     let pods = format!("/api/v1/namespaces/{ns}/pods");
-    // bob never impersonates successfully (no test of this suite lets
-    // him; the real server remembers per requestor which mode last
-    // worked): the first mode tried is user-info, and its refusal is the
-    // answer.
-    assert_forbidden(
-        &p.call("bob", "GET", &pods, &[("Impersonate-User", "carol")], None),
-        &format!("pods is forbidden: User \"bob\" cannot impersonate-on:user-info:list resource \"pods\" in API group \"\" in the namespace \"{ns}\""),
-    );
-    let (code, v) = p.call(
-        "bob",
-        "GET",
-        &pods,
-        &[("Impersonate-Group", "g"), ("Impersonate-Uid", "7")],
-        None,
-    );
-    assert_eq!(code, 400, "{v}");
-    assert_eq!(v["reason"], "BadRequest");
-    assert_eq!(
-        v["message"],
-        "requested &user.DefaultInfo{Name:\"\", UID:\"7\", Groups:[]string{\"g\"}, Extra:map[string][]string(nil)} without impersonating a user name"
-    );
+    refusals_of_a_requestor_that_never_impersonated(p, &pods);
 
     // alice may impersonate carol (resourceNames) and the group kubegate-devs.
     let tag = unique("imp");
@@ -717,6 +697,78 @@ fn impersonation_allowed_and_refused(p: &Plane) {
         "serviceaccounts \"default\" is forbidden: User \"alice\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"default\"",
     );
 
+    audit_lines_name_caller_and_principal(p, &pods);
+}
+
+/// bob's refusals: upstream's first mode for each kind of user.
+fn refusals_of_a_requestor_that_never_impersonated(p: &Plane, pods: &str) {
+    let ns = &p.ns;
+    // bob never impersonates successfully (no test of this suite lets
+    // him; the real server remembers per requestor which mode last
+    // worked): the first mode tried is user-info, and its refusal is the
+    // answer.
+    assert_forbidden(
+        &p.call("bob", "GET", pods, &[("Impersonate-User", "carol")], None),
+        &format!("pods is forbidden: User \"bob\" cannot impersonate-on:user-info:list resource \"pods\" in API group \"\" in the namespace \"{ns}\""),
+    );
+    // Each mode names itself: a service account, a node, a non-resource
+    // path, a subresource.
+    assert_forbidden(
+        &p.call("bob", "GET", pods, &[("Impersonate-User", "system:serviceaccount:default:default")], None),
+        &format!("pods is forbidden: User \"bob\" cannot impersonate-on:serviceaccount:list resource \"pods\" in API group \"\" in the namespace \"{ns}\""),
+    );
+    assert_forbidden(
+        &p.call("bob", "GET", &format!("{pods}?watch=1"), &[("Impersonate-User", "system:node:n1")], None),
+        &format!("pods is forbidden: User \"bob\" cannot impersonate-on:arbitrary-node:watch resource \"pods\" in API group \"\" in the namespace \"{ns}\""),
+    );
+    assert_forbidden(
+        &p.call(
+            "bob",
+            "GET",
+            "/version",
+            &[("Impersonate-User", "carol")],
+            None,
+        ),
+        "forbidden: User \"bob\" cannot impersonate-on:user-info:get path \"/version\"",
+    );
+    assert_forbidden(
+        &p.call("bob", "GET", &format!("/apis/apps/v1/namespaces/{ns}/deployments/x/scale"), &[("Impersonate-User", "carol")], None),
+        &format!("deployments.apps \"x\" is forbidden: User \"bob\" cannot impersonate-on:user-info:get resource \"deployments/scale\" in API group \"apps\" in the namespace \"{ns}\""),
+    );
+    let (code, v) = p.call(
+        "bob",
+        "GET",
+        "/api/v1/pods",
+        &[
+            ("Impersonate-Extra-Foo", "a"),
+            ("Impersonate-Extra-Bar", "b"),
+        ],
+        None,
+    );
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(
+        v["message"],
+        "requested &user.DefaultInfo{Name:\"\", UID:\"\", Groups:[]string(nil), Extra:map[string][]string{\"bar\":[]string{\"b\"}, \"foo\":[]string{\"a\"}}} without impersonating a user name"
+    );
+    let (code, v) = p.call(
+        "bob",
+        "GET",
+        pods,
+        &[("Impersonate-Group", "g"), ("Impersonate-Uid", "7")],
+        None,
+    );
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["reason"], "BadRequest");
+    assert_eq!(
+        v["message"],
+        "requested &user.DefaultInfo{Name:\"\", UID:\"7\", Groups:[]string{\"g\"}, Extra:map[string][]string(nil)} without impersonating a user name"
+    );
+}
+
+/// Two impersonated requests (alice as carol), read back from the audit
+/// log: the sim's (`--audit-log`) or the plane's (`KUBEGATE_REAL_AUDIT_LOG`).
+fn audit_lines_name_caller_and_principal(p: &Plane, pods: &str) {
+    let ns = &p.ns;
     // The audit lines of an impersonated request: the caller as `user`,
     // the impersonated user as `impersonatedUser`, on either backend.
     let ua = unique("sim-auth-audit");
