@@ -13,10 +13,10 @@ use super::store::{Event, PatchType, Selectors, Store, StoreError, Subresource, 
 use super::table;
 
 mod events_view;
+mod gate;
 mod review;
 use crate::http::{ChunkSink, Handler, HttpError, Reply, Request, Response};
 use crate::kube::status::Status;
-use crate::token::{self, TokenDigest};
 use crossbeam_channel::RecvTimeoutError;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -35,45 +35,8 @@ pub trait PodStreams: Send + Sync {
     fn proxy(&self, req: &Request, ns: &str, pod: &str, port: u16, target: &str) -> Reply;
 }
 
-/// How clients prove who they are.
-#[derive(Default)]
-pub struct Auth {
-    /// SHA-256 of the required bearer token, when one is configured.
-    pub token_sha256: Option<TokenDigest>,
-    /// True when a verified client certificate is enough (`--client-ca`).
-    pub accept_client_cert: bool,
-}
-
-impl Auth {
-    fn required(&self) -> bool {
-        self.token_sha256.is_some() || self.accept_client_cert
-    }
-
-    /// Who an admitted request is (`sim::reviews`): the one identity the
-    /// sim's credentials stand for, or anyone with `--no-auth`.
-    fn caller(&self) -> super::reviews::Caller {
-        if self.required() {
-            super::reviews::Caller::ADMIN
-        } else {
-            super::reviews::Caller::ANONYMOUS
-        }
-    }
-
-    fn admits(&self, req: &Request) -> bool {
-        if !self.required() {
-            return true;
-        }
-        if self.accept_client_cert && req.client_cert_der.is_some() {
-            // rustls only hands us a certificate its verifier accepted
-            // against the sim's own CA.
-            return true;
-        }
-        match (&self.token_sha256, req.bearer_token()) {
-            (Some(want), Some(got)) => token::same_digest(&token::digest(got), want),
-            _ => false,
-        }
-    }
-}
+/// How clients prove who they are (`sim::authn`).
+pub use super::authn::Authenticator as Auth;
 
 pub struct ApiConfig {
     /// Interval between BOOKMARK events on watches that asked for them.
@@ -101,6 +64,10 @@ pub struct ApiServer {
     server_address: std::sync::OnceLock<String>,
     /// `--request-log FILE`: one JSON line per request (docs/sim.md).
     request_log: Option<parking_lot::Mutex<std::fs::File>>,
+    /// `--audit-log FILE`: one audit Event per request (`sim::audit`).
+    audit: Option<super::audit::AuditLog>,
+    /// The impersonation mode each requestor last used (`sim::impersonate`).
+    impersonator: super::impersonate::Impersonator,
 }
 
 /// A parsed API path.
@@ -487,7 +454,15 @@ impl ApiServer {
             cfg,
             server_address: std::sync::OnceLock::new(),
             request_log: None,
+            audit: None,
+            impersonator: super::impersonate::Impersonator::default(),
         }
+    }
+
+    /// Writes an audit Event per request to `log` from now on.
+    pub fn with_audit_log(mut self, log: super::audit::AuditLog) -> ApiServer {
+        self.audit = Some(log);
+        self
     }
 
     /// Appends one JSON line per request to `file` from now on:
@@ -1086,16 +1061,23 @@ fn no_kubelet() -> Reply {
 }
 
 impl Handler for ApiServer {
-    /// Authentication from the head: a stranger's body is never read.
+    /// Authentication from the head (`api::gate`): a stranger's body is
+    /// never read. Impersonation and authorization, which read the store,
+    /// run on the connection's thread in `handle`, not on the listener's.
     fn admit(&self, head: &Request) -> crate::http::Admission {
-        if self.auth.admits(head) {
+        if let super::authn::Authn::User(_) = self.auth.authenticate(head) {
             return crate::http::Admission::Admit(crate::http::Admit {
                 known: true,
                 ..crate::http::Admit::default()
             });
         }
-        let reply: Reply = status_response(&Status::unauthorized()).into();
+        let Err(refused) = self.gate(head) else {
+            return crate::http::Admission::Admit(crate::http::Admit::default());
+        };
+        let refused = *refused;
+        let reply: Reply = refused.response.into();
         self.log_request(head, &reply);
+        self.audit(head, &refused.who, &reply, refused.failure);
         match reply {
             Reply::Response(r) => crate::http::Admission::Refuse(r),
             Reply::Upgrade(_) | Reply::RawUpgrade(_) => {
@@ -1104,15 +1086,23 @@ impl Handler for ApiServer {
         }
     }
 
-    fn handle(&self, req: Request) -> Reply {
-        let reply = if !self.auth.admits(&req) {
-            status_response(&Status::unauthorized()).into()
-        } else if let Some(r) = self.faults.before_request(&req) {
-            r.into()
-        } else {
-            self.dispatch(&req)
+    fn handle(&self, mut req: Request) -> Reply {
+        let (reply, who, failure) = match self.gate(&req) {
+            Err(refused) => {
+                let refused = *refused;
+                (refused.response.into(), refused.who, refused.failure)
+            }
+            Ok(who) => {
+                // The reviews answer for this caller (`api::review`).
+                req.admitted = crate::http::Context(Some(Arc::new(who.clone())));
+                match self.faults.before_request(&req) {
+                    Some(r) => (r.into(), who, None),
+                    None => (self.dispatch(&req), who, None),
+                }
+            }
         };
         self.log_request(&req, &reply);
+        self.audit(&req, &who, &reply, failure);
         reply
     }
 

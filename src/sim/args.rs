@@ -39,7 +39,11 @@ impl SimCommand {
         if self.deprecated_token {
             w.push("--token is deprecated: every local user reads it in `ps`; use --token-file F, or no flag at all (a random token, written into the kubeconfig)".to_string());
         }
-        if self.opts.token.is_none() && !self.opts.client_ca {
+        if self.opts.token.is_none()
+            && !self.opts.client_ca
+            && self.opts.token_users.is_empty()
+            && self.opts.client_ca_pem.is_none()
+        {
             w.push(format!("--no-auth: anyone who reaches {} is served, and the sim runs their commands as this user", self.opts.listen));
         }
         w
@@ -105,6 +109,27 @@ pub fn parse(argv: &[String]) -> Result<SimCommand, UsageError> {
             Long("namespace") => o.namespaces.push(p.value()?.string()?),
             Long("fail-image") => o.fail_images.push(p.value()?.string()?),
             Long("request-log") => o.request_log = Some(p.value()?.string()?.into()),
+            Long("audit-log") => {
+                o.audit_log = Some(non_empty("--audit-log", p.value()?.string()?)?.into());
+            }
+            Long("token-auth-file") => {
+                let v = non_empty("--token-auth-file", p.value()?.string()?)?;
+                let text = std::fs::read_to_string(&v)
+                    .map_err(|e| usage(format!("--token-auth-file {v}: {e}")))?;
+                o.token_users = super::authn::parse_token_file(&text)
+                    .map_err(|e| usage(format!("--token-auth-file {v}: {e}")))?;
+            }
+            Long("client-ca-file") => {
+                let v = non_empty("--client-ca-file", p.value()?.string()?)?;
+                let text = std::fs::read_to_string(&v)
+                    .map_err(|e| usage(format!("--client-ca-file {v}: {e}")))?;
+                if !text.contains("-----BEGIN CERTIFICATE-----") {
+                    return Err(usage(format!(
+                        "--client-ca-file {v}: no PEM certificate in the file"
+                    )));
+                }
+                o.client_ca_pem = Some(text);
+            }
             Long("uid-range") => {
                 o.uid_range = match p.value()?.string()?.as_str() {
                     "off" => None,
@@ -131,6 +156,9 @@ pub fn parse(argv: &[String]) -> Result<SimCommand, UsageError> {
 fn settle_auth(c: &mut SimCommand, auth: SimAuth) -> Result<(), UsageError> {
     let o = &mut c.opts;
     match auth {
+        // `--token-auth-file` alone, without a kubeconfig to write: its
+        // users are the only ones.
+        SimAuth::Random if o.kubeconfig_out.is_none() && !o.token_users.is_empty() => {}
         SimAuth::Random => {
             if o.kubeconfig_out.is_none() {
                 return Err(usage("the sim's credential (a random token, or with --client-ca a client certificate) is written only into the kubeconfig: pass --kubeconfig-out FILE (or --token-file F, or --no-auth)"));
@@ -149,6 +177,11 @@ fn settle_auth(c: &mut SimCommand, auth: SimAuth) -> Result<(), UsageError> {
             if o.client_ca {
                 return Err(usage("--no-auth and --client-ca exclude each other"));
             }
+            if !o.token_users.is_empty() || o.client_ca_pem.is_some() {
+                return Err(usage(
+                    "--no-auth excludes --token-auth-file and --client-ca-file",
+                ));
+            }
             if o.allow_remote {
                 return Err(usage("--no-auth with --allow-remote would run anyone's commands on this host: give the sim a token (--token-file F, or none: a random one)"));
             }
@@ -156,7 +189,7 @@ fn settle_auth(c: &mut SimCommand, auth: SimAuth) -> Result<(), UsageError> {
     }
     // A credential travels over TLS only: kubectl (client-go) sends no
     // token or client certificate to a plain-HTTP server.
-    if o.token.is_some() || o.client_ca {
+    if o.token.is_some() || o.client_ca || !o.token_users.is_empty() || o.client_ca_pem.is_some() {
         o.tls = true;
     }
     Ok(())

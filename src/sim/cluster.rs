@@ -34,6 +34,14 @@ pub struct SimOptions {
     pub token: Option<String>,
     /// `--client-ca`: clients authenticate with a certificate.
     pub client_ca: bool,
+    /// `--token-auth-file F`: kube-apiserver's static token users
+    /// (`sim::authn`), beside the admin token.
+    pub token_users: Vec<super::authn::TokenUser>,
+    /// `--client-ca-file F`: PEM of CAs whose client certificates
+    /// authenticate as their CommonName in their Organizations.
+    pub client_ca_pem: Option<String>,
+    /// `--audit-log FILE`: one `audit.k8s.io/v1` Event per request.
+    pub audit_log: Option<PathBuf>,
     /// `--state-dir DIR`: the sim's objects survive a restart there.
     pub state_dir: Option<PathBuf>,
     /// `--namespace NAME`, repeated: namespaces created at start.
@@ -63,6 +71,9 @@ impl Default for SimOptions {
             tls: false,
             token: None,
             client_ca: false,
+            token_users: Vec::new(),
+            client_ca_pem: None,
+            audit_log: None,
             state_dir: None,
             namespaces: Vec::new(),
             fail_images: Vec::new(),
@@ -83,6 +94,8 @@ impl std::fmt::Debug for SimOptions {
             .field("tls", &self.tls)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("client_ca", &self.client_ca)
+            .field("token_users", &self.token_users.len())
+            .field("client_ca_file", &self.client_ca_pem.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -126,8 +139,12 @@ impl Sim {
                 opts.listen
             )));
         }
-        if opts.client_ca && !opts.tls {
-            return Err(SimError::Usage("--client-ca needs --tls".into()));
+        if (opts.client_ca || opts.client_ca_pem.is_some() || !opts.token_users.is_empty())
+            && !opts.tls
+        {
+            return Err(SimError::Usage(
+                "--client-ca, --client-ca-file and --token-auth-file need --tls".into(),
+            ));
         }
         let (state_dir, temp_dir) = match &opts.state_dir {
             Some(d) => (d.clone(), None),
@@ -155,6 +172,7 @@ impl Sim {
                 Err(e) => return Err(SimError::Usage(format!("--namespace {ns}: {e:?}"))),
             }
         }
+        super::rbac::bootstrap(&store).map_err(SimError::Failed)?;
         let faults = Faults::new();
 
         let certs = if opts.tls {
@@ -169,17 +187,8 @@ impl Sim {
         } else {
             None
         };
-        let tls_config = match &certs {
-            Some(c) => Some(
-                crate::http::tls::server_config_from_pem(
-                    c.server_cert_pem.as_bytes(),
-                    c.server_key_pem.as_bytes(),
-                    opts.client_ca.then_some(c.ca_pem.as_bytes()),
-                )
-                .map_err(|e| SimError::Failed(e.to_string()))?,
-            ),
-            None => None,
-        };
+        let verify_clients = opts.client_ca || opts.client_ca_pem.is_some();
+        let tls_config = tls_config(certs.as_ref(), &opts)?;
 
         let kubelet = super::kubelet::Kubelet::start(super::kubelet::KubeletConfig {
             store: store.clone(),
@@ -195,8 +204,9 @@ impl Sim {
             .map_err(|e| SimError::Failed(format!("starting controllers: {e}")))?;
 
         let auth = Auth {
-            token_sha256: opts.token.as_deref().map(crate::token::digest),
-            accept_client_cert: opts.client_ca,
+            admin_token: opts.token.as_deref().map(crate::token::digest),
+            token_users: opts.token_users.clone(),
+            accept_client_cert: verify_clients,
         };
         let mut api = ApiServer::new(
             store.clone(),
@@ -214,6 +224,12 @@ impl Sim {
                     SimError::Failed(format!("opening the request log {}: {e}", path.display()))
                 })?;
             api = api.with_request_log(file);
+        }
+        if let Some(path) = &opts.audit_log {
+            let log = super::audit::AuditLog::open(path).map_err(|e| {
+                SimError::Failed(format!("opening the audit log {}: {e}", path.display()))
+            })?;
+            api = api.with_audit_log(log);
         }
         let api = Arc::new(api);
         let server_cfg = ServerConfig {
@@ -294,6 +310,29 @@ impl Sim {
             let _ = std::fs::remove_dir_all(d);
         }
     }
+}
+
+/// The server's TLS: its certificate, and the CAs whose client
+/// certificates authenticate (the sim's own with `--client-ca`, plus
+/// `--client-ca-file`'s).
+fn tls_config(
+    certs: Option<&super::tls::SimCerts>,
+    opts: &SimOptions,
+) -> Result<Option<Arc<rustls::ServerConfig>>, SimError> {
+    let Some(c) = certs else { return Ok(None) };
+    let verify_clients = opts.client_ca || opts.client_ca_pem.is_some();
+    let mut roots = c.ca_pem.clone();
+    if let Some(extra) = &opts.client_ca_pem {
+        roots.push('\n');
+        roots.push_str(extra);
+    }
+    crate::http::tls::server_config_from_pem(
+        c.server_cert_pem.as_bytes(),
+        c.server_key_pem.as_bytes(),
+        verify_clients.then_some(roots.as_bytes()),
+    )
+    .map(Some)
+    .map_err(|e| SimError::Failed(e.to_string()))
 }
 
 impl Drop for Sim {

@@ -276,7 +276,8 @@ mod tests {
                 "coordination.k8s.io",
                 "events.k8s.io",
                 "gateway.networking.k8s.io",
-                "networking.k8s.io"
+                "networking.k8s.io",
+                "rbac.authorization.k8s.io",
             ]
         );
         let gw = resource_list("gateway.networking.k8s.io", "v1").expect("gateway api");

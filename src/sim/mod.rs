@@ -12,13 +12,15 @@
 //! node side: [`kubelet`], [`node`] (the Node and its Lease), [`podspec`] (a container as a process plan),
 //! [`runtime`] (processes, the shim, logs), [`podio`] (exec, attach,
 //! logs), [`proxy`] (pod proxy), [`pod_users`]. Around them: [`cluster`]
-//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`events`] (both Event groups, the recorder, the TTL), [`reviews`] (`auth can-i`, `auth whoami`), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`], [`serviceaccounts`],
+//! (start and stop), [`standalone`] (`kubegate sim` as a process), [`events`] (both Event groups, the recorder, the TTL), [`reviews`] (`auth can-i`, `auth whoami`), [`authn`], [`impersonate`], [`rbac`] and [`audit`] (who calls, as whom, whether they may, the audit log), [`controllers`], [`gateway`], [`gc`], [`lifecycle`], [`faults`], [`serviceaccounts`],
 //! [`tls`], [`kubeconfig`].
 
 pub mod admission;
 pub mod api;
 pub mod apitime;
 pub mod args;
+pub mod audit;
+pub mod authn;
 pub mod cluster;
 pub mod controllers;
 pub mod decode;
@@ -28,6 +30,7 @@ pub mod events;
 pub mod faults;
 pub mod gateway;
 pub mod gc;
+pub mod impersonate;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod lifecycle;
@@ -39,6 +42,7 @@ pub mod podio;
 pub mod podspec;
 pub mod portforward;
 pub mod proxy;
+pub mod rbac;
 pub mod resources;
 pub mod reviews;
 pub mod rules;

@@ -29,6 +29,12 @@ pub enum Resource {
     SelfSubjectAccessReview,
     /// `kubectl auth whoami`: answered, never stored.
     SelfSubjectReview,
+    /// RBAC (`rbac.authorization.k8s.io/v1`, docs/sim.md#authorization):
+    /// stored, and read by `sim::rbac` on every request.
+    Role,
+    ClusterRole,
+    RoleBinding,
+    ClusterRoleBinding,
 }
 
 /// Static facts about a resource kind, as discovery reports them.
@@ -86,7 +92,7 @@ impl ResourceInfo {
 }
 
 /// Number of resource kinds (the length of [`ALL`]).
-pub const COUNT: usize = 19;
+pub const COUNT: usize = 23;
 
 pub const ALL: &[ResourceInfo; COUNT] = &[
     ResourceInfo {
@@ -324,6 +330,54 @@ pub const ALL: &[ResourceInfo; COUNT] = &[
         subresources: &[],
         has_generation: false,
     },
+    ResourceInfo {
+        resource: Resource::Role,
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        kind: "Role",
+        plural: "roles",
+        singular: "role",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::ClusterRole,
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        kind: "ClusterRole",
+        plural: "clusterroles",
+        singular: "clusterrole",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::RoleBinding,
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        kind: "RoleBinding",
+        plural: "rolebindings",
+        singular: "rolebinding",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
+    ResourceInfo {
+        resource: Resource::ClusterRoleBinding,
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        kind: "ClusterRoleBinding",
+        plural: "clusterrolebindings",
+        singular: "clusterrolebinding",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+        has_generation: false,
+    },
 ];
 
 impl Resource {
@@ -355,6 +409,10 @@ impl Resource {
             Resource::PersistentVolumeClaim => 16,
             Resource::SelfSubjectAccessReview => 17,
             Resource::SelfSubjectReview => 18,
+            Resource::Role => 19,
+            Resource::ClusterRole => 20,
+            Resource::RoleBinding => 21,
+            Resource::ClusterRoleBinding => 22,
         }
     }
 

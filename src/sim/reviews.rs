@@ -2,14 +2,15 @@
 //! (`kubectl auth whoami`): answered for the caller, never stored
 //! (docs/sim.md#access-reviews).
 //!
-//! The sim authenticates one credential (its token, or the client
-//! certificate it issued) and authorizes nothing further: whoever it
-//! serves may do everything. So every access review is allowed, and the
-//! caller is the one identity the credential stands for, the same for the
-//! token and the certificate (`kubegate-sim-admin` in `system:masters`,
-//! the certificate's own subject); with `--no-auth` it serves everyone, as
-//! upstream's anonymous user (`system:anonymous`).
+//! The caller is who `sim::authn` authenticated (the impersonated user when
+//! the request impersonates); an access review is decided by the same
+//! authorizer as requests (`sim::rbac`): `system:masters` members are
+//! allowed everything with no reason, others by RBAC, whose reason names
+//! the binding that allowed. With `--no-auth` the sim serves everyone as
+//! upstream's anonymous user (`system:anonymous`) and allows everything.
 
+use super::authn::UserInfo;
+use super::rbac::{Attributes, Decision};
 use super::store::FieldCause;
 use crate::kube::time::now_rfc3339;
 use serde_json::{json, Value};
@@ -19,41 +20,49 @@ use serde_json::{json, Value};
 pub const ADMIN_USER: &str = "kubegate-sim-admin";
 pub const ADMIN_GROUP: &str = "system:masters";
 
-/// Who a request is, as upstream's authenticators would say.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub username: &'static str,
-    pub groups: &'static [&'static str],
-}
-
-impl Caller {
-    /// The holder of the sim's token or client certificate.
-    pub const ADMIN: Caller = Caller {
-        username: ADMIN_USER,
-        groups: &[ADMIN_GROUP, "system:authenticated"],
-    };
-    /// Anyone, when the sim runs with `--no-auth`.
-    pub const ANONYMOUS: Caller = Caller {
-        username: "system:anonymous",
-        groups: &["system:unauthenticated"],
-    };
-}
-
 /// The answer to a SelfSubjectReview: the caller's user info.
-pub fn self_subject_review(caller: &Caller) -> Value {
+pub fn self_subject_review(caller: &UserInfo) -> Value {
     json!({
         "kind": "SelfSubjectReview",
         "apiVersion": "authentication.k8s.io/v1",
         "metadata": {"creationTimestamp": now_rfc3339()},
-        "status": {"userInfo": {"username": caller.username, "groups": caller.groups}},
+        "status": {"userInfo": caller.to_json()},
     })
 }
 
+/// The attributes a review's spec asks about (`ResourceAttributesFrom`,
+/// `NonResourceAttributesFrom`).
+fn review_attributes(spec: &Value) -> Attributes {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    if let Some(r) = spec.get("resourceAttributes").filter(|v| v.is_object()) {
+        Attributes {
+            verb: s(&r["verb"]),
+            resource_request: true,
+            path: String::new(),
+            api_group: s(&r["group"]),
+            api_version: s(&r["version"]),
+            resource: s(&r["resource"]),
+            subresource: s(&r["subresource"]),
+            namespace: s(&r["namespace"]),
+            name: s(&r["name"]),
+        }
+    } else {
+        let nr = &spec["nonResourceAttributes"];
+        Attributes {
+            verb: s(&nr["verb"]),
+            path: s(&nr["path"]),
+            ..Attributes::default()
+        }
+    }
+}
+
 /// `ValidateSelfSubjectAccessReviewSpec`: exactly one of the two kinds of
-/// attributes. The causes, or the review answered: its spec echoed, and
-/// allowed (the sim authorizes every caller it authenticated to do
-/// everything, as upstream's `system:masters` answer reads: no reason).
-pub fn self_subject_access_review(body: &Value) -> Result<Value, Vec<FieldCause>> {
+/// attributes. The causes, or the review answered by `decide`: its spec
+/// echoed, `allowed`, and the reason when there is one.
+pub fn self_subject_access_review(
+    body: &Value,
+    decide: impl FnOnce(&Attributes) -> Decision,
+) -> Result<Value, Vec<FieldCause>> {
     let spec = &body["spec"];
     let resource = spec.get("resourceAttributes").filter(|v| v.is_object());
     let non_resource = spec.get("nonResourceAttributes").filter(|v| v.is_object());
@@ -79,12 +88,17 @@ pub fn self_subject_access_review(body: &Value) -> Result<Value, Vec<FieldCause>
         }
         _ => {}
     }
+    let d = decide(&review_attributes(spec));
+    let mut status = json!({"allowed": d.allowed});
+    if !d.reason.is_empty() {
+        status["reason"] = json!(d.reason);
+    }
     Ok(json!({
         "kind": "SelfSubjectAccessReview",
         "apiVersion": "authorization.k8s.io/v1",
         "metadata": {},
         "spec": spec,
-        "status": {"allowed": true},
+        "status": status,
     }))
 }
 
@@ -94,17 +108,22 @@ mod tests {
 
     #[test]
     fn reviews_answer_for_the_caller() {
-        let r = self_subject_review(&Caller::ADMIN);
+        let r = self_subject_review(&crate::sim::authn::admin());
         assert_eq!(
             r["status"]["userInfo"],
             json!({"username": "kubegate-sim-admin", "groups": ["system:masters", "system:authenticated"]})
         );
+        let yes = |_: &Attributes| Decision {
+            allowed: true,
+            reason: String::new(),
+        };
         let ok = self_subject_access_review(
             &json!({"spec": {"resourceAttributes": {"verb": "create", "resource": "pods"}}}),
+            yes,
         )
         .unwrap();
         assert_eq!(ok["status"], json!({"allowed": true}));
-        let e = self_subject_access_review(&json!({"spec": {}})).unwrap_err();
+        let e = self_subject_access_review(&json!({"spec": {}}), yes).unwrap_err();
         assert_eq!(e[0].field, "spec.resourceAttributes");
     }
 }

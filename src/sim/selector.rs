@@ -615,7 +615,11 @@ fn supported_fields(res: Resource) -> &'static [&'static str] {
         | Resource::Lease
         | Resource::PersistentVolumeClaim
         | Resource::SelfSubjectAccessReview
-        | Resource::SelfSubjectReview => &["metadata.name", "metadata.namespace"],
+        | Resource::SelfSubjectReview
+        | Resource::Role
+        | Resource::ClusterRole
+        | Resource::RoleBinding
+        | Resource::ClusterRoleBinding => &["metadata.name", "metadata.namespace"],
     }
 }
 

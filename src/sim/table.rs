@@ -138,6 +138,19 @@ fn columns(res: Resource) -> Vec<Col> {
         Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {
             vec![c("Name", "string", 0), c("Age", "string", 0)]
         }
+        // `printRole`/`printClusterRole`: the name and when it was made.
+        Resource::Role | Resource::ClusterRole => {
+            vec![c("Name", "string", 0), c("Created At", "date", 0)]
+        }
+        // `printRoleBinding`: the role as `Kind/name`; subjects when wide.
+        Resource::RoleBinding | Resource::ClusterRoleBinding => vec![
+            c("Name", "string", 0),
+            c("Role", "string", 0),
+            c("Age", "string", 0),
+            c("Users", "string", 1),
+            c("Groups", "string", 1),
+            c("ServiceAccounts", "string", 1),
+        ],
         Resource::PersistentVolumeClaim => vec![
             c("Name", "string", 0),
             c("Status", "string", 0),
@@ -467,7 +480,44 @@ fn row_cells(res: Resource, o: &Value) -> Vec<Value> {
         Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {
             vec![name, json!(age(o))]
         }
+        Resource::Role | Resource::ClusterRole => {
+            vec![name, o["metadata"]["creationTimestamp"].clone()]
+        }
+        Resource::RoleBinding | Resource::ClusterRoleBinding => binding_cells(o, name),
     }
+}
+
+/// `printRoleBinding`: `Kind/name` of the role, then the subjects of each
+/// kind joined with `, ` (service accounts as `namespace/name`).
+fn binding_cells(o: &Value, name: Value) -> Vec<Value> {
+    let rr = &o["roleRef"];
+    let role = format!("{}/{}", s(&rr["kind"]), s(&rr["name"]));
+    let of = |kind: &str| -> String {
+        o["subjects"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|x| x["kind"] == kind)
+                    .map(|x| {
+                        if kind == "ServiceAccount" {
+                            format!("{}/{}", s(&x["namespace"]), s(&x["name"]))
+                        } else {
+                            s(&x["name"]).to_string()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+    };
+    vec![
+        name,
+        json!(role),
+        json!(age(o)),
+        json!(of("User")),
+        json!(of("Group")),
+        json!(of("ServiceAccount")),
+    ]
 }
 
 /// `printPersistentVolumeClaim`: capacity and access modes only once

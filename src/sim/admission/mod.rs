@@ -40,6 +40,7 @@ mod coordination;
 mod gateway;
 mod nodes;
 mod pods;
+mod rbac;
 mod services;
 mod storage;
 mod workloads;
@@ -132,6 +133,10 @@ pub fn admit_create(res: Resource, obj: &mut Obj) -> Result<(), Rejection> {
         }
         // Answered by the API layer (`sim::reviews`), never stored.
         Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {}
+        Resource::Role | Resource::ClusterRole => rbac::validate_role(res, obj, &mut causes),
+        Resource::RoleBinding | Resource::ClusterRoleBinding => {
+            rbac::validate_binding(res, obj, &mut causes)
+        }
         Resource::Secret => {
             null_strings_are_empty(obj);
             secret_defaults(obj)?;
@@ -234,6 +239,11 @@ pub fn admit_update(res: Resource, new: &mut Obj, old: &Obj) -> Result<(), Rejec
             validate_pvc_update(new, old, &mut causes);
         }
         Resource::SelfSubjectAccessReview | Resource::SelfSubjectReview => {}
+        Resource::Role | Resource::ClusterRole => rbac::validate_role(res, new, &mut causes),
+        Resource::RoleBinding | Resource::ClusterRoleBinding => {
+            rbac::validate_binding(res, new, &mut causes);
+            rbac::validate_binding_update(new, old, &mut causes);
+        }
         Resource::GatewayClass | Resource::Gateway | Resource::HttpRoute => {
             validate_gateway_kind(res, new, &mut causes)
         }
@@ -359,6 +369,11 @@ fn name_check(res: Resource) -> fn(&str) -> Result<(), RuleError> {
     match res {
         Resource::Namespace => check_dns1123_label,
         Resource::Service => check_dns1035_label,
+        // `ValidateRBACName`: any path segment (`system:discovery`).
+        Resource::Role
+        | Resource::ClusterRole
+        | Resource::RoleBinding
+        | Resource::ClusterRoleBinding => rbac::check_path_segment_name,
         _ => check_dns1123_subdomain,
     }
 }

@@ -18,13 +18,21 @@ impl ApiServer {
             Ok(b) => b,
             Err(e) => return store_error(e),
         };
+        let (caller, authorizing) = self.review_subject(req);
         if res == Resource::SelfSubjectReview {
-            return json_response(
-                201,
-                &crate::sim::reviews::self_subject_review(&self.auth.caller()),
-            );
+            return json_response(201, &crate::sim::reviews::self_subject_review(&caller));
         }
-        match crate::sim::reviews::self_subject_access_review(&body) {
+        let decide = |a: &crate::sim::rbac::Attributes| {
+            if authorizing {
+                crate::sim::rbac::authorize(&self.store, &caller, a)
+            } else {
+                crate::sim::rbac::Decision {
+                    allowed: true,
+                    reason: String::new(),
+                }
+            }
+        };
+        match crate::sim::reviews::self_subject_access_review(&body, decide) {
             Ok(answer) => json_response(201, &answer),
             Err(causes) => {
                 // Upstream builds this Invalid with no kind and no name.

@@ -127,3 +127,34 @@ fn sim_token_files() {
     assert!(sim_err(&["--token-file", missing.to_str().expect("utf-8")]).contains("missing.token"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn identity_flags() {
+    let dir = std::env::temp_dir().join(format!("kubegate-args-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let csv = dir.join("tokens.csv");
+    std::fs::write(&csv, "t1,alice,uid-a,\"devs\"\n").expect("write");
+    let csv = csv.to_str().expect("utf-8");
+    // The file's users alone: no kubeconfig needed, TLS implied, no admin.
+    let c = sim(&["--token-auth-file", csv, "--audit-log", "/a.log"]).expect("ok");
+    assert_eq!(c.opts.token_users.len(), 1);
+    assert!(c.opts.tls && c.opts.token.is_none());
+    assert_eq!(c.opts.audit_log.as_deref(), Some(Path::new("/a.log")));
+    assert!(c.warnings().is_empty());
+    // With a kubeconfig the admin token is made as well.
+    let c = sim(&["--token-auth-file", csv, "--kubeconfig-out", "/kc"]).expect("ok");
+    assert!(c.opts.token.is_some());
+    assert!(sim_err(&["--token-auth-file", csv, "--no-auth"]).contains("--no-auth excludes"));
+    std::fs::write(dir.join("bad.csv"), "a,b,c\nx,y\n").expect("write");
+    let bad = dir.join("bad.csv");
+    let e = sim_err(&["--token-auth-file", bad.to_str().expect("utf-8")]);
+    assert!(
+        e.contains(": line 2: a record must have at least 3 columns"),
+        "{e}"
+    );
+    std::fs::write(dir.join("ca.pem"), "not a certificate").expect("write");
+    let ca = dir.join("ca.pem");
+    let e = sim_err(&["--client-ca-file", ca.to_str().expect("utf-8"), "--no-auth"]);
+    assert!(e.contains("no PEM certificate"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

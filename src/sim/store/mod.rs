@@ -1018,7 +1018,7 @@ fn bump_generation(res: Resource, new: &mut Obj, old: &Obj) {
 }
 
 /// A random UUID v4 in its text form.
-fn new_uid() -> String {
+pub fn new_uid() -> String {
     let mut b: [u8; 16] = rand::rng().random();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
