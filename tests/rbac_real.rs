@@ -37,8 +37,9 @@
 //!    Secret collected.
 //!
 //! 4. `[cluster] impersonate = true`, scripts/rbac-impersonation.yaml
-//!    applied too: a principal in the developers' group execs and tunnels
-//!    into its workspace as itself, and a namespace whose Role lacks
+//!    applied too: a static principal and an OIDC one (a token of the test
+//!    issuer, tests/common/issuer.rs), both in the developers' group, exec
+//!    (and tunnel) into their workspace as themselves, and a namespace whose Role lacks
 //!    `pods/exec` refuses it with the cluster's own message although
 //!    kubegate's rules allow it. The audit log names the daemon as `user`
 //!    and the principal as `impersonatedUser` (docs/SECURITY.md#impersonation).
@@ -54,6 +55,7 @@
 mod common;
 
 use common::daemon::{DaemonProc, SseClient, SseEvent};
+use common::issuer::{claims, oidc_toml, RsaKey, TestIssuer};
 use common::rbac_file::{
     adapted, documents, parse_rbac, Check, Triple, FILE_GATEWAY_NS, FILE_SESSION_NS,
     FILE_WORKSPACE_NS, RBAC,
@@ -893,6 +895,9 @@ fn failing_session(plane: &Plane, ns: &Namespaces, d: &DaemonProc) {
 
 /// The principal of phase 4, as the cluster will name it.
 const ANN: &str = "rbac-real-ann";
+/// The OIDC principal of phase 4 (`sub` ann, its email mapped with the
+/// `oidc:` prefix, tests/common/issuer.rs).
+const OIDC_ANN: &str = "oidc:ann@example.com";
 /// The group rbac-impersonation.yaml lets the daemon impersonate and
 /// binds its example developer Role to.
 const DEVELOPERS: &str = "kubegate:developers";
@@ -934,30 +939,70 @@ fn drive_impersonation(plane: &Plane, ns: &Namespaces, kubeconfig: &Path) {
          workspaces = [\"{}/{WORKSPACE_UID}\", \"{}/{WORKSPACE_UID}\"]\n",
         ns.workspace, ns.denied
     );
-    let config = config_with(
-        kubeconfig,
-        ns,
-        "api-proxy",
-        "impersonate = true\n",
-        &principal,
+    // And a person signing in through an OIDC issuer, mapped to the same
+    // group by a rule.
+    let keys = temp_dir("rbac-real-oidc");
+    let key = RsaKey::generate(&keys, "k1");
+    let issuer = TestIssuer::start(&[&key]);
+    let rules = format!(
+        "[[oidc.rule]]\ngroup = \"oidc:dev\"\nkube_groups = [\"{DEVELOPERS}\"]\n\
+         workspaces = [\"{}/{WORKSPACE_UID}\", \"{}/{WORKSPACE_UID}\"]\n",
+        ns.workspace, ns.denied
+    );
+    let config = format!(
+        "{}{}",
+        config_with(
+            kubeconfig,
+            ns,
+            "api-proxy",
+            "impersonate = true\n",
+            &principal,
+        ),
+        oidc_toml(&issuer.url, &rules)
     );
     let mut d = DaemonProc::start_config(&config, kubeconfig.to_path_buf(), &token, "info");
-    // RBAC bindings reach the authorizer's cache a moment after the apply.
+    let oidc_token = key.sign(&claims(&issuer.url, "ann"));
     let exec = |project: &str| {
         json!({"workspace": {"project": project, "uid": WORKSPACE_UID},
                "deployment": "hello", "command": ["sh", "-c", "echo hi"]})
     };
-    let mut last = (0, Value::Null);
-    wait_for("an impersonated exec in the workspace", WAIT, || {
-        last = d.json("POST", "/v1/exec", Some(&exec(&ns.workspace)));
-        (last.0 == 200).then_some(())
-    });
-    let v = &last.1;
-    assert_eq!(
-        (v["exitCode"].as_i64(), v["stdout"].as_str()),
-        (Some(0), Some("hi\n")),
-        "{v}"
-    );
+    let post = |t: &str, body: &Value| {
+        let (st, b) = d.request(
+            "POST",
+            "/v1/exec",
+            Some(t),
+            Some(body.to_string().as_bytes()),
+        );
+        (
+            st,
+            serde_json::from_slice::<Value>(&b).unwrap_or(Value::Null),
+        )
+    };
+    for (t, who) in [(token.as_str(), ANN), (oidc_token.as_str(), OIDC_ANN)] {
+        // RBAC bindings reach the authorizer's cache a moment after the
+        // apply; the issuer's keys are fetched at the first token.
+        let (_, v) = wait_for(&format!("an exec in the workspace as {who}"), WAIT, || {
+            let r = post(t, &exec(&ns.workspace));
+            (r.0 == 200).then_some(r)
+        });
+        assert_eq!(
+            (v["exitCode"].as_i64(), v["stdout"].as_str()),
+            (Some(0), Some("hi\n")),
+            "{v}"
+        );
+        // kubegate allows it; the cluster does not: its message, naming
+        // the principal, comes back with kubegate's code.
+        let (st, v) = post(t, &exec(&ns.denied));
+        assert_eq!(st, 403, "{v}");
+        assert_eq!(v["error"]["code"], "EXEC_TARGET_FORBIDDEN", "{v}");
+        let message = v["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains(&format!("User \"{who}\" cannot"))
+                && message.contains("pods/exec")
+                && message.contains(&ns.denied),
+            "{message}"
+        );
+    }
     let (st, v) = d.json("GET", "/v1/workspaces", None);
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["workspaces"].as_array().map(Vec::len), Some(2), "{v}");
@@ -968,19 +1013,7 @@ fn drive_impersonation(plane: &Plane, ns: &Namespaces, kubeconfig: &Path) {
             ns.workspace
         ),
     );
-
-    // kubegate allows it; the cluster does not: its message, naming the
-    // principal, comes back with kubegate's code.
-    let (st, v) = d.json("POST", "/v1/exec", Some(&exec(&ns.denied)));
-    assert_eq!(st, 403, "{v}");
-    assert_eq!(v["error"]["code"], "EXEC_TARGET_FORBIDDEN", "{v}");
-    let message = v["error"]["message"].as_str().unwrap_or("");
-    assert!(
-        message.contains(&format!("User \"{ANN}\" cannot"))
-            && message.contains("pods/exec")
-            && message.contains(&ns.denied),
-        "{message}"
-    );
+    assert!(!d.log_text().contains(&oidc_token));
     assert_eq!(d.stop(), Some(0), "daemon log:\n{}", d.log_text());
     // The token never reached the daemon's log.
     assert!(!d.log_text().contains(&token));
@@ -995,7 +1028,10 @@ fn check_impersonated(audit: &Path, ns: &Namespaces) {
     let events: Vec<Value> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["impersonatedUser"]["username"] == ANN)
+        .filter(|e| {
+            e["impersonatedUser"]["username"] == ANN
+                || e["impersonatedUser"]["username"] == OIDC_ANN
+        })
         // This run's (the plane's log outlives one test run).
         .filter(|e| {
             let n = &e["objectRef"]["namespace"];
@@ -1011,19 +1047,28 @@ fn check_impersonated(audit: &Path, ns: &Namespaces) {
             .unwrap_or_default();
         assert!(groups.contains(&DEVELOPERS), "{e}");
     }
-    let find = |namespace: &str, sub: &str, refused: bool| {
+    let find = |who: &str, namespace: &str, sub: &str, refused: bool| {
         events.iter().any(|e| {
             let code = e["responseStatus"]["code"].as_u64().unwrap_or(0);
-            e["objectRef"]["namespace"] == namespace
+            e["impersonatedUser"]["username"] == who
+                && e["objectRef"]["namespace"] == namespace
                 && e["objectRef"]["subresource"] == sub
                 && (code == 403) == refused
         })
     };
-    assert!(find(&ns.workspace, "exec", false), "{events:#?}");
-    assert!(find(&ns.workspace, "portforward", false), "{events:#?}");
-    assert!(find(&ns.denied, "exec", true), "{events:#?}");
+    for who in [ANN, OIDC_ANN] {
+        assert!(
+            find(who, &ns.workspace, "exec", false),
+            "{who}: {events:#?}"
+        );
+        assert!(find(who, &ns.denied, "exec", true), "{who}: {events:#?}");
+    }
+    assert!(
+        find(ANN, &ns.workspace, "portforward", false),
+        "{events:#?}"
+    );
     println!(
-        "impersonated requests on the real plane: {} (user {}, impersonatedUser {ANN})",
+        "impersonated requests on the real plane: {} (user {}, impersonatedUser {ANN} and {OIDC_ANN})",
         events.len(),
         ns.user()
     );

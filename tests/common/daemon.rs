@@ -305,11 +305,24 @@ impl DaemonProc {
         token: Option<&str>,
         body: Option<&[u8]>,
     ) -> (u16, Vec<u8>) {
+        self.request_with_headers(method, path, token, body, &[])
+    }
+
+    /// [`DaemonProc::request`] with `extra` headers after the token.
+    pub fn request_with_headers(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&[u8]>,
+        extra: &[(&str, &str)],
+    ) -> (u16, Vec<u8>) {
         let bearer = token.map(|t| format!("Bearer {t}"));
-        let headers: Vec<(&str, &str)> = bearer
+        let mut headers: Vec<(&str, &str)> = bearer
             .iter()
             .map(|b| ("Authorization", b.as_str()))
             .collect();
+        headers.extend_from_slice(extra);
         let body = body.map(|b| ("application/json", b));
         let raw = close_request(method, path, &self.addr, &headers, body);
         raw_exchange(&self.addr, &raw)
