@@ -34,6 +34,10 @@ for i in $(seq 1 "$runs"); do
   cargo test --release --locked --test bench_tunnels -- --ignored --nocapture --test-threads 1 2>&1 \
     | grep -E '^(\||###)' || { echo "bench_tunnels failed"; exit 1; }
   echo
+  echo "## OIDC principals: whoami per fresh connection, an RS256 ID token vs a static token, same daemon (run $i of $runs)"
+  cargo test --release --locked --test bench_auth -- --ignored --nocapture --test-threads 1 2>&1 \
+    | grep -E '^\|' || { echo "bench_auth failed"; exit 1; }
+  echo
   echo "## hostile clients: unauthenticated 90 MB uploads, slow half-open heads (run $i of $runs)"
   echo "bars: RSS growth < 32 KiB per upload connection, every upload 401; /healthz p99 <= 200 ms and an exec succeeds beside the slow heads"
   cargo test --release --locked --test bench_hostile -- --ignored --nocapture --test-threads 1 2>&1 \
