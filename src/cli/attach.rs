@@ -451,16 +451,7 @@ impl StateFile {
     /// The state file's place, from the environment; `None` (and a
     /// warning) without `XDG_STATE_HOME` or `HOME`.
     pub fn locate() -> Option<StateFile> {
-        let base = std::env::var_os("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .map(PathBuf::from)
-                    .filter(|p| p.is_absolute())
-                    .map(|h| h.join(".local").join("state"))
-            });
-        match base {
+        match super::token_store::state_base() {
             Some(b) => Some(StateFile {
                 path: b.join("kubegate").join("attach.json"),
             }),

@@ -75,24 +75,29 @@ pub struct Store {
     pub dir: PathBuf,
 }
 
+/// Where the CLI keeps its state (docs/cli.md): `$XDG_STATE_HOME`, else
+/// `$HOME/.local/state` (absolute paths only); `None` without either.
+pub fn state_base() -> Option<PathBuf> {
+    std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|h| h.join(".local").join("state"))
+        })
+}
+
 impl Store {
     /// The folder from the environment (`XDG_STATE_HOME`, else `HOME`).
     pub fn locate() -> Result<Store, CliError> {
-        let base = std::env::var_os("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .map(PathBuf::from)
-                    .filter(|p| p.is_absolute())
-                    .map(|h| h.join(".local").join("state"))
-            })
-            .ok_or_else(|| {
-                CliError::new(
-                    codes::CONFIG,
-                    "neither XDG_STATE_HOME nor HOME is set: no place for the token store",
-                )
-            })?;
+        let base = state_base().ok_or_else(|| {
+            CliError::new(
+                codes::CONFIG,
+                "neither XDG_STATE_HOME nor HOME is set: no place for the token store",
+            )
+        })?;
         Ok(Store {
             dir: base.join("kubegate").join("tokens"),
         })

@@ -146,6 +146,37 @@ impl std::fmt::Debug for PeerProbe {
 }
 
 impl Request {
+    /// A request as a unit test builds one: `target` split into path and
+    /// query (no percent-decoding), the headers as given, from 127.0.0.1:1,
+    /// no body, no TLS.
+    #[cfg(test)]
+    pub fn for_test(method: &str, target: &str, headers: &[(&str, &str)]) -> Request {
+        let (path, q) = target.split_once('?').unwrap_or((target, ""));
+        Request {
+            method: method.into(),
+            target: target.into(),
+            path: path.into(),
+            query: q
+                .split('&')
+                .filter(|s| !s.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                    (k.to_string(), v.to_string())
+                })
+                .collect(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: vec![],
+            peer: SocketAddr::from(([127, 0, 0, 1], 1)),
+            tls: false,
+            client_cert_der: None,
+            probe: PeerProbe::default(),
+            admitted: Context::default(),
+        }
+    }
+
     /// The first header with this (case-insensitive) name.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers

@@ -323,22 +323,7 @@ mod tests {
     use super::*;
 
     fn req(headers: &[(&str, &str)]) -> Request {
-        Request {
-            method: "GET".into(),
-            target: "/api/v1/pods".into(),
-            path: "/api/v1/pods".into(),
-            query: vec![],
-            headers: headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            body: vec![],
-            peer: "127.0.0.1:1".parse().unwrap(),
-            tls: false,
-            client_cert_der: None,
-            probe: Default::default(),
-            admitted: Default::default(),
-        }
+        Request::for_test("GET", "/api/v1/pods", headers)
     }
 
     #[test]

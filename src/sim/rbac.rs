@@ -360,27 +360,7 @@ mod tests {
     use serde_json::json;
 
     fn req(method: &str, target: &str) -> Request {
-        let (path, q) = target.split_once('?').unwrap_or((target, ""));
-        Request {
-            method: method.into(),
-            target: target.into(),
-            path: path.into(),
-            query: q
-                .split('&')
-                .filter(|s| !s.is_empty())
-                .map(|kv| {
-                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                    (k.to_string(), v.to_string())
-                })
-                .collect(),
-            headers: vec![],
-            body: vec![],
-            peer: "127.0.0.1:1".parse().unwrap(),
-            tls: false,
-            client_cert_der: None,
-            probe: Default::default(),
-            admitted: Default::default(),
-        }
+        Request::for_test(method, target, &[])
     }
 
     fn at(method: &str, target: &str) -> (String, String, String, String, String, String) {
