@@ -14,6 +14,7 @@ use super::oidc::{self, AuthConfig, Endpoints, PollStep, TokenAnswer, TokenResul
 use super::token_store::{self, Lock, Store, TokenSet};
 use super::CliError;
 use crate::exit::{self, codes};
+use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// A stored ID token is refreshed when it expires within this.
@@ -28,9 +29,14 @@ fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// A client for the URL of one of the issuer's endpoints (web PKI roots).
-fn issuer_client(url: &str) -> Result<Client, CliError> {
-    Client::anonymous(url, None, "the issuer").map_err(|e| {
+/// A client for the URL of one of the issuer's endpoints, trusting the
+/// certificates of `ca` (`--issuer-ca-file`) or else the web PKI roots.
+fn issuer_client(url: &str, ca: Option<&Path>) -> Result<Client, CliError> {
+    Client::issuer(url, ca).map_err(|e| {
+        if e.is_config() {
+            // The CA file: the message names the flag and the file.
+            return e;
+        }
         CliError::new(
             oidc::ISSUER,
             format!("the issuer's URL {url} cannot be used: {}", e.message),
@@ -39,9 +45,9 @@ fn issuer_client(url: &str) -> Result<Client, CliError> {
 }
 
 /// GET the issuer's discovery document: its endpoints.
-fn discover(issuer: &str, need_device: bool) -> Result<Endpoints, CliError> {
+fn discover(issuer: &str, ca: Option<&Path>, need_device: bool) -> Result<Endpoints, CliError> {
     let url = oidc::discovery_url(issuer);
-    let (status, body) = issuer_client(&url)?.exchange("GET", "", None)?;
+    let (status, body) = issuer_client(&url, ca)?.exchange("GET", "", None)?;
     if status != 200 {
         return Err(CliError::new(
             oidc::ISSUER,
@@ -52,9 +58,13 @@ fn discover(issuer: &str, need_device: bool) -> Result<Endpoints, CliError> {
 }
 
 /// POST a form to an endpoint URL: status and body.
-fn post_form(url: &str, pairs: &[(&str, &str)]) -> Result<(u16, Vec<u8>), CliError> {
+fn post_form(
+    url: &str,
+    ca: Option<&Path>,
+    pairs: &[(&str, &str)],
+) -> Result<(u16, Vec<u8>), CliError> {
     let body = oidc::form(pairs);
-    issuer_client(url)?.exchange(
+    issuer_client(url, ca)?.exchange(
         "POST",
         "",
         Some(("application/x-www-form-urlencoded", &body)),
@@ -63,9 +73,9 @@ fn post_form(url: &str, pairs: &[(&str, &str)]) -> Result<(u16, Vec<u8>), CliErr
 
 /// The daemon's login settings (`GET /v1/auth/config`), trusted only over
 /// https or loopback (checked before any request).
-fn auth_config(server: &str, ca_file: Option<&std::path::Path>) -> Result<AuthConfig, CliError> {
+fn auth_config(server: &str, ca_file: Option<&Path>) -> Result<AuthConfig, CliError> {
     oidc::check_daemon_url(server)?;
-    let daemon = Client::anonymous(server, ca_file, "the daemon")?;
+    let daemon = Client::anonymous(server, ca_file)?;
     let (status, body) = daemon.exchange("GET", "/v1/auth/config", None)?;
     if status == 404 {
         return Err(CliError::new(
@@ -90,6 +100,17 @@ fn auth_config(server: &str, ca_file: Option<&std::path::Path>) -> Result<AuthCo
 pub fn run_login(a: &LoginArgs) -> Result<i32, CliError> {
     let server = token_store::normal_url(&a.server).to_string();
     let store = Store::locate()?;
+    // Stored absolute: the refreshes of later commands run from anywhere.
+    let issuer_ca = match &a.issuer_ca_file {
+        Some(f) => Some(std::path::absolute(f).map_err(|e| {
+            CliError::new(
+                codes::CONFIG,
+                format!("--issuer-ca-file {}: {e}", f.display()),
+            )
+        })?),
+        None => None,
+    };
+    let ca = issuer_ca.as_deref();
     let cfg = auth_config(&server, a.ca_file.as_deref())?;
     if !oidc::https_or_loopback(&cfg.issuer) {
         return Err(CliError::new(
@@ -100,7 +121,7 @@ pub fn run_login(a: &LoginArgs) -> Result<i32, CliError> {
             ),
         ));
     }
-    let ep = discover(&cfg.issuer, true)?;
+    let ep = discover(&cfg.issuer, ca, true)?;
     let scopes = if cfg.scopes.is_empty() {
         DEFAULT_SCOPES.join(" ")
     } else {
@@ -108,6 +129,7 @@ pub fn run_login(a: &LoginArgs) -> Result<i32, CliError> {
     };
     let (status, body) = post_form(
         &ep.device,
+        ca,
         &[("client_id", &cfg.client_id), ("scope", &scopes)],
     )?;
     let device = oidc::parse_device_auth(status, &body)?;
@@ -136,8 +158,9 @@ pub fn run_login(a: &LoginArgs) -> Result<i32, CliError> {
         }
     }
     eprintln!("Waiting for the sign-in (until the code expires)...");
-    let answer = poll(&ep, &cfg, &device)?;
-    let set = token_set(&server, &cfg.issuer, &cfg.client_id, answer, None)?;
+    let answer = poll(&ep, ca, &cfg, &device)?;
+    let mut set = token_set(&server, &cfg.issuer, &cfg.client_id, answer, None)?;
+    set.issuer_ca_file = issuer_ca;
     // A new login for this daemon replaces its earlier sets (another
     // issuer or client id after the daemon's settings changed).
     store.remove(&server)?;
@@ -155,6 +178,7 @@ pub fn run_login(a: &LoginArgs) -> Result<i32, CliError> {
 /// expiry.
 fn poll(
     ep: &Endpoints,
+    ca: Option<&Path>,
     cfg: &AuthConfig,
     device: &oidc::DeviceAuth,
 ) -> Result<TokenAnswer, CliError> {
@@ -168,6 +192,7 @@ fn poll(
         let started = Instant::now();
         let (status, body) = post_form(
             &ep.token,
+            ca,
             &[
                 ("grant_type", DEVICE_CODE_GRANT),
                 ("device_code", &device.device_code),
@@ -182,7 +207,7 @@ fn poll(
 }
 
 /// The set to store from a token answer; `previous` (a refresh) keeps its
-/// refresh token when the answer brings none.
+/// refresh token when the answer brings none, and its issuer CA file.
 fn token_set(
     server: &str,
     issuer: &str,
@@ -213,6 +238,7 @@ fn token_set(
         access_token: t.access_token,
         expires_at,
         obtained_at: now_unix(),
+        issuer_ca_file: previous.and_then(|p| p.issuer_ca_file.clone()),
     })
 }
 
@@ -292,9 +318,11 @@ fn refresh(set: &TokenSet) -> Result<TokenSet, CliError> {
             "the stored ID token has expired and there is no refresh token",
         ));
     };
-    let ep = discover(&set.issuer, false)?;
+    let ca = issuer_ca_at_refresh(set)?;
+    let ep = discover(&set.issuer, ca, false)?;
     let (status, body) = post_form(
         &ep.token,
+        ca,
         &[
             ("grant_type", "refresh_token"),
             ("refresh_token", rt),
@@ -312,6 +340,27 @@ fn refresh(set: &TokenSet) -> Result<TokenSet, CliError> {
             format!("refreshing the login at {} failed: {}", set.issuer, e.error),
         )),
     }
+}
+
+/// The CA file the login recorded for the issuer, checked readable: a
+/// file gone or unreadable is said plainly (no falling back to the web
+/// PKI roots, which an issuer behind a private CA does not chain to).
+fn issuer_ca_at_refresh(set: &TokenSet) -> Result<Option<&Path>, CliError> {
+    let Some(f) = set.issuer_ca_file.as_deref() else {
+        return Ok(None);
+    };
+    std::fs::File::open(f).map_err(|e| issuer_ca_unreadable(&set.daemon_url, f, &e))?;
+    Ok(Some(f))
+}
+
+fn issuer_ca_unreadable(server: &str, f: &Path, e: &std::io::Error) -> CliError {
+    CliError::new(
+        codes::CONFIG,
+        format!(
+            "the issuer's CA file {} (given to kubegate login --issuer-ca-file) cannot be read ({e}), so the stored login cannot be refreshed: put the file back, or log in again with kubegate login --server {server} --issuer-ca-file F",
+            f.display()
+        ),
+    )
 }
 
 /// `GET /v1/auth/whoami`'s answer (docs/api.md).
@@ -404,6 +453,36 @@ mod tests {
             t.contains("never (a static token)") && t.contains("groups:             -"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn a_refresh_keeps_the_issuer_ca_and_says_plainly_when_it_is_gone() {
+        let t: TokenAnswer = serde_json::from_slice(
+            br#"{"id_token":"e30.eyJleHAiOjk5OTk5OTk5OTl9.c2ln","refresh_token":"r2"}"#,
+        )
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("kubegate-login-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("idp-ca.pem");
+        std::fs::write(&ca, "pem").unwrap();
+        let mut before = token_set("https://gw", "https://idp", "k", t.clone(), None).unwrap();
+        assert_eq!(before.issuer_ca_file, None);
+        assert_eq!(issuer_ca_at_refresh(&before).unwrap(), None);
+        before.issuer_ca_file = Some(ca.clone());
+        let after = token_set("https://gw", "https://idp", "k", t, Some(&before)).unwrap();
+        assert_eq!(after.issuer_ca_file.as_deref(), Some(ca.as_path()));
+        assert_eq!(issuer_ca_at_refresh(&after).unwrap(), Some(ca.as_path()));
+        std::fs::remove_file(&ca).unwrap();
+        let e = issuer_ca_at_refresh(&after).unwrap_err();
+        assert!(e.is_config(), "{e}");
+        for want in [
+            ca.to_str().unwrap(),
+            "cannot be read",
+            "kubegate login --server https://gw --issuer-ca-file",
+        ] {
+            assert!(e.message.contains(want), "{want}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct Client {
     token: Option<String>,
     /// What the server is, for messages: "the daemon", "the issuer".
     what: &'static str,
+    /// The flag that gives this server's CA file (`--ca-file` for the
+    /// daemon, `--issuer-ca-file` for the issuer), for messages.
+    ca_flag: &'static str,
     /// The TLS settings of an https server (none for http), built once.
     tls: Option<ClientTls>,
 }
@@ -65,18 +68,28 @@ impl Client {
     /// TLS settings.
     pub fn new(c: &CommonArgs) -> Result<Client, CliError> {
         let token = c.token()?;
-        Client::build(&c.server, Some(token), c.ca_file.as_deref(), "the daemon")
+        Client::build(
+            &c.server,
+            Some(token),
+            c.ca_file.as_deref(),
+            "the daemon",
+            "--ca-file",
+        )
     }
 
-    /// A client that sends no token, to `server` (a daemon or an issuer's
-    /// endpoint URL, whose path is the prefix: [`Client::path`] of `""` is
-    /// the URL's own path), trusting `ca_file` or the web PKI roots.
-    pub fn anonymous(
-        server: &str,
-        ca_file: Option<&std::path::Path>,
-        what: &'static str,
-    ) -> Result<Client, CliError> {
-        Client::build(server, None, ca_file, what)
+    /// A client that sends no token to the daemon `server`, trusting
+    /// `ca_file` (`--ca-file`) or the web PKI roots.
+    pub fn anonymous(server: &str, ca_file: Option<&std::path::Path>) -> Result<Client, CliError> {
+        Client::build(server, None, ca_file, "the daemon", "--ca-file")
+    }
+
+    /// A client that sends no token to one of the issuer's endpoint URLs
+    /// (its path is the prefix: [`Client::path`] of `""` is the URL's own
+    /// path), trusting only the certificates of `ca_file`
+    /// (`kubegate login --issuer-ca-file`) when given, else the web PKI
+    /// roots.
+    pub fn issuer(url: &str, ca_file: Option<&std::path::Path>) -> Result<Client, CliError> {
+        Client::build(url, None, ca_file, "the issuer", "--issuer-ca-file")
     }
 
     fn build(
@@ -84,14 +97,15 @@ impl Client {
         token: Option<String>,
         ca_file: Option<&std::path::Path>,
         what: &'static str,
+        ca_flag: &'static str,
     ) -> Result<Client, CliError> {
         let ep = parse_server(server).map_err(CliError::usage)?;
         let mut tls = TlsMaterial::default();
         if let Some(path) = ca_file {
             let pem = std::fs::read(path)
-                .map_err(|e| config(format!("--ca-file {}: {e}", path.display())))?;
+                .map_err(|e| config(format!("{ca_flag} {}: {e}", path.display())))?;
             tls.ca_certs = crate::http::tls::certs_from_pem(&pem)
-                .map_err(|e| config(format!("--ca-file {}: {e}", path.display())))?;
+                .map_err(|e| config(format!("{ca_flag} {}: {e}", path.display())))?;
         }
         let server = server.trim_end_matches('/').to_string();
         let conn = Connection {
@@ -113,6 +127,7 @@ impl Client {
             ep,
             token,
             what,
+            ca_flag,
             tls,
         })
     }
@@ -149,6 +164,12 @@ impl Client {
         match e {
             DialError::TlsSetup(m) => config(format!("TLS settings: TLS setup: {m}")),
             DialError::Response(e) => self.protocol(e),
+            // Most often a certificate signed by a CA we do not trust: say
+            // which flag gives it.
+            e @ DialError::TlsHandshake { .. } => self.unreachable(format_args!(
+                "{e} (a certificate from a private CA is trusted with {} F)",
+                self.ca_flag
+            )),
             other => self.unreachable(other),
         }
     }

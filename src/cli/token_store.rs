@@ -39,6 +39,12 @@ pub struct TokenSet {
     /// When this set was written (seconds since the epoch).
     #[serde(default)]
     pub obtained_at: u64,
+    /// `kubegate login --issuer-ca-file`, as an absolute path: the only
+    /// CA certificates trusted for the issuer, at login and at every
+    /// refresh. None (and absent in files written before it existed):
+    /// the web PKI roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer_ca_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for TokenSet {
@@ -48,6 +54,7 @@ impl std::fmt::Debug for TokenSet {
             .field("issuer", &self.issuer)
             .field("client_id", &self.client_id)
             .field("expires_at", &self.expires_at)
+            .field("issuer_ca_file", &self.issuer_ca_file)
             .finish_non_exhaustive()
     }
 }
@@ -283,6 +290,7 @@ mod tests {
             access_token: None,
             expires_at: 1,
             obtained_at: at,
+            issuer_ca_file: None,
         }
     }
 
@@ -336,6 +344,36 @@ mod tests {
         assert!(!lock_path(&p).exists());
         assert!(s.find("https://b").unwrap().is_some());
         assert_eq!(s.remove("https://a").unwrap(), 0);
+        let _ = std::fs::remove_dir_all(s.dir.parent().unwrap());
+    }
+
+    #[test]
+    fn the_issuer_ca_file_is_kept_and_older_files_without_it_still_load() {
+        let s = temp_store("issuer-ca");
+        let mut with = set("https://a", "https://idp", 1);
+        with.issuer_ca_file = Some(PathBuf::from("/etc/kubegate/idp-ca.pem"));
+        let p = s.write(&with).unwrap();
+        let raw = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            raw.contains("\"issuer_ca_file\": \"/etc/kubegate/idp-ca.pem\""),
+            "{raw}"
+        );
+        assert_eq!(read(&p).unwrap().unwrap(), with);
+        // Without one, the field is not written at all: the file is what
+        // an older kubegate wrote and reads.
+        let p = s.write(&set("https://b", "https://idp", 1)).unwrap();
+        assert!(!std::fs::read_to_string(&p)
+            .unwrap()
+            .contains("issuer_ca_file"));
+        // A file written before the field existed.
+        let old = s.dir.join("old.json");
+        std::fs::write(
+            &old,
+            r#"{"daemon_url":"https://c","issuer":"https://idp","client_id":"kubegate","id_token":"i","refresh_token":"r","access_token":null,"expires_at":5,"obtained_at":4}"#,
+        )
+        .unwrap();
+        let got = read(&old).unwrap().unwrap();
+        assert_eq!((got.issuer_ca_file, got.expires_at), (None, 5));
         let _ = std::fs::remove_dir_all(s.dir.parent().unwrap());
     }
 

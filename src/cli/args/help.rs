@@ -169,11 +169,12 @@ or ending under us).
     )
 }
 
-pub const LOGIN_SYNOPSIS: &str = "usage: kubegate login [--browser] [--server URL] [--ca-file F]
+pub const LOGIN_SYNOPSIS: &str =
+    "usage: kubegate login [--browser] [--server URL] [--ca-file F] [--issuer-ca-file F]
        (kubegate login --help for more)";
 
 pub fn login_help() -> String {
-    "usage: kubegate login [--browser] [--server URL] [--ca-file F]
+    "usage: kubegate login [--browser] [--server URL] [--ca-file F] [--issuer-ca-file F]
 
 Signs in with the daemon's OpenID provider (the device authorization grant,
 RFC 8628): prints a URL and a code to enter there, from any browser, then
@@ -186,11 +187,17 @@ options:
       --server URL         the daemon (env KUBEGATE_SERVER, default http://127.0.0.1:7443);
                            https, or http on loopback only
       --ca-file F          trust the CA certificates in PEM file F (the daemon)
+      --issuer-ca-file F   trust only the CA certificates in PEM file F for the
+                           issuer (its discovery, device and token endpoints),
+                           instead of the web PKI roots: an issuer behind a
+                           private CA; kept (absolute path) for every refresh
   -h, --help               this help
 
 exit codes: 0 signed in; 2 usage or configuration error (a daemon URL that
-cannot be trusted, no OIDC login configured); 3 the sign-in was denied;
-4 the code expired before the sign-in; 1 any other failure.
+cannot be trusted, no OIDC login configured, a CA file that cannot be
+read); 3 the sign-in was denied; 4 the code expired before the sign-in;
+1 any other failure (an issuer unreachable, or whose certificate is not
+trusted).
 "
     .to_string()
 }

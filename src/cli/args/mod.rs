@@ -301,6 +301,9 @@ pub fn parse_exec(args: &[String], env: Env<'_>) -> Result<Parsed<ExecArgs>, Cli
 pub struct LoginArgs {
     pub server: String,
     pub ca_file: Option<PathBuf>,
+    /// `--issuer-ca-file`: the CA certificates trusted for the issuer
+    /// (instead of the web PKI roots), at login and at every refresh.
+    pub issuer_ca_file: Option<PathBuf>,
     /// `--browser`: open the verification page with `xdg-open`.
     pub browser: bool,
 }
@@ -339,11 +342,13 @@ impl CommonRaw {
 pub fn parse_login(args: &[String], env: Env<'_>) -> Result<Parsed<LoginArgs>, CliError> {
     let mut common = CommonRaw::default();
     let mut browser = false;
-    let Some(pos) = read_options(args, &mut common, |name, _| {
-        if name != "--browser" {
-            return Ok(false);
+    let mut issuer_ca_file = None;
+    let Some(pos) = read_options(args, &mut common, |name, p| {
+        match name {
+            "--browser" => browser = true,
+            "--issuer-ca-file" => issuer_ca_file = Some(PathBuf::from(non_empty(name, value(p)?)?)),
+            _ => return Ok(false),
         }
-        browser = true;
         Ok(true)
     })?
     else {
@@ -356,6 +361,7 @@ pub fn parse_login(args: &[String], env: Env<'_>) -> Result<Parsed<LoginArgs>, C
     Ok(Parsed::Run(LoginArgs {
         server,
         ca_file,
+        issuer_ca_file,
         browser,
     }))
 }

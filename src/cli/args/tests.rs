@@ -284,6 +284,22 @@ fn login_logout_and_whoami_arguments() {
     ));
     assert_eq!((a.server.as_str(), a.browser), ("https://gw", false));
     assert_eq!(a.ca_file, Some(PathBuf::from("/ca.pem")));
+    assert_eq!(a.issuer_ca_file, None);
+    // The issuer's CA is its own flag, apart from the daemon's --ca-file.
+    let a = run(parse_login(
+        &v(&["--issuer-ca-file", "idp.pem", "--ca-file", "/ca.pem"]),
+        &env_of(&[]),
+    ));
+    assert_eq!(a.issuer_ca_file, Some(PathBuf::from("idp.pem")));
+    assert_eq!(a.ca_file, Some(PathBuf::from("/ca.pem")));
+    let e = parse_login(&v(&["--issuer-ca-file", ""]), &env_of(&[])).unwrap_err();
+    assert!(
+        e.is_usage() && e.message.contains("--issuer-ca-file must not be empty"),
+        "{e}"
+    );
+    assert!(parse_login(&v(&["--issuer-ca-file"]), &env_of(&[]))
+        .unwrap_err()
+        .is_usage());
     // The environment's token is not the login's business; a flag is an error.
     let e = parse_login(&v(&["--token", "t"]), &env_of(&[])).unwrap_err();
     assert!(e.is_usage() && e.message.contains("login takes no"), "{e}");
