@@ -14,7 +14,7 @@ mod common;
 
 use base64::Engine as _;
 use common::bench::watchdog;
-use common::oidc_provider::{kg, login, OidcProvider, ProviderOptions};
+use common::oidc_provider::{kg, login, login_with, OidcProvider, ProviderOptions, ProviderTls};
 use common::{run_with_timeout, temp_dir, Output};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -405,6 +405,137 @@ fn device_flow_end_to_end_refresh_race_and_logout() {
     let o = run(&home, &["whoami", "--server", &d.url]);
     assert_eq!(o.code, Some(2), "{}", show(&o));
     assert!(o.stderr_str().contains("kubegate login"), "{}", show(&o));
+}
+
+/// An issuer behind a private CA (oidc-provider over https, its
+/// certificate from a CA made here): without `--issuer-ca-file` the login
+/// fails at discovery with a certificate error naming the issuer and the
+/// flag, nothing stored; with it the device flow succeeds and the set
+/// records the file; a later command refreshes through the same CA (the
+/// web PKI roots would refuse it); with the file gone, the next refresh
+/// says so and names `kubegate login --issuer-ca-file`.
+#[test]
+fn an_issuer_behind_a_private_ca_with_issuer_ca_file() {
+    let _w = watchdog("login issuer ca", 180);
+    let certs = temp_dir("login-issuer-ca-certs");
+    let tls = ProviderTls::generate(&certs);
+    let opts = ProviderOptions {
+        // 65 s: fresh tokens fall inside the 60 s refresh margin 5 s later.
+        id_token_ttl_secs: 65,
+        tls: Some(tls.clone()),
+        ..ProviderOptions::default()
+    };
+    let Some(idp) = OidcProvider::start(&opts) else {
+        return;
+    };
+    assert!(
+        idp.issuer.starts_with("https://127.0.0.1:"),
+        "{}",
+        idp.issuer
+    );
+    let d = stand_in_daemon(Some(&idp.issuer), "kubegate");
+    let home = temp_dir("login-issuer-ca");
+
+    // The web PKI roots do not verify it: no code is ever shown.
+    let o = login(&home, &d.url, |_, _| {
+        panic!("a code from an untrusted issuer")
+    });
+    assert_eq!(o.code, Some(1), "{}", show(&o));
+    let e = o.stderr_str();
+    for want in [
+        "UNREACHABLE",
+        "cannot reach the issuer at",
+        idp.issuer.as_str(),
+        "certificate",
+        "--issuer-ca-file",
+    ] {
+        assert!(e.contains(want), "{want}: {}", show(&o));
+    }
+    assert!(token_files(&home).is_empty());
+
+    // A CA file that is not there: the flag's own configuration error.
+    let missing = certs.join("nope.pem");
+    let o = login_with(
+        &home,
+        &d.url,
+        &["--issuer-ca-file", missing.to_str().unwrap()],
+        |_, _| panic!("a code without a CA file"),
+    );
+    assert_eq!(o.code, Some(2), "{}", show(&o));
+    assert!(
+        o.stderr_str()
+            .contains(&format!("--issuer-ca-file {}", missing.display())),
+        "{}",
+        show(&o)
+    );
+
+    let ca = tls.ca.to_str().unwrap();
+    let o = login_with(&home, &d.url, &["--issuer-ca-file", ca], |uri, code| {
+        assert!(uri.starts_with("https://127.0.0.1:"), "{uri}");
+        idp.approve(uri, code, "ann");
+    });
+    assert_eq!(
+        o.code,
+        Some(0),
+        "{}
+provider:
+{}",
+        show(&o),
+        idp.log()
+    );
+    let set = stored(&home);
+    assert_eq!(set["issuer"], idp.issuer.as_str());
+    assert_eq!(set["issuer_ca_file"], ca);
+    assert!(set["refresh_token"].is_string(), "{set}");
+
+    // Near expiry: the refresh goes to the https issuer through the CA.
+    let exp = set["expires_at"].as_u64().unwrap();
+    common::wait_for("the ID token within 60 s of its expiry", T, || {
+        (now() + 60 >= exp).then_some(())
+    });
+    let o = run(&home, &["whoami", "--server", &d.url]);
+    assert_eq!(
+        o.code,
+        Some(0),
+        "{}
+provider:
+{}",
+        show(&o),
+        idp.log()
+    );
+    assert!(
+        o.stdout_str().contains("oidc:ann@example.com"),
+        "{}",
+        show(&o)
+    );
+    let after = stored(&home);
+    assert_ne!(after["id_token"], set["id_token"], "refreshed");
+    assert_eq!(after["issuer_ca_file"], ca, "kept across the refresh");
+    assert_eq!(
+        d.seen.lock().unwrap().last().map(String::as_str),
+        after["id_token"].as_str()
+    );
+
+    // The CA file gone: the next refresh says so, no web PKI fallback.
+    std::fs::remove_file(&tls.ca).unwrap();
+    let exp = after["expires_at"].as_u64().unwrap();
+    common::wait_for(
+        "the refreshed ID token within 60 s of its expiry",
+        T,
+        || (now() + 60 >= exp).then_some(()),
+    );
+    let o = run(&home, &["whoami", "--server", &d.url]);
+    assert_eq!(o.code, Some(2), "{}", show(&o));
+    let e = o.stderr_str();
+    for want in [
+        "CONFIG",
+        ca,
+        "cannot be read",
+        &format!("kubegate login --server {} --issuer-ca-file", d.url),
+    ] {
+        assert!(e.contains(want), "{want}: {}", show(&o));
+    }
+    assert_eq!(stored(&home)["id_token"], after["id_token"], "unchanged");
 }
 
 /// The person presses Abort on the provider's confirm page: the next poll

@@ -23,6 +23,10 @@
 //! // later commands: kg(&home, &["exec", "--server", &daemon_url, …]) send
 //! // the stored ID token
 //! ```
+//!
+//! An issuer behind a private CA: `ProviderOptions { tls:
+//! Some(ProviderTls::generate(&dir)), .. }` serves https (a fresh CA and a
+//! certificate for 127.0.0.1); [`login_with`] passes `--issuer-ca-file`.
 
 use super::{first_line, Output, KUBEGATE};
 use std::io::{BufRead, BufReader, Read};
@@ -66,6 +70,36 @@ pub struct ProviderOptions {
     pub device_code_ttl_secs: u64,
     /// The `groups` claim of every account.
     pub groups: Vec<String>,
+    /// Serve https with this certificate (plain HTTP when `None`).
+    pub tls: Option<ProviderTls>,
+}
+
+/// PEM files for an https provider: a private CA and a serving
+/// certificate (127.0.0.1, ::1, localhost) it signed.
+#[derive(Debug, Clone)]
+pub struct ProviderTls {
+    /// The CA certificate: what a client must trust.
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl ProviderTls {
+    /// A fresh CA and serving certificate (rcgen, through the sim's
+    /// generator), written into `dir`.
+    pub fn generate(dir: &Path) -> ProviderTls {
+        let c = kubegate::sim::tls::generate(&[], false).expect("certificates");
+        std::fs::create_dir_all(dir).expect("tls dir");
+        let t = ProviderTls {
+            ca: dir.join("idp-ca.pem"),
+            cert: dir.join("idp-cert.pem"),
+            key: dir.join("idp-key.pem"),
+        };
+        std::fs::write(&t.ca, c.ca_pem).expect("ca");
+        std::fs::write(&t.cert, c.server_cert_pem).expect("cert");
+        std::fs::write(&t.key, c.server_key_pem).expect("key");
+        t
+    }
 }
 
 impl Default for ProviderOptions {
@@ -75,6 +109,7 @@ impl Default for ProviderOptions {
             id_token_ttl_secs: 3600,
             device_code_ttl_secs: 600,
             groups: vec!["developers".into()],
+            tls: None,
         }
     }
 }
@@ -82,7 +117,8 @@ impl Default for ProviderOptions {
 /// A running provider.
 pub struct OidcProvider {
     child: Option<Child>,
-    /// `http://127.0.0.1:PORT`, the issuer URL (also its discovery base).
+    /// `http://127.0.0.1:PORT` (`https` with [`ProviderOptions::tls`]),
+    /// the issuer URL (also its discovery base).
     pub issuer: String,
     pub port: u16,
     pub options: ProviderOptions,
@@ -135,6 +171,12 @@ impl OidcProvider {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log);
+        if let Some(t) = &self.options.tls {
+            c.arg("--tls-cert")
+                .arg(&t.cert)
+                .arg("--tls-key")
+                .arg(&t.key);
+        }
         let mut child = c.spawn().expect("spawn node (is Node.js installed?)");
         let line = first_line(&mut child, READY).unwrap_or_else(|| {
             panic!(
@@ -211,6 +253,10 @@ impl OidcProvider {
     fn user_step(&self, uri: &str, code: &str, login: &str, decision: &str) {
         let mut c = Command::new("node");
         c.args([APPROVE, uri, code, login, decision]);
+        if let Some(t) = &self.options.tls {
+            // The browser's side trusts the private CA.
+            c.env("NODE_EXTRA_CA_CERTS", &t.ca);
+        }
         let out = super::run_with_timeout(c, None, Duration::from_secs(30));
         assert_eq!(
             out.code,
@@ -240,9 +286,14 @@ impl OidcProvider {
             .unwrap_or_default()
     }
 
-    /// `GET path` on the provider, the JSON body (10 s bound).
+    /// `GET path` on the provider, the JSON body (10 s bound). Plain HTTP
+    /// only: not for an https provider.
     pub fn get_json(&self, path: &str) -> serde_json::Value {
         use std::io::Write;
+        assert!(
+            self.options.tls.is_none(),
+            "get_json speaks plain HTTP; the provider serves https"
+        );
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
@@ -296,7 +347,19 @@ pub fn kg(home: &Path, args: &[&str]) -> Command {
 /// code from its stderr, hands them to `user` (the person's step), and
 /// waits for its end. Its exit code, stdout and stderr.
 pub fn login(home: &Path, server: &str, user: impl FnOnce(&str, &str)) -> Output {
-    let mut child = kg(home, &["login", "--server", server])
+    login_with(home, server, &[], user)
+}
+
+/// [`login`] with more arguments (`--issuer-ca-file F`).
+pub fn login_with(
+    home: &Path,
+    server: &str,
+    extra: &[&str],
+    user: impl FnOnce(&str, &str),
+) -> Output {
+    let mut args = vec!["login", "--server", server];
+    args.extend_from_slice(extra);
+    let mut child = kg(home, &args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

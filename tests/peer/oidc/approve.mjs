@@ -11,6 +11,9 @@
 // cookie jar. Prints `ok approved` or `ok denied` on stdout; anything
 // unexpected exits 1 with the page it stopped at on stderr.
 //
+// An https provider under a private CA: its CA is given to this script's
+// node in NODE_EXTRA_CA_CERTS (tests/common/oidc_provider.rs does).
+//
 // Forms rather than the provider's interaction API: the test then goes
 // through exactly what a person's browser goes through.
 

@@ -1,15 +1,18 @@
 // A real OpenID provider for the login tests: panva's oidc-provider
 // (OpenID Certified; installed by scripts/oidc-provider.sh, found through
-// OIDC_PROVIDER_DIR), on loopback, plain HTTP.
+// OIDC_PROVIDER_DIR), on loopback, plain HTTP or (--tls-cert/--tls-key)
+// HTTPS.
 //
 //   node provider.mjs keygen FILE KID
 //       writes a private JWK set (one RS256 key, id KID) to FILE.
 //   node provider.mjs [--port N] --jwks FILE [--client-id ID]
 //                     [--id-token-ttl SECS] [--device-code-ttl SECS]
-//                     [--groups a,b]
-//       serves an issuer at http://127.0.0.1:PORT (port 0: a free one)
-//       and prints one ready line on stdout once it accepts connections:
-//       `oidc-provider listening on http://127.0.0.1:PORT`.
+//                     [--groups a,b] [--tls-cert PEM --tls-key PEM]
+//       serves an issuer at http://127.0.0.1:PORT (port 0: a free one),
+//       or https://127.0.0.1:PORT with that certificate chain and key
+//       (an issuer behind a private CA), and prints one ready line on
+//       stdout once it accepts connections:
+//       `oidc-provider listening on http(s)://127.0.0.1:PORT`.
 //
 // What it is set up for (tests/common/oidc_provider.rs):
 // - the device authorization grant (features.deviceFlow) and refresh
@@ -33,6 +36,7 @@
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -57,8 +61,15 @@ const { values: opt } = parseArgs({
     'id-token-ttl': { type: 'string', default: '3600' },
     'device-code-ttl': { type: 'string', default: '600' },
     groups: { type: 'string', default: 'developers' },
+    'tls-cert': { type: 'string' },
+    'tls-key': { type: 'string' },
   },
 });
+if (!opt['tls-cert'] !== !opt['tls-key']) {
+  console.error('provider.mjs: --tls-cert and --tls-key go together');
+  process.exit(2);
+}
+const tls = Boolean(opt['tls-cert']);
 if (!opt.jwks) {
   console.error('provider.mjs: --jwks FILE is required');
   process.exit(2);
@@ -76,13 +87,15 @@ const jwks = JSON.parse(readFileSync(opt.jwks, 'utf8'));
 const groups = opt.groups.split(',').filter(Boolean);
 const idTokenTtl = Number(opt['id-token-ttl']);
 
-const server = createServer();
+const server = tls
+  ? createTlsServer({ cert: readFileSync(opt['tls-cert']), key: readFileSync(opt['tls-key']) })
+  : createServer();
 await new Promise((resolve, reject) => {
   server.once('error', reject);
   server.listen(Number(opt.port), '127.0.0.1', resolve);
 });
 const { port } = server.address();
-const issuer = `http://127.0.0.1:${port}`;
+const issuer = `${tls ? 'https' : 'http'}://127.0.0.1:${port}`;
 
 const provider = new Provider(issuer, {
   clients: [{
