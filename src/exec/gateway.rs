@@ -95,6 +95,28 @@ pub struct InteractiveRequest {
     pub initial_size: Option<TermSize>,
 }
 
+/// Who the gateway's cluster calls act as for one principal
+/// ([`Gateway::as_principal`]): the daemon itself, or the principal
+/// impersonated.
+pub struct Acting(Option<(Client, Connection)>);
+
+impl Acting {
+    /// Whether the calls carry impersonation headers.
+    pub fn impersonating(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The REST client to use.
+    pub fn client<'a>(&'a self, gw: &'a Gateway) -> &'a Client {
+        self.0.as_ref().map_or(&gw.client, |(c, _)| c)
+    }
+
+    /// The connection streams are opened with.
+    pub fn connection<'a>(&'a self, gw: &'a Gateway) -> &'a Connection {
+        self.0.as_ref().map_or(&gw.conn, |(_, c)| c)
+    }
+}
+
 pub struct Gateway {
     pub(super) client: Client,
     pub(super) conn: Connection,
@@ -198,8 +220,8 @@ impl Gateway {
         check_workspace(who, spec)?;
         let slot = self.slots.acquire(&who.name)?;
         *checked = true;
-        let (client, _) = self.as_principal(who)?;
-        let target = resolve(&client, &self.settings.ownership, spec)?;
+        let acting = self.as_principal(who)?;
+        let target = resolve(acting.client(self), &self.settings.ownership, spec)?;
         Ok((slot, target))
     }
 
@@ -208,9 +230,10 @@ impl Gateway {
     /// the principal (`Impersonate-User` = its name, `Impersonate-Group` =
     /// its Kubernetes groups; docs/SECURITY.md#impersonation). A name that
     /// cannot travel in a header unchanged is refused, never sent altered.
-    pub fn as_principal(&self, who: &Identity) -> Result<(Client, Connection), ApiError> {
+    pub fn as_principal(&self, who: &Identity) -> Result<Acting, ApiError> {
         if !self.settings.impersonate {
-            return Ok((self.client.clone(), self.conn.clone()));
+            // Nothing cloned: the daemon's own client and connection.
+            return Ok(Acting(None));
         }
         let imp = Impersonation::new(&who.name, &who.kube_groups).map_err(|e| {
             ApiError::new(
@@ -218,10 +241,10 @@ impl Gateway {
                 format!("the daemon cannot act in the cluster as this principal: {e}"),
             )
         })?;
-        Ok((
+        Ok(Acting(Some((
             self.client.impersonating(imp.clone()),
             self.conn.impersonating(imp),
-        ))
+        ))))
     }
 
     /// How long the stream to the API server may bring nothing, pongs
@@ -244,9 +267,9 @@ impl Gateway {
         spec: &ExecSpec,
         o: ExecOptions,
     ) -> Result<RemoteProcess, ApiError> {
-        let (_, conn) = self.as_principal(who)?;
+        let acting = self.as_principal(who)?;
         remote::exec(
-            &conn,
+            acting.connection(self),
             &target.namespace,
             &target.pod,
             Some(&target.container),

@@ -30,8 +30,8 @@ impl Gateway {
         who: &Identity,
         spec: &ExecSpec,
     ) -> Result<(Target, String), ApiError> {
-        let (client, _) = self.as_principal(who)?;
-        resolve_pod(&client, &self.settings.ownership, spec)
+        let acting = self.as_principal(who)?;
+        resolve_pod(acting.client(self), &self.settings.ownership, spec)
     }
 
     /// Disconnected when the daemon stops (tunnels end with 1001).

@@ -171,9 +171,10 @@ impl FrontDoor {
         // Into a workspace: as the principal under `[cluster] impersonate`
         // (a session's own tunnels stay the daemon's).
         let access = match self.gateway.as_principal(who) {
-            Ok((client, _)) if self.gateway.settings().impersonate => {
-                self.engine.access().with_client(&client)
-            }
+            Ok(acting) if acting.impersonating() => self
+                .engine
+                .access()
+                .with_client(acting.client(&self.gateway)),
             Ok(_) => self.engine.access().clone(),
             Err(e) => {
                 self.tunnel_ended(&opened, e.code.as_str(), (0, 0), started);

@@ -107,10 +107,11 @@ impl FrontDoor {
         let selector = format!("{MANAGED_BY_LABEL}={}", own.managed_by);
         // Into the principal's workspaces: as the principal under
         // `[cluster] impersonate`.
-        let (client, _) = self.gateway.as_principal(who)?;
+        let acting = self.gateway.as_principal(who)?;
+        let client = acting.client(&self.gateway);
         let mut out = Vec::new();
         for w in &who.workspaces {
-            let list = match Api::<Deployment>::namespaced(&client, &w.project)
+            let list = match Api::<Deployment>::namespaced(client, &w.project)
                 .list(&ListParams::labels(&selector))
             {
                 Ok(l) => l.items,
