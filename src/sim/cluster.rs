@@ -198,6 +198,7 @@ impl Sim {
             pods_dir: opts.pods_dir.clone(),
             default_pods_dir: opts.default_pods_dir.clone(),
             uid_range: opts.uid_range,
+            role: super::kubelet::NodeRole::embedded(),
         })
         .map_err(|e| SimError::Failed(format!("starting the kubelet: {e}")))?;
         let controllers = Controllers::start(store.clone())

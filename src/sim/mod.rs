@@ -36,6 +36,7 @@ pub mod kubelet;
 pub mod lifecycle;
 pub mod managed;
 pub mod node;
+pub mod nodemode;
 pub mod patch;
 pub mod pod_users;
 pub mod podio;

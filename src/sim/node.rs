@@ -114,7 +114,7 @@ fn condition(ty: &str, status: &str, reason: &str, message: &str, now: &str) -> 
 /// The Node as the sim's kubelet registers it: `kubelet_port` is where
 /// the node's API is served (the sim's own API server: the kubelet is in
 /// it), `pod_cidr` the block its pod IPs come from.
-pub fn node_object(facts: &HostFacts, kubelet_port: u16, pod_cidr: &str) -> Value {
+pub fn node_object(name: &str, facts: &HostFacts, kubelet_port: u16, pod_cidr: &str) -> Value {
     let now = now_rfc3339();
     let arch = go_arch();
     let capacity = json!({
@@ -137,12 +137,12 @@ pub fn node_object(facts: &HostFacts, kubelet_port: u16, pod_cidr: &str) -> Valu
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
-            "name": NODE_NAME,
+            "name": name,
             "labels": {
                 "beta.kubernetes.io/arch": arch,
                 "beta.kubernetes.io/os": "linux",
                 "kubernetes.io/arch": arch,
-                "kubernetes.io/hostname": NODE_NAME,
+                "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
             },
             "annotations": {
@@ -166,7 +166,7 @@ pub fn node_object(facts: &HostFacts, kubelet_port: u16, pod_cidr: &str) -> Valu
             ],
             "addresses": [
                 {"type": "InternalIP", "address": HOST_IP},
-                {"type": "Hostname", "address": NODE_NAME},
+                {"type": "Hostname", "address": name},
             ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
             "nodeInfo": {
@@ -331,7 +331,7 @@ mod tests {
             storage_kib: 1000,
             ..HostFacts::default()
         };
-        let n = node_object(&facts, 6443, "127.9.0.0/16");
+        let n = node_object(NODE_NAME, &facts, 6443, "127.9.0.0/16");
         assert_eq!(n["metadata"]["name"], NODE_NAME);
         assert_eq!(n["status"]["capacity"]["pods"], "5000");
         assert_eq!(n["status"]["allocatable"]["memory"], "946176Ki");

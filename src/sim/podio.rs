@@ -147,11 +147,11 @@ impl Kubelet {
             .as_str()
             .unwrap_or("")
             .to_string();
-        let lookup = super::kubelet::config_lookup(self.store.clone(), ns);
+        let lookup = self.config_lookup(ns);
         let ctx = PlanContext {
             pod_ip: h.pod_ip.clone(),
             host_ip: super::kubelet::HOST_IP.to_string(),
-            node_name: super::kubelet::NODE_NAME.to_string(),
+            node_name: self.role.name.to_string(),
             pod_dir: h.pod_dir.clone(),
             self_exe: self.self_exe.clone(),
             lookup: &*lookup,

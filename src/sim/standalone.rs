@@ -19,6 +19,9 @@ use std::io::Write;
 /// deprecated, starts the sim and runs it until SIGINT or SIGTERM. Returns
 /// the exit code.
 pub fn sim_main(argv: &[String], usage: &str) -> i32 {
+    if argv.first().map(String::as_str) == Some("node") {
+        return super::nodemode::node_main(&argv[1..], usage);
+    }
     let cmd = match args::parse(argv) {
         Ok(c) => c,
         Err(e) => return exit::usage_error(&e, usage),

@@ -58,6 +58,52 @@ pub struct KubeletConfig {
     /// Host ids for pods (docs/sim.md, "Pod users"); `None`: run every
     /// process as the sim's own user.
     pub uid_range: Option<(u32, u32)>,
+    /// Which node this kubelet is, and what it may do there.
+    pub role: NodeRole,
+}
+
+/// Which node a kubelet is and how it stands to its API server: the
+/// embedded sim's `sim-node`, which is its own scheduler, or a node of a
+/// real control plane (`sim::nodemode`), which never binds a pod and reads
+/// ConfigMaps and Secrets over HTTP.
+#[derive(Clone)]
+pub struct NodeRole {
+    /// The Node's name (`spec.nodeName`, the Events' `source.host`).
+    pub name: &'static str,
+    /// The second octet B of the pod block `127.B.0.0/16`; `None`: drawn
+    /// at random from [`EMBEDDED_BLOCKS`].
+    pub pod_block: Option<u8>,
+    /// Binds pods itself (the embedded sim: no scheduler) and writes the
+    /// scheduler's `Scheduled` Event.
+    pub binds: bool,
+    /// Where ConfigMaps and Secrets are read; `None`: the store.
+    pub config: Option<Arc<dyn ConfigSource>>,
+}
+
+impl NodeRole {
+    /// The embedded (and standalone) sim's node.
+    pub fn embedded() -> NodeRole {
+        NodeRole {
+            name: NODE_NAME,
+            pod_block: None,
+            binds: true,
+            config: None,
+        }
+    }
+}
+
+/// The second octets an embedded or standalone sim draws its pod block
+/// from: 240-254 are left to nodes that join a real control plane (the
+/// test harness's kwok at 127.243, `kubegate sim node` at 127.244 by
+/// default), so a sim's pod never takes a node's pod's address.
+pub const EMBEDDED_BLOCKS: std::ops::RangeInclusive<u8> = 1..=239;
+
+/// Reads a ConfigMap's or Secret's data for env and volumes, decoded:
+/// `None` while it cannot be read (missing, or refused for now: a node's
+/// authorizer learns of a pod's Secrets a moment after the pod is bound),
+/// and the pod worker tries again.
+pub trait ConfigSource: Send + Sync {
+    fn lookup(&self, ns: &str, kind: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>>;
 }
 
 /// A running container, as exec/attach/log see it.
@@ -77,8 +123,10 @@ pub struct ContainerHandle {
 }
 
 enum PodMsg {
-    Updated(Value),
-    Deleted,
+    /// Look at [`PodShared::latest`] and [`PodShared::deleted`]: the
+    /// watcher never waits on a pod thread, it leaves the pod's newest
+    /// state there and wakes the thread (a full inbox already holds a wake).
+    Wake,
     Exited { container: String, generation: u64 },
     Kill { container: String },
 }
@@ -88,10 +136,26 @@ struct PodEntry {
     shared: Arc<PodShared>,
 }
 
-/// What other threads may read about a pod's containers.
+/// What other threads may read about a pod's containers, and what the
+/// watcher leaves for the pod's thread.
 #[derive(Default)]
 struct PodShared {
     containers: Mutex<BTreeMap<String, ContainerHandle>>,
+    /// The pod's newest state from the watch, not yet taken by its thread.
+    latest: Mutex<Option<Value>>,
+    /// The pod is gone (deleted, or the kubelet stops).
+    deleted: AtomicBool,
+}
+
+impl PodEntry {
+    /// Leaves news for the pod's thread and wakes it; never waits.
+    fn tell(&self, pod: Option<Value>) {
+        match pod {
+            Some(p) => *self.shared.latest.lock() = Some(p),
+            None => self.shared.deleted.store(true, Ordering::SeqCst),
+        }
+        let _ = self.tx.try_send(PodMsg::Wake);
+    }
 }
 
 pub struct Kubelet {
@@ -119,6 +183,7 @@ pub struct Kubelet {
     /// The pod lifecycle's Events (docs/sim.md#events), as `kubelet` on
     /// this node.
     pub(crate) recorder: super::events::Recorder,
+    pub(crate) role: NodeRole,
 }
 
 /// Loopback pod IPs 127.B.x.y (B drawn per sim, x >= 1), handed out round-robin so an
@@ -149,6 +214,23 @@ impl IpPool {
             return Some(format!("127.{}.{x}.{y}", self.block));
         }
         None
+    }
+
+    /// Takes `ip` if it is in this block and free (a pod that had it before
+    /// the node restarted keeps it).
+    fn claim(&mut self, ip: &str) -> bool {
+        match self.index_of(ip) {
+            Some(n) if (Self::FIRST..=Self::LAST).contains(&n) => self.used.insert(n),
+            _ => false,
+        }
+    }
+
+    fn index_of(&self, ip: &str) -> Option<u32> {
+        let parts: Vec<u32> = ip.split('.').filter_map(|p| p.parse().ok()).collect();
+        match parts.as_slice() {
+            [127, b, x, y] if *b == self.block && *x <= 255 && *y <= 255 => Some((x << 8) | y),
+            _ => None,
+        }
     }
 
     fn free(&mut self, ip: &str) {
@@ -232,7 +314,11 @@ impl Kubelet {
                 use rand::Rng;
                 let mut rng = rand::rng();
                 IpPool {
-                    block: rng.random_range(1..=254),
+                    block: cfg
+                        .role
+                        .pod_block
+                        .unwrap_or_else(|| rng.random_range(EMBEDDED_BLOCKS))
+                        .into(),
                     next: rng.random_range(IpPool::FIRST..=IpPool::LAST),
                     used: Default::default(),
                 }
@@ -241,7 +327,8 @@ impl Kubelet {
             watcher: Mutex::new(None),
             faults: cfg.faults,
             node: Mutex::new(None),
-            recorder: super::events::Recorder::new(cfg.store.clone(), "kubelet", NODE_NAME),
+            recorder: super::events::Recorder::new(cfg.store.clone(), "kubelet", cfg.role.name),
+            role: cfg.role,
         });
         let weak = Arc::downgrade(&k);
         k.faults.set_killer(Box::new(move |ns, pod, container| {
@@ -261,7 +348,7 @@ impl Kubelet {
     /// from then on the watcher thread renews its Lease and heartbeats.
     pub fn register_node(&self, port: u16) {
         let facts = super::node::HostFacts::read(&self.pods_dir);
-        let node = super::node::node_object(&facts, port, &self.pod_cidr());
+        let node = super::node::node_object(NODE_NAME, &facts, port, &self.pod_cidr());
         let mut agent = super::node::NodeAgent::new(self.store.clone(), node);
         if let Err(e) = agent.register() {
             log::warn!("kubelet: registering node {NODE_NAME}: {e}");
@@ -270,7 +357,7 @@ impl Kubelet {
     }
 
     /// The block pod IPs come from: `127.B.0.0/16` (the Node's podCIDR).
-    fn pod_cidr(&self) -> String {
+    pub(crate) fn pod_cidr(&self) -> String {
         format!("127.{}.0.0/16", self.ips.lock().block)
     }
 
@@ -279,7 +366,7 @@ impl Kubelet {
         self.stop.store(true, Ordering::Relaxed);
         let pods: Vec<PodEntry> = self.pods.lock().drain().map(|(_, e)| e).collect();
         for p in &pods {
-            let _ = p.tx.try_send(PodMsg::Deleted);
+            p.tell(None);
         }
         self.runtime.kill_all(Duration::from_secs(5));
         if let Some(h) = self.watcher.lock().take() {
@@ -362,15 +449,11 @@ impl Kubelet {
                 .iter()
                 .filter_map(|p| p["metadata"]["uid"].as_str().map(str::to_string))
                 .collect();
-            let gone: Vec<Sender<PodMsg>> = self
-                .pods
-                .lock()
-                .iter()
-                .filter(|(uid, _)| !live.contains(*uid))
-                .map(|(_, e)| e.tx.clone())
-                .collect();
-            for tx in gone {
-                let _ = tx.send(PodMsg::Deleted);
+            let pods = self.pods.lock();
+            for (uid, e) in pods.iter() {
+                if !live.contains(uid) {
+                    e.tell(None);
+                }
             }
         }
     }
@@ -381,16 +464,7 @@ impl Kubelet {
         };
         let mut pods = self.pods.lock();
         if let Some(e) = pods.get(&uid) {
-            let msg = if deleted {
-                PodMsg::Deleted
-            } else {
-                PodMsg::Updated(pod)
-            };
-            // Blocking send outside the lock would be nicer; the queue is
-            // generous and owner threads drain it promptly.
-            let tx = e.tx.clone();
-            drop(pods);
-            let _ = tx.send(msg);
+            e.tell((!deleted).then_some(pod));
             return;
         }
         if deleted {
@@ -490,7 +564,7 @@ impl Kubelet {
                         name: name.clone(),
                     });
                 }
-                o["spec"]["nodeName"] = json!(NODE_NAME);
+                o["spec"]["nodeName"] = json!(self.role.name);
                 o["status"] = status.clone();
                 Ok(())
             });
@@ -504,38 +578,58 @@ impl Kubelet {
 /// Reads `(kind, name)` -> that ConfigMap's or Secret's data, decoded.
 pub(crate) type ConfigLookup = Box<dyn Fn(&str, &str) -> Option<BTreeMap<String, Vec<u8>>>>;
 
-/// Reads a ConfigMap's or Secret's data (decoded) for env and volumes.
-pub(crate) fn config_lookup(store: Arc<Store>, ns: String) -> ConfigLookup {
+impl Kubelet {
+    /// Reads a ConfigMap's or Secret's data (decoded) in `ns` for env and
+    /// volumes: from the store, or the node's [`ConfigSource`].
+    pub(crate) fn config_lookup(&self, ns: String) -> ConfigLookup {
+        match &self.role.config {
+            Some(src) => {
+                let src = src.clone();
+                Box::new(move |kind: &str, name: &str| src.lookup(&ns, kind, name))
+            }
+            None => config_lookup(self.store.clone(), ns),
+        }
+    }
+}
+
+/// A ConfigMap's or Secret's `data` and `binaryData`, decoded (a Secret's
+/// `data` is base64). Undecodable values read as empty, as before.
+pub(crate) fn decode_config_data(kind: &str, o: &Value) -> BTreeMap<String, Vec<u8>> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut out = BTreeMap::new();
+    if let Some(data) = o["data"].as_object() {
+        for (k, v) in data {
+            let v = v.as_str().unwrap_or("");
+            let bytes = if kind == "Secret" {
+                b64.decode(v).unwrap_or_default()
+            } else {
+                v.as_bytes().to_vec()
+            };
+            out.insert(k.clone(), bytes);
+        }
+    }
+    if let Some(data) = o["binaryData"].as_object() {
+        for (k, v) in data {
+            out.insert(
+                k.clone(),
+                b64.decode(v.as_str().unwrap_or("")).unwrap_or_default(),
+            );
+        }
+    }
+    out
+}
+
+/// Reads a ConfigMap's or Secret's data (decoded) from the store.
+fn config_lookup(store: Arc<Store>, ns: String) -> ConfigLookup {
     Box::new(move |kind: &str, name: &str| {
-        use base64::Engine;
-        let b64 = base64::engine::general_purpose::STANDARD;
         let res = match kind {
             "ConfigMap" => Resource::ConfigMap,
             "Secret" => Resource::Secret,
             _ => return None,
         };
         let o = store.get(res, &ns, name).ok()?;
-        let mut out = BTreeMap::new();
-        if let Some(data) = o["data"].as_object() {
-            for (k, v) in data {
-                let v = v.as_str().unwrap_or("");
-                let bytes = if res == Resource::Secret {
-                    b64.decode(v).unwrap_or_default()
-                } else {
-                    v.as_bytes().to_vec()
-                };
-                out.insert(k.clone(), bytes);
-            }
-        }
-        if let Some(data) = o["binaryData"].as_object() {
-            for (k, v) in data {
-                out.insert(
-                    k.clone(),
-                    b64.decode(v.as_str().unwrap_or("")).unwrap_or_default(),
-                );
-            }
-        }
-        Some(out)
+        Some(decode_config_data(kind, &o))
     })
 }
 

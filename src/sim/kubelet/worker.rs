@@ -7,8 +7,7 @@
 //! threads read the containers through [`PodShared`].
 
 use super::{
-    config_lookup, pull_failure, truncate, ConfigLookup, ContainerHandle, Kubelet, PodMsg,
-    PodShared, HOST_IP, NODE_NAME,
+    pull_failure, truncate, ConfigLookup, ContainerHandle, Kubelet, PodMsg, PodShared, HOST_IP,
 };
 use crate::kube::time::{now_rfc3339, parse_rfc3339, rfc3339};
 use crate::sim::events::{self, Regarding};
@@ -163,6 +162,91 @@ impl PodWorker {
         }
     }
 
+    /// A node that restarted finds its pods with the statuses it wrote
+    /// before: their processes died with it. A container that had finished
+    /// for good stays finished; one that was running (or waiting to
+    /// restart) is terminated with exit code 137 and reason
+    /// `ContainerStatusUnknown`, as a kubelet reports a container it can no
+    /// longer find, and then restarts by the pod's policy (a `Never` pod's
+    /// never does: the pod fails). True when nothing is left to run.
+    fn recover_previous_run(&mut self) -> bool {
+        let status = self.pod["status"].clone();
+        let phase = status["phase"].as_str().unwrap_or("");
+        let policy = self.restart_policy().to_string();
+        let mut any = false;
+        for (list, is_init) in [("initContainerStatuses", true), ("containerStatuses", false)] {
+            for st in status[list].as_array().into_iter().flatten() {
+                let Some(name) = st["name"].as_str() else {
+                    continue;
+                };
+                let states = if is_init {
+                    &mut self.init
+                } else {
+                    &mut self.containers
+                };
+                let Some(c) = states.iter_mut().find(|c| c.name == name) else {
+                    continue;
+                };
+                let ran = st["state"].get("running").is_some()
+                    || st["state"].get("terminated").is_some()
+                    || st["lastState"].get("terminated").is_some();
+                if !ran {
+                    continue;
+                }
+                any = true;
+                c.restart_count = st["restartCount"].as_u64().unwrap_or(0);
+                c.last_state = st["lastState"].clone();
+                if let Some(t) = st["state"].get("terminated") {
+                    let code = t["exitCode"].as_i64().unwrap_or(-1);
+                    let again = phase != "Succeeded"
+                        && phase != "Failed"
+                        && match policy.as_str() {
+                            "Always" => !is_init || code != 0,
+                            "OnFailure" => code != 0,
+                            _ => false,
+                        };
+                    if !again {
+                        c.state = st["state"].clone();
+                        c.done = true;
+                        continue;
+                    }
+                }
+                let lost = json!({
+                    "exitCode": 137,
+                    "reason": "ContainerStatusUnknown",
+                    "message": "The container could not be located when the pod was terminated",
+                    "startedAt": st["state"]["running"]["startedAt"].clone(),
+                    "finishedAt": now_rfc3339(),
+                });
+                let never = policy == "Never" || phase == "Succeeded" || phase == "Failed";
+                if never {
+                    c.state = json!({ "terminated": lost });
+                    c.done = true;
+                } else {
+                    c.last_state = json!({ "terminated": lost });
+                    c.restart_count += 1;
+                }
+            }
+        }
+        if !any {
+            return false;
+        }
+        while self.init_index < self.init.len() && self.init[self.init_index].done {
+            self.init_index += 1;
+        }
+        let init_failed = self.init.iter().any(|c| {
+            c.done && c.state["terminated"]["exitCode"].as_i64().is_some_and(|x| x != 0)
+        });
+        if init_failed {
+            self.phase = "Failed".into();
+            for c in &mut self.containers {
+                c.done = true;
+            }
+        }
+        self.init_index >= self.init.len() && self.containers.iter().all(|c| c.done)
+            || init_failed
+    }
+
     fn restart_policy(&self) -> &str {
         self.pod["spec"]["restartPolicy"]
             .as_str()
@@ -173,7 +257,11 @@ impl PodWorker {
         if !self.bind() {
             return;
         }
-        self.start_pod();
+        if self.recover_previous_run() {
+            self.update_phase();
+        } else {
+            self.start_pod();
+        }
         self.publish();
         loop {
             if self.deleted {
@@ -186,13 +274,17 @@ impl PodWorker {
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             let mut changed = false;
+            if self.shared.deleted.load(std::sync::atomic::Ordering::SeqCst) {
+                self.deleted = true;
+                self.kill_all(Duration::ZERO);
+                break;
+            }
+            let latest = self.shared.latest.lock().take();
+            if let Some(p) = latest {
+                changed |= self.on_update(p);
+            }
             match msg {
-                Some(PodMsg::Updated(p)) => changed |= self.on_update(p),
-                Some(PodMsg::Deleted) => {
-                    self.deleted = true;
-                    self.kill_all(Duration::ZERO);
-                    break;
-                }
+                Some(PodMsg::Wake) | None => {}
                 Some(PodMsg::Exited {
                     container,
                     generation,
@@ -204,11 +296,17 @@ impl PodWorker {
                         }
                     }
                 }
-                None => {}
             }
             changed |= self.on_timers();
             if self.terminating_until.is_some() && self.all_stopped() {
-                // Graceful delete finished: remove the object.
+                // Graceful delete finished. A node of a real control plane
+                // first writes the terminal phase, as a kubelet does
+                // (Succeeded when every container exited 0), then removes
+                // the object (`sim::nodemode::status` sends both upstream).
+                if !self.k.role.binds {
+                    self.finish_phase();
+                    self.publish();
+                }
                 let pre = crate::sim::store::Preconditions {
                     uid: Some(self.uid.clone()),
                     resource_version: None,
@@ -228,14 +326,22 @@ impl PodWorker {
         self.cleanup();
     }
 
-    /// Binds the pod to the node (the sim's scheduler) and allocates its IP.
+    /// Binds the pod to the node (the embedded sim is its own scheduler;
+    /// a node of a real control plane finds it bound) and allocates its IP:
+    /// the one it had, when the node restarted under it and it is free.
     fn bind(&mut self) -> bool {
-        let ip = match self.k.ips.lock().alloc() {
-            Some(ip) => ip,
-            None => {
-                self.message = Some("no free pod IP".into());
-                return false;
+        let had = self.pod["status"]["podIP"].as_str().unwrap_or("").to_string();
+        let ip = {
+            let mut ips = self.k.ips.lock();
+            if !had.is_empty() && ips.claim(&had) {
+                Some(had)
+            } else {
+                ips.alloc()
             }
+        };
+        let Some(ip) = ip else {
+            self.message = Some("no free pod IP".into());
+            return false;
         };
         self.pod_ip = Some(ip);
         if let Some(pool) = &self.k.users {
@@ -251,19 +357,25 @@ impl PodWorker {
                 }
             }
         }
+        if !self.k.role.binds {
+            self.start_time = Some(SystemTime::now());
+            self.started_instant = Some(Instant::now());
+            return true;
+        }
+        let node = self.k.role.name;
         let r = self
             .k
             .store
             .modify(Resource::Pod, &self.ns, &self.name, &mut |o: &mut Value| {
                 if o["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
-                    o["spec"]["nodeName"] = json!(NODE_NAME);
+                    o["spec"]["nodeName"] = json!(node);
                 }
                 Ok(())
             });
         match r {
             Ok(p) => {
                 // The sim's kubelet is also its scheduler.
-                events::scheduled(&self.k.store, &p, NODE_NAME);
+                events::scheduled(&self.k.store, &p, node);
                 self.pod = p;
                 self.start_time = Some(SystemTime::now());
                 self.started_instant = Some(Instant::now());
@@ -416,7 +528,7 @@ impl PodWorker {
     }
 
     fn lookup_fn(&self) -> ConfigLookup {
-        config_lookup(self.k.store.clone(), self.ns.clone())
+        self.k.config_lookup(self.ns.clone())
     }
 
     fn start_container(&mut self, init: bool, i: usize) {
@@ -426,7 +538,7 @@ impl PodWorker {
         let ctx = PlanContext {
             pod_ip: self.pod_ip.clone().unwrap_or_default(),
             host_ip: HOST_IP.to_string(),
-            node_name: NODE_NAME.to_string(),
+            node_name: self.k.role.name.to_string(),
             pod_dir: self.pod_dir.clone(),
             self_exe: self.k.self_exe.clone(),
             lookup: &*lookup,
@@ -850,6 +962,28 @@ impl PodWorker {
         }
         self.promote_to_running();
         changed
+    }
+
+    /// The phase of a pod whose containers have all stopped for good:
+    /// Succeeded when every container exited 0, else Failed.
+    fn finish_phase(&mut self) {
+        if self.phase == "Succeeded" || self.phase == "Failed" {
+            return;
+        }
+        let ok = !self.containers.is_empty()
+            && self
+                .containers
+                .iter()
+                .all(|c| c.state["terminated"]["exitCode"].as_i64() == Some(0));
+        self.phase = if ok { "Succeeded" } else { "Failed" }.into();
+        for c in self.containers.iter_mut().chain(self.init.iter_mut()) {
+            c.ready = false;
+            if c.state.get("terminated").is_none() {
+                if let Some(t) = c.last_state.get("terminated").cloned() {
+                    c.state = json!({ "terminated": t });
+                }
+            }
+        }
     }
 
     fn all_stopped(&self) -> bool {

@@ -442,6 +442,59 @@ impl Store {
         Ok(self.remove_locked(g, res, ns, obj))
     }
 
+    /// Puts `obj` as another API server holds it (node mode's mirror,
+    /// `sim::nodemode::mirror`): its uid, name, namespace and timestamps
+    /// kept, no admission, this store's own resourceVersion. With
+    /// `keep_status`, a stored object of the same uid keeps its status (the
+    /// kubelet's, written here first). An object of that name with another
+    /// uid is replaced: DELETED for it, then ADDED. Unchanged: no event.
+    pub fn put_mirrored(&self, res: Resource, mut obj: Obj, keep_status: bool) -> Obj {
+        let ns = scoped_ns(res, meta_str(&obj, "namespace")).to_string();
+        let name = name_of(&obj).to_string();
+        let mut g = self.inner.write();
+        let stored = g.objects[res.index()].get(&key(&ns, &name)).cloned();
+        match stored {
+            Some(stored) if meta_str(&stored, "uid") == meta_str(&obj, "uid") => {
+                if keep_status {
+                    set_status(&mut obj, stored.get("status").cloned());
+                }
+                copy_meta(&mut obj, &stored, "resourceVersion");
+                let outcome = if obj == stored {
+                    Outcome::Unchanged(stored)
+                } else {
+                    Outcome::Changed(obj, stored)
+                };
+                self.finish_update(g, res, &ns, outcome)
+            }
+            stored => {
+                let mut changes = Vec::new();
+                if let Some(mut old) = stored {
+                    g.objects[res.index()].remove(&key(&ns, &name));
+                    g.rv += 1;
+                    set_rv(&mut old, g.rv);
+                    changes.push(Change::new(
+                        res,
+                        ns.clone(),
+                        Event::new(EventType::Deleted, g.rv, old),
+                        None,
+                    ));
+                }
+                g.rv += 1;
+                let rv = g.rv;
+                set_rv(&mut obj, rv);
+                g.objects[res.index()].insert(key(&ns, &name), obj.clone());
+                changes.push(Change::new(
+                    res,
+                    ns,
+                    Event::new(EventType::Added, rv, obj.clone()),
+                    None,
+                ));
+                self.publish_all(g, changes);
+                obj
+            }
+        }
+    }
+
     /// Deletes every matching object (deletecollection), one event each.
     pub fn delete_collection(&self, res: Resource, ns: Option<&str>, sel: &Selectors) -> Vec<Obj> {
         let (items, _) = self.list(res, ns, sel);
