@@ -291,6 +291,12 @@ impl Sim {
         })
     }
 
+    /// The kubelet running this sim's pods (`None` once shut down): what
+    /// the kubelet API (`sim::kubelet_api`) serves.
+    pub fn kubelet(&self) -> Option<Arc<super::kubelet::Kubelet>> {
+        self.kubelet.clone()
+    }
+
     /// Stops accepting, stops the controllers, kills every container
     /// process and removes the temporary state folder.
     pub fn shutdown(mut self) {

@@ -33,6 +33,7 @@ pub mod gc;
 pub mod impersonate;
 pub mod kubeconfig;
 pub mod kubelet;
+pub mod kubelet_api;
 pub mod lifecycle;
 pub mod managed;
 pub mod node;

@@ -45,7 +45,7 @@ fn bad_request(msg: &str) -> Reply {
 }
 
 /// Which container of `pod` a request names, with upstream's messages.
-fn pick_container(pod: &Value, req: &Request) -> Result<String, Reply> {
+fn pick_container(pod: &Value, asked: Option<&str>) -> Result<String, Reply> {
     let name = pod["metadata"]["name"].as_str().unwrap_or("");
     let names: Vec<&str> = pod["spec"]["containers"]
         .as_array()
@@ -59,7 +59,7 @@ fn pick_container(pod: &Value, req: &Request) -> Result<String, Reply> {
         )
         .filter_map(|c| c["name"].as_str())
         .collect();
-    match req.query("container").filter(|c| !c.is_empty()) {
+    match asked.filter(|c| !c.is_empty()) {
         Some(c) if names.contains(&c) => Ok(c.to_string()),
         Some(c) => Err(bad_request(&format!(
             "container {c} is not valid for pod {name}"
@@ -102,8 +102,8 @@ impl Kubelet {
     /// The pod and container an exec or attach names: as
     /// [`Self::target_for_log`], and a pod not yet bound to the node is
     /// refused.
-    fn target(&self, req: &Request, ns: &str, pod_name: &str) -> Result<Target, Reply> {
-        let t = self.target_for_log(req, ns, pod_name)?;
+    fn target(&self, container: Option<&str>, ns: &str, pod_name: &str) -> Result<Target, Reply> {
+        let t = self.target_for_log(container, ns, pod_name)?;
         if t.pod["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
             return Err(bad_request(&format!(
                 "pod {pod_name} does not have a host assigned"
@@ -189,7 +189,7 @@ fn close_cut() -> Message {
 /// Why an exec's process cannot start: told to the client on the socket's
 /// error channel (the text is what kubectl prints).
 #[derive(Debug)]
-enum ExecRefusal {
+pub(crate) enum ExecRefusal {
     /// The pod has no such container.
     NotFound,
     /// The container has no running process.
@@ -212,7 +212,7 @@ impl std::fmt::Display for ExecRefusal {
 /// Why an exec or attach has no process to stream: told to the client on
 /// the socket's error channel ([`fail_socket`]).
 #[derive(Debug)]
-enum OpenError {
+pub(crate) enum OpenError {
     /// The exec cannot run, or the attach's container has no process.
     Refused(ExecRefusal),
     /// The runtime could not start the command.
@@ -325,8 +325,8 @@ fn out_channel(s: Stream, stdout: bool, stderr: bool) -> Option<u8> {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Mode {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
     /// A process started for this stream: its exit code ends the stream,
     /// and it dies with the stream.
     Exec,
@@ -342,18 +342,26 @@ struct StreamSession {
     flags: Flags,
     mode: Mode,
     close_stdin_on_eof: bool,
+    wording: ExitWording,
 }
 
 impl StreamSession {
     /// A stream with `flags`; its first frame names the first channel they
     /// ask for (where an error is told).
-    fn new(proto: Protocol, flags: Flags, mode: Mode, close_stdin_on_eof: bool) -> Self {
+    fn new(
+        proto: Protocol,
+        flags: Flags,
+        mode: Mode,
+        close_stdin_on_eof: bool,
+        wording: ExitWording,
+    ) -> Self {
         StreamSession {
             proto,
             first: first_channel(&flags),
             flags,
             mode,
             close_stdin_on_eof,
+            wording,
         }
     }
 
@@ -377,7 +385,7 @@ impl StreamSession {
         let (in_tx, in_rx) = bounded::<Message>(OUTBOX);
         let _ = out.send(Message::Binary(vec![self.first].into()));
         let room = out.clone();
-        let (f, mode) = (self.flags, self.mode);
+        let (f, mode, wording) = (self.flags, self.mode, self.wording);
         let attach = matches!(self.mode, Mode::Attach);
         let epoch = faults.stream_epoch(attach);
         let cut = faults.clone_epoch_reader(attach);
@@ -423,7 +431,7 @@ impl StreamSession {
                     }
                 }
                 let st = match mode {
-                    Mode::Exec => channel::exit_status_json(p_out.wait().code),
+                    Mode::Exec => wording.status_json(p_out.wait().code),
                     // Attach reports Success whatever the container did.
                     Mode::Attach => channel::success_status_json(),
                 };
@@ -458,36 +466,56 @@ impl StreamSession {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Flags {
-    stdin: bool,
-    stdout: bool,
-    stderr: bool,
-    tty: bool,
+/// Which streams an exec or attach asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Flags {
+    pub(crate) stdin: bool,
+    pub(crate) stdout: bool,
+    pub(crate) stderr: bool,
+    pub(crate) tty: bool,
 }
 
-fn flags(req: &Request) -> Result<Flags, Reply> {
-    let f = Flags {
-        stdin: req.query_flag("stdin"),
-        stdout: req.query_flag("stdout"),
-        stderr: req.query_flag("stderr"),
-        tty: req.query_flag("tty"),
-    };
-    if !f.stdin && !f.stdout && !f.stderr {
-        return Err(bad_request(
-            "you must specify at least 1 of stdin, stdout, stderr",
-        ));
+impl Flags {
+    /// The API server's query names (`stdin`, `stdout`, `stderr`, `tty`;
+    /// any value but `0` or `false` is true).
+    fn from_api(req: &Request) -> Flags {
+        Flags {
+            stdin: req.query_flag("stdin"),
+            stdout: req.query_flag("stdout"),
+            stderr: req.query_flag("stderr"),
+            tty: req.query_flag("tty"),
+        }
     }
-    Ok(Flags {
-        // With a tty, stderr is merged into stdout.
-        stderr: f.stderr && !f.tty,
-        ..f
-    })
+
+    /// The kubelet's query names, as the API server sends them
+    /// (`input`, `output`, `error`, `tty`), true only when exactly `1`
+    /// (the kubelet's remotecommand `NewOptions`).
+    pub(crate) fn from_kubelet(req: &Request) -> Flags {
+        let one = |k: &str| req.query(k) == Some("1");
+        Flags {
+            stdin: one("input"),
+            stdout: one("output"),
+            stderr: one("error"),
+            tty: one("tty"),
+        }
+    }
+
+    /// Upstream's checks: at least one stream; with a tty, stderr is
+    /// merged into stdout.
+    pub(crate) fn checked(self) -> Result<Flags, String> {
+        if !self.stdin && !self.stdout && !self.stderr {
+            return Err("you must specify at least 1 of stdin, stdout, stderr".into());
+        }
+        Ok(Flags {
+            stderr: self.stderr && !self.tty,
+            ..self
+        })
+    }
 }
 
 /// What an exec or attach streams once its socket is open: the process
 /// and its output, or why not (told on the stream's error channel).
-type Opened = Result<(Arc<Process>, Receiver<super::runtime::OutputChunk>), OpenError>;
+pub(crate) type Opened = Result<(Arc<Process>, Receiver<super::runtime::OutputChunk>), OpenError>;
 
 /// The WebSocket upgrade of an exec or attach: once the socket is open,
 /// `open` gives the process to stream (or the message the socket fails
@@ -495,7 +523,7 @@ type Opened = Result<(Arc<Process>, Receiver<super::runtime::OutputChunk>), Open
 fn stream_upgrade(
     stream: StreamSession,
     faults: Arc<Faults>,
-    open: impl FnOnce() -> Opened + Send + 'static,
+    open: Box<dyn FnOnce() -> Opened + Send>,
 ) -> Reply {
     Reply::Upgrade(Upgrade {
         protocol: Some(stream.proto.name().to_string()),
@@ -518,52 +546,94 @@ fn first_channel(f: &Flags) -> u8 {
     }
 }
 
-impl PodStreams for Kubelet {
-    fn exec(&self, req: &Request, ns: &str, pod: &str) -> Reply {
-        let t = match self.target(req, ns, pod) {
-            Ok(t) => t,
-            Err(r) => return r,
-        };
-        let command: Vec<String> = req
-            .query_all("command")
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        if command.is_empty() {
-            return bad_request("you must specify at least one command for the container");
+/// An exec or attach checked and ready to stream over any transport: which
+/// streams, how it ends, and (once the transport is open) its process.
+pub(crate) struct Prepared {
+    pub(crate) flags: Flags,
+    pub(crate) mode: Mode,
+    /// The client's stdin EOF closes the process's stdin (an exec; an
+    /// attach to a `stdinOnce` container).
+    pub(crate) close_stdin_on_eof: bool,
+    /// Starts (exec) or finds (attach) the process; the error is told on
+    /// the stream's error channel.
+    pub(crate) open: Box<dyn FnOnce() -> Opened + Send>,
+    pub(crate) wording: ExitWording,
+}
+
+/// Whose words an exec's non-zero exit status carries.
+#[derive(Clone, Debug)]
+pub(crate) enum ExitWording {
+    /// The API server's stream translator (`pods/exec`).
+    Translator,
+    /// The container runtime's, as the kubelet passes it on, naming the
+    /// command (the kubelet API).
+    Cri(Vec<String>),
+}
+
+impl ExitWording {
+    /// The v4/v5 error-channel Status for `code` (Success for 0).
+    pub(crate) fn status_json(&self, code: i32) -> Vec<u8> {
+        match self {
+            ExitWording::Translator => channel::exit_status_json(code),
+            ExitWording::Cri(cmd) => channel::exit_status_json_cri(code, cmd),
         }
-        let (f, proto) = match flags(req).and_then(|f| Ok((f, Self::upgrade_checks(req)?))) {
-            Ok(fp) => fp,
-            Err(r) => return r,
-        };
-        let running = t.running_process();
-        let plan = match running {
+    }
+}
+
+impl Kubelet {
+    /// Checks an exec as the kubelet does (pod, container, command, flags)
+    /// and plans its process; `container` is the one asked for (`None`:
+    /// the pod's only one).
+    pub(crate) fn prepare_exec(
+        &self,
+        container: Option<&str>,
+        ns: &str,
+        pod: &str,
+        flags: Flags,
+        command: Vec<String>,
+        wording: ExitWording,
+    ) -> Result<Prepared, Reply> {
+        let t = self.target(container, ns, pod)?;
+        if command.is_empty() {
+            return Err(bad_request(
+                "you must specify at least one command for the container",
+            ));
+        }
+        let f = flags.checked().map_err(|m| bad_request(&m))?;
+        let plan = match t.running_process() {
             Some(_) => self.exec_plan(&t, &command, f.tty, f.stdin),
             None => Err(ExecRefusal::NotRunning(t.container.clone())),
         };
         let runtime = self.runtime.clone();
-        let stream = StreamSession::new(proto, f, Mode::Exec, true);
-        stream_upgrade(stream, self.faults.clone(), move || {
-            let process = runtime
-                .start(plan.map_err(OpenError::Refused)?)
-                .map_err(OpenError::Start)?;
-            let Some(output) = process.take_output() else {
-                process.kill();
-                return Err(OpenError::NoOutput);
-            };
-            Ok((process, output))
+        Ok(Prepared {
+            flags: f,
+            mode: Mode::Exec,
+            close_stdin_on_eof: true,
+            wording,
+            open: Box::new(move || {
+                let process = runtime
+                    .start(plan.map_err(OpenError::Refused)?)
+                    .map_err(OpenError::Start)?;
+                let Some(output) = process.take_output() else {
+                    process.kill();
+                    return Err(OpenError::NoOutput);
+                };
+                Ok((process, output))
+            }),
         })
     }
 
-    fn attach(&self, req: &Request, ns: &str, pod: &str) -> Reply {
-        let t = match self.target(req, ns, pod) {
-            Ok(t) => t,
-            Err(r) => return r,
-        };
-        let (f, proto) = match flags(req).and_then(|f| Ok((f, Self::upgrade_checks(req)?))) {
-            Ok(fp) => fp,
-            Err(r) => return r,
-        };
+    /// Checks an attach as the kubelet does and finds its container's
+    /// process (stdin only when the container has `stdin: true`).
+    pub(crate) fn prepare_attach(
+        &self,
+        container: Option<&str>,
+        ns: &str,
+        pod: &str,
+        flags: Flags,
+    ) -> Result<Prepared, Reply> {
+        let t = self.target(container, ns, pod)?;
+        let f = flags.checked().map_err(|m| bad_request(&m))?;
         let spec = t
             .handle
             .as_ref()
@@ -573,20 +643,64 @@ impl PodStreams for Kubelet {
         let stdin_once = spec["stdinOnce"].as_bool() == Some(true);
         let running = t.running_process();
         let container = t.container.clone();
-        let flags = Flags {
-            stdin: f.stdin && stdin_enabled,
-            ..f
-        };
-        let stream = StreamSession::new(proto, flags, Mode::Attach, stdin_once);
-        stream_upgrade(stream, self.faults.clone(), move || {
-            let process = running.ok_or(OpenError::Refused(ExecRefusal::NotRunning(container)))?;
-            let sub = process.subscribe();
-            Ok((process, sub))
+        Ok(Prepared {
+            flags: Flags {
+                stdin: f.stdin && stdin_enabled,
+                ..f
+            },
+            mode: Mode::Attach,
+            close_stdin_on_eof: stdin_once,
+            wording: ExitWording::Translator,
+            open: Box::new(move || {
+                let process =
+                    running.ok_or(OpenError::Refused(ExecRefusal::NotRunning(container)))?;
+                let sub = process.subscribe();
+                Ok((process, sub))
+            }),
         })
     }
 
+    /// A prepared exec or attach over the WebSocket channel protocol (v5,
+    /// v4), or upstream's refusal of the upgrade.
+    pub(crate) fn stream_websocket(&self, req: &Request, p: Prepared) -> Reply {
+        let proto = match Self::upgrade_checks(req) {
+            Ok(proto) => proto,
+            Err(r) => return r,
+        };
+        let stream = StreamSession::new(proto, p.flags, p.mode, p.close_stdin_on_eof, p.wording);
+        stream_upgrade(stream, self.faults.clone(), p.open)
+    }
+}
+
+impl PodStreams for Kubelet {
+    fn exec(&self, req: &Request, ns: &str, pod: &str) -> Reply {
+        let command: Vec<String> = req
+            .query_all("command")
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        match self.prepare_exec(
+            req.query("container"),
+            ns,
+            pod,
+            Flags::from_api(req),
+            command,
+            ExitWording::Translator,
+        ) {
+            Ok(p) => self.stream_websocket(req, p),
+            Err(r) => r,
+        }
+    }
+
+    fn attach(&self, req: &Request, ns: &str, pod: &str) -> Reply {
+        match self.prepare_attach(req.query("container"), ns, pod, Flags::from_api(req)) {
+            Ok(p) => self.stream_websocket(req, p),
+            Err(r) => r,
+        }
+    }
+
     fn log(&self, req: &Request, ns: &str, pod: &str) -> Reply {
-        let t = match self.target_for_log(req, ns, pod) {
+        let t = match self.target_for_log(req.query("container"), ns, pod) {
             Ok(t) => t,
             Err(r) => return r,
         };
@@ -720,12 +834,17 @@ impl Kubelet {
     /// The pod and container a request names (`?container=`, or the only
     /// one). Unlike [`Self::target`], an unbound pod is no error here: its
     /// logs are a plain "waiting" error, told by the caller.
-    fn target_for_log(&self, req: &Request, ns: &str, pod_name: &str) -> Result<Target, Reply> {
+    fn target_for_log(
+        &self,
+        container: Option<&str>,
+        ns: &str,
+        pod_name: &str,
+    ) -> Result<Target, Reply> {
         let pod = self
             .store
             .get(Resource::Pod, ns, pod_name)
             .map_err(|_| status(Status::not_found("", "pods", pod_name)))?;
-        let container = pick_container(&pod, req)?;
+        let container = pick_container(&pod, container)?;
         let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
         let handle = self.container(uid, &container);
         Ok(Target {
