@@ -50,11 +50,12 @@ PACKAGES=(
   k8s.io/kubernetes/cmd/kube-controller-manager
   k8s.io/kubernetes/cmd/kube-scheduler
   k8s.io/kubernetes/cmd/kubectl
+  kubegate.test/control-plane/apiproxy
   kubegate.test/control-plane/etcd
   kubegate.test/control-plane/freeport
   sigs.k8s.io/kwok/cmd/kwok
 )
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd freeport kwok)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl apiproxy etcd freeport kwok)
 
 # kwok's lifecycle stages, copied from its module at build time (they are
 # YAML beside the Go code, not compiled in): the Node becomes Ready and keeps
