@@ -5,8 +5,9 @@
 #   scripts/control-plane.sh check        can it run here? exit 3 + reason if not
 #   scripts/control-plane.sh build        build (or reuse) the cached binaries
 #   scripts/control-plane.sh bin          print the cached bin folder (builds if needed)
-#   scripts/control-plane.sh start DIR    start etcd, kube-apiserver, controller-manager,
-#                                         scheduler and kwok; write DIR/env and kubeconfigs
+#   scripts/control-plane.sh start DIR    start etcd, kube-apiserver, its proxy for the sim
+#                                         node, controller-manager, scheduler, kwok and
+#                                         `kubegate sim node`; write DIR/env and kubeconfigs
 #   scripts/control-plane.sh stop DIR     stop everything start put in DIR
 #
 # Everything listens on 127.0.0.1 on ports picked at start. Binaries are built
@@ -50,11 +51,12 @@ PACKAGES=(
   k8s.io/kubernetes/cmd/kube-controller-manager
   k8s.io/kubernetes/cmd/kube-scheduler
   k8s.io/kubernetes/cmd/kubectl
+  kubegate.test/control-plane/apiproxy
   kubegate.test/control-plane/etcd
   kubegate.test/control-plane/freeport
   sigs.k8s.io/kwok/cmd/kwok
 )
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd freeport kwok)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl apiproxy etcd freeport kwok)
 
 # kwok's lifecycle stages, copied from its module at build time (they are
 # YAML beside the Go code, not compiled in): the Node becomes Ready and keeps
@@ -112,7 +114,7 @@ cache_key() {
     find "$MODULE" -name '*.go' | LC_ALL=C sort | xargs cat
     printf '%s\n' "$LDFLAGS" "${PACKAGES[@]}" "${STAGE_FILES[@]}"
     go env GOVERSION GOOS GOARCH
-    cat "$0" | sed -n '/^# ---- build-recipe ----/,/^# ---- end build-recipe ----/p'
+    sed -n '/^# ---- build-recipe ----/,/^# ---- end build-recipe ----/p' "$0"
   } | sha256sum | cut -c1-16
 }
 
@@ -181,13 +183,24 @@ build_into() {
 
 NODE_NAME=kwok-node-0
 NODE_LABEL=kubegate.test/node=kwok
-POD_CIDR=127.244.0.0/16
+POD_CIDR=127.243.0.0/16
+# The second Node: kubegate's simulated kubelet (`kubegate sim node`), which
+# runs pods as local processes. Its taint keeps every pod off it but those
+# of namespaces that ask for it (PodNodeSelector and PodTolerationRestriction
+# annotations, docs/control-plane.md#the-sim-node); its pod IPs come from a
+# loopback block of their own.
+SIM_NODE_NAME=kubegate-node-0
+SIM_NODE_LABEL=kubegate.test/node=sim
+SIM_NODE_TAINT=kubegate.test/node=sim:NoSchedule
+SIM_NODE_CIDR=127.244.0.0/16
 # Two users in different groups besides the admin; no RBAC binds them, so
 # tests grant exactly what they mean to test.
 USERS=(alice bob)
 declare -A USER_GROUP=([alice]=kubegate-devs [bob]=kubegate-ops)
-# The order stop uses is the reverse of the order started.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# Every component start may launch, in the order it launches them; stop
+# stops them in the reverse order of DIR/pids, so the sim node goes before
+# kwok, the proxy and the API server. launch refuses a name not listed.
+COMPONENTS=(etcd kube-apiserver apiproxy kube-controller-manager kube-scheduler kwok sim-node)
 
 # A random bearer token. Tokens are made fresh for each start, so a DIR's
 # credentials are never reused and never committed.
@@ -204,12 +217,23 @@ make_pki() {
     openssl req -x509 -new -key ca.key -sha256 -days 30 -subj "/CN=kubegate-test-ca" \
       -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
       -out ca.crt 2>/dev/null
-    # issue NAME SUBJECT EXTENSIONS
+    # A second CA for one certificate: the API server's client certificate
+    # towards kubelets. The sim node trusts only this CA for clients
+    # (--client-ca-file), so no other holder of a cluster-CA certificate (a
+    # user, a controller, the node itself) can call its kubelet API, and the
+    # API server's --client-ca-file (ca.crt) does not authenticate it.
+    openssl ecparam -name prime256v1 -genkey -noout -out kubelet-client-ca.key 2>/dev/null
+    openssl req -x509 -new -key kubelet-client-ca.key -sha256 -days 30 -subj "/CN=kubegate-test-kubelet-client-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      -out kubelet-client-ca.crt 2>/dev/null
+    # issue NAME SUBJECT EXTENSIONS [CA]: a key and a certificate signed by
+    # CA (the file stem; default ca).
     issue() {
+      local ca=${4:-ca}
       openssl ecparam -name prime256v1 -genkey -noout -out "$1.key" 2>/dev/null
       openssl req -new -key "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null
       printf '%s\n' "$3" > "$1.ext"
-      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 -days 30 \
+      openssl x509 -req -in "$1.csr" -CA "$ca.crt" -CAkey "$ca.key" -CAcreateserial -sha256 -days 30 \
         -extfile "$1.ext" -out "$1.crt" 2>/dev/null
       rm -f "$1.csr" "$1.ext"
     }
@@ -224,10 +248,24 @@ subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,
 keyUsage=critical,digitalSignature
 extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,DNS:$NODE_NAME"
-    # The API server's client certificate towards kubelets, as kubeadm makes it.
-    issue apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client/O=kubeadm:cluster-admins" "basicConstraints=CA:FALSE
+    # The sim node's kubelet API, likewise (serverAuth for 127.0.0.1 and its
+    # name), from the CA the API server verifies kubelets with.
+    issue sim-node-serving "/CN=$SIM_NODE_NAME" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:$SIM_NODE_NAME"
+    # The sim node's identity towards the API server, as a kubelet's client
+    # certificate: the Node authorizer and NodeRestriction know it by
+    # CN system:node:NAME in O system:nodes.
+    issue sim-node-client "/CN=system:node:$SIM_NODE_NAME/O=system:nodes" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=clientAuth"
+    # The API server's client certificate towards kubelets, as kubeadm makes
+    # it, from the kubelet-client CA only (kwok checks no client certificate;
+    # the sim node checks it against that CA).
+    issue apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client/O=kubeadm:cluster-admins" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=clientAuth" kubelet-client-ca
     # An admin that authenticates with a client certificate instead of a
     # token (the API server's --client-ca-file is this CA): CN is the user,
     # O the group.
@@ -243,7 +281,8 @@ extendedKeyUsage=clientAuth"
 
 # write_kubeconfig FILE USER CREDENTIALS...: a kubeconfig with the CA and
 # the credentials embedded (`key: value` lines of its user entry), so the
-# file works wherever it is copied.
+# file works wherever it is copied. Its server is $SERVER, or
+# $KUBECONFIG_SERVER when set (the proxy, for the sim node).
 write_kubeconfig() {
   local file=$1 user=$2 line creds=""
   shift 2
@@ -254,7 +293,7 @@ kind: Config
 clusters:
 - name: kubegate-real
   cluster:
-    server: $SERVER
+    server: ${KUBECONFIG_SERVER:-$SERVER}
     certificate-authority-data: $(base64 -w0 < "$DIR/pki/ca.crt")
 users:
 - name: $user
@@ -334,8 +373,16 @@ EOF
 # stdout and stderr in DIR/logs/NAME.log, and records its pid in DIR/pids.
 launch() {
   local name=$1; shift
-  setsid "$BIN/$name" "$@" > "$DIR/logs/$name.log" 2>&1 < /dev/null &
-  echo "$name $! $BIN/$name" >> "$DIR/pids"
+  launch_exe "$name" "$BIN/$name" "$@"
+}
+
+# launch_exe NAME EXE ARGS...: the same for a binary from elsewhere. EXE
+# must be the canonical path: stop compares it with /proc/PID/exe.
+launch_exe() {
+  local name=$1 exe=$2; shift 2
+  [[ " ${COMPONENTS[*]} " == *" $name "* ]] || die "launch: $name is not in COMPONENTS"
+  setsid "$exe" "$@" > "$DIR/logs/$name.log" 2>&1 < /dev/null &
+  echo "$name $! $exe" >> "$DIR/pids"
 }
 
 # fail NAME WHAT: the start cannot go on; say which component and where
@@ -373,11 +420,45 @@ wait_for() {
 
 admin_kubectl() { "$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" --request-timeout=5s "$@"; }
 
+# node_ready NODE: its Ready condition is True.
 node_ready() {
-  [ "$(admin_kubectl get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
+  [ "$(admin_kubectl get node "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
-node_untainted() {
-  [ -z "$(admin_kubectl get node "$NODE_NAME" -o 'jsonpath={.spec.taints}')" ]
+# node_taints_are NODE [KEY=VALUE:EFFECT...]: the Node's taints are exactly
+# these (none when none are given), in any order.
+node_taints_are() {
+  local have want
+  have=$(admin_kubectl get node "$1" -o 'jsonpath={range .spec.taints[*]}{.key}={.value}:{.effect}{"\n"}{end}') || return 1
+  shift
+  want=$(printf '%s\n' "$@" | sed '/^$/d' | LC_ALL=C sort)
+  [ "$(printf '%s\n' "$have" | sed '/^$/d' | LC_ALL=C sort)" = "$want" ]
+}
+
+# The sim node's binary: $KUBEGATE_BIN (an absolute path), else the
+# checkout's debug build. Sets SIM_NODE_EXE (canonical, for stop's check),
+# or leaves it empty when KUBEGATE_CP_SIM_NODE=0 skips the sim node.
+resolve_sim_node() {
+  SIM_NODE_EXE=
+  if [ "${KUBEGATE_CP_SIM_NODE:-1}" = 0 ]; then
+    log "sim node: skipped (KUBEGATE_CP_SIM_NODE=0); only kwok's Node runs"
+    return 0
+  fi
+  local exe
+  if [ -n "${KUBEGATE_BIN:-}" ]; then
+    case "$KUBEGATE_BIN" in
+      /*) ;;
+      *) die "KUBEGATE_BIN must be an absolute path (it is '$KUBEGATE_BIN')" ;;
+    esac
+    if ! [ -f "$KUBEGATE_BIN" ] || ! [ -x "$KUBEGATE_BIN" ]; then
+      die "KUBEGATE_BIN=$KUBEGATE_BIN is not an executable file (the sim node runs \`kubegate sim node\`)"
+    fi
+    exe=$KUBEGATE_BIN
+  elif [ -f "$ROOT/target/debug/kubegate" ] && [ -x "$ROOT/target/debug/kubegate" ]; then
+    exe=$ROOT/target/debug/kubegate
+  else
+    die "no kubegate binary for the sim node: set KUBEGATE_BIN to one (absolute path), build $ROOT/target/debug/kubegate (cargo build --bin kubegate), or set KUBEGATE_CP_SIM_NODE=0 to run without the sim node"
+  fi
+  SIM_NODE_EXE=$(readlink -f "$exe")
 }
 
 start() {
@@ -389,6 +470,7 @@ start() {
   fi
   CACHE_DIR=$(build)
   BIN="$CACHE_DIR/bin"
+  resolve_sim_node
   local t0
   t0=$(date +%s.%N)
 
@@ -396,21 +478,24 @@ start() {
   trap 'rc=$?; if [ $rc -ne 0 ]; then log "start failed; stopping what it started"; stop_dir "$DIR"; fi' EXIT
   trap 'exit 130' INT TERM
 
-  rm -rf "$DIR/logs" "$DIR/etcd" "$DIR/pki" "$DIR/exec" "$DIR/env"
+  rm -rf "$DIR/logs" "$DIR/etcd" "$DIR/pki" "$DIR/exec" "$DIR/env" "$DIR/sim-node"
   mkdir -p "$DIR/logs" "$DIR/exec"
   : > "$DIR/pids"
   : > "$DIR/logs/pods.log"
 
   # Ports: etcd client and peer, the API server, the controller-manager's
-  # and scheduler's health endpoints, kwok's kubelet API, and the port-forward
-  # target.
+  # and scheduler's health endpoints, kwok's kubelet API, the port-forward
+  # target, the API server's proxy and its control endpoint, and the sim
+  # node's kubelet API.
   local ports
-  mapfile -t ports < <("$BIN/freeport" 7)
-  [ "${#ports[@]}" -eq 7 ] || die "freeport gave no ports"
+  mapfile -t ports < <("$BIN/freeport" 10)
+  [ "${#ports[@]}" -eq 10 ] || die "freeport gave no ports"
   local etcd_port=${ports[0]} etcd_peer_port=${ports[1]} api_port=${ports[2]}
   local kcm_port=${ports[3]} sched_port=${ports[4]} kubelet_port=${ports[5]}
   FORWARD_PORT=${ports[6]}
+  local proxy_port=${ports[7]} proxy_ctl_port=${ports[8]} sim_node_port=${ports[9]}
   SERVER="https://127.0.0.1:$api_port"
+  local proxy_server="https://127.0.0.1:$proxy_port" proxy_ctl="http://127.0.0.1:$proxy_ctl_port"
 
   make_pki "$DIR/pki"
 
@@ -438,6 +523,11 @@ start() {
   token_kubeconfig "$DIR/pki/kube-controller-manager.kubeconfig" system:kube-controller-manager "${token[kube-controller-manager]}"
   token_kubeconfig "$DIR/pki/kube-scheduler.kubeconfig" system:kube-scheduler "${token[kube-scheduler]}"
   token_kubeconfig "$DIR/pki/kwok.kubeconfig" kwok "${token[kwok]}"
+  # The sim node: its client certificate, and the proxy as its server (the
+  # API server's certificate names 127.0.0.1, so TLS verifies through it).
+  KUBECONFIG_SERVER=$proxy_server write_kubeconfig "$DIR/pki/sim-node.kubeconfig" "system:node:$SIM_NODE_NAME" \
+    "client-certificate-data: $(base64 -w0 < "$DIR/pki/sim-node-client.crt")" \
+    "client-key-data: $(base64 -w0 < "$DIR/pki/sim-node-client.key")"
 
   # etcd: plain HTTP, on loopback only, one member. No fsync: the data
   # lives for one test run, and fsync on a busy CI disk slows every write.
@@ -465,9 +555,13 @@ rules:
 POLICY
 
   # The API server. Node,RBAC as a real cluster authorizes; NodeRestriction
-  # beside it. Kubelet connections go to the Node's InternalIP (127.0.0.1:
-  # kwok), verified against our CA. The service range stays the default: no
-  # kube-proxy runs, so nothing ever dials a ClusterIP.
+  # beside it, and PodNodeSelector and PodTolerationRestriction, which put a
+  # namespace's node selector and tolerations on its pods (how a test's pods
+  # reach the sim node). Kubelet connections go to the Node's InternalIP
+  # (127.0.0.1: kwok and the sim node), their serving certificates verified
+  # against our CA, with a client certificate of the kubelet-client CA. The
+  # service range stays the default: no kube-proxy runs, so nothing ever
+  # dials a ClusterIP.
   launch kube-apiserver \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
@@ -475,7 +569,7 @@ POLICY
     --client-ca-file "$DIR/pki/ca.crt" \
     --token-auth-file "$DIR/pki/tokens.csv" \
     --authorization-mode Node,RBAC \
-    --enable-admission-plugins NodeRestriction \
+    --enable-admission-plugins NodeRestriction,PodNodeSelector,PodTolerationRestriction \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$DIR/pki/sa.pub" \
     --service-account-signing-key-file "$DIR/pki/sa.key" \
@@ -488,18 +582,28 @@ POLICY
     --profiling=false
   wait_for kube-apiserver "/readyz" admin_kubectl get --raw /readyz
 
-  # The controller-manager, without the controllers that act for a real
-  # node or cloud: node-lifecycle (it would taint and evict kwok's pods on
-  # its own heartbeat schedule), node-ipam (pod CIDRs: kwok's --cidr gives
-  # the IPs), routes and load balancers (no cloud). Each controller uses its
-  # own ServiceAccount as in a real cluster. No leader election: one instance,
-  # and a lost lease on a loaded CI machine would end the process.
+  # The sim node's way to the API server: a loopback TCP proxy whose control
+  # endpoint cuts it off and back (outage tests). Never stopping the API
+  # server for that: its port is released slowly, and kwok and the
+  # controllers would lose it too.
+  launch apiproxy --listen "127.0.0.1:$proxy_port" --target "127.0.0.1:$api_port" \
+    --control "127.0.0.1:$proxy_ctl_port" --max-conns 256
+  wait_for apiproxy "/status" curl -fsS "$proxy_ctl/status"
+
+  # The controller-manager, without the controllers that act for a cloud
+  # or allocate what the nodes bring themselves: node-ipam (pod CIDRs: kwok's
+  # --cidr and the sim node's --pod-cidr give the IPs), routes and load
+  # balancers (no cloud). node-lifecycle runs: it lifts the not-ready taint
+  # from a Ready Node and taints one whose Lease stops being renewed (kwok
+  # renews its own every 10 s, as the sim node does). Each controller uses
+  # its own ServiceAccount as in a real cluster. No leader election: one
+  # instance, and a lost lease on a loaded CI machine would end the process.
   launch kube-controller-manager \
     --kubeconfig "$DIR/pki/kube-controller-manager.kubeconfig" \
     --authentication-kubeconfig "$DIR/pki/kube-controller-manager.kubeconfig" \
     --authorization-kubeconfig "$DIR/pki/kube-controller-manager.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$kcm_port" --cert-dir "$DIR/pki/kube-controller-manager" \
-    --controllers '*,-node-lifecycle-controller,-node-ipam-controller,-node-route-controller,-service-lb-controller,-cloud-node-lifecycle-controller' \
+    --controllers '*,-node-ipam-controller,-node-route-controller,-service-lb-controller,-cloud-node-lifecycle-controller' \
     --use-service-account-credentials \
     --service-account-private-key-file "$DIR/pki/sa.key" \
     --root-ca-file "$DIR/pki/ca.crt" \
@@ -548,7 +652,25 @@ EOF
     --cidr "$POD_CIDR" \
     --node-lease-duration-seconds 40
 
-  wait_for kwok "Node $NODE_NAME Ready" node_ready
+  # The sim node, beside kwok: it registers its own Node (tainted and
+  # labelled so only the pods meant for it land there), renews its Lease
+  # through the proxy, serves its kubelet API on TLS and accepts only the
+  # API server's kubelet client certificate.
+  if [ -n "$SIM_NODE_EXE" ]; then
+    mkdir -p "$DIR/sim-node"
+    launch_exe sim-node "$SIM_NODE_EXE" sim node \
+      --kubeconfig "$DIR/pki/sim-node.kubeconfig" \
+      --name "$SIM_NODE_NAME" \
+      --state-dir "$DIR/sim-node" \
+      --pod-cidr "$SIM_NODE_CIDR" \
+      --listen "127.0.0.1:$sim_node_port" \
+      --tls-cert-file "$DIR/pki/sim-node-serving.crt" --tls-private-key-file "$DIR/pki/sim-node-serving.key" \
+      --client-ca-file "$DIR/pki/kubelet-client-ca.crt" \
+      --register-with-taints "$SIM_NODE_TAINT" \
+      --node-labels "$SIM_NODE_LABEL"
+  fi
+
+  wait_for kwok "Node $NODE_NAME Ready" node_ready "$NODE_NAME"
   # kwok reports no ephemeral storage, so the scheduler refuses any pod that
   # asks for some (a session's pods do): give the Node what a kubelet would
   # report. After kwok initialised it: patched earlier, kwok keeps only what
@@ -557,10 +679,19 @@ EOF
     -p '{"status":{"capacity":{"ephemeral-storage":"1Ti"},"allocatable":{"ephemeral-storage":"1Ti"}}}' >/dev/null \
     || fail kube-apiserver "cannot give Node $NODE_NAME its ephemeral storage"
   # The API server's NodeTaint admission gives every new Node the
-  # not-ready:NoSchedule taint; the node-lifecycle controller, which is
-  # off, would lift it once the Node is Ready. So we do.
+  # not-ready:NoSchedule taint; the node-lifecycle controller lifts it once
+  # the Node is Ready, on its next pass (every 5 s). Lifting it here saves
+  # that wait; the controller leaves a Ready Node untainted.
   admin_kubectl taint node "$NODE_NAME" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
-  wait_for kwok "Node $NODE_NAME without taints" node_untainted
+  wait_for kwok "Node $NODE_NAME without taints" node_taints_are "$NODE_NAME"
+  # The sim node's Node: Ready, and with only its own taint once the
+  # node-lifecycle controller has lifted not-ready (nothing here lifts it:
+  # that the controller does is part of what this waits for).
+  if [ -n "$SIM_NODE_EXE" ]; then
+    wait_for sim-node "Node $SIM_NODE_NAME Ready" node_ready "$SIM_NODE_NAME"
+    wait_for sim-node "Node $SIM_NODE_NAME with only the taint $SIM_NODE_TAINT" \
+      node_taints_are "$SIM_NODE_NAME" "$SIM_NODE_TAINT"
+  fi
   wait_for kube-controller-manager "ServiceAccount default/default" admin_kubectl get serviceaccount default -n default
   wait_for kube-scheduler "/healthz" curl -fsSk "https://127.0.0.1:$sched_port/healthz"
   wait_for kube-controller-manager "/healthz" curl -fsSk "https://127.0.0.1:$kcm_port/healthz"
@@ -586,6 +717,23 @@ EOF
     kv KUBEGATE_REAL_NODE_LABEL "$NODE_LABEL"
     kv KUBEGATE_REAL_KUBELET_PORT "$kubelet_port"
     kv KUBEGATE_REAL_POD_CIDR "$POD_CIDR"
+    kv KUBEGATE_REAL_PKI "$DIR/pki"
+    kv KUBEGATE_REAL_KUBELET_CLIENT_CA "$DIR/pki/kubelet-client-ca.crt"
+    kv KUBEGATE_REAL_APISERVER_PROXY "$proxy_ctl"
+    kv KUBEGATE_REAL_APISERVER_PROXY_ADDR "127.0.0.1:$proxy_port"
+    if [ -n "$SIM_NODE_EXE" ]; then
+      kv KUBEGATE_REAL_SIM_NODE "$SIM_NODE_NAME"
+      kv KUBEGATE_REAL_SIM_NODE_PORT "$sim_node_port"
+      kv KUBEGATE_REAL_SIM_NODE_LOG "$DIR/logs/sim-node.log"
+    else
+      # Skipped (KUBEGATE_CP_SIM_NODE=0): empty name, port and log.
+      kv KUBEGATE_REAL_SIM_NODE ""
+      kv KUBEGATE_REAL_SIM_NODE_PORT ""
+      kv KUBEGATE_REAL_SIM_NODE_LOG ""
+    fi
+    kv KUBEGATE_REAL_SIM_NODE_CIDR "$SIM_NODE_CIDR"
+    kv KUBEGATE_REAL_SIM_NODE_LABEL "$SIM_NODE_LABEL"
+    kv KUBEGATE_REAL_SIM_NODE_TAINT "$SIM_NODE_TAINT"
     kv KUBEGATE_REAL_FORWARD_PORT "$FORWARD_PORT"
     kv KUBEGATE_REAL_POD_LOG "$DIR/logs/pods.log"
     kv KUBEGATE_REAL_AUDIT_LOG "$DIR/logs/audit.log"
@@ -598,6 +746,7 @@ EOF
   # Optionally tie the control plane's life to a process (a test run): when
   # it exits, however it exits, a watcher stops everything.
   if [ -n "${KUBEGATE_CP_OWNER_PID:-}" ]; then
+    # shellcheck disable=SC2016  # $1.. expand in the watcher's bash
     setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2" stop "$3"' \
       watcher "$KUBEGATE_CP_OWNER_PID" "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" "$DIR" \
       > "$DIR/logs/watcher.log" 2>&1 < /dev/null &
@@ -605,15 +754,21 @@ EOF
   fi
 
   trap - EXIT INT TERM
-  log "ready in ${elapsed}s: source $DIR/env (server $SERVER, Kubernetes $KUBE_VERSION)"
+  local nodes="$NODE_NAME (kwok)"
+  [ -z "$SIM_NODE_EXE" ] || nodes+=", $SIM_NODE_NAME (sim node)"
+  log "ready in ${elapsed}s: source $DIR/env (server $SERVER, Kubernetes $KUBE_VERSION; nodes $nodes)"
 }
 
 # ---------------------------------------------------------------- stop
 
 # is_ours PID EXE: the process still runs the binary start launched (so a
 # pid the kernel has since reused for something else is never signalled).
+# A binary replaced on disk since (a cargo build while the sim node runs)
+# reads as "EXE (deleted)": still ours.
 is_ours() {
-  [ "$(readlink "/proc/$1/exe" 2>/dev/null)" = "$2" ]
+  local exe
+  exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
+  [ "$exe" = "$2" ] || [ "$exe" = "$2 (deleted)" ]
 }
 
 # Stops what DIR/pids names, newest first: SIGTERM, up to 15 s to exit,

@@ -29,11 +29,14 @@ if [ "${KUBEGATE_REAL:-auto}" = off ]; then
 elif why=$(scripts/control-plane.sh check); then
   REAL_DIR=$(mktemp -d "${TMPDIR:-/tmp}/kubegate-cp.XXXXXX")
   trap 'scripts/control-plane.sh stop "$REAL_DIR" || true; real_summary' EXIT
-  KUBEGATE_CP_OWNER_PID=$$ scripts/control-plane.sh start "$REAL_DIR"
+  # The plane's second Node is this build's `kubegate sim node`
+  # (docs/control-plane.md#the-sim-node): the debug binary just built.
+  SIM_NODE_BIN=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/kubegate
+  KUBEGATE_BIN=$SIM_NODE_BIN KUBEGATE_CP_OWNER_PID=$$ scripts/control-plane.sh start "$REAL_DIR"
   # shellcheck disable=SC1091
   . "$REAL_DIR/env"
   export KUBEGATE_REAL_REQUIRED=1
-  REAL_SUMMARY="real control plane: Kubernetes $KUBEGATE_REAL_KUBE_VERSION, ready in ${KUBEGATE_REAL_START_SECONDS}s (logs: $REAL_DIR/logs)"
+  REAL_SUMMARY="real control plane: Kubernetes $KUBEGATE_REAL_KUBE_VERSION, sim node ${KUBEGATE_REAL_SIM_NODE:-SKIPPED}, ready in ${KUBEGATE_REAL_START_SECONDS}s (logs: $REAL_DIR/logs)"
 else
   rc=$?
   if [ "$rc" -ne 3 ]; then

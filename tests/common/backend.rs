@@ -9,12 +9,18 @@
 //! it was skipped and why on stderr; with `KUBEGATE_REAL_REQUIRED=1` (CI on
 //! a machine that built the plane) a missing plane fails it instead, so
 //! nothing passes silently where the plane should be.
+//!
+//! [`Backend::real_on_sim_node`] and [`on_sim_node`] give a body a
+//! namespace of the real plane whose pods go to the sim node
+//! (`kubegate sim node`, `KUBEGATE_REAL_SIM_NODE`) instead of kwok's:
+//! docs/control-plane.md#the-sim-node.
 
 use super::{wait_for, SimProc};
 use kubegate::kube::client::rest::Request;
 use kubegate::kube::client::{Api, Client, DeleteParams, KubeError, Namespace};
 use kubegate::kube::config::{load, LoadOptions};
 use kubegate::kube::meta::ObjectMeta;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -77,13 +83,40 @@ impl Backend {
             kubeconfig,
             sim: Some(sim),
         };
-        b.create_namespace();
+        b.create_namespace(None);
         b
     }
 
     /// The run's real control plane with a namespace for this test, or
     /// why there is none (`KUBEGATE_REAL_KUBECONFIG` unset).
     pub fn real(tag: &str) -> Result<Backend, String> {
+        Self::real_with(tag, None)
+    }
+
+    /// The run's real control plane with a namespace for this test whose
+    /// pods run on the sim node: the namespace carries the two annotations
+    /// ([`sim_node_annotations`]) that make the API server give each pod
+    /// the sim node's selector and a toleration of its taint. `Err` says
+    /// why not: no real plane, or one started without the sim node
+    /// (`KUBEGATE_REAL_SIM_NODE` empty or unset).
+    #[allow(dead_code)]
+    pub fn real_on_sim_node(tag: &str) -> Result<Backend, String> {
+        let node = std::env::var("KUBEGATE_REAL_SIM_NODE").unwrap_or_default();
+        if node.is_empty() {
+            return Err(
+                "KUBEGATE_REAL_SIM_NODE is empty or unset: no sim node in this run \
+                 (scripts/control-plane.sh start with KUBEGATE_CP_SIM_NODE=0, no plane, \
+                 or a plane older than the sim node; docs/control-plane.md#the-sim-node)"
+                    .into(),
+            );
+        }
+        Self::real_with(tag, Some(sim_node_annotations()))
+    }
+
+    fn real_with(
+        tag: &str,
+        annotations: Option<BTreeMap<String, String>>,
+    ) -> Result<Backend, String> {
         let Some(path) = std::env::var_os("KUBEGATE_REAL_KUBECONFIG") else {
             return Err(
                 "KUBEGATE_REAL_KUBECONFIG is not set: no real control plane in this run \
@@ -105,7 +138,7 @@ impl Backend {
             kubeconfig,
             sim: None,
         };
-        b.create_namespace();
+        b.create_namespace(annotations);
         Ok(b)
     }
 
@@ -115,12 +148,13 @@ impl Backend {
     /// and the `kube-root-ca.crt` ConfigMap (so it never turns up in the
     /// middle of a test's watch). The sim publishes no `kube-root-ca.crt`
     /// (docs/sim.md); tests that list ConfigMaps leave it out.
-    fn create_namespace(&self) {
+    fn create_namespace(&self, annotations: Option<BTreeMap<String, String>>) {
         Api::<Namespace>::all(&self.client)
             .create(&Namespace {
                 metadata: ObjectMeta {
                     name: Some(self.ns.clone()),
                     labels: Some([("kubegate.dev/test".to_string(), "true".to_string())].into()),
+                    annotations,
                     ..ObjectMeta::default()
                 },
                 ..Namespace::default()
@@ -178,6 +212,64 @@ pub fn on_real(tag: &str, body: impl FnOnce(&Backend)) {
             panic!("the real control plane is required here: {why}")
         }
         Err(why) => eprintln!("{tag}: real backend skipped: {why}"),
+    }
+}
+
+/// The namespace annotations that send a namespace's pods to the sim node
+/// (the API server's PodNodeSelector and PodTolerationRestriction admission
+/// plugins read them at each pod create): its label as the node selector,
+/// and a toleration of its taint. From `KUBEGATE_REAL_SIM_NODE_LABEL` and
+/// `_TAINT` in DIR/env, else what scripts/control-plane.sh sets
+/// (`kubegate.test/node=sim`, `kubegate.test/node=sim:NoSchedule`).
+#[allow(dead_code)]
+pub fn sim_node_annotations() -> BTreeMap<String, String> {
+    let var = |name: &str, default: &str| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| default.to_string())
+    };
+    let label = var("KUBEGATE_REAL_SIM_NODE_LABEL", "kubegate.test/node=sim");
+    let taint = var(
+        "KUBEGATE_REAL_SIM_NODE_TAINT",
+        "kubegate.test/node=sim:NoSchedule",
+    );
+    // KEY=VALUE:EFFECT, as kubelet's --register-with-taints takes it.
+    let (kv, effect) = taint.rsplit_once(':').unwrap_or_else(|| {
+        panic!("KUBEGATE_REAL_SIM_NODE_TAINT {taint:?} is not KEY=VALUE:EFFECT")
+    });
+    let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+    let toleration = serde_json::json!([{
+        "key": key, "operator": "Equal", "value": value, "effect": effect
+    }]);
+    BTreeMap::from([
+        (
+            "scheduler.alpha.kubernetes.io/node-selector".to_string(),
+            label,
+        ),
+        (
+            "scheduler.alpha.kubernetes.io/defaultTolerations".to_string(),
+            toleration.to_string(),
+        ),
+    ])
+}
+
+/// Runs `body` on the real plane in a namespace whose pods go to the sim
+/// node ([`Backend::real_on_sim_node`]), or says on stderr why it cannot.
+/// Under `KUBEGATE_REAL_REQUIRED=1` a missing sim node fails instead,
+/// unless the plane says it was started without one on purpose
+/// (`KUBEGATE_REAL_SIM_NODE` set and empty: `KUBEGATE_CP_SIM_NODE=0`).
+#[allow(dead_code)]
+pub fn on_sim_node(tag: &str, body: impl FnOnce(&Backend)) {
+    match Backend::real_on_sim_node(tag) {
+        Ok(b) => body(&b),
+        Err(why)
+            if std::env::var("KUBEGATE_REAL_REQUIRED").as_deref() == Ok("1")
+                && std::env::var_os("KUBEGATE_REAL_SIM_NODE").is_none_or(|v| !v.is_empty()) =>
+        {
+            panic!("the real control plane's sim node is required here: {why}")
+        }
+        Err(why) => eprintln!("{tag}: sim node backend skipped: {why}"),
     }
 }
 

@@ -12,6 +12,7 @@ tool (
 	k8s.io/kubernetes/cmd/kube-controller-manager
 	k8s.io/kubernetes/cmd/kube-scheduler
 	k8s.io/kubernetes/cmd/kubectl
+	kubegate.test/control-plane/apiproxy
 	kubegate.test/control-plane/etcd
 	kubegate.test/control-plane/freeport
 	sigs.k8s.io/kwok/cmd/kwok
