@@ -657,6 +657,11 @@ EOF
   # through the proxy, serves its kubelet API on TLS and accepts only the
   # API server's kubelet client certificate.
   if [ -n "$SIM_NODE_EXE" ]; then
+    # Pod users (each pod runs as a host user of its own) must pass
+    # through DIR to their folders under sim-node/pods: DIR (mktemp's 0700)
+    # becomes 0711, search without listing; pki/ stays the harness's alone.
+    chmod 711 "$DIR"
+    chmod 700 "$DIR/pki"
     mkdir -p "$DIR/sim-node"
     launch_exe sim-node "$SIM_NODE_EXE" sim node \
       --kubeconfig "$DIR/pki/sim-node.kubeconfig" \

@@ -122,9 +122,23 @@ fn exec_exit_codes_and_stdin(b: &Backend) {
     let out = kubectl(b, &["exec", "-i", "shell", "--", "wc", "-c"], Some(&data));
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr_str());
     assert_eq!(out.stdout_str().trim(), (3 << 20).to_string());
-    // A command that does not exist: the kubelet's error, exit code 126/127 as upstream.
-    let out = kubectl(b, &["exec", "shell", "--", "sh", "-c", "exit 0"], None);
-    assert_eq!(out.code, Some(0));
+    // A terminal: its size reaches the process, and the exit code comes back.
+    let pty = common::pty::Pty::open(33, 101);
+    let mut c = b.kubectl();
+    c.arg("-n")
+        .arg(&b.ns)
+        .args(["exec", "-it", "shell", "--", "sh", "-c", "stty size; read x; echo got $x; exit 5"])
+        .stdin(pty.stdio())
+        .stdout(pty.stdio())
+        .stderr(pty.stdio());
+    let mut child = c.spawn().expect("kubectl exec -it");
+    let at = pty.wait_text("33 101", 0);
+    pty.type_bytes(b"typed\r");
+    pty.wait_text("got typed", at);
+    let code = wait_for("kubectl exec -it to end", Duration::from_secs(60), || {
+        child.try_wait().ok().flatten()
+    });
+    assert_eq!(code.code(), Some(5), "{}", pty.text());
 }
 
 /// Reads lines of a child's stdout until `f` has what it wants.
@@ -211,13 +225,16 @@ fn logs_and_attach(b: &Backend) {
     let out = kubectl(b, &["attach", "-i", "cat"], Some(b"hi\n"));
     assert!(out.stdout_str().contains("hi"), "attach -i: {}{}", out.stdout_str(), out.stderr_str());
     // The previous container's log.
-    apply(b, &pod("crasher", "OnFailure", &["sh", "-c", "echo run $RANDOM; exit 1"]));
+    apply(b, &pod("crasher", "OnFailure", &["sh", "-c", "echo run $PPID; exit 1"]));
     wait_for("crasher restarted", Duration::from_secs(60), || {
         let p = pod_json(b, "crasher");
         (p["status"]["containerStatuses"][0]["restartCount"].as_u64() >= Some(1)).then_some(())
     });
     let prev = kubectl_ok(b, &["logs", "--previous", "crasher"]);
-    assert!(prev.starts_with("run "), "{prev}");
+    assert!(
+        prev.strip_prefix("run ").is_some_and(|p| p.trim().parse::<u32>().is_ok()),
+        "{prev}"
+    );
 }
 
 /// A TCP echo server on 7000 of the pod's own address.
@@ -582,8 +599,8 @@ chmod 600 node.key"#,
             .arg(self.dir.join("kubeconfig"))
             .arg("--state-dir")
             .arg(self.dir.join("state"))
-            .args(["--tls-cert-file", &format!("{pki}/sim-node.crt")])
-            .args(["--tls-private-key-file", &format!("{pki}/sim-node.key")])
+            .args(["--tls-cert-file", &format!("{pki}/sim-node-serving.crt")])
+            .args(["--tls-private-key-file", &format!("{pki}/sim-node-serving.key")])
             .args(["--client-ca-file", &format!("{pki}/kubelet-client-ca.crt")])
             .args(["--register-with-taints", &format!("kubegate.test/node={}:NoSchedule", self.name)])
             .env("RUST_LOG", "info")
