@@ -175,14 +175,13 @@ impl Session {
         let _ = self.out.send(Message::Close(None));
     }
 
-    fn serve(
-        &mut self,
-        inbound: &Receiver<Message>,
-        proc_tx: &Sender<Arc<Process>>,
-    ) -> End {
+    fn serve(&mut self, inbound: &Receiver<Message>, proc_tx: &Sender<Arc<Process>>) -> End {
         loop {
             let m = if self.open.is_some() {
-                let wait = self.set.deadline().saturating_duration_since(Instant::now());
+                let wait = self
+                    .set
+                    .deadline()
+                    .saturating_duration_since(Instant::now());
                 match inbound.recv_timeout(wait) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => return End::Timeout,
@@ -238,10 +237,10 @@ impl Session {
                 data,
                 fin,
             } => return self.data(stream_id, &data, fin),
-            Frame::RstStream { stream_id, .. } => {
-                if self.set.role_of(stream_id) == Some(StreamType::Stdin) {
-                    self.stdin_eof();
-                }
+            Frame::RstStream { stream_id, .. }
+                if self.set.role_of(stream_id) == Some(StreamType::Stdin) =>
+            {
+                self.stdin_eof();
             }
             Frame::Ping { id } if !Role::Server.owns_id(id) => self.send(&Frame::Ping { id }),
             Frame::GoAway { .. } => return Some(End::Done),
