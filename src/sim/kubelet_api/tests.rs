@@ -955,3 +955,113 @@ fn websocket_v5_exec_through_the_kubelet_path() {
         "{st}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Hostile SPDY clients, a slow reader, a client that leaves.
+
+#[test]
+fn spdy_refuses_bad_streams_and_ends_on_garbage() {
+    use crate::kube::spdy::{RST_PROTOCOL_ERROR, RST_REFUSED_STREAM};
+    let _w = watchdog("hostile spdy", Duration::from_secs(60));
+    let f = fixture();
+    box_pod(&f);
+    let target = format!(
+        "/exec/default/box/main?{}",
+        q(&["sh", "-c", "sleep 30"], "output=1")
+    );
+    let (mut c, _) = Spdy::open(&f, &target, TRANSLATOR);
+    let e = c.stream("error", &[]);
+    // A second error stream is refused; an unknown type is replied, unused.
+    let dup = c.stream("error", &[]);
+    let odd = c.stream("telemetry", &[]);
+    // A server-parity id is a protocol error on that stream.
+    c.send(&Frame::SynStream {
+        stream_id: 100,
+        assoc_id: 0,
+        priority: 0,
+        fin: false,
+        unidirectional: false,
+        headers: Headers::from_pairs(&[("streamtype", "stdout")]),
+    });
+    c.until("the answers", Duration::from_secs(10), |c| {
+        c.replied.len() == 2 && c.reset.len() == 2
+    });
+    assert_eq!(c.replied, vec![e, odd]);
+    assert!(
+        c.reset.contains(&(dup, RST_REFUSED_STREAM)),
+        "{:?}",
+        c.reset
+    );
+    assert!(
+        c.reset.contains(&(100, RST_PROTOCOL_ERROR)),
+        "{:?}",
+        c.reset
+    );
+    // Garbage where a frame should be: GOAWAY, and the connection ends.
+    c.s.write_all(&[0x80, 0x07, 0x00, 0x63, 0, 0, 0, 0])
+        .expect("garbage");
+    c.s.flush().expect("flush");
+    let mut saw_goaway = false;
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    loop {
+        assert!(Instant::now() < end, "the server kept the connection");
+        match c.s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                c.dec.push(&buf[..n]);
+                while let Ok(Some(fr)) = c.dec.next() {
+                    saw_goaway |= matches!(fr, Frame::GoAway { .. });
+                }
+            }
+        }
+    }
+    assert!(saw_goaway);
+}
+
+#[test]
+fn spdy_exec_output_waits_for_a_slow_reader_and_loses_nothing() {
+    let _w = watchdog("slow reader", Duration::from_secs(120));
+    let f = fixture();
+    box_pod(&f);
+    // 16 MiB of output, far more than every queue on the way holds.
+    let target = format!(
+        "/exec/default/box/main?{}",
+        q(&["sh", "-c", "head -c 16777216 /dev/zero"], "output=1")
+    );
+    let (mut c, _) = Spdy::open(&f, &target, TRANSLATOR);
+    let e = c.stream("error", &[]);
+    let o = c.stream("stdout", &[]);
+    // The scenario itself, not a wait for a condition: a reader that
+    // stalls. The process must block on its pipe meanwhile, not the sim
+    // buffer its output.
+    std::thread::sleep(Duration::from_millis(1500));
+    c.finish(Duration::from_secs(90));
+    assert_eq!(c.data.get(&o).map_or(0, Vec::len), 16 << 20);
+    assert_eq!(c.text(e), r#"{"metadata":{},"status":"Success"}"#);
+}
+
+#[test]
+fn an_execs_process_ends_with_its_connection() {
+    let _w = watchdog("exec cleanup", Duration::from_secs(60));
+    let f = fixture();
+    box_pod(&f);
+    let target = format!(
+        "/exec/default/box/main?{}",
+        q(&["sh", "-c", "echo $$; exec sleep 300"], "output=1")
+    );
+    let (mut c, _) = Spdy::open(&f, &target, TRANSLATOR);
+    let _e = c.stream("error", &[]);
+    let o = c.stream("stdout", &[]);
+    c.until("the pid", Duration::from_secs(10), |c| {
+        c.text(o).ends_with('\n')
+    });
+    let pid: u32 = c.text(o).trim().parse().expect("pid");
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    drop(c);
+    wait_for("the process gone", Duration::from_secs(20), || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Gone, or a zombie about to be reaped.
+        (stat.is_empty() || stat.contains(") Z ")).then_some(())
+    });
+}
