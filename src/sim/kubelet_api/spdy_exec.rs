@@ -229,21 +229,25 @@ impl Session {
 
     fn frame(&mut self, f: Frame) -> Option<End> {
         match f {
+            // The API server pings every 5 s: echo the client's.
+            Frame::Ping { id } if !Role::Server.owns_id(id) => self.send(&Frame::Ping { id }),
+            Frame::GoAway { .. } => return Some(End::Done),
             Frame::SynStream {
-                stream_id, headers, ..
-            } => self.syn_stream(stream_id, &headers),
+                stream_id: id,
+                headers,
+                ..
+            } => self.syn_stream(id, &headers),
             Frame::Data {
-                stream_id,
+                stream_id: id,
                 data,
                 fin,
-            } => return self.data(stream_id, &data, fin),
+            } => return self.data(id, &data, fin),
+            // A reset stdin is its end.
             Frame::RstStream { stream_id, .. }
                 if self.set.role_of(stream_id) == Some(StreamType::Stdin) =>
             {
                 self.stdin_eof();
             }
-            Frame::Ping { id } if !Role::Server.owns_id(id) => self.send(&Frame::Ping { id }),
-            Frame::GoAway { .. } => return Some(End::Done),
             _ => {}
         }
         None
