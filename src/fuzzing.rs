@@ -142,3 +142,61 @@ pub fn spdy(data: &[u8]) {
         }
     }
 }
+
+/// The kubelet API's SPDY remotecommand half (`sim::kubelet_api::streams`):
+/// the first byte picks the subprotocol version and the streams asked
+/// for, the second the chunk size; the rest is SPDY from a client, whose
+/// SYN_STREAMs go to the stream set and whose resize DATA to the resize
+/// decoder. The set must never hold more roles than it expects. The same
+/// bytes also go to the subprotocol negotiation and the final-words
+/// encoder.
+pub fn kubelet_streams(data: &[u8]) {
+    use crate::kube::channel::ResizeDecoder;
+    use crate::kube::spdy::{Decoder, Frame, Limits};
+    use crate::sim::kubelet_api::streams::{self, StreamSet, StreamType, Wanted, SERVER_PROTOCOLS};
+    let [pick, split, rest @ ..] = data else {
+        return;
+    };
+    let version = SERVER_PROTOCOLS[usize::from(pick % 5)];
+    let wanted = Wanted {
+        stdin: pick & 0x08 != 0,
+        stdout: pick & 0x10 != 0,
+        stderr: pick & 0x20 != 0,
+        tty: pick & 0x40 != 0,
+    };
+    let _ = streams::negotiate(String::from_utf8_lossy(rest).split('\n'));
+    let _ = streams::final_words(version, rest);
+    let now = std::time::Instant::now();
+    let mut set = StreamSet::new(version, wanted, now);
+    let mut dec = Decoder::new(Limits::DEFAULT);
+    let mut resize = ResizeDecoder::new();
+    'feed: for chunk in rest.chunks(usize::from(*split).max(1)) {
+        dec.push(chunk);
+        loop {
+            match dec.next() {
+                Ok(Some(Frame::SynStream {
+                    stream_id, headers, ..
+                })) => {
+                    let _ = set.offer(stream_id, &headers);
+                    let held = [set.error, set.stdin, set.stdout, set.stderr, set.resize]
+                        .iter()
+                        .filter(|s| s.is_some())
+                        .count();
+                    assert!(held <= set.expected(), "more roles than expected");
+                    let _ = set.expired(now);
+                }
+                Ok(Some(Frame::Data {
+                    stream_id, data, ..
+                })) => {
+                    if set.role_of(stream_id) == Some(StreamType::Resize) {
+                        resize.push(&data);
+                        for _ in resize.by_ref() {}
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => break 'feed,
+            }
+        }
+    }
+}

@@ -7,7 +7,7 @@
 //! `sim-kapi` on TLS that REQUIRES a client certificate chaining to its own
 //! client CA: no certificate, or one of another CA, fails the handshake),
 //! the routes ([`routes`], sans-IO) and the SPDY remotecommand server
-//! ([`spdy_exec`], with its sans-IO stream set in [`streams`]). The rest
+//! (`spdy_exec`, with its sans-IO stream set in [`streams`]). The rest
 //! is reused: `sim::podio` checks and opens execs and attaches (and serves
 //! their WebSocket form) and serves logs, `sim::portforward` serves
 //! `portForward` (plain SPDY and the v4 WebSocket).
@@ -82,8 +82,8 @@ impl KubeletApi {
             name: "sim-kapi",
             // Go's server takes a bare LF as a line end.
             strict_crlf: false,
-            // A followed log or a stream writes for as long as it lives;
-            // a client that stops reading is cut after this.
+            // A log answer (followed or not) whose client stops reading is
+            // cut after this; upgraded streams are bounded by their pumps.
             write_timeout: Duration::from_secs(60),
             ..ServerConfig::default()
         };
@@ -142,7 +142,11 @@ impl Api {
     }
 
     fn exec(&self, req: &Request, ns: &str, pod: &str, container: &str) -> Reply {
-        let command: Vec<String> = req.query_all("command").iter().map(|s| s.to_string()).collect();
+        let command: Vec<String> = req
+            .query_all("command")
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let prepared = self.kubelet.prepare_exec(
             Some(container),
             ns,

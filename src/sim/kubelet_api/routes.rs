@@ -46,10 +46,7 @@ pub fn route(method: &str, raw_path: &str, path: &str) -> Route {
         return Route::NotFound;
     };
     let segs: Vec<&str> = rest.split('/').collect();
-    if segs
-        .iter()
-        .any(|s| s.is_empty() || *s == "." || *s == "..")
-    {
+    if segs.iter().any(|s| s.is_empty() || *s == "." || *s == "..") {
         return Route::NotFound;
     }
     let get = method == "GET";
@@ -178,12 +175,20 @@ mod tests {
             route("GET", "/exec/ns/p%2Fx/c", "/exec/ns/p/x/c"),
             Route::NotFound
         );
-        assert_eq!(route("GET", "/exec/ns/p%5cx/c", "/exec/ns/p\\x/c"), Route::NotFound);
+        assert_eq!(
+            route("GET", "/exec/ns/p%5cx/c", "/exec/ns/p\\x/c"),
+            Route::NotFound
+        );
     }
 
     #[test]
     fn spdy_upgrade_headers() {
-        let h = |c: &str, u: &str| vec![("Connection".to_string(), c.to_string()), ("Upgrade".to_string(), u.to_string())];
+        let h = |c: &str, u: &str| {
+            vec![
+                ("Connection".to_string(), c.to_string()),
+                ("Upgrade".to_string(), u.to_string()),
+            ]
+        };
         assert!(is_spdy_upgrade(&h("Upgrade", "SPDY/3.1")));
         assert!(is_spdy_upgrade(&h("keep-alive, upgrade", "spdy/3.1")));
         assert!(!is_spdy_upgrade(&h("close", "SPDY/3.1")));

@@ -175,14 +175,13 @@ impl Session {
         let _ = self.out.send(Message::Close(None));
     }
 
-    fn serve(
-        &mut self,
-        inbound: &Receiver<Message>,
-        proc_tx: &Sender<Arc<Process>>,
-    ) -> End {
+    fn serve(&mut self, inbound: &Receiver<Message>, proc_tx: &Sender<Arc<Process>>) -> End {
         loop {
             let m = if self.open.is_some() {
-                let wait = self.set.deadline().saturating_duration_since(Instant::now());
+                let wait = self
+                    .set
+                    .deadline()
+                    .saturating_duration_since(Instant::now());
                 match inbound.recv_timeout(wait) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => return End::Timeout,
@@ -230,21 +229,25 @@ impl Session {
 
     fn frame(&mut self, f: Frame) -> Option<End> {
         match f {
-            Frame::SynStream {
-                stream_id, headers, ..
-            } => self.syn_stream(stream_id, &headers),
-            Frame::Data {
-                stream_id,
-                data,
-                fin,
-            } => return self.data(stream_id, &data, fin),
-            Frame::RstStream { stream_id, .. } => {
-                if self.set.role_of(stream_id) == Some(StreamType::Stdin) {
-                    self.stdin_eof();
-                }
-            }
+            // The API server pings every 5 s: echo the client's.
             Frame::Ping { id } if !Role::Server.owns_id(id) => self.send(&Frame::Ping { id }),
             Frame::GoAway { .. } => return Some(End::Done),
+            Frame::SynStream {
+                stream_id: id,
+                headers,
+                ..
+            } => self.syn_stream(id, &headers),
+            Frame::Data {
+                stream_id: id,
+                data,
+                fin,
+            } => return self.data(id, &data, fin),
+            // A reset stdin is its end.
+            Frame::RstStream { stream_id, .. }
+                if self.set.role_of(stream_id) == Some(StreamType::Stdin) =>
+            {
+                self.stdin_eof();
+            }
             _ => {}
         }
         None

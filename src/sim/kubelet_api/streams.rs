@@ -33,8 +33,13 @@ pub enum Version {
 
 /// What the server offers, preferred first (apimachinery's
 /// `SupportedStreamingProtocols`).
-pub const SERVER_PROTOCOLS: [Version; 5] =
-    [Version::V5, Version::V4, Version::V3, Version::V2, Version::V1];
+pub const SERVER_PROTOCOLS: [Version; 5] = [
+    Version::V5,
+    Version::V4,
+    Version::V3,
+    Version::V2,
+    Version::V1,
+];
 
 impl Version {
     /// The `X-Stream-Protocol-Version` token.
@@ -212,10 +217,16 @@ impl StreamSet {
     }
 
     fn received(&self) -> usize {
-        [self.error, self.stdin, self.stdout, self.stderr, self.resize]
-            .iter()
-            .filter(|s| s.is_some())
-            .count()
+        [
+            self.error,
+            self.stdin,
+            self.stdout,
+            self.stderr,
+            self.resize,
+        ]
+        .iter()
+        .filter(|s| s.is_some())
+        .count()
     }
 
     /// Every expected stream is open.
@@ -301,10 +312,7 @@ mod tests {
             negotiate(["v4.channel.k8s.io", "v5.channel.k8s.io"]),
             Ok(Version::V4)
         );
-        assert_eq!(
-            negotiate(["x", "channel.k8s.io"]),
-            Ok(Version::V1)
-        );
+        assert_eq!(negotiate(["x", "channel.k8s.io"]), Ok(Version::V1));
         assert_eq!(negotiate([" , "]), Err(Refusal::Missing));
         assert_eq!(negotiate(std::iter::empty()), Err(Refusal::Missing));
         let r = negotiate(["a,b"]).unwrap_err();
@@ -326,16 +334,28 @@ mod tests {
         let mut s = StreamSet::new(Version::V4, w, now);
         // tty: stderr merged, resize expected.
         assert_eq!(s.expected(), 4);
-        assert_eq!(s.offer(1, &h("error")), Offer::Accept(Some(StreamType::Error)));
+        assert_eq!(
+            s.offer(1, &h("error")),
+            Offer::Accept(Some(StreamType::Error))
+        );
         assert_eq!(s.offer(3, &h("stderr")), Offer::Accept(None));
         assert_eq!(s.offer(5, &h("bogus")), Offer::Accept(None));
         assert_eq!(s.offer(7, &h("error")), Offer::Refuse(RST_REFUSED_STREAM));
-        assert_eq!(s.offer(9, &h("stdin")), Offer::Accept(Some(StreamType::Stdin)));
-        assert_eq!(s.offer(11, &h("stdout")), Offer::Accept(Some(StreamType::Stdout)));
+        assert_eq!(
+            s.offer(9, &h("stdin")),
+            Offer::Accept(Some(StreamType::Stdin))
+        );
+        assert_eq!(
+            s.offer(11, &h("stdout")),
+            Offer::Accept(Some(StreamType::Stdout))
+        );
         assert!(!s.complete());
         assert!(!s.expired(now + STREAM_CREATION_TIMEOUT / 2));
         assert!(s.expired(now + STREAM_CREATION_TIMEOUT));
-        assert_eq!(s.offer(13, &h("resize")), Offer::Accept(Some(StreamType::Resize)));
+        assert_eq!(
+            s.offer(13, &h("resize")),
+            Offer::Accept(Some(StreamType::Resize))
+        );
         assert!(s.complete());
         assert!(!s.expired(now + STREAM_CREATION_TIMEOUT * 2));
         assert_eq!(s.role_of(13), Some(StreamType::Resize));
@@ -362,10 +382,53 @@ mod tests {
     #[test]
     fn final_words_per_version() {
         let ok = br#"{"metadata":{},"status":"Success"}"#;
-        let bad = br#"{"metadata":{},"status":"Failure","message":"boom","reason":"NonZeroExitCode"}"#;
+        let bad =
+            br#"{"metadata":{},"status":"Failure","message":"boom","reason":"NonZeroExitCode"}"#;
         assert_eq!(final_words(Version::V5, ok).as_deref(), Some(&ok[..]));
         assert_eq!(final_words(Version::V4, bad).as_deref(), Some(&bad[..]));
         assert_eq!(final_words(Version::V3, ok), None);
         assert_eq!(final_words(Version::V1, bad).as_deref(), Some(&b"boom"[..]));
+    }
+
+    #[test]
+    fn the_fuzz_entry_takes_real_and_random_input() {
+        use crate::kube::spdy::{Encoder, Frame};
+        let mut enc = Encoder::new();
+        let mut bytes = vec![0x7c, 3];
+        for (id, kind) in [(1, "error"), (3, "stdin"), (5, "resize"), (7, "stdout")] {
+            let f = Frame::SynStream {
+                stream_id: id,
+                assoc_id: 0,
+                priority: 0,
+                fin: false,
+                unidirectional: false,
+                headers: Headers::from_pairs(&[("streamtype", kind)]),
+            };
+            enc.encode(&f, &mut bytes).expect("encode");
+        }
+        let resize = Frame::Data {
+            stream_id: 5,
+            data: b"{\"Width\":3,\"Height\":4}\n{\"Wid".to_vec(),
+            fin: false,
+        };
+        enc.encode(&resize, &mut bytes).expect("encode");
+        crate::fuzzing::kubelet_streams(&bytes);
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for len in 0..2000usize {
+            let input: Vec<u8> = (0..len % 300)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            crate::fuzzing::kubelet_streams(&input);
+            // Mutations of the real session.
+            let mut m = bytes.clone();
+            let at = (x as usize) % m.len();
+            m[at] ^= (x >> 8) as u8 | 1;
+            crate::fuzzing::kubelet_streams(&m);
+        }
     }
 }

@@ -114,8 +114,7 @@ fn ca(cn: &str) -> Ca {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, cn);
     p.distinguished_name = dn;
-    let issuer =
-        CertifiedIssuer::self_signed(p, KeyPair::generate().expect("key")).expect("ca");
+    let issuer = CertifiedIssuer::self_signed(p, KeyPair::generate().expect("key")).expect("ca");
     let pem = issuer.pem();
     Ca { issuer, pem }
 }
@@ -220,14 +219,18 @@ impl Fixture {
             .store
             .create(Resource::Pod, "default", pod)
             .expect("create pod");
-        wait_for(&format!("pod {name} running"), Duration::from_secs(30), || {
-            let p = self.sim.store.get(Resource::Pod, "default", name).ok()?;
-            let running = p["status"]["phase"] == "Running"
-                && p["status"]["containerStatuses"]
-                    .as_array()
-                    .is_some_and(|cs| cs.iter().all(|c| c["ready"] == true));
-            running.then_some(p)
-        })
+        wait_for(
+            &format!("pod {name} running"),
+            Duration::from_secs(30),
+            || {
+                let p = self.sim.store.get(Resource::Pod, "default", name).ok()?;
+                let running = p["status"]["phase"] == "Running"
+                    && p["status"]["containerStatuses"]
+                        .as_array()
+                        .is_some_and(|cs| cs.iter().all(|c| c["ready"] == true));
+                running.then_some(p)
+            },
+        )
     }
 
     fn connect(&self) -> Tls {
@@ -260,7 +263,12 @@ fn connect(port: u16, cfg: &Arc<rustls::ClientConfig>) -> Tls {
 
 /// Writes a request head, reads the answer's head: (status, headers,
 /// bytes read past the head).
-fn request(s: &mut Tls, method: &str, target: &str, headers: &[(&str, &str)]) -> (u16, HashMap<String, Vec<String>>, Vec<u8>) {
+fn request(
+    s: &mut Tls,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+) -> (u16, HashMap<String, Vec<String>>, Vec<u8>) {
     let mut head = format!("{method} {target} HTTP/1.1\r\nHost: localhost\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -340,6 +348,8 @@ struct Spdy {
     fin: HashMap<u32, bool>,
     replied: Vec<u32>,
     reset: Vec<(u32, u32)>,
+    /// Our PINGs the server echoed.
+    pongs: Vec<u32>,
     eof: bool,
 }
 
@@ -369,6 +379,7 @@ impl Spdy {
                 fin: HashMap::new(),
                 replied: Vec::new(),
                 reset: Vec::new(),
+                pongs: Vec::new(),
                 eof: false,
             },
             chosen,
@@ -425,14 +436,21 @@ impl Spdy {
                 ) => {}
             Err(_) => self.eof = true,
         }
-        while let Some(f) = self.dec.next().expect("a well-formed frame from the server") {
+        while let Some(f) = self
+            .dec
+            .next()
+            .expect("a well-formed frame from the server")
+        {
             match f {
                 Frame::Data {
                     stream_id,
                     data,
                     fin,
                 } => {
-                    self.data.entry(stream_id).or_default().extend_from_slice(&data);
+                    self.data
+                        .entry(stream_id)
+                        .or_default()
+                        .extend_from_slice(&data);
                     if fin {
                         self.fin.insert(stream_id, true);
                     }
@@ -440,6 +458,7 @@ impl Spdy {
                 Frame::SynReply { stream_id, .. } => self.replied.push(stream_id),
                 Frame::RstStream { stream_id, status } => self.reset.push((stream_id, status)),
                 Frame::Ping { id } if id % 2 == 0 => self.send(&Frame::Ping { id }),
+                Frame::Ping { id } => self.pongs.push(id),
                 _ => {}
             }
         }
@@ -471,7 +490,11 @@ impl Spdy {
     fn finish(&mut self, limit: Duration) {
         let end = Instant::now() + limit;
         while self.pump(Duration::from_millis(50)) {
-            assert!(Instant::now() < end, "the server never closed: {:?}", self.text_all());
+            assert!(
+                Instant::now() < end,
+                "the server never closed: {:?}",
+                self.text_all()
+            );
         }
     }
 }
@@ -616,14 +639,21 @@ fn spdy_exec_reports_a_non_zero_exit_code() {
     box_pod(&f);
     let target = format!(
         "/exec/default/box/main?{}",
-        q(&["sh", "-c", "echo out; echo err >&2; exit 3"], "output=1&error=1")
+        q(
+            &["sh", "-c", "echo out; echo err >&2; exit 3"],
+            "output=1&error=1"
+        )
     );
     let (mut c, chosen) = Spdy::open(&f, &target, TRANSLATOR);
     assert_eq!(chosen, "v5.channel.k8s.io");
+    // The API server pings every 5 s: echoed, before and during the run.
+    c.send(&Frame::Ping { id: 1 });
     let e = c.stream("error", &[]);
     let o = c.stream("stdout", &[]);
+    c.send(&Frame::Ping { id: 3 });
     let er = c.stream("stderr", &[]);
     c.finish(Duration::from_secs(30));
+    assert_eq!(c.pongs, vec![1, 3]);
     assert_eq!(c.replied, vec![e, o, er]);
     assert_eq!(c.text(o), "out\n");
     assert_eq!(c.text(er), "err\n");
@@ -650,7 +680,9 @@ fn spdy_exec_stdin_fin_reaches_cat_and_v3_reports_failure_as_text() {
     let i = c.stream("stdin", &[]);
     let o = c.stream("stdout", &[]);
     let _er = c.stream("stderr", &[]);
-    c.until("the replies", Duration::from_secs(10), |c| c.replied.len() == 4);
+    c.until("the replies", Duration::from_secs(10), |c| {
+        c.replied.len() == 4
+    });
     c.data(i, b"hi\n", false);
     c.until("the echo", Duration::from_secs(10), |c| c.text(o) == "hi\n");
     c.data(i, b"", true);
@@ -669,7 +701,8 @@ fn spdy_exec_stdin_fin_reaches_cat_and_v3_reports_failure_as_text() {
     let _o = c.stream("stdout", &[]);
     c.finish(Duration::from_secs(30));
     assert!(
-        c.text(e).starts_with("command terminated with non-zero exit code"),
+        c.text(e)
+            .starts_with("command terminated with non-zero exit code"),
         "{:?}",
         c.text(e)
     );
@@ -683,7 +716,10 @@ fn spdy_tty_exec_honours_resize() {
     box_pod(&f);
     let target = format!(
         "/exec/default/box/main?{}",
-        q(&["sh", "-c", "read x; stty size"], "input=1&output=1&error=1&tty=1")
+        q(
+            &["sh", "-c", "read x; stty size"],
+            "input=1&output=1&error=1&tty=1"
+        )
     );
     let (mut c, _) = Spdy::open(&f, &target, TRANSLATOR);
     let e = c.stream("error", &[]);
@@ -692,7 +728,9 @@ fn spdy_tty_exec_honours_resize() {
     // With a tty stderr is merged: its stream is accepted, never counted.
     let _er = c.stream("stderr", &[]);
     let r = c.stream("resize", &[]);
-    c.until("the replies", Duration::from_secs(10), |c| c.replied.len() == 5);
+    c.until("the replies", Duration::from_secs(10), |c| {
+        c.replied.len() == 5
+    });
     c.data(r, b"{\"Width\":120,\"Height\":40}\n", false);
     c.data(i, b"go\n", false);
     c.finish(Duration::from_secs(30));
@@ -713,7 +751,9 @@ fn spdy_attach_to_a_running_container() {
     let e = c.stream("error", &[]);
     let i = c.stream("stdin", &[]);
     let o = c.stream("stdout", &[]);
-    c.until("the replies", Duration::from_secs(10), |c| c.replied.len() == 3);
+    c.until("the replies", Duration::from_secs(10), |c| {
+        c.replied.len() == 3
+    });
     // The attach may start after the first line: send until one is seen.
     let end = Instant::now() + Duration::from_secs(20);
     while !c.text(o).contains("got:hello") {
@@ -724,12 +764,16 @@ fn spdy_attach_to_a_running_container() {
     // Leaving ends the attach; the container lives on.
     drop(c);
     let _ = e;
-    wait_for("the container still running", Duration::from_secs(5), || {
-        let p = f.sim.store.get(Resource::Pod, "default", "talk").ok()?;
-        (p["status"]["containerStatuses"][0]["restartCount"] == 0
-            && p["status"]["phase"] == "Running")
-            .then_some(())
-    });
+    wait_for(
+        "the container still running",
+        Duration::from_secs(5),
+        || {
+            let p = f.sim.store.get(Resource::Pod, "default", "talk").ok()?;
+            (p["status"]["containerStatuses"][0]["restartCount"] == 0
+                && p["status"]["phase"] == "Running")
+                .then_some(())
+        },
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -754,7 +798,10 @@ fn container_logs_with_the_kubelets_options() {
     assert_eq!(b.lines().count(), 1, "{b:?}");
     let (_, b) = get(&f, "/containerLogs/default/talker/main?tail=1");
     assert_eq!(b.lines().count(), 1, "{b:?}");
-    let (_, b) = get(&f, "/containerLogs/default/talker/main?timestamps=true&limitBytes=200");
+    let (_, b) = get(
+        &f,
+        "/containerLogs/default/talker/main?timestamps=true&limitBytes=200",
+    );
     let first = b.lines().next().unwrap_or_default();
     assert!(
         first.ends_with(" line1") && first.contains('T') && first.contains('Z'),
@@ -777,7 +824,11 @@ fn container_logs_with_the_kubelets_options() {
     assert_eq!(status, 200);
     let mut chunk = [0u8; 4096];
     let end = Instant::now() + Duration::from_secs(20);
-    while String::from_utf8_lossy(&dechunk(&rest)).matches("tick").count() < 3 {
+    while String::from_utf8_lossy(&dechunk(&rest))
+        .matches("tick")
+        .count()
+        < 3
+    {
         assert!(Instant::now() < end, "no ticks followed: {rest:?}");
         let n = s.read(&mut chunk).expect("read follow");
         assert!(n > 0, "the follow ended");
@@ -824,12 +875,18 @@ fn port_forward_plain_spdy_carries_mebibytes_each_way() {
     assert_eq!(chosen, "portforward.k8s.io");
     let e = c.stream("error", &[("port", "7070"), ("requestid", "0")]);
     let d = c.stream("data", &[("port", "7070"), ("requestid", "0")]);
-    c.until("the replies", Duration::from_secs(10), |c| c.replied.len() == 2);
+    c.until("the replies", Duration::from_secs(10), |c| {
+        c.replied.len() == 2
+    });
     let payload: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
     let mut sent = 0;
     let end = Instant::now() + Duration::from_secs(60);
     while c.data.get(&d).map_or(0, Vec::len) < payload.len() {
-        assert!(Instant::now() < end, "echoed {} bytes", c.data.get(&d).map_or(0, Vec::len));
+        assert!(
+            Instant::now() < end,
+            "echoed {} bytes",
+            c.data.get(&d).map_or(0, Vec::len)
+        );
         if sent < payload.len() {
             let n = (payload.len() - sent).min(32 * 1024);
             c.data(d, &payload[sent..sent + n], false);
@@ -866,10 +923,14 @@ fn websocket_v5_exec_through_the_kubelet_path() {
         crate::http::ws::client_handshake(s, &url, &[], Some("v5.channel.k8s.io"), 1 << 20)
             .expect("websocket");
     assert_eq!(chosen.as_deref(), Some("v5.channel.k8s.io"));
-    ws.send(Message::Binary(channel::encode_frame(channel::STDIN, b"ws-in\n").into()))
-        .expect("stdin");
-    ws.send(Message::Binary(channel::close_frame(channel::STDIN).to_vec().into()))
-        .expect("close stdin");
+    ws.send(Message::Binary(
+        channel::encode_frame(channel::STDIN, b"ws-in\n").into(),
+    ))
+    .expect("stdin");
+    ws.send(Message::Binary(
+        channel::close_frame(channel::STDIN).to_vec().into(),
+    ))
+    .expect("close stdin");
     let mut out = Vec::new();
     let mut status = Vec::new();
     loop {
@@ -893,4 +954,114 @@ fn websocket_v5_exec_through_the_kubelet_path() {
             .is_some_and(|m| m.contains("error executing command [sh -c cat; exit 5]")),
         "{st}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Hostile SPDY clients, a slow reader, a client that leaves.
+
+#[test]
+fn spdy_refuses_bad_streams_and_ends_on_garbage() {
+    use crate::kube::spdy::{RST_PROTOCOL_ERROR, RST_REFUSED_STREAM};
+    let _w = watchdog("hostile spdy", Duration::from_secs(60));
+    let f = fixture();
+    box_pod(&f);
+    let target = format!(
+        "/exec/default/box/main?{}",
+        q(&["sh", "-c", "sleep 30"], "output=1")
+    );
+    let (mut c, _) = Spdy::open(&f, &target, TRANSLATOR);
+    let e = c.stream("error", &[]);
+    // A second error stream is refused; an unknown type is replied, unused.
+    let dup = c.stream("error", &[]);
+    let odd = c.stream("telemetry", &[]);
+    // A server-parity id is a protocol error on that stream.
+    c.send(&Frame::SynStream {
+        stream_id: 100,
+        assoc_id: 0,
+        priority: 0,
+        fin: false,
+        unidirectional: false,
+        headers: Headers::from_pairs(&[("streamtype", "stdout")]),
+    });
+    c.until("the answers", Duration::from_secs(10), |c| {
+        c.replied.len() == 2 && c.reset.len() == 2
+    });
+    assert_eq!(c.replied, vec![e, odd]);
+    assert!(
+        c.reset.contains(&(dup, RST_REFUSED_STREAM)),
+        "{:?}",
+        c.reset
+    );
+    assert!(
+        c.reset.contains(&(100, RST_PROTOCOL_ERROR)),
+        "{:?}",
+        c.reset
+    );
+    // Garbage where a frame should be: GOAWAY, and the connection ends.
+    c.s.write_all(&[0x80, 0x07, 0x00, 0x63, 0, 0, 0, 0])
+        .expect("garbage");
+    c.s.flush().expect("flush");
+    let mut saw_goaway = false;
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    loop {
+        assert!(Instant::now() < end, "the server kept the connection");
+        match c.s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                c.dec.push(&buf[..n]);
+                while let Ok(Some(fr)) = c.dec.next() {
+                    saw_goaway |= matches!(fr, Frame::GoAway { .. });
+                }
+            }
+        }
+    }
+    assert!(saw_goaway);
+}
+
+#[test]
+fn spdy_exec_output_waits_for_a_slow_reader_and_loses_nothing() {
+    let _w = watchdog("slow reader", Duration::from_secs(120));
+    let f = fixture();
+    box_pod(&f);
+    // 16 MiB of output, far more than every queue on the way holds.
+    let target = format!(
+        "/exec/default/box/main?{}",
+        q(&["sh", "-c", "head -c 16777216 /dev/zero"], "output=1")
+    );
+    let (mut c, _) = Spdy::open(&f, &target, TRANSLATOR);
+    let e = c.stream("error", &[]);
+    let o = c.stream("stdout", &[]);
+    // The scenario itself, not a wait for a condition: a reader that
+    // stalls. The process must block on its pipe meanwhile, not the sim
+    // buffer its output.
+    std::thread::sleep(Duration::from_millis(1500));
+    c.finish(Duration::from_secs(90));
+    assert_eq!(c.data.get(&o).map_or(0, Vec::len), 16 << 20);
+    assert_eq!(c.text(e), r#"{"metadata":{},"status":"Success"}"#);
+}
+
+#[test]
+fn an_execs_process_ends_with_its_connection() {
+    let _w = watchdog("exec cleanup", Duration::from_secs(60));
+    let f = fixture();
+    box_pod(&f);
+    let target = format!(
+        "/exec/default/box/main?{}",
+        q(&["sh", "-c", "echo $$; exec sleep 300"], "output=1")
+    );
+    let (mut c, _) = Spdy::open(&f, &target, TRANSLATOR);
+    let _e = c.stream("error", &[]);
+    let o = c.stream("stdout", &[]);
+    c.until("the pid", Duration::from_secs(10), |c| {
+        c.text(o).ends_with('\n')
+    });
+    let pid: u32 = c.text(o).trim().parse().expect("pid");
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    drop(c);
+    wait_for("the process gone", Duration::from_secs(20), || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Gone, or a zombie about to be reaped.
+        (stat.is_empty() || stat.contains(") Z ")).then_some(())
+    });
 }
