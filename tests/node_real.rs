@@ -69,10 +69,14 @@ fn pod(name: &str, policy: &str, command: &[&str]) -> Value {
 }
 
 fn wait_running(b: &Backend, name: &str) -> Value {
-    wait_for(&format!("pod {name} Running"), Duration::from_secs(60), || {
-        let p = pod_json(b, name);
-        (p["status"]["phase"] == "Running").then_some(p)
-    })
+    wait_for(
+        &format!("pod {name} Running"),
+        Duration::from_secs(60),
+        || {
+            let p = pod_json(b, name);
+            (p["status"]["phase"] == "Running").then_some(p)
+        },
+    )
 }
 
 /// The node the plane's pods run on: every test checks its pod is there.
@@ -108,7 +112,14 @@ fn exec_exit_codes_and_stdin(b: &Backend) {
     assert_eq!(p["spec"]["nodeName"], sim_node().as_str());
     let out = kubectl(
         b,
-        &["exec", "shell", "--", "sh", "-c", "echo out; echo err >&2; exit 3"],
+        &[
+            "exec",
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ],
         None,
     );
     assert_eq!(out.code, Some(3), "stderr: {}", out.stderr_str());
@@ -127,7 +138,15 @@ fn exec_exit_codes_and_stdin(b: &Backend) {
     let mut c = b.kubectl();
     c.arg("-n")
         .arg(&b.ns)
-        .args(["exec", "-it", "shell", "--", "sh", "-c", "stty size; read x; echo got $x; exit 5"])
+        .args([
+            "exec",
+            "-it",
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "stty size; read x; echo got $x; exit 5",
+        ])
         .stdin(pty.stdio())
         .stdout(pty.stdio())
         .stderr(pty.stdio());
@@ -142,7 +161,11 @@ fn exec_exit_codes_and_stdin(b: &Backend) {
 }
 
 /// Reads lines of a child's stdout until `f` has what it wants.
-fn read_lines_until(child: &mut Child, within: Duration, mut f: impl FnMut(&[String]) -> bool) -> Vec<String> {
+fn read_lines_until(
+    child: &mut Child,
+    within: Duration,
+    mut f: impl FnMut(&[String]) -> bool,
+) -> Vec<String> {
     let out = child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -183,7 +206,11 @@ fn logs_and_attach(b: &Backend) {
         &pod(
             "ticker",
             "Always",
-            &["sh", "-c", "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.1; done"],
+            &[
+                "sh",
+                "-c",
+                "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.1; done",
+            ],
         ),
     );
     wait_running(b, "ticker");
@@ -196,7 +223,10 @@ fn logs_and_attach(b: &Backend) {
         .filter_map(|l| l.strip_prefix("line ")?.parse().ok())
         .collect();
     assert_eq!(nums.len(), lines.len(), "{lines:?}");
-    assert!(nums.windows(2).all(|w| w[1] == w[0] + 1), "in order, none lost: {nums:?}");
+    assert!(
+        nums.windows(2).all(|w| w[1] == w[0] + 1),
+        "in order, none lost: {nums:?}"
+    );
     // Timestamps, tail and a byte limit.
     let out = kubectl_ok(b, &["logs", "--timestamps", "--tail=2", "ticker"]);
     let ts: Vec<&str> = out.lines().collect();
@@ -206,7 +236,10 @@ fn logs_and_attach(b: &Backend) {
         assert!(stamp.ends_with('Z') && stamp.contains('T'), "{l}");
         assert!(rest.starts_with("line "), "{l}");
     }
-    assert_eq!(kubectl_ok(b, &["logs", "--limit-bytes=5", "ticker"]), "line ");
+    assert_eq!(
+        kubectl_ok(b, &["logs", "--limit-bytes=5", "ticker"]),
+        "line "
+    );
     // Attach: the container's own output, live.
     let mut child = spawn_kubectl(b, &["attach", "ticker"]);
     let lines = read_lines_until(&mut child, Duration::from_secs(30), |l| {
@@ -223,16 +256,29 @@ fn logs_and_attach(b: &Backend) {
     apply(b, &cat);
     wait_running(b, "cat");
     let out = kubectl(b, &["attach", "-i", "cat"], Some(b"hi\n"));
-    assert!(out.stdout_str().contains("hi"), "attach -i: {}{}", out.stdout_str(), out.stderr_str());
+    assert!(
+        out.stdout_str().contains("hi"),
+        "attach -i: {}{}",
+        out.stdout_str(),
+        out.stderr_str()
+    );
     // The previous container's log.
-    apply(b, &pod("crasher", "OnFailure", &["sh", "-c", "echo run $PPID; exit 1"]));
+    apply(
+        b,
+        &pod(
+            "crasher",
+            "OnFailure",
+            &["sh", "-c", "echo run $PPID; exit 1"],
+        ),
+    );
     wait_for("crasher restarted", Duration::from_secs(60), || {
         let p = pod_json(b, "crasher");
         (p["status"]["containerStatuses"][0]["restartCount"].as_u64() >= Some(1)).then_some(())
     });
     let prev = kubectl_ok(b, &["logs", "--previous", "crasher"]);
     assert!(
-        prev.strip_prefix("run ").is_some_and(|p| p.trim().parse::<u32>().is_ok()),
+        prev.strip_prefix("run ")
+            .is_some_and(|p| p.trim().parse::<u32>().is_ok()),
         "{prev}"
     );
 }
@@ -282,21 +328,25 @@ fn port_forward_moves_five_mib_each_way(b: &Backend) {
     // The server may take a moment to listen: retry the first exchange.
     let len = 5 << 20;
     let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-    let echoed = wait_for("an echo through port-forward", Duration::from_secs(60), || {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-        let mut w = s.try_clone().ok()?;
-        let send = data.clone();
-        let writer = std::thread::spawn(move || {
-            let ok = w.write_all(&send).is_ok();
-            let _ = w.shutdown(Shutdown::Write);
-            ok
-        });
-        let mut got = Vec::with_capacity(len);
-        let _ = s.read_to_end(&mut got);
-        let sent = writer.join().unwrap_or(false);
-        (sent && got.len() == len).then_some(got)
-    });
+    let echoed = wait_for(
+        "an echo through port-forward",
+        Duration::from_secs(60),
+        || {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+            let mut w = s.try_clone().ok()?;
+            let send = data.clone();
+            let writer = std::thread::spawn(move || {
+                let ok = w.write_all(&send).is_ok();
+                let _ = w.shutdown(Shutdown::Write);
+                ok
+            });
+            let mut got = Vec::with_capacity(len);
+            let _ = s.read_to_end(&mut got);
+            let sent = writer.join().unwrap_or(false);
+            (sent && got.len() == len).then_some(got)
+        },
+    );
     assert!(echoed == data, "5 MiB came back changed");
     let _ = child.kill();
     let _ = child.wait();
@@ -318,17 +368,30 @@ fn the_kubelet_port_admits_only_the_api_server(_b: &Backend) {
     let pki = std::env::var("KUBEGATE_REAL_PKI").expect("KUBEGATE_REAL_PKI");
     let f = |n: &str| format!("{pki}/{n}");
     // The API server's kubelet client certificate: served.
-    let (crt, key) = (f("apiserver-kubelet-client.crt"), f("apiserver-kubelet-client.key"));
+    let (crt, key) = (
+        f("apiserver-kubelet-client.crt"),
+        f("apiserver-kubelet-client.key"),
+    );
     let ok = curl_kubelet("/healthz", Some((&crt, &key)));
     assert_eq!(ok.code, Some(0), "{}", ok.stderr_str());
     assert_eq!(ok.stdout_str(), "ok");
     // No certificate, or one the API server itself accepts from users
     // (the cluster CA's admin): nothing.
     let none = curl_kubelet("/healthz", None);
-    assert_ne!(none.code, Some(0), "served without a certificate: {}", none.stdout_str());
+    assert_ne!(
+        none.code,
+        Some(0),
+        "served without a certificate: {}",
+        none.stdout_str()
+    );
     let (acrt, akey) = (f("admin-cert.crt"), f("admin-cert.key"));
     let admin = curl_kubelet("/healthz", Some((&acrt, &akey)));
-    assert_ne!(admin.code, Some(0), "served a user's certificate: {}", admin.stdout_str());
+    assert_ne!(
+        admin.code,
+        Some(0),
+        "served a user's certificate: {}",
+        admin.stdout_str()
+    );
     let node = curl_kubelet("/containerLogs/kube-system/x/y", Some((&acrt, &akey)));
     assert!(node.stdout.is_empty());
 }
@@ -336,7 +399,14 @@ fn the_kubelet_port_admits_only_the_api_server(_b: &Backend) {
 fn events_of(b: &Backend, pod: &str) -> Vec<String> {
     let list: Value = serde_json::from_str(&kubectl_ok(
         b,
-        &["get", "events", "--field-selector", &format!("involvedObject.name={pod}"), "-o", "json"],
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={pod}"),
+            "-o",
+            "json",
+        ],
     ))
     .expect("events json");
     list["items"]
@@ -348,14 +418,36 @@ fn events_of(b: &Backend, pod: &str) -> Vec<String> {
 }
 
 fn status_and_events_as_a_kubelet_writes_them(b: &Backend) {
-    kubectl_ok(b, &["create", "secret", "generic", "s", "--from-literal=k=from-a-secret"]);
-    kubectl_ok(b, &["create", "configmap", "c", "--from-literal=f=from-a-configmap"]);
+    kubectl_ok(
+        b,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "s",
+            "--from-literal=k=from-a-secret",
+        ],
+    );
+    kubectl_ok(
+        b,
+        &[
+            "create",
+            "configmap",
+            "c",
+            "--from-literal=f=from-a-configmap",
+        ],
+    );
     let mut p = pod(
         "done",
         "Never",
-        &["sh", "-c", "echo $S; cat /etc/c/f; [ \"$S\" = from-a-secret ] || exit 9; exit 3"],
+        &[
+            "sh",
+            "-c",
+            "echo $S; cat /etc/c/f; [ \"$S\" = from-a-secret ] || exit 9; exit 3",
+        ],
     );
-    p["spec"]["initContainers"] = json!([{"name": "init", "image": "busybox", "command": ["true"]}]);
+    p["spec"]["initContainers"] =
+        json!([{"name": "init", "image": "busybox", "command": ["true"]}]);
     p["spec"]["containers"][0]["env"] = json!([
         {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
     ]);
@@ -369,7 +461,10 @@ fn status_and_events_as_a_kubelet_writes_them(b: &Backend) {
     let c = &st["containerStatuses"][0];
     assert_eq!(c["state"]["terminated"]["exitCode"], 3, "{st}");
     assert_eq!(c["state"]["terminated"]["reason"], "Error");
-    assert_eq!(st["initContainerStatuses"][0]["state"]["terminated"]["exitCode"], 0);
+    assert_eq!(
+        st["initContainerStatuses"][0]["state"]["terminated"]["exitCode"],
+        0
+    );
     // The server's and the scheduler's fields are theirs.
     assert_eq!(st["qosClass"], "BestEffort");
     let scheduled = st["conditions"]
@@ -378,7 +473,12 @@ fn status_and_events_as_a_kubelet_writes_them(b: &Backend) {
         .flatten()
         .any(|c| c["type"] == "PodScheduled" && c["status"] == "True");
     assert!(scheduled, "{st}");
-    assert!(st["podIP"].as_str().is_some_and(|ip| ip.starts_with("127.244.")), "{st}");
+    assert!(
+        st["podIP"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("127.244.")),
+        "{st}"
+    );
     assert_eq!(
         kubectl_ok(b, &["logs", "done"]),
         "from-a-secret\nfrom-a-configmap"
@@ -406,9 +506,15 @@ fn status_and_events_as_a_kubelet_writes_them(b: &Backend) {
     m["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "s", "mountPath": "/s"}]);
     apply(b, &m);
     wait_for("FailedMount", Duration::from_secs(60), || {
-        events_of(b, "mount").iter().any(|r| r == "FailedMount").then_some(())
+        events_of(b, "mount")
+            .iter()
+            .any(|r| r == "FailedMount")
+            .then_some(())
     });
-    kubectl_ok(b, &["create", "secret", "generic", "later", "--from-literal=x=y"]);
+    kubectl_ok(
+        b,
+        &["create", "secret", "generic", "later", "--from-literal=x=y"],
+    );
     wait_running(b, "mount");
     // activeDeadlineSeconds.
     let mut d = pod("deadline", "Always", &["sleep", "3600"]);
@@ -416,7 +522,8 @@ fn status_and_events_as_a_kubelet_writes_them(b: &Backend) {
     apply(b, &d);
     wait_for("DeadlineExceeded", Duration::from_secs(60), || {
         let p = pod_json(b, "deadline");
-        (p["status"]["phase"] == "Failed" && p["status"]["reason"] == "DeadlineExceeded").then_some(())
+        (p["status"]["phase"] == "Failed" && p["status"]["reason"] == "DeadlineExceeded")
+            .then_some(())
     });
 }
 
@@ -426,7 +533,15 @@ fn watch_until_deleted(b: &Backend, name: &str, act: impl FnOnce()) -> Vec<(Stri
     child
         .arg("-n")
         .arg(&b.ns)
-        .args(["get", "pod", name, "-w", "-o", "json", "--output-watch-events"])
+        .args([
+            "get",
+            "pod",
+            name,
+            "-w",
+            "-o",
+            "json",
+            "--output-watch-events",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
@@ -458,26 +573,47 @@ fn watch_until_deleted(b: &Backend, name: &str, act: impl FnOnce()) -> Vec<(Stri
     while let Some(Ok(ev)) = de.next() {
         seen.push((
             ev["type"].as_str().unwrap_or("").to_string(),
-            ev["object"]["status"]["phase"].as_str().unwrap_or("").to_string(),
+            ev["object"]["status"]["phase"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
         ));
     }
     seen
 }
 
 fn deletion_writes_the_terminal_phase_then_deletes(b: &Backend) {
-    apply(b, &pod("polite", "Always", &["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]));
+    apply(
+        b,
+        &pod(
+            "polite",
+            "Always",
+            &[
+                "sh",
+                "-c",
+                "trap 'exit 0' TERM; while true; do sleep 0.1; done",
+            ],
+        ),
+    );
     wait_running(b, "polite");
     let seen = watch_until_deleted(b, "polite", || {
         kubectl_ok(b, &["delete", "pod", "polite", "--wait=false"]);
     });
-    let deleted = seen.iter().position(|(t, _)| t == "DELETED").expect("DELETED seen");
+    let deleted = seen
+        .iter()
+        .position(|(t, _)| t == "DELETED")
+        .expect("DELETED seen");
     let terminal = seen
         .iter()
         .position(|(t, ph)| t == "MODIFIED" && ph == "Succeeded")
         .unwrap_or_else(|| panic!("no Succeeded before DELETED: {seen:?}"));
     assert!(terminal < deleted, "{seen:?}");
     // One that ignores SIGTERM: killed after its grace period, Failed.
-    let mut stubborn = pod("stubborn", "Always", &["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]);
+    let mut stubborn = pod(
+        "stubborn",
+        "Always",
+        &["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"],
+    );
     stubborn["spec"]["terminationGracePeriodSeconds"] = json!(2);
     apply(b, &stubborn);
     wait_running(b, "stubborn");
@@ -485,7 +621,10 @@ fn deletion_writes_the_terminal_phase_then_deletes(b: &Backend) {
     let seen = watch_until_deleted(b, "stubborn", || {
         kubectl_ok(b, &["delete", "pod", "stubborn", "--wait=false"]);
     });
-    assert!(t0.elapsed() >= Duration::from_secs(2), "killed before its grace period");
+    assert!(
+        t0.elapsed() >= Duration::from_secs(2),
+        "killed before its grace period"
+    );
     assert!(
         seen.iter().any(|(t, ph)| t == "MODIFIED" && ph == "Failed"),
         "{seen:?}"
@@ -495,11 +634,19 @@ fn deletion_writes_the_terminal_phase_then_deletes(b: &Backend) {
 /// The harness's TCP proxy in front of the API server (the node's only
 /// way to it): `down` cuts every connection and refuses new ones.
 fn proxy(action: &str) {
-    let url = std::env::var("KUBEGATE_REAL_APISERVER_PROXY").expect("KUBEGATE_REAL_APISERVER_PROXY");
+    let url =
+        std::env::var("KUBEGATE_REAL_APISERVER_PROXY").expect("KUBEGATE_REAL_APISERVER_PROXY");
     let out = run_with_timeout(
         {
             let mut c = Command::new("curl");
-            c.args(["-sS", "-X", "POST", "--max-time", "10", &format!("{url}/{action}")]);
+            c.args([
+                "-sS",
+                "-X",
+                "POST",
+                "--max-time",
+                "10",
+                &format!("{url}/{action}"),
+            ]);
             c
         },
         None,
@@ -519,7 +666,11 @@ impl Drop for Up {
 fn status_written_during_an_outage_arrives_after_it(b: &Backend) {
     apply(
         b,
-        &pod("waiter", "Never", &["sh", "-c", "while [ ! -e go ]; do sleep 0.1; done; exit 7"]),
+        &pod(
+            "waiter",
+            "Never",
+            &["sh", "-c", "while [ ! -e go ]; do sleep 0.1; done; exit 7"],
+        ),
     );
     wait_running(b, "waiter");
     let _up = Up;
@@ -529,7 +680,10 @@ fn status_written_during_an_outage_arrives_after_it(b: &Backend) {
     kubectl_ok(b, &["exec", "waiter", "--", "touch", "go"]);
     std::thread::sleep(Duration::from_secs(3));
     let p = pod_json(b, "waiter");
-    assert_eq!(p["status"]["phase"], "Running", "written through a cut proxy?");
+    assert_eq!(
+        p["status"]["phase"], "Running",
+        "written through a cut proxy?"
+    );
     proxy("up");
     wait_for("the exit after the outage", Duration::from_secs(60), || {
         let p = pod_json(b, "waiter");
@@ -593,16 +747,29 @@ chmod 600 node.key"#,
     fn start(&mut self) {
         let pki = std::env::var("KUBEGATE_REAL_PKI").expect("KUBEGATE_REAL_PKI");
         let child = Command::new(common::KUBEGATE)
-            .args(["sim", "node", "--name", &self.name, "--pod-cidr", "127.246.0.0/16"])
+            .args([
+                "sim",
+                "node",
+                "--name",
+                &self.name,
+                "--pod-cidr",
+                "127.246.0.0/16",
+            ])
             .args(["--listen", "127.0.0.1:0", "--uid-range", "370000-379999"])
             .arg("--kubeconfig")
             .arg(self.dir.join("kubeconfig"))
             .arg("--state-dir")
             .arg(self.dir.join("state"))
             .args(["--tls-cert-file", &format!("{pki}/sim-node-serving.crt")])
-            .args(["--tls-private-key-file", &format!("{pki}/sim-node-serving.key")])
+            .args([
+                "--tls-private-key-file",
+                &format!("{pki}/sim-node-serving.key"),
+            ])
             .args(["--client-ca-file", &format!("{pki}/kubelet-client-ca.crt")])
-            .args(["--register-with-taints", &format!("kubegate.test/node={}:NoSchedule", self.name)])
+            .args([
+                "--register-with-taints",
+                &format!("kubegate.test/node={}:NoSchedule", self.name),
+            ])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -641,14 +808,18 @@ fn a_restarted_node_reports_its_lost_containers(b: &Backend) {
     }
     node.kill();
     node.start();
-    wait_for("lost-never Failed with ContainerStatusUnknown", Duration::from_secs(60), || {
-        let p = pod_json(b, "lost-never");
-        let t = &p["status"]["containerStatuses"][0]["state"]["terminated"];
-        (p["status"]["phase"] == "Failed"
-            && t["exitCode"] == 137
-            && t["reason"] == "ContainerStatusUnknown")
-            .then_some(())
-    });
+    wait_for(
+        "lost-never Failed with ContainerStatusUnknown",
+        Duration::from_secs(60),
+        || {
+            let p = pod_json(b, "lost-never");
+            let t = &p["status"]["containerStatuses"][0]["state"]["terminated"];
+            (p["status"]["phase"] == "Failed"
+                && t["exitCode"] == 137
+                && t["reason"] == "ContainerStatusUnknown")
+                .then_some(())
+        },
+    );
     wait_for("lost-always restarted", Duration::from_secs(60), || {
         let p = pod_json(b, "lost-always");
         let c = &p["status"]["containerStatuses"][0];
@@ -662,7 +833,11 @@ fn a_restarted_node_reports_its_lost_containers(b: &Backend) {
     let pods_dir = node.dir.join("state/pods");
     let n = std::fs::read_dir(&pods_dir).map(|d| d.count()).unwrap_or(0);
     assert!(n <= 2, "{n} pod folders under {}", pods_dir.display());
-    kubectl(b, &["delete", "pod", "lost-always", "lost-never", "--wait=false"], None);
+    kubectl(
+        b,
+        &["delete", "pod", "lost-always", "lost-never", "--wait=false"],
+        None,
+    );
     node.kill();
     kubectl(b, &["delete", "node", &name, "--wait=false"], None);
     let _ = node.name.len();

@@ -127,8 +127,13 @@ enum PodMsg {
     /// watcher never waits on a pod thread, it leaves the pod's newest
     /// state there and wakes the thread (a full inbox already holds a wake).
     Wake,
-    Exited { container: String, generation: u64 },
-    Kill { container: String },
+    Exited {
+        container: String,
+        generation: u64,
+    },
+    Kill {
+        container: String,
+    },
 }
 
 struct PodEntry {

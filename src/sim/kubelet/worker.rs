@@ -174,7 +174,10 @@ impl PodWorker {
         let phase = status["phase"].as_str().unwrap_or("");
         let policy = self.restart_policy().to_string();
         let mut any = false;
-        for (list, is_init) in [("initContainerStatuses", true), ("containerStatuses", false)] {
+        for (list, is_init) in [
+            ("initContainerStatuses", true),
+            ("containerStatuses", false),
+        ] {
             for st in status[list].as_array().into_iter().flatten() {
                 let Some(name) = st["name"].as_str() else {
                     continue;
@@ -235,7 +238,10 @@ impl PodWorker {
             self.init_index += 1;
         }
         let init_failed = self.init.iter().any(|c| {
-            c.done && c.state["terminated"]["exitCode"].as_i64().is_some_and(|x| x != 0)
+            c.done
+                && c.state["terminated"]["exitCode"]
+                    .as_i64()
+                    .is_some_and(|x| x != 0)
         });
         if init_failed {
             self.phase = "Failed".into();
@@ -243,8 +249,7 @@ impl PodWorker {
                 c.done = true;
             }
         }
-        self.init_index >= self.init.len() && self.containers.iter().all(|c| c.done)
-            || init_failed
+        self.init_index >= self.init.len() && self.containers.iter().all(|c| c.done) || init_failed
     }
 
     fn restart_policy(&self) -> &str {
@@ -274,7 +279,11 @@ impl PodWorker {
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             let mut changed = false;
-            if self.shared.deleted.load(std::sync::atomic::Ordering::SeqCst) {
+            if self
+                .shared
+                .deleted
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
                 self.deleted = true;
                 self.kill_all(Duration::ZERO);
                 break;
@@ -330,7 +339,10 @@ impl PodWorker {
     /// a node of a real control plane finds it bound) and allocates its IP:
     /// the one it had, when the node restarted under it and it is free.
     fn bind(&mut self) -> bool {
-        let had = self.pod["status"]["podIP"].as_str().unwrap_or("").to_string();
+        let had = self.pod["status"]["podIP"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let ip = {
             let mut ips = self.k.ips.lock();
             if !had.is_empty() && ips.claim(&had) {

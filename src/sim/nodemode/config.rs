@@ -33,7 +33,9 @@ impl ConfigSource for RemoteConfig {
             Ok(o) => Some(decode_config_data(kind, &o)),
             Err(KubeError::NotFound(_)) => None,
             Err(e) => {
-                log::debug!("node: reading {kind} {ns}/{name}: {e} (the pod waits and tries again)");
+                log::debug!(
+                    "node: reading {kind} {ns}/{name}: {e} (the pod waits and tries again)"
+                );
                 None
             }
         }

@@ -8,7 +8,6 @@
 //! retried, and never holds up a pod.
 
 use crate::kube::client::rest::Request;
-use ureq::http::Method;
 use crate::kube::client::Client;
 use crate::sim::resources::Resource;
 use crate::sim::store::{RecvTimeoutError, Selectors, Store, WatchFrom};
@@ -16,6 +15,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use ureq::http::Method;
 
 pub struct EventSender {
     stop: Arc<AtomicBool>,
@@ -90,11 +90,8 @@ fn create(ev: &Value) -> Option<Request> {
     let mut body = ev.clone();
     body["metadata"] = json!({"name": name, "namespace": ns});
     Some(
-        Request::new(
-            Method::POST,
-            format!("/api/v1/namespaces/{ns}/events"),
-        )
-        .json(body.to_string().into_bytes()),
+        Request::new(Method::POST, format!("/api/v1/namespaces/{ns}/events"))
+            .json(body.to_string().into_bytes()),
     )
 }
 

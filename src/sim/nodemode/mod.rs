@@ -164,8 +164,8 @@ impl Node {
         let io = |what: &str, e: std::io::Error| format!("starting {what}: {e}");
         let status = status::StatusManager::start(client.clone(), store.clone(), gone.clone())
             .map_err(|e| io("the status manager", e))?;
-        let events =
-            events::EventSender::start(client.clone(), store.clone()).map_err(|e| io("events", e))?;
+        let events = events::EventSender::start(client.clone(), store.clone())
+            .map_err(|e| io("events", e))?;
         let mirror = mirror::Mirror::start(&client, &opts.name, store, gone)
             .map_err(|e| io("the pod watch", e))?;
         log::info!(

@@ -10,7 +10,6 @@
 //! Thread: `node-lease`.
 
 use crate::kube::client::rest::Request;
-use ureq::http::Method;
 use crate::kube::client::{Client, KubeError};
 use crate::sim::apitime;
 use crate::sim::node::{HostFacts, NODE_LEASE_NAMESPACE};
@@ -18,6 +17,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use ureq::http::Method;
 
 const LEASE_DURATION_SECONDS: i64 = 40;
 const RENEW: Duration = Duration::from_secs(10);
@@ -162,8 +162,7 @@ impl State {
 
     fn register(&mut self) -> Result<(), KubeError> {
         let obj = self.spec.object();
-        let req = Request::new(Method::POST, "/api/v1/nodes")
-            .json(obj.to_string().into_bytes());
+        let req = Request::new(Method::POST, "/api/v1/nodes").json(obj.to_string().into_bytes());
         match self.client.send_json::<Value>(&req) {
             Ok(n) => {
                 self.node_uid = n["metadata"]["uid"].as_str().unwrap_or("").to_string();
@@ -176,7 +175,10 @@ impl State {
                     .send_json(&Request::get(format!("/api/v1/nodes/{}", self.spec.name)))?;
                 self.node_uid = n["metadata"]["uid"].as_str().unwrap_or("").to_string();
                 self.post_status()?;
-                log::info!("node {}: registered before; status brought up to date", self.spec.name);
+                log::info!(
+                    "node {}: registered before; status brought up to date",
+                    self.spec.name
+                );
             }
             Err(e) => return Err(e),
         }
@@ -202,9 +204,8 @@ impl State {
 
     fn renew_lease(&self) -> Result<(), KubeError> {
         let name = &self.spec.name;
-        let path = format!(
-            "/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{name}"
-        );
+        let path =
+            format!("/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{name}");
         let renew = apitime::Instant::now().micro();
         match self.client.send_json::<Value>(&Request::get(path.clone())) {
             Ok(mut lease) => {
@@ -230,7 +231,9 @@ impl State {
                 });
                 let req = Request::new(
                     Method::POST,
-                    format!("/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"),
+                    format!(
+                        "/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
+                    ),
                 )
                 .json(lease.to_string().into_bytes());
                 match self.client.send(&req) {
@@ -263,14 +266,20 @@ mod tests {
         };
         let n = spec.object();
         assert_eq!(n["metadata"]["name"], "kubegate-node-0");
-        assert_eq!(n["metadata"]["labels"]["kubernetes.io/hostname"], "kubegate-node-0");
+        assert_eq!(
+            n["metadata"]["labels"]["kubernetes.io/hostname"],
+            "kubegate-node-0"
+        );
         assert_eq!(n["metadata"]["labels"]["kubegate.test/node"], "sim");
         assert_eq!(
             n["spec"]["taints"],
             json!([{"key": "kubegate.test/node", "value": "sim", "effect": "NoSchedule"}])
         );
         assert!(n["spec"].get("podCIDR").is_none());
-        assert_eq!(n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
+        assert_eq!(
+            n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+            10250
+        );
         assert_eq!(n["status"]["addresses"][1]["address"], "kubegate-node-0");
     }
 }

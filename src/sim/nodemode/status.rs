@@ -21,7 +21,6 @@
 //! replaced pod a 409.
 
 use crate::kube::client::rest::Request;
-use ureq::http::Method;
 use crate::kube::client::{Client, KubeError};
 use crate::sim::resources::Resource;
 use crate::sim::store::{RecvTimeoutError, Selectors, Store, WatchFrom};
@@ -31,6 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use ureq::http::Method;
 
 use super::mirror::Gone;
 
@@ -278,7 +278,8 @@ fn send_loop(s: &Shared) {
                     );
                 }
                 let wait = next_due.map_or(Duration::from_secs(1), |at| {
-                    at.saturating_duration_since(now).max(Duration::from_millis(10))
+                    at.saturating_duration_since(now)
+                        .max(Duration::from_millis(10))
                 });
                 s.cv.wait_for(&mut t, wait);
             }
@@ -315,7 +316,9 @@ fn send_loop(s: &Shared) {
 
 enum Outcome {
     /// Written (and, for a final delete, deleted).
-    Done { deleted: bool },
+    Done {
+        deleted: bool,
+    },
     /// The pod is gone or was replaced: nothing more to tell about it.
     Forget,
     Retry,
@@ -391,7 +394,10 @@ mod tests {
         });
         let up = upstream_status(&st);
         assert!(up.get("qosClass").is_none());
-        assert_eq!(up["conditions"], json!([{"type": "Ready", "status": "True"}]));
+        assert_eq!(
+            up["conditions"],
+            json!([{"type": "Ready", "status": "True"}])
+        );
         assert_eq!(up["podIP"], "127.244.1.1");
     }
 }
