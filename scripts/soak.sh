@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The soak test (docs/RELIABILITY.md, "The bars" and the rest of the page):
 #
-#   scripts/soak.sh DURATION [--sessions N] [--execs M] [--seed S]
+#   scripts/soak.sh DURATION [--sessions N] [--execs M] [--seed S] [--real]
+#
+# --real: on a real control plane instead of the sim (docs/RELIABILITY.md,
+# "On a real control plane"): scripts/control-plane.sh starts one here with
+# `kubegate sim node` as the node the sessions' pods run on, and the daemon
+# reaches its API server through a loopback TCP proxy the driver cuts.
 #
 # DURATION like 90s, 30m or 1h: the loaded, faulted run after the sessions
 # are up. Builds once, starts a `kubegate sim` on a free loopback port and
@@ -16,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  echo "usage: scripts/soak.sh DURATION [--sessions N] [--execs M] [--seed S]" >&2
+  echo "usage: scripts/soak.sh DURATION [--sessions N] [--execs M] [--seed S] [--real]" >&2
   exit 2
 }
 [ $# -ge 1 ] || usage
@@ -25,8 +30,10 @@ shift
 sessions=20
 execs=10
 seed=1
+real=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --real) real=1; shift ;;
     --sessions) sessions=${2:?}; shift 2 ;;
     --execs) execs=${2:?}; shift 2 ;;
     --seed) seed=${2:?}; shift 2 ;;
@@ -49,6 +56,8 @@ log_level=${SOAK_LOG:-warn}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/kubegate-soak.XXXXXX")
 sim_pid=""
 daemon_pid=""
+proxy_pid=""
+plane=""
 
 # SIGTERM, then a bounded wait, then SIGKILL: only the processes started here.
 stop_pid() {
@@ -67,6 +76,10 @@ stop_pid() {
 cleanup() {
   stop_pid "$daemon_pid"
   stop_pid "$sim_pid"
+  stop_pid "$proxy_pid"
+  if [ -n "$plane" ]; then
+    scripts/control-plane.sh stop "$plane" || true
+  fi
   if [ "${SOAK_KEEP:-0}" = 1 ]; then
     echo "soak: logs kept in $dir" >&2
   else
@@ -90,6 +103,51 @@ first_line() {
   return 1
 }
 
+if [ "$real" = 1 ]; then
+  # The real plane, its sim node running this build's kubegate. Every pod
+  # of the soak's two namespaces is placed on the sim node (the namespace
+  # annotations of docs/control-plane.md#the-sim-node).
+  plane="$dir/plane"
+  # Pod users pass through here to the node's pods' folders (search only).
+  chmod 711 "$dir"
+  KUBEGATE_CP_OWNER_PID=$$ KUBEGATE_BIN="$PWD/$bin/kubegate" scripts/control-plane.sh start "$plane" >&2
+  # shellcheck disable=SC1091
+  . "$plane/env"
+  [ -n "${KUBEGATE_REAL_SIM_NODE:-}" ] || { echo "soak: the plane has no sim node" >&2; exit 2; }
+  kctl() { "$KUBEGATE_REAL_KUBECTL" --kubeconfig "$KUBEGATE_REAL_KUBECONFIG" --request-timeout=30s "$@"; }
+  session_ns=soak-sessions
+  for ns in soak "$session_ns"; do
+    kctl apply -f - >/dev/null <<NS
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $ns
+  annotations:
+    scheduler.alpha.kubernetes.io/node-selector: "$KUBEGATE_REAL_SIM_NODE_LABEL"
+    scheduler.alpha.kubernetes.io/defaultTolerations: '[{"key":"${KUBEGATE_REAL_SIM_NODE_TAINT%%=*}","operator":"Equal","value":"$(t=${KUBEGATE_REAL_SIM_NODE_TAINT#*=}; echo "${t%%:*}")","effect":"NoSchedule"}]'
+NS
+  done
+  for ns in soak "$session_ns"; do
+    for _ in $(seq 1 300); do
+      kctl -n "$ns" get serviceaccount default >/dev/null 2>&1 && break
+      sleep 0.2
+    done
+  done
+  # The daemon's own way to the API server: a proxy the driver cuts (watch
+  # drops, stream cuts, outages), as the sim's /sim/faults would.
+  mapfile -t pp < <("$KUBEGATE_REAL_BIN/freeport" 2)
+  "$KUBEGATE_REAL_BIN/apiproxy" --listen "127.0.0.1:${pp[0]}" --target "${KUBEGATE_REAL_SERVER#https://}" \
+    --control "127.0.0.1:${pp[1]}" --max-conns 4096 </dev/null >"$dir/apiproxy.log" 2>&1 &
+  proxy_pid=$!
+  proxy_ctl="http://127.0.0.1:${pp[1]}"
+  for _ in $(seq 1 100); do curl -fsS "$proxy_ctl/status" >/dev/null 2>&1 && break; sleep 0.1; done
+  sed "s#server: .*#server: https://127.0.0.1:${pp[0]}#" "$KUBEGATE_REAL_KUBECONFIG" > "$dir/kubeconfig"
+  chmod 600 "$dir/kubeconfig"
+  cluster_extra="pod_access = \"direct\"
+session_namespace = \"$session_ns\""
+  driver_cluster=(--real-kubeconfig "$KUBEGATE_REAL_KUBECONFIG" --proxy "$proxy_ctl" --session-namespace "$session_ns")
+  where="real plane (Kubernetes $KUBEGATE_REAL_KUBE_VERSION, node $KUBEGATE_REAL_SIM_NODE), proxy $proxy_ctl (pid $proxy_pid)"
+else
 # --no-auth: the driver reaches the sim's API and /sim/faults without a
 # token (a loopback sim that lives for this run only; the daemon still
 # uses the kubeconfig).
@@ -101,6 +159,10 @@ if ! sim_url=$(first_line "$dir/sim.out" "kubegate sim listening on " "$sim_pid"
   echo "soak: the sim did not start; its log:" >&2
   tail -n 30 "$dir/sim.log" >&2
   exit 2
+fi
+cluster_extra=""
+driver_cluster=(--sim "$sim_url")
+where="sim $sim_url (pid $sim_pid)"
 fi
 
 # A token for this run only; the daemon keeps its digest.
@@ -122,6 +184,7 @@ max_port_streams_per_principal = $((sessions * 4 + 64))
 [cluster]
 mode = "kubeconfig"
 kubeconfig = "$dir/kubeconfig"
+$cluster_extra
 
 [exec]
 max_sessions = $((execs + 64))
@@ -155,10 +218,10 @@ if ! daemon_url=$(first_line "$dir/daemon.out" "kubegate listening on " "$daemon
   exit 2
 fi
 
-echo "soak: sim $sim_url (pid $sim_pid), daemon $daemon_url (pid $daemon_pid), $profile build" >&2
+echo "soak: $where, daemon $daemon_url (pid $daemon_pid), $profile build" >&2
 rc=0
 KUBEGATE_SOAK_TOKEN=$token "$bin/kubegate-soak" \
-  --daemon "${daemon_url#http://}" --sim "$sim_url" --daemon-pid "$daemon_pid" \
+  --daemon "${daemon_url#http://}" "${driver_cluster[@]}" --daemon-pid "$daemon_pid" \
   --duration "$duration" --sessions "$sessions" --execs "$execs" --seed "$seed" || rc=$?
 if [ "$rc" -ne 0 ]; then
   echo "soak: failed ($rc); the daemon's last log lines:" >&2

@@ -1,17 +1,35 @@
 //! The driver's command line (lexopt): where the daemon and the sim are,
 //! how long, how many sessions and exec streams, the seed.
 
-pub(crate) const USAGE: &str = "usage: kubegate-soak --daemon HOST:PORT [--token T (or KUBEGATE_SOAK_TOKEN)] --sim URL --daemon-pid PID \
---duration DUR [--sessions N] [--execs M] [--seed S] [--project P --uid U --deployment D]";
+pub(crate) const USAGE: &str = "usage: kubegate-soak --daemon HOST:PORT [--token T (or KUBEGATE_SOAK_TOKEN)] \
+(--sim URL | --real-kubeconfig FILE --proxy URL) --daemon-pid PID \
+--duration DUR [--sessions N] [--execs M] [--seed S] [--project P --uid U --deployment D] [--session-namespace NS]";
 
 use crate::SoakError;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// The cluster under the daemon, and how its faults are injected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cluster {
+    /// A `kubegate sim` (its URL): faults through `/sim/faults`.
+    Sim(String),
+    /// A real control plane with the sim as its node: the admin's
+    /// kubeconfig, and the control URL of the loopback TCP proxy between
+    /// the daemon and the API server (docs/RELIABILITY.md, "On a real
+    /// control plane").
+    Real {
+        kubeconfig: std::path::PathBuf,
+        proxy: String,
+    },
+}
+
 pub(crate) struct Args {
     pub(crate) daemon: String,
     pub(crate) token: String,
-    pub(crate) sim: String,
+    pub(crate) cluster: Cluster,
+    /// Where the daemon makes session pods (`[cluster] session_namespace`).
+    pub(crate) session_namespace: String,
     pub(crate) daemon_pid: u32,
     pub(crate) duration: Duration,
     pub(crate) sessions: usize,
@@ -40,10 +58,13 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, SoakError> {
 }
 
 /// The flags every one of which takes a value (`--flag V` or `--flag=V`).
-const FLAGS: [&str; 11] = [
+const FLAGS: [&str; 14] = [
     "daemon",
     "token",
     "sim",
+    "real-kubeconfig",
+    "proxy",
+    "session-namespace",
     "daemon-pid",
     "duration",
     "sessions",
@@ -104,7 +125,22 @@ where
             None => std::env::var("KUBEGATE_SOAK_TOKEN")
                 .map_err(|_| usage("--token or KUBEGATE_SOAK_TOKEN is required"))?,
         },
-        sim: need("sim")?.trim_end_matches('/').to_string(),
+        cluster: match (m.get("sim"), m.get("real-kubeconfig"), m.get("proxy")) {
+            (Some(sim), None, None) => Cluster::Sim(sim.trim_end_matches('/').to_string()),
+            (None, Some(k), Some(p)) => Cluster::Real {
+                kubeconfig: k.into(),
+                proxy: p.trim_end_matches('/').to_string(),
+            },
+            _ => {
+                return Err(usage(
+                    "give --sim URL, or --real-kubeconfig FILE with --proxy URL",
+                ))
+            }
+        },
+        session_namespace: m
+            .get("session-namespace")
+            .cloned()
+            .unwrap_or_else(|| "default".into()),
         daemon_pid: u32::try_from(num("daemon-pid", 0)?).map_err(|_| too_large("daemon-pid"))?,
         duration: parse_duration(&need("duration")?)?,
         sessions: usize::try_from(num("sessions", 20)?).map_err(|_| too_large("sessions"))?,
@@ -148,7 +184,7 @@ mod tests {
         ]))
         .expect("ok");
         assert_eq!((a.daemon.as_str(), a.token.as_str()), ("127.0.0.1:1", "t"));
-        assert_eq!(a.sim, "http://127.0.0.1:2");
+        assert_eq!(a.cluster, Cluster::Sim("http://127.0.0.1:2".into()));
         assert_eq!(
             (a.duration, a.sessions, a.execs),
             (Duration::from_secs(30), 5, 10)

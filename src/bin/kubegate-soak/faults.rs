@@ -1,6 +1,9 @@
-//! The fault schedule (seeded, quiet around the samples) and its injection
-//! through the sim's `/sim/faults`.
+//! The fault schedule (seeded, quiet around the samples) and its injection:
+//! through the sim's `/sim/faults`, or on a real control plane through the
+//! TCP proxy between the daemon and the API server and signals to the sim
+//! node's processes (docs/RELIABILITY.md, "On a real control plane").
 
+use crate::args::Cluster;
 use crate::state::{Sess, Shared};
 use crate::wire::http;
 use crate::{SoakError, APP_NAME};
@@ -129,9 +132,31 @@ pub(crate) fn sim_addr(sim: &str) -> String {
     sim.trim_start_matches("http://").to_string()
 }
 
-pub(crate) fn post_fault(sh: &Shared, body: &Value) -> Result<(), SoakError> {
+/// `POST URL/ACTION` (or GET) on the real plane's proxy control endpoint.
+pub(crate) fn proxy_call(proxy: &str, method: &str, action: &str) -> Result<Value, SoakError> {
     let (st, resp) = http(
-        &sim_addr(&sh.args.sim),
+        &sim_addr(proxy),
+        method,
+        &format!("/{action}"),
+        None,
+        None,
+        Duration::from_secs(10),
+    )?;
+    if st != 200 {
+        return Err(SoakError::Answer(format!(
+            "proxy {action}: {st} {}",
+            String::from_utf8_lossy(&resp)
+        )));
+    }
+    Ok(serde_json::from_slice(&resp).unwrap_or(Value::Null))
+}
+
+pub(crate) fn post_fault(sh: &Shared, body: &Value) -> Result<(), SoakError> {
+    let Cluster::Sim(sim) = &sh.args.cluster else {
+        return Err(SoakError::Answer("no /sim/faults on a real plane".into()));
+    };
+    let (st, resp) = http(
+        &sim_addr(sim),
         "POST",
         "/sim/faults",
         None,
@@ -148,6 +173,9 @@ pub(crate) fn post_fault(sh: &Shared, body: &Value) -> Result<(), SoakError> {
 }
 
 pub(crate) fn inject(sh: &Shared, f: &Fault, rng: &mut StdRng) {
+    if let Cluster::Real { proxy, .. } = &sh.args.cluster {
+        return inject_real(sh, proxy, f, rng);
+    }
     let body = match f {
         Fault::DropWatches => json!({"dropWatches": true}),
         Fault::Fail { status, count } => {
@@ -156,22 +184,11 @@ pub(crate) fn inject(sh: &Shared, f: &Fault, rng: &mut StdRng) {
         Fault::CutExec => json!({"cutStreams": "exec"}),
         Fault::Outage(secs) => json!({"outageSecs": secs}),
         Fault::Kill => {
-            let sessions = sh.sessions.lock().clone();
-            let alive: Vec<&Arc<Sess>> = sessions
-                .iter()
-                .filter(|s| {
-                    let st = s.st.lock();
-                    st.killed_at.is_none() && st.start_error.is_none() && st.lines > 0
-                })
-                .collect();
-            if alive.len() <= 1 {
-                *sh.faults.lock().skipped.entry(f.name()).or_default() += 1;
+            let Some((s, pod)) = pick_victim(sh, f, rng) else {
                 return;
-            }
-            let s = alive[rng.random_range(0..alive.len())];
-            let pod = s.pod.lock().clone();
+            };
             s.st.lock().killed_at = Some(Instant::now());
-            json!({"killContainer": {"namespace": "default", "pod": pod,
+            json!({"killContainer": {"namespace": sh.args.session_namespace, "pod": pod,
                                      "container": format!("app-{APP_NAME}")}})
         }
     };
@@ -182,6 +199,100 @@ pub(crate) fn inject(sh: &Shared, f: &Fault, rng: &mut StdRng) {
             sh.faults.lock().failed_posts += 1;
         }
     }
+}
+
+/// A session whose app can be killed (up, producing, not killed yet), and
+/// its pod; `None` (counted as skipped) when at most one is.
+fn pick_victim(sh: &Shared, f: &Fault, rng: &mut StdRng) -> Option<(Arc<Sess>, String)> {
+    let sessions = sh.sessions.lock().clone();
+    let alive: Vec<&Arc<Sess>> = sessions
+        .iter()
+        .filter(|s| {
+            let st = s.st.lock();
+            st.killed_at.is_none() && st.start_error.is_none() && st.lines > 0
+        })
+        .collect();
+    if alive.len() <= 1 {
+        *sh.faults.lock().skipped.entry(f.name()).or_default() += 1;
+        return None;
+    }
+    let s = alive[rng.random_range(0..alive.len())].clone();
+    let pod = s.pod.lock().clone();
+    Some((s, pod))
+}
+
+/// The faults on a real control plane. The API server itself cannot be
+/// told to fail, so: watch drops and exec stream cuts are a cut of every
+/// connection of the daemon at the proxy in front of the API server (down,
+/// then up at once); an outage is the proxy down for its seconds; a killed
+/// container is SIGKILL to its process group on the sim node (this host;
+/// the group is the `sim://PID` of its containerID, as the sim's own kill
+/// fault does it). 429 and 5xx bursts do not carry over (counted skipped).
+fn inject_real(sh: &Shared, proxy: &str, f: &Fault, rng: &mut StdRng) {
+    let done = match f {
+        Fault::Fail { .. } => {
+            *sh.faults.lock().skipped.entry(f.name()).or_default() += 1;
+            return;
+        }
+        Fault::DropWatches | Fault::CutExec => {
+            proxy_call(proxy, "POST", "down").and_then(|_| proxy_call(proxy, "POST", "up"))
+        }
+        Fault::Outage(secs) => proxy_call(proxy, "POST", "down").map(|_| {
+            let (proxy, secs) = (proxy.to_string(), *secs);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(secs));
+                if let Err(e) = proxy_call(&proxy, "POST", "up") {
+                    eprintln!("soak: the proxy did not come back up: {e}");
+                }
+            });
+            Value::Null
+        }),
+        Fault::Kill => {
+            let Some((s, pod)) = pick_victim(sh, f, rng) else {
+                return;
+            };
+            let r = kill_container(sh, &pod);
+            if r.is_ok() {
+                s.st.lock().killed_at = Some(Instant::now());
+            }
+            r.map(|()| Value::Null)
+        }
+    };
+    match done {
+        Ok(_) => *sh.faults.lock().counts.entry(f.name()).or_default() += 1,
+        Err(e) => {
+            eprintln!("soak: fault {f:?} not injected: {e}");
+            sh.faults.lock().failed_posts += 1;
+        }
+    }
+}
+
+/// SIGKILL to the process group of the app container of `pod` on the sim
+/// node (its status' `containerID`, `sim://PGID`).
+fn kill_container(sh: &Shared, pod: &str) -> Result<(), SoakError> {
+    let client = crate::setup::cluster_client(&sh.args)?;
+    let path = format!(
+        "/api/v1/namespaces/{}/pods/{pod}",
+        sh.args.session_namespace
+    );
+    let p: Value = client
+        .send_json(&kubegate::kube::client::rest::Request::get(path))
+        .map_err(|e| SoakError::Answer(format!("reading pod {pod}: {e}")))?;
+    let want = format!("app-{APP_NAME}");
+    let id = p["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == want.as_str())
+        .and_then(|c| c["containerID"].as_str())
+        .and_then(|id| id.strip_prefix("sim://"))
+        .and_then(|pid| pid.parse::<i32>().ok())
+        .filter(|pid| *pid > 1)
+        .ok_or_else(|| SoakError::Answer(format!("pod {pod}: no running {want} to kill")))?;
+    let pgid = rustix::process::Pid::from_raw(id)
+        .ok_or_else(|| SoakError::Answer(format!("pod {pod}: bad process id {id}")))?;
+    rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL)
+        .map_err(|e| SoakError::Answer(format!("killing process group {id} of {pod}: {e}")))
 }
 
 #[cfg(test)]

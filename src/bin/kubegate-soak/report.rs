@@ -253,16 +253,26 @@ fn counted_rows(u: &Sums, t: &ExecTotals, f: &FaultLog, r: &Report, row: &mut Ro
         None,
     );
     let sf = &r.sim_faults;
-    row(
-        "faults seen by the sim",
-        format!(
-            "{} requests failed, {} watch drop rounds, {} stream cut rounds, {} containers killed, {} outages",
-            sf["failedRequests"], sf["droppedWatchRounds"], sf["cutStreamRounds"],
-            sf["killedContainers"], sf["outages"]
-        ),
-        "-",
-        None,
-    );
+    if sf.get("failedRequests").is_some() || sf.is_null() {
+        row(
+            "faults seen by the sim",
+            format!(
+                "{} requests failed, {} watch drop rounds, {} stream cut rounds, {} containers killed, {} outages",
+                sf["failedRequests"], sf["droppedWatchRounds"], sf["cutStreamRounds"],
+                sf["killedContainers"], sf["outages"]
+            ),
+            "-",
+            None,
+        );
+    } else {
+        // A real plane: what the proxy in front of its API server counted.
+        row(
+            "the API server proxy (real plane)",
+            sf.to_string(),
+            "-",
+            None,
+        );
+    }
     let m = |n: &str| metric(&r.metrics, n).map_or("?".into(), |v| v.to_string());
     row(
         "daemon watch restarts / API retries",

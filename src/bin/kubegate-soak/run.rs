@@ -3,11 +3,12 @@
 
 use crate::args::Args;
 use crate::execs::exec_worker;
-use crate::faults::{inject, plan, sim_addr};
+use crate::args::Cluster;
+use crate::faults::{inject, plan, proxy_call, sim_addr};
 use crate::report::{report, Report};
 use crate::samples::{proc_figures, sample, Sample};
 use crate::sessions::{session_io, start_session};
-use crate::setup::{ensure_target, sim_client, watch_pods};
+use crate::setup::{cluster_client, ensure_target, watch_pods};
 use crate::state::{ExecTotals, FaultLog, Sess, SessState, Shared};
 use crate::wire::{http, json_of};
 use crate::{SoakError, KILLED_EXIT, QUIET_DOWN};
@@ -24,7 +25,7 @@ use kubegate::kube::client::Client;
 use std::thread::JoinHandle;
 
 pub(crate) fn run(args: Args) -> Result<bool, SoakError> {
-    let sim = sim_client(&args)?;
+    let sim = cluster_client(&args)?;
     ensure_target(&args, &sim)?;
     let plan = plan(args.duration, args.seed, args.sessions);
     eprintln!(
@@ -247,14 +248,23 @@ fn timeline(sh: &Shared, plan: &Plan) -> Vec<(&'static str, Sample)> {
         }
         if !cleared && now >= at(plan.faults_until) {
             // Whatever is pending ends here: the settle window is clean.
-            let _ = http(
-                &sim_addr(&sh.args.sim),
-                "DELETE",
-                "/sim/faults",
-                None,
-                None,
-                Duration::from_secs(10),
-            );
+            match &sh.args.cluster {
+                Cluster::Sim(sim) => {
+                    let _ = http(
+                        &sim_addr(sim),
+                        "DELETE",
+                        "/sim/faults",
+                        None,
+                        None,
+                        Duration::from_secs(10),
+                    );
+                }
+                Cluster::Real { proxy, .. } => {
+                    if let Err(e) = proxy_call(proxy, "POST", "up") {
+                        eprintln!("soak: the proxy did not come back up: {e}");
+                    }
+                }
+            }
             cleared = true;
             eprintln!("soak: {:>6.1} s faults over; settling", sh.elapsed());
         }
@@ -377,16 +387,19 @@ fn stop_sessions(
     let metrics = daemon_call(sh, "GET", "/metrics")
         .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
-    let sim_faults = http(
-        &sim_addr(&sh.args.sim),
-        "GET",
-        "/sim/faults",
-        None,
-        None,
-        Duration::from_secs(10),
-    )
-    .map(|(_, b)| json_of(&b))
-    .unwrap_or(Value::Null);
+    let sim_faults = match &sh.args.cluster {
+        Cluster::Sim(sim) => http(
+            &sim_addr(sim),
+            "GET",
+            "/sim/faults",
+            None,
+            None,
+            Duration::from_secs(10),
+        )
+        .map(|(_, b)| json_of(&b))
+        .unwrap_or(Value::Null),
+        Cluster::Real { proxy, .. } => proxy_call(proxy, "GET", "status").unwrap_or(Value::Null),
+    };
     for s in sessions {
         s.sse_done.store(true, Ordering::SeqCst);
         let id = s.id.lock().clone();
@@ -407,7 +420,7 @@ fn stop_sessions(
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     let leaked = loop {
-        match watch_pods(sim) {
+        match watch_pods(sim, &sh.args.session_namespace) {
             Ok(p) if p.is_empty() => break p,
             Ok(p) if Instant::now() >= deadline => break p,
             Err(e) if Instant::now() >= deadline => break vec![format!("(unknown: {e})")],
@@ -431,8 +444,12 @@ fn daemon_call(sh: &Shared, method: &str, path: &str) -> Result<(u16, Vec<u8>), 
 
 /// Seeds the sim's fault randomness, so a soak can be replayed.
 fn post_fault_seed(a: &Args) -> Result<(), SoakError> {
+    // A real plane draws nothing at random: the driver's schedule is all.
+    let Cluster::Sim(sim) = &a.cluster else {
+        return Ok(());
+    };
     let (st, b) = http(
-        &sim_addr(&a.sim),
+        &sim_addr(sim),
         "POST",
         "/sim/faults",
         None,

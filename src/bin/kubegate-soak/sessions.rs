@@ -277,8 +277,10 @@ pub(crate) fn start_session(
         }
     }
     // Its pod, for the kill fault.
-    let path =
-        format!("/api/v1/namespaces/default/pods?labelSelector=kubegate.dev%2Fsession-id%3D{id}");
+    let path = format!(
+        "/api/v1/namespaces/{}/pods?labelSelector=kubegate.dev%2Fsession-id%3D{id}",
+        a.session_namespace
+    );
     let list: Value = sim
         .send_json(&KubeRequest::get(path))
         .map_err(|e| SoakError::Answer(format!("listing the pod of {id}: {e}")))?;

@@ -1,7 +1,7 @@
-//! The sim-side set-up and checks: the exec target Deployment, the session
-//! pods left, the daemon's metrics.
+//! The cluster-side set-up and checks: the exec target Deployment, the
+//! session pods left, the daemon's metrics.
 
-use crate::args::Args;
+use crate::args::{Args, Cluster};
 use crate::SoakError;
 use kubegate::kube::client::rest::Request as KubeRequest;
 use kubegate::kube::client::Client;
@@ -9,8 +9,20 @@ use kubegate::kube::connection::Connection;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-pub(crate) fn sim_client(a: &Args) -> Result<Client, SoakError> {
-    Client::new(Connection::plain(&a.sim)).map_err(|e| SoakError::Setup(format!("sim client: {e}")))
+/// A client of the cluster as its admin: the sim's (no auth), or the real
+/// plane's admin kubeconfig.
+pub(crate) fn cluster_client(a: &Args) -> Result<Client, SoakError> {
+    let conn = match &a.cluster {
+        Cluster::Sim(url) => Connection::plain(url),
+        Cluster::Real { kubeconfig, .. } => {
+            kubegate::kube::config::load(&kubegate::kube::config::LoadOptions {
+                kubeconfig: Some(kubeconfig.clone()),
+                ..Default::default()
+            })
+            .map_err(|e| SoakError::Setup(format!("{}: {e}", kubeconfig.display())))?
+        }
+    };
+    Client::new(conn).map_err(|e| SoakError::Setup(format!("cluster client: {e}")))
 }
 
 /// The exec target: a Deployment of two idle pods labelled for the
@@ -55,11 +67,11 @@ pub(crate) fn ensure_target(a: &Args, sim: &Client) -> Result<(), SoakError> {
     }
 }
 
-pub(crate) fn watch_pods(sim: &Client) -> Result<Vec<String>, SoakError> {
+pub(crate) fn watch_pods(sim: &Client, ns: &str) -> Result<Vec<String>, SoakError> {
     let v: Value = sim
-        .send_json(&KubeRequest::get(
-            "/api/v1/namespaces/default/pods?labelSelector=kubegate.dev%2Fmode%3Dwatch",
-        ))
+        .send_json(&KubeRequest::get(format!(
+            "/api/v1/namespaces/{ns}/pods?labelSelector=kubegate.dev%2Fmode%3Dwatch"
+        )))
         .map_err(|e| SoakError::Setup(format!("listing session pods: {e}")))?;
     Ok(v["items"]
         .as_array()
