@@ -77,6 +77,9 @@ impl KubeletApi {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let server_cfg = ServerConfig {
             max_connections: MAX_CONNECTIONS,
+            // TLS handshakes and first heads in progress: its one caller
+            // is the API server.
+            max_pending_heads: MAX_CONNECTIONS,
             max_body_bytes: MAX_BODY,
             tls: Some(tls),
             name: "sim-kapi",

@@ -338,12 +338,16 @@ impl Session {
     fn start(&mut self, proc_tx: &Sender<Arc<Process>>) {
         let Some(open) = self.open.take() else { return };
         if self.version == Version::V1 {
-            // 1.0 kubelets reset the error stream once the set is in.
+            // 1.0 kubelets reset the error stream once the set is in, and
+            // close their side of stdin.
             if let Some(e) = self.set.error {
                 self.send(&Frame::RstStream {
                     stream_id: e,
                     status: RST_CANCEL,
                 });
+            }
+            if let Some(i) = self.set.stdin {
+                let _ = self.out.send(data_message(i, &[], true));
             }
         }
         let ids = OutIds {

@@ -707,6 +707,25 @@ fn spdy_exec_stdin_fin_reaches_cat_and_v3_reports_failure_as_text() {
         c.text(e)
     );
     assert!(c.text(e).ends_with("exit code 4"), "{:?}", c.text(e));
+
+    // v1 (`channel.k8s.io`): the error stream is reset once the set is in,
+    // so a failure is never told.
+    let target = format!(
+        "/exec/default/box/main?{}",
+        q(&["sh", "-c", "echo v1; exit 2"], "output=1")
+    );
+    let (mut c, chosen) = Spdy::open(&f, &target, &["channel.k8s.io"]);
+    assert_eq!(chosen, "channel.k8s.io");
+    let e = c.stream("error", &[]);
+    let o = c.stream("stdout", &[]);
+    c.finish(Duration::from_secs(30));
+    assert_eq!(c.text(o), "v1\n");
+    assert!(c.text(e).is_empty(), "{:?}", c.text(e));
+    assert!(
+        c.reset.contains(&(e, crate::kube::spdy::RST_CANCEL)),
+        "{:?}",
+        c.reset
+    );
 }
 
 #[test]
