@@ -26,6 +26,7 @@ mod tests;
 use super::api::PodStreams;
 use super::kubelet::Kubelet;
 use super::podio::{ExitWording, Flags};
+use super::resources::Resource;
 use crate::http::{Handler, Reply, Request, Response, Server, ServerConfig};
 use routes::Route;
 use std::net::SocketAddr;
@@ -119,7 +120,9 @@ impl Handler for Api {
         match routes::route(&req.method, raw_path, &req.path) {
             Route::Healthz => text(200, "ok"),
             Route::NotFound => text(404, "404: Page Not Found"),
-            Route::MethodNotAllowed => text(405, "405: Method Not Allowed"),
+            Route::MethodNotAllowed => Response::text(405, "405: Method Not Allowed")
+                .with_header("Allow", routes::allowed(&req.path))
+                .into(),
             Route::Logs { ns, pod, container } => self.logs(&req, &ns, &pod, &container),
             Route::Exec { ns, pod, container } => self.exec(&req, &ns, &pod, &container),
             Route::Attach { ns, pod, container } => self.attach(&req, &ns, &pod, &container),
@@ -132,6 +135,21 @@ impl Api {
     /// `podio`'s log with the container from the path (`tail` is the
     /// kubelet's old name of `tailLines`; `tail=all` means no limit).
     fn logs(&self, req: &Request, ns: &str, pod: &str, container: &str) -> Reply {
+        // The kubelet's own checks and texts (`getContainerLogs`) first.
+        let Ok(obj) = self.kubelet.store.get(Resource::Pod, ns, pod) else {
+            return text(404, &format!("pod {pod:?} does not exist"));
+        };
+        let known = ["containers", "initContainers", "ephemeralContainers"]
+            .iter()
+            .filter_map(|k| obj["spec"][*k].as_array())
+            .flatten()
+            .any(|c| c["name"].as_str() == Some(container));
+        if !known {
+            return text(
+                404,
+                &format!("container {container:?} not found in pod {pod:?}"),
+            );
+        }
         let mut r = req.clone();
         r.query.retain(|(k, _)| k != "container" && k != "tail");
         if let Some(tail) = req.query("tail").filter(|t| !t.is_empty()) {

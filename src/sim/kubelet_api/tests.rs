@@ -829,8 +829,13 @@ fn container_logs_with_the_kubelets_options() {
     let (s, b) = get(&f, "/containerLogs/default/talker/main?previous=true");
     assert_eq!(s, 400, "{b}");
     assert!(b.contains("previous terminated container"), "{b}");
-    let (s, _) = get(&f, "/containerLogs/default/talker/nosuch");
-    assert_eq!(s, 400);
+    let (s, b) = get(&f, "/containerLogs/default/talker/nosuch");
+    assert_eq!(
+        (s, b.as_str()),
+        (404, "container \"nosuch\" not found in pod \"talker\"")
+    );
+    let (s, b) = get(&f, "/containerLogs/default/nosuch/main");
+    assert_eq!((s, b.as_str()), (404, "pod \"nosuch\" does not exist"));
 
     // follow: the lines so far, then new ones as they come.
     let mut s = f.connect();
