@@ -162,7 +162,22 @@ impl Api {
         PodStreams::log(&*self.kubelet, &r, ns, pod)
     }
 
+    /// The kubelet's checks before it asks the runtime (`getExec`,
+    /// `getAttach`): the streams asked for, then the pod; its texts.
+    fn precheck(&self, req: &Request, ns: &str, pod: &str) -> Option<Reply> {
+        if let Err(msg) = Flags::from_kubelet(req).checked() {
+            return Some(text(400, &msg));
+        }
+        if self.kubelet.store.get(Resource::Pod, ns, pod).is_err() {
+            return Some(text(404, "pod does not exist"));
+        }
+        None
+    }
+
     fn exec(&self, req: &Request, ns: &str, pod: &str, container: &str) -> Reply {
+        if let Some(r) = self.precheck(req, ns, pod) {
+            return r;
+        }
         let command: Vec<String> = req
             .query_all("command")
             .iter()
@@ -180,6 +195,9 @@ impl Api {
     }
 
     fn attach(&self, req: &Request, ns: &str, pod: &str, container: &str) -> Reply {
+        if let Some(r) = self.precheck(req, ns, pod) {
+            return r;
+        }
         let prepared =
             self.kubelet
                 .prepare_attach(Some(container), ns, pod, Flags::from_kubelet(req));

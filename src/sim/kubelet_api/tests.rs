@@ -627,6 +627,14 @@ fn spdy_refusals_as_the_kubelet_answers_them() {
         ],
     );
     assert_eq!(status, 400);
+    // The kubelet's texts: the streams, then the pod.
+    let (status, body) = get(&f, "/exec/default/box/main?command=true");
+    assert_eq!(
+        (status, body.as_str()),
+        (400, "you must specify at least 1 of stdin, stdout, stderr")
+    );
+    let (status, body) = get(&f, "/attach/default/nosuch/main?output=1");
+    assert_eq!((status, body.as_str()), (404, "pod does not exist"));
 }
 
 // ---------------------------------------------------------------------------
