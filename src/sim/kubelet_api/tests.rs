@@ -1097,3 +1097,53 @@ fn an_execs_process_ends_with_its_connection() {
         (stat.is_empty() || stat.contains(") Z ")).then_some(())
     });
 }
+
+#[test]
+fn an_incomplete_stream_set_is_given_up_after_30_seconds() {
+    let _w = watchdog("stream creation timeout", Duration::from_secs(75));
+    let f = fixture();
+    box_pod(&f);
+    let target = format!(
+        "/exec/default/box/main?{}",
+        q(&["sh", "-c", "echo never"], "output=1&error=1")
+    );
+    let started = Instant::now();
+    let (mut c, _) = Spdy::open(&f, &target, TRANSLATOR);
+    let _e = c.stream("error", &[]);
+    let o = c.stream("stdout", &[]);
+    // No stderr stream: the set never completes, nothing runs.
+    let end = Instant::now() + Duration::from_secs(45);
+    let mut saw_goaway = false;
+    let mut buf = [0u8; 4096];
+    loop {
+        assert!(Instant::now() < end, "the server waited past 45 s");
+        let _ = c.s.sock.set_read_timeout(Some(Duration::from_secs(1)));
+        match c.s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                c.dec.push(&buf[..n]);
+                while let Ok(Some(fr)) = c.dec.next() {
+                    saw_goaway |= matches!(fr, Frame::GoAway { .. });
+                    if let Frame::Data {
+                        stream_id, data, ..
+                    } = fr
+                    {
+                        assert!(stream_id != o || data.is_empty(), "the command ran");
+                    }
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(saw_goaway);
+    assert!(
+        started.elapsed() >= super::streams::STREAM_CREATION_TIMEOUT - Duration::from_secs(1),
+        "given up after {:?}",
+        started.elapsed()
+    );
+}
