@@ -872,7 +872,7 @@ fn container_logs_with_the_kubelets_options() {
 // Port-forward over plain SPDY.
 
 #[test]
-fn port_forward_plain_spdy_carries_mebibytes_each_way() {
+fn port_forward_plain_spdy_carries_mebibytes_each_way_and_v4_takes_port() {
     let _w = watchdog("port-forward", Duration::from_secs(120));
     if !std::path::Path::new("/usr/bin/python3").exists() {
         eprintln!("skipped: no /usr/bin/python3 for the echo server");
@@ -933,6 +933,54 @@ fn port_forward_plain_spdy_carries_mebibytes_each_way() {
     c.until("the FINs", Duration::from_secs(10), |c| {
         c.fin.contains_key(&d) && c.fin.contains_key(&e)
     });
+
+    // The v4 WebSocket, ports in the kubelet's `?port=`.
+    use tungstenite::Message;
+    let url = format!(
+        "wss://localhost:{}/portForward/default/echo?port=7070",
+        f.api.port()
+    );
+    let (mut ws, chosen) = crate::http::ws::client_handshake(
+        f.connect(),
+        &url,
+        &[],
+        Some("v4.channel.k8s.io"),
+        1 << 20,
+    )
+    .expect("websocket");
+    assert_eq!(chosen.as_deref(), Some("v4.channel.k8s.io"));
+    let mut opened = 0;
+    let mut echoed = Vec::new();
+    let mut sent = false;
+    while echoed != b"over v4" {
+        match ws.read().expect("a v4 message") {
+            Message::Binary(b) if b.first() == Some(&0) && opened < 2 => opened += 1,
+            Message::Binary(b) if b.first() == Some(&1) && opened < 2 => opened += 1,
+            Message::Binary(b) if b.first() == Some(&0) => echoed.extend_from_slice(&b[1..]),
+            other => panic!("unexpected {other:?}"),
+        }
+        if opened == 2 && !sent {
+            ws.send(Message::Binary(b"\0over v4".to_vec().into()))
+                .expect("send");
+            sent = true;
+        }
+    }
+
+    // kubectl's SPDY-in-WebSocket tunnel is the API server's, not ours.
+    let mut s = f.connect();
+    let (status, _, _) = request(
+        &mut s,
+        "GET",
+        "/portForward/default/echo",
+        &[
+            ("Connection", "Upgrade"),
+            ("Upgrade", "websocket"),
+            ("Sec-WebSocket-Version", "13"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("Sec-WebSocket-Protocol", "SPDY/3.1+portforward.k8s.io"),
+        ],
+    );
+    assert_eq!(status, 400);
 }
 
 // ---------------------------------------------------------------------------
