@@ -80,9 +80,13 @@ fn serve(conn: RawConn, p: Prepared, version: Version) {
     };
     let _ = raw::run(conn, out_rx, in_tx, Some(IDLE_TIMEOUT));
     // The client is gone or the session is over: an exec's process may
-    // not outlive it (this also ends a stdin write it blocks on).
-    if let Ok(process) = proc_rx.try_recv() {
-        process.kill();
+    // not outlive it (this also ends a stdin write the session blocks on).
+    // The session hands its exec's process over when it starts it; it
+    // drops the sender when it ends (an attach never sends).
+    if let Ok(process) = proc_rx.recv() {
+        if process.exited().is_none() {
+            process.kill();
+        }
     }
     let _ = session.join();
 }
