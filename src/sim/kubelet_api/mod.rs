@@ -26,6 +26,7 @@ mod tests;
 use super::api::PodStreams;
 use super::kubelet::Kubelet;
 use super::podio::{ExitWording, Flags};
+use super::resources::Resource;
 use crate::http::{Handler, Reply, Request, Response, Server, ServerConfig};
 use routes::Route;
 use std::net::SocketAddr;
@@ -77,6 +78,9 @@ impl KubeletApi {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let server_cfg = ServerConfig {
             max_connections: MAX_CONNECTIONS,
+            // TLS handshakes and first heads in progress: its one caller
+            // is the API server.
+            max_pending_heads: MAX_CONNECTIONS,
             max_body_bytes: MAX_BODY,
             tls: Some(tls),
             name: "sim-kapi",
@@ -116,7 +120,9 @@ impl Handler for Api {
         match routes::route(&req.method, raw_path, &req.path) {
             Route::Healthz => text(200, "ok"),
             Route::NotFound => text(404, "404: Page Not Found"),
-            Route::MethodNotAllowed => text(405, "405: Method Not Allowed"),
+            Route::MethodNotAllowed => Response::text(405, "405: Method Not Allowed")
+                .with_header("Allow", routes::allowed(&req.path))
+                .into(),
             Route::Logs { ns, pod, container } => self.logs(&req, &ns, &pod, &container),
             Route::Exec { ns, pod, container } => self.exec(&req, &ns, &pod, &container),
             Route::Attach { ns, pod, container } => self.attach(&req, &ns, &pod, &container),
@@ -129,6 +135,21 @@ impl Api {
     /// `podio`'s log with the container from the path (`tail` is the
     /// kubelet's old name of `tailLines`; `tail=all` means no limit).
     fn logs(&self, req: &Request, ns: &str, pod: &str, container: &str) -> Reply {
+        // The kubelet's own checks and texts (`getContainerLogs`) first.
+        let Ok(obj) = self.kubelet.store.get(Resource::Pod, ns, pod) else {
+            return text(404, &format!("pod {pod:?} does not exist"));
+        };
+        let known = ["containers", "initContainers", "ephemeralContainers"]
+            .iter()
+            .filter_map(|k| obj["spec"][*k].as_array())
+            .flatten()
+            .any(|c| c["name"].as_str() == Some(container));
+        if !known {
+            return text(
+                404,
+                &format!("container {container:?} not found in pod {pod:?}"),
+            );
+        }
         let mut r = req.clone();
         r.query.retain(|(k, _)| k != "container" && k != "tail");
         if let Some(tail) = req.query("tail").filter(|t| !t.is_empty()) {
@@ -141,7 +162,22 @@ impl Api {
         PodStreams::log(&*self.kubelet, &r, ns, pod)
     }
 
+    /// The kubelet's checks before it asks the runtime (`getExec`,
+    /// `getAttach`): the streams asked for, then the pod; its texts.
+    fn precheck(&self, req: &Request, ns: &str, pod: &str) -> Option<Reply> {
+        if let Err(msg) = Flags::from_kubelet(req).checked() {
+            return Some(text(400, &msg));
+        }
+        if self.kubelet.store.get(Resource::Pod, ns, pod).is_err() {
+            return Some(text(404, "pod does not exist"));
+        }
+        None
+    }
+
     fn exec(&self, req: &Request, ns: &str, pod: &str, container: &str) -> Reply {
+        if let Some(r) = self.precheck(req, ns, pod) {
+            return r;
+        }
         let command: Vec<String> = req
             .query_all("command")
             .iter()
@@ -159,6 +195,9 @@ impl Api {
     }
 
     fn attach(&self, req: &Request, ns: &str, pod: &str, container: &str) -> Reply {
+        if let Some(r) = self.precheck(req, ns, pod) {
+            return r;
+        }
         let prepared =
             self.kubelet
                 .prepare_attach(Some(container), ns, pod, Flags::from_kubelet(req));

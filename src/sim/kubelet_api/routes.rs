@@ -94,6 +94,17 @@ pub fn route(method: &str, raw_path: &str, path: &str) -> Route {
     }
 }
 
+/// The `Allow` header of a path answered 405.
+pub fn allowed(path: &str) -> &'static str {
+    if path.starts_with("/containerLogs/") {
+        "GET"
+    } else if path == "/healthz" {
+        "GET, HEAD"
+    } else {
+        "GET, POST"
+    }
+}
+
 /// `Connection` names `upgrade` and `Upgrade` names `spdy/3.1` (spdy's
 /// `UpgradeResponse`: substrings, case-insensitive).
 pub fn is_spdy_upgrade(headers: &[(String, String)]) -> bool {

@@ -80,9 +80,13 @@ fn serve(conn: RawConn, p: Prepared, version: Version) {
     };
     let _ = raw::run(conn, out_rx, in_tx, Some(IDLE_TIMEOUT));
     // The client is gone or the session is over: an exec's process may
-    // not outlive it (this also ends a stdin write it blocks on).
-    if let Ok(process) = proc_rx.try_recv() {
-        process.kill();
+    // not outlive it (this also ends a stdin write the session blocks on).
+    // The session hands its exec's process over when it starts it; it
+    // drops the sender when it ends (an attach never sends).
+    if let Ok(process) = proc_rx.recv() {
+        if process.exited().is_none() {
+            process.kill();
+        }
     }
     let _ = session.join();
 }
@@ -338,12 +342,16 @@ impl Session {
     fn start(&mut self, proc_tx: &Sender<Arc<Process>>) {
         let Some(open) = self.open.take() else { return };
         if self.version == Version::V1 {
-            // 1.0 kubelets reset the error stream once the set is in.
+            // 1.0 kubelets reset the error stream once the set is in, and
+            // close their side of stdin.
             if let Some(e) = self.set.error {
                 self.send(&Frame::RstStream {
                     stream_id: e,
                     status: RST_CANCEL,
                 });
+            }
+            if let Some(i) = self.set.stdin {
+                let _ = self.out.send(data_message(i, &[], true));
             }
         }
         let ids = OutIds {

@@ -389,46 +389,4 @@ mod tests {
         assert_eq!(final_words(Version::V3, ok), None);
         assert_eq!(final_words(Version::V1, bad).as_deref(), Some(&b"boom"[..]));
     }
-
-    #[test]
-    fn the_fuzz_entry_takes_real_and_random_input() {
-        use crate::kube::spdy::{Encoder, Frame};
-        let mut enc = Encoder::new();
-        let mut bytes = vec![0x7c, 3];
-        for (id, kind) in [(1, "error"), (3, "stdin"), (5, "resize"), (7, "stdout")] {
-            let f = Frame::SynStream {
-                stream_id: id,
-                assoc_id: 0,
-                priority: 0,
-                fin: false,
-                unidirectional: false,
-                headers: Headers::from_pairs(&[("streamtype", kind)]),
-            };
-            enc.encode(&f, &mut bytes).expect("encode");
-        }
-        let resize = Frame::Data {
-            stream_id: 5,
-            data: b"{\"Width\":3,\"Height\":4}\n{\"Wid".to_vec(),
-            fin: false,
-        };
-        enc.encode(&resize, &mut bytes).expect("encode");
-        crate::fuzzing::kubelet_streams(&bytes);
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        for len in 0..2000usize {
-            let input: Vec<u8> = (0..len % 300)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            crate::fuzzing::kubelet_streams(&input);
-            // Mutations of the real session.
-            let mut m = bytes.clone();
-            let at = (x as usize) % m.len();
-            m[at] ^= (x >> 8) as u8 | 1;
-            crate::fuzzing::kubelet_streams(&m);
-        }
-    }
 }

@@ -627,6 +627,14 @@ fn spdy_refusals_as_the_kubelet_answers_them() {
         ],
     );
     assert_eq!(status, 400);
+    // The kubelet's texts: the streams, then the pod.
+    let (status, body) = get(&f, "/exec/default/box/main?command=true");
+    assert_eq!(
+        (status, body.as_str()),
+        (400, "you must specify at least 1 of stdin, stdout, stderr")
+    );
+    let (status, body) = get(&f, "/attach/default/nosuch/main?output=1");
+    assert_eq!((status, body.as_str()), (404, "pod does not exist"));
 }
 
 // ---------------------------------------------------------------------------
@@ -707,6 +715,25 @@ fn spdy_exec_stdin_fin_reaches_cat_and_v3_reports_failure_as_text() {
         c.text(e)
     );
     assert!(c.text(e).ends_with("exit code 4"), "{:?}", c.text(e));
+
+    // v1 (`channel.k8s.io`): the error stream is reset once the set is in,
+    // so a failure is never told.
+    let target = format!(
+        "/exec/default/box/main?{}",
+        q(&["sh", "-c", "echo v1; exit 2"], "output=1")
+    );
+    let (mut c, chosen) = Spdy::open(&f, &target, &["channel.k8s.io"]);
+    assert_eq!(chosen, "channel.k8s.io");
+    let e = c.stream("error", &[]);
+    let o = c.stream("stdout", &[]);
+    c.finish(Duration::from_secs(30));
+    assert_eq!(c.text(o), "v1\n");
+    assert!(c.text(e).is_empty(), "{:?}", c.text(e));
+    assert!(
+        c.reset.contains(&(e, crate::kube::spdy::RST_CANCEL)),
+        "{:?}",
+        c.reset
+    );
 }
 
 #[test]
@@ -810,8 +837,13 @@ fn container_logs_with_the_kubelets_options() {
     let (s, b) = get(&f, "/containerLogs/default/talker/main?previous=true");
     assert_eq!(s, 400, "{b}");
     assert!(b.contains("previous terminated container"), "{b}");
-    let (s, _) = get(&f, "/containerLogs/default/talker/nosuch");
-    assert_eq!(s, 400);
+    let (s, b) = get(&f, "/containerLogs/default/talker/nosuch");
+    assert_eq!(
+        (s, b.as_str()),
+        (404, "container \"nosuch\" not found in pod \"talker\"")
+    );
+    let (s, b) = get(&f, "/containerLogs/default/nosuch/main");
+    assert_eq!((s, b.as_str()), (404, "pod \"nosuch\" does not exist"));
 
     // follow: the lines so far, then new ones as they come.
     let mut s = f.connect();
@@ -840,7 +872,7 @@ fn container_logs_with_the_kubelets_options() {
 // Port-forward over plain SPDY.
 
 #[test]
-fn port_forward_plain_spdy_carries_mebibytes_each_way() {
+fn port_forward_plain_spdy_carries_mebibytes_each_way_and_v4_takes_port() {
     let _w = watchdog("port-forward", Duration::from_secs(120));
     if !std::path::Path::new("/usr/bin/python3").exists() {
         eprintln!("skipped: no /usr/bin/python3 for the echo server");
@@ -901,6 +933,54 @@ fn port_forward_plain_spdy_carries_mebibytes_each_way() {
     c.until("the FINs", Duration::from_secs(10), |c| {
         c.fin.contains_key(&d) && c.fin.contains_key(&e)
     });
+
+    // The v4 WebSocket, ports in the kubelet's `?port=`.
+    use tungstenite::Message;
+    let url = format!(
+        "wss://localhost:{}/portForward/default/echo?port=7070",
+        f.api.port()
+    );
+    let (mut ws, chosen) = crate::http::ws::client_handshake(
+        f.connect(),
+        &url,
+        &[],
+        Some("v4.channel.k8s.io"),
+        1 << 20,
+    )
+    .expect("websocket");
+    assert_eq!(chosen.as_deref(), Some("v4.channel.k8s.io"));
+    let mut opened = 0;
+    let mut echoed = Vec::new();
+    let mut sent = false;
+    while echoed != b"over v4" {
+        match ws.read().expect("a v4 message") {
+            Message::Binary(b) if b.first() == Some(&0) && opened < 2 => opened += 1,
+            Message::Binary(b) if b.first() == Some(&1) && opened < 2 => opened += 1,
+            Message::Binary(b) if b.first() == Some(&0) => echoed.extend_from_slice(&b[1..]),
+            other => panic!("unexpected {other:?}"),
+        }
+        if opened == 2 && !sent {
+            ws.send(Message::Binary(b"\0over v4".to_vec().into()))
+                .expect("send");
+            sent = true;
+        }
+    }
+
+    // kubectl's SPDY-in-WebSocket tunnel is the API server's, not ours.
+    let mut s = f.connect();
+    let (status, _, _) = request(
+        &mut s,
+        "GET",
+        "/portForward/default/echo",
+        &[
+            ("Connection", "Upgrade"),
+            ("Upgrade", "websocket"),
+            ("Sec-WebSocket-Version", "13"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("Sec-WebSocket-Protocol", "SPDY/3.1+portforward.k8s.io"),
+        ],
+    );
+    assert_eq!(status, 400);
 }
 
 // ---------------------------------------------------------------------------
@@ -1064,4 +1144,54 @@ fn an_execs_process_ends_with_its_connection() {
         // Gone, or a zombie about to be reaped.
         (stat.is_empty() || stat.contains(") Z ")).then_some(())
     });
+}
+
+#[test]
+fn an_incomplete_stream_set_is_given_up_after_30_seconds() {
+    let _w = watchdog("stream creation timeout", Duration::from_secs(75));
+    let f = fixture();
+    box_pod(&f);
+    let target = format!(
+        "/exec/default/box/main?{}",
+        q(&["sh", "-c", "echo never"], "output=1&error=1")
+    );
+    let started = Instant::now();
+    let (mut c, _) = Spdy::open(&f, &target, TRANSLATOR);
+    let _e = c.stream("error", &[]);
+    let o = c.stream("stdout", &[]);
+    // No stderr stream: the set never completes, nothing runs.
+    let end = Instant::now() + Duration::from_secs(45);
+    let mut saw_goaway = false;
+    let mut buf = [0u8; 4096];
+    loop {
+        assert!(Instant::now() < end, "the server waited past 45 s");
+        let _ = c.s.sock.set_read_timeout(Some(Duration::from_secs(1)));
+        match c.s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                c.dec.push(&buf[..n]);
+                while let Ok(Some(fr)) = c.dec.next() {
+                    saw_goaway |= matches!(fr, Frame::GoAway { .. });
+                    if let Frame::Data {
+                        stream_id, data, ..
+                    } = fr
+                    {
+                        assert!(stream_id != o || data.is_empty(), "the command ran");
+                    }
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(saw_goaway);
+    assert!(
+        started.elapsed() >= super::streams::STREAM_CREATION_TIMEOUT - Duration::from_secs(1),
+        "given up after {:?}",
+        started.elapsed()
+    );
 }
