@@ -192,6 +192,11 @@ POD_CIDR=127.243.0.0/16
 SIM_NODE_NAME=kubegate-node-0
 SIM_NODE_LABEL=kubegate.test/node=sim
 SIM_NODE_TAINT=kubegate.test/node=sim:NoSchedule
+# What the sim node offers the scheduler: its pods are host processes that
+# no request or limit binds, so it offers what the tests and the soak ask
+# for at once (each session's containers request up to 1 CPU and 1 GiB),
+# not the host's two CPUs.
+SIM_NODE_CAPACITY=cpu=512,memory=2Ti,pods=5000
 SIM_NODE_CIDR=127.244.0.0/16
 # Two users in different groups besides the admin; no RBAC binds them, so
 # tests grant exactly what they mean to test.
@@ -672,7 +677,8 @@ EOF
       --tls-cert-file "$DIR/pki/sim-node-serving.crt" --tls-private-key-file "$DIR/pki/sim-node-serving.key" \
       --client-ca-file "$DIR/pki/kubelet-client-ca.crt" \
       --register-with-taints "$SIM_NODE_TAINT" \
-      --node-labels "$SIM_NODE_LABEL"
+      --node-labels "$SIM_NODE_LABEL" \
+      --capacity "$SIM_NODE_CAPACITY"
   fi
 
   wait_for kwok "Node $NODE_NAME Ready" node_ready "$NODE_NAME"

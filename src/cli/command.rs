@@ -31,7 +31,8 @@ commands:
                 kubegate sim node --kubeconfig F --name NAME --state-dir DIR --listen 127.0.0.1:PORT
                              --tls-cert-file F --tls-private-key-file F --client-ca-file F
                              [--pod-cidr 127.B.0.0/16] [--register-with-taints K=V:EFFECT,...]
-                             [--node-labels K=V,...] [--uid-range FIRST-LAST]
+                             [--node-labels K=V,...] [--capacity RESOURCE=QUANTITY,...]
+                             [--uid-range FIRST-LAST]
                              (join a real control plane as Node NAME; docs/sim.md)
   exec          run a command in a workspace Deployment through the daemon
                 kubegate exec [-i] [-t] [-c CONTAINER] --workspace PROJECT/UID DEPLOYMENT -- CMD [ARGS...]

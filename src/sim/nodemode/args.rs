@@ -38,6 +38,34 @@ pub struct NodeOptions {
     pub taints: Vec<Taint>,
     pub labels: Vec<(String, String)>,
     pub uid_range: (u32, u32),
+    /// `--capacity`: what the Node offers instead of the host's figures
+    /// (capacity and allocatable alike).
+    pub capacity: Vec<(String, String)>,
+}
+
+/// The resources `--capacity` may set.
+const CAPACITY_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pods"];
+
+/// `cpu=64,memory=256Gi,…`: each a known resource and a positive quantity.
+pub fn parse_capacity(s: &str) -> Result<Vec<(String, String)>, String> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p
+                .split_once('=')
+                .ok_or_else(|| format!("{p:?}: expected RESOURCE=QUANTITY"))?;
+            if !CAPACITY_RESOURCES.contains(&k) {
+                return Err(format!(
+                    "{k:?}: one of {}",
+                    CAPACITY_RESOURCES.join(", ")
+                ));
+            }
+            match crate::kube::quantity::Quantity::parse(v) {
+                Ok(q) if q.is_positive() => Ok((k.to_string(), v.to_string())),
+                _ => Err(format!("{p:?}: not a positive quantity")),
+            }
+        })
+        .collect()
 }
 
 fn usage(m: impl Into<String>) -> UsageError {
@@ -124,6 +152,7 @@ pub fn parse(argv: &[String]) -> Result<NodeOptions, UsageError> {
     let mut taints = Vec::new();
     let mut labels = Vec::new();
     let mut uid_range = DEFAULT_NODE_UID_RANGE;
+    let mut capacity = Vec::new();
     while let Some(arg) = p.next().map_err(|e| usage(e.to_string()))? {
         let flag = match arg {
             Long(l) => l.to_string(),
@@ -194,6 +223,10 @@ pub fn parse(argv: &[String]) -> Result<NodeOptions, UsageError> {
                 parse_labels(&value("--node-labels")?)
                     .map_err(|e| usage(format!("--node-labels {e}")))?,
             ),
+            "capacity" => capacity.extend(
+                parse_capacity(&value("--capacity")?)
+                    .map_err(|e| usage(format!("--capacity {e}")))?,
+            ),
             "uid-range" => {
                 uid_range = pod_users::parse_range(&value("--uid-range")?)
                     .map_err(|e| usage(format!("--uid-range: {e}")))?;
@@ -216,6 +249,7 @@ pub fn parse(argv: &[String]) -> Result<NodeOptions, UsageError> {
         taints,
         labels,
         uid_range,
+        capacity,
     })
 }
 
@@ -266,6 +300,20 @@ mod tests {
         );
         assert!(parse_labels("a").is_err());
         assert!(parse_labels("a=b c").is_err());
+    }
+
+    #[test]
+    fn capacity_overrides() {
+        assert_eq!(
+            parse_capacity("cpu=64,memory=256Gi"),
+            Ok(vec![
+                ("cpu".into(), "64".into()),
+                ("memory".into(), "256Gi".into())
+            ])
+        );
+        for bad in ["gpu=1", "cpu=0", "cpu=-1", "cpu", "memory=lots"] {
+            assert!(parse_capacity(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

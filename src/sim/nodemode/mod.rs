@@ -157,6 +157,7 @@ impl Node {
             taints: opts.taints.clone(),
             labels: opts.labels.clone(),
             facts: crate::sim::node::HostFacts::read(&opts.state_dir),
+            capacity: opts.capacity.clone(),
         };
         let agent = node_agent::NodeAgent::start(client.clone(), spec)
             .map_err(|e| format!("registering Node {}: {e}", opts.name))?;

@@ -32,6 +32,8 @@ pub struct NodeSpec {
     pub taints: Vec<super::args::Taint>,
     pub labels: Vec<(String, String)>,
     pub facts: HostFacts,
+    /// Figures that replace the host's in capacity and allocatable.
+    pub capacity: Vec<(String, String)>,
 }
 
 impl NodeSpec {
@@ -57,6 +59,10 @@ impl NodeSpec {
         }
         for (k, v) in &self.labels {
             node["metadata"]["labels"][k] = json!(v);
+        }
+        for (k, v) in &self.capacity {
+            node["status"]["capacity"][k] = json!(v);
+            node["status"]["allocatable"][k] = json!(v);
         }
         node
     }
@@ -263,6 +269,7 @@ mod tests {
             }],
             labels: vec![("kubegate.test/node".into(), "sim".into())],
             facts: HostFacts::default(),
+            capacity: vec![("cpu".into(), "64".into())],
         };
         let n = spec.object();
         assert_eq!(n["metadata"]["name"], "kubegate-node-0");
@@ -276,6 +283,8 @@ mod tests {
             json!([{"key": "kubegate.test/node", "value": "sim", "effect": "NoSchedule"}])
         );
         assert!(n["spec"].get("podCIDR").is_none());
+        assert_eq!(n["status"]["capacity"]["cpu"], "64");
+        assert_eq!(n["status"]["allocatable"]["cpu"], "64");
         assert_eq!(
             n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
             10250
