@@ -53,7 +53,13 @@ impl Owner {
             };
             let r = attach(&conn, &ns, &pod, &container, tty, io.clone(), on_end);
             let attached_at = r.is_ok().then(now_ns);
-            if recover {
+            if recover && r.is_err() {
+                // No attach, so nothing to put the recovery before: the
+                // next attempt recovers from the same last output. Reading
+                // the log now (the API server is likely out) would only
+                // announce a gap that attempt fills.
+                io.release(Recovered::Complete(Vec::new()), main_stream(tty));
+            } else if recover {
                 let what = RecoverTarget {
                     session: &sid,
                     namespace: &ns,
@@ -110,6 +116,20 @@ struct RecoverTarget<'a> {
 /// How long a re-adoption waits for the new attach to deliver the lines
 /// the log stamped after the attach began (so they are recovered once).
 const ATTACH_CATCH_UP: Duration = Duration::from_secs(1);
+/// The waits before reading a container log again after a transient
+/// failure (see [`recover_output`]).
+const LOG_RETRIES: [Duration; 3] = [
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+];
+/// How long the recovery waits for the new attach's first output before it
+/// reads the log. A real API server answers the attach's upgrade before its
+/// own stream to the kubelet is up (its stream translator), so what the
+/// app writes in between is in neither the attach nor a log read made at
+/// once; read after the attach has delivered, the log overlaps it instead.
+/// An app that writes nothing meanwhile costs this wait.
+const ATTACH_FIRST_OUTPUT: Duration = Duration::from_secs(2);
 
 /// Reads what the app wrote after `since_ns` (the last output the daemon
 /// pushed before it stopped) from its container log (`timestamps=true`,
@@ -135,8 +155,27 @@ fn recover_output(
         timestamps: true,
         tail_lines: None,
     };
+    if attached_at_ns.is_some() {
+        let deadline = Instant::now() + ATTACH_FIRST_OUTPUT;
+        while !io.held_has_output() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     let api = Api::<Pod>::namespaced(client, t.namespace);
-    let recovered = match api.logs(t.pod, &params, max_bytes) {
+    // A cut of the connection to the API server just after the attach was
+    // made (the same blip that cut the last one) is not yet a gap: the log
+    // is read again, 0.5 s then 1 s then 2 s later, before one is said.
+    let mut read = api.logs(t.pod, &params, max_bytes);
+    for wait in LOG_RETRIES {
+        match &read {
+            Err(e) if e.is_retryable() => {
+                std::thread::sleep(wait);
+                read = api.logs(t.pod, &params, max_bytes);
+            }
+            _ => break,
+        }
+    }
+    let recovered = match read {
         Ok(log) => {
             let stamped = crate::session::recover::lines_after(&log.body, since_ns);
             let late =
@@ -145,8 +184,11 @@ fn recover_output(
             if late > 0 && !log.truncated {
                 // A bounded poll on this worker: the attach's pump pushes
                 // into the held output on its own thread.
+                // Covered once the held output starts with the log's last
+                // lines (the attach delivers from its own start, which may
+                // come after lines the log stamped as late).
                 let deadline = Instant::now() + ATTACH_CATCH_UP;
-                while io.held_covers(&lines) < late && Instant::now() < deadline {
+                while io.held_covers(&lines) == 0 && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }

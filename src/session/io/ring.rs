@@ -281,6 +281,16 @@ impl AppIo {
         self.state.lock().held.is_some()
     }
 
+    /// Whether output is held and some has arrived since the hold began
+    /// (a re-attach's stream is delivering).
+    pub fn held_has_output(&self) -> bool {
+        self.state
+            .lock()
+            .held
+            .as_ref()
+            .is_some_and(|h| !h.frames.is_empty())
+    }
+
     /// Ends a hold: appends what was recovered of the downtime's output
     /// (tagged `stream`; without the trailing lines that the held output
     /// starts with: the attach was already streaming when the log was
@@ -303,12 +313,12 @@ impl AppIo {
                 Recovered::Complete(mut lines) => {
                     let dup = held_overlap(&lines, &held.head());
                     lines.truncate(lines.len() - dup);
-                    for r in lines.into_iter().filter(|r| !r.is_empty()) {
+                    for r in coalesce(lines) {
                         self.append(&mut st, s, r, &mut slow);
                     }
                 }
                 Recovered::Truncated(lines) => {
-                    for r in lines.into_iter().filter(|r| !r.is_empty()) {
+                    for r in coalesce(lines) {
                         self.append(&mut st, s, r, &mut slow);
                     }
                     self.append(&mut st, GAP_STREAM, Bytes::new(), &mut slow);
@@ -530,6 +540,29 @@ pub fn held_overlap(recovered: &[Bytes], held: &[u8]) -> usize {
         }
     }
     best
+}
+
+/// The largest frame recovered lines are joined into.
+const RECOVERED_FRAME_BYTES: usize = 16 << 10;
+
+/// Recovered log lines joined into frames of at most
+/// [`RECOVERED_FRAME_BYTES`] (a longer line stays whole): a minute of an
+/// app's output recovered after an outage is a few frames, not one per
+/// line, so it does not overflow a viewer's queue (which counts frames)
+/// and cut the viewer it is meant for.
+fn coalesce(lines: Vec<Bytes>) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut cur: Vec<u8> = Vec::new();
+    for l in lines.into_iter().filter(|l| !l.is_empty()) {
+        if !cur.is_empty() && cur.len() + l.len() > RECOVERED_FRAME_BYTES {
+            out.push(Bytes::from(std::mem::take(&mut cur)));
+        }
+        cur.extend_from_slice(&l);
+    }
+    if !cur.is_empty() {
+        out.push(Bytes::from(cur));
+    }
+    out
 }
 
 /// Recovered chunks compared with the held output's start (see

@@ -24,9 +24,18 @@ pub(super) const REATTACH_MAX_MS: Millis = 10_000;
 
 impl Session {
     /// [`Input::AttachOk`].
+    ///
+    /// The stream's end is a message of its own, sent from the stream's
+    /// thread, and can come first: a stream cut within a moment of being
+    /// made (while its recovery reads the container log) reports its loss
+    /// before the worker reports the attach made. The re-attach that loss
+    /// scheduled (`due` set; one in flight has none) then stays: dropping
+    /// it left the app unattached for good.
     pub(super) fn attach_ok(&mut self, pod: &str, app: &str, now: Millis, out: &mut Vec<Command>) {
         if self.is_current(pod) {
-            self.pod.reattach.remove(app);
+            if self.pod.reattach.get(app).is_none_or(|r| r.due.is_none()) {
+                self.pod.reattach.remove(app);
+            }
             self.attach_answered(app, now, out);
         }
     }

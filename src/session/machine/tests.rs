@@ -1113,6 +1113,46 @@ fn attaches(c: &[Command]) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// A stream cut while its attach was still being answered (the recovery
+/// reads the container log first): the loss comes before the answer, and
+/// the re-attach it scheduled is still made. Seen on a real API server
+/// behind a proxy cut twice within a second (scripts/soak.sh --real).
+#[test]
+fn a_loss_reported_before_its_attach_answer_is_still_made_again() {
+    let (mut s, name, _) = up(None);
+    let lost = Input::AttachFailed {
+        pod: name.clone(),
+        app: "worker".into(),
+        message: "stream cut".into(),
+    };
+    s.handle(lost.clone(), T0 + 10_000);
+    assert_eq!(attaches(&s.handle(Input::Tick, T0 + 10_500)).len(), 1);
+    // The re-attach is made and cut at once: its end, then its answer.
+    s.handle(lost, T0 + 10_600);
+    s.handle(
+        Input::AttachOk {
+            pod: name.clone(),
+            app: "worker".into(),
+        },
+        T0 + 11_000,
+    );
+    assert_eq!(
+        attaches(&s.handle(Input::Tick, T0 + 12_000)),
+        [("worker".to_string(), true)],
+        "the re-attach the loss scheduled still goes out"
+    );
+    // Its answer, with no loss before it, settles the app.
+    s.handle(
+        Input::AttachOk {
+            pod: name.clone(),
+            app: "worker".into(),
+        },
+        T0 + 12_100,
+    );
+    assert!(attaches(&s.handle(Input::Tick, T0 + 30_000)).is_empty());
+    assert_eq!(s.tick_interval_ms(), 5_000, "settled again");
+}
+
 #[test]
 fn a_lost_attach_is_made_again_with_recovery_with_backoff_then_given_up() {
     let (mut s, name, _) = up(None);
