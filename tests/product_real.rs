@@ -497,10 +497,11 @@ fn session(plane: &Plane, ns: &Namespaces, d: &DaemonProc, node: &str) -> (Strin
     assert_eq!(more.frames.keys().next(), Some(&(last + 1)), "{more:?}");
     assert!(more.gaps.is_empty(), "{more:?}");
     close(ws);
-    // What the app printed as it started, before the daemon's attach was
-    // up, is in the container log (read through the API server and the
-    // sim node's kubelet API); see the io socket's first frames in the
-    // report (docs/control-plane.md#the-product-on-the-sim-node).
+    // What the app printed as it started is in the container log (read
+    // through the API server and the sim node's kubelet API). On the io
+    // socket it is there in most starts only: a known loss, not asserted
+    // (docs/control-plane.md#the-product-on-the-sim-node, "Known: a new
+    // app's first output"); said on stderr when it happens.
     let log = plane.ok(
         &[
             "-n",
@@ -515,7 +516,7 @@ fn session(plane: &Plane, ns: &Namespaces, d: &DaemonProc, node: &str) -> (Strin
     assert!(log.starts_with("ready\n"), "{log:?}");
     if !replayed.text(1).starts_with("ready\n") {
         eprintln!(
-            "product_real: the echo app's first line (before the attach) did not reach the io socket: {:?}",
+            "product_real: known loss: the echo app's first line did not reach the io socket: {:?}",
             replayed.text(1)
         );
     }
@@ -631,8 +632,21 @@ fn restart(plane: &Plane, ns: &Namespaces, d: &mut DaemonProc, id: &str, node: &
     assert_eq!(seqs, contiguous, "frames numbered on from lastSeq");
     let ticks = after.ticks();
     assert_eq!(ticks.first(), Some(&(last_tick + 1)), "{ticks:?}");
+    // A line both in the log and through the new attach may come twice
+    // (docs/sessions.md, the recovery's overlap), never a hole.
     for w in ticks.windows(2) {
-        assert!(w[1] == w[0] + 1, "tick {} then {}: {ticks:?}", w[0], w[1]);
+        assert!(
+            w[1] == w[0] + 1 || w[1] == w[0],
+            "tick {} then {}: {ticks:?}",
+            w[0],
+            w[1]
+        );
+    }
+    for n in last_tick + 1..=down {
+        assert!(
+            ticks.contains(&n),
+            "tick {n} (written while down): {ticks:?}"
+        );
     }
 }
 
