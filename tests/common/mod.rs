@@ -14,6 +14,7 @@ pub mod oidc_provider;
 pub mod pod_fixture;
 pub mod pty;
 pub mod rbac_file;
+pub mod real_daemon;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
