@@ -633,17 +633,6 @@ POLICY
     --profiling=false
   wait_for kube-apiserver "/readyz" admin_kubectl get --raw /readyz
 
-  # The Gateway API (standard channel): its CRDs and their upgrade guard,
-  # applied server-side (the CRDs are too large for client-side apply's
-  # last-applied annotation). They become Established while the rest
-  # starts; the wait is at the end.
-  local gateway_crds
-  gateway_crds=$(admin_kubectl apply --server-side --field-manager=kubegate-control-plane \
-      -f "$CACHE_DIR/gateway-api/" -o name 2>"$DIR/logs/gateway-api.log") \
-    || fail gateway-api "cannot apply the Gateway API $GATEWAY_API_VERSION CRDs"
-  gateway_crds=$(printf '%s\n' "$gateway_crds" | sed -n 's|^customresourcedefinition.apiextensions.k8s.io/||p')
-  [ -n "$gateway_crds" ] || fail gateway-api "applying $CACHE_DIR/gateway-api/ made no CRD"
-
   # The sim node's way to the API server: a loopback TCP proxy whose control
   # endpoint cuts it off and back (outage tests). Never stopping the API
   # server for that: its port is released slowly, and kwok and the
@@ -736,6 +725,18 @@ EOF
       --register-with-taints "$SIM_NODE_TAINT" \
       --node-labels "$SIM_NODE_LABEL"
   fi
+
+  # The Gateway API (standard channel): its CRDs and their upgrade guard,
+  # applied server-side (the CRDs are too large for client-side apply's
+  # last-applied annotation) once kwok and the sim node are launched, so
+  # the apply (about 3 s) overlaps their start; they become Established
+  # meanwhile, and the wait is at the end.
+  local gateway_crds
+  gateway_crds=$(admin_kubectl apply --server-side --field-manager=kubegate-control-plane \
+      -f "$CACHE_DIR/gateway-api/" -o name 2>"$DIR/logs/gateway-api.log") \
+    || fail gateway-api "cannot apply the Gateway API $GATEWAY_API_VERSION CRDs"
+  gateway_crds=$(printf '%s\n' "$gateway_crds" | sed -n 's|^customresourcedefinition.apiextensions.k8s.io/||p')
+  [ -n "$gateway_crds" ] || fail gateway-api "applying $CACHE_DIR/gateway-api/ made no CRD"
 
   wait_for kwok "Node $NODE_NAME Ready" node_ready "$NODE_NAME"
   # kwok reports no ephemeral storage, so the scheduler refuses any pod that
