@@ -732,7 +732,11 @@ EOF
   # the apply (about 3 s) overlaps their start; they become Established
   # meanwhile, and the wait is at the end.
   local gateway_crds
+  # (A longer request timeout than admin_kubectl's 5 s, the last flag
+  # winning: the HTTPRoute CRD is 430 KB, and a loaded machine is slow to
+  # store it.)
   gateway_crds=$(admin_kubectl apply --server-side --field-manager=kubegate-control-plane \
+      --request-timeout="${WAIT_SECONDS}s" \
       -f "$CACHE_DIR/gateway-api/" -o name 2>"$DIR/logs/gateway-api.log") \
     || fail gateway-api "cannot apply the Gateway API $GATEWAY_API_VERSION CRDs"
   gateway_crds=$(printf '%s\n' "$gateway_crds" | sed -n 's|^customresourcedefinition.apiextensions.k8s.io/||p')
