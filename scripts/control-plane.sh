@@ -26,6 +26,10 @@ KUBE_VERSION=v1.36.3
 KUBE_MINOR=36
 ETCD_VERSION=v3.6.8
 KWOK_VERSION=v0.8.0
+# The Gateway API CRDs (standard channel), from a module of their own beside
+# the main one (tests/control-plane/gateway-api/go.mod says why).
+GATEWAY_API_VERSION=v1.6.3
+GATEWAY_MODULE="$MODULE/gateway-api"
 
 # Exit code for "this machine cannot run the real control plane" (check).
 EXIT_UNAVAILABLE=3
@@ -69,6 +73,14 @@ STAGE_FILES=(
   kustomize/stage/pod/fast/pod-delete.yaml
 )
 
+# The Gateway API's standard channel, copied from its module at build time
+# into the cache's gateway-api/ (YAML, not compiled) and applied at start:
+# every file of this folder (the CRDs, and the ValidatingAdmissionPolicy
+# that guards them against a downgrade or an experimental overwrite). The
+# daemon's routes need these three; the build fails without them.
+GATEWAY_CRD_DIR=config/crd/standard
+GATEWAY_CRDS_NEEDED=(gatewayclasses gateways httproutes)
+
 die() { echo "control-plane: $*" >&2; exit 1; }
 log() { echo "control-plane: $*" >&2; }
 
@@ -100,6 +112,15 @@ check() {
     grep -Eq "^(require)?[[:space:]]*$pin( |\$)" "$MODULE/go.mod" \
       || { echo "tests/control-plane/go.mod does not pin $pin (script and module disagree: a bug, not a skip)"; return 1; }
   done
+  pin="sigs.k8s.io/gateway-api $GATEWAY_API_VERSION"
+  grep -Eq "^(require)?[[:space:]]*$pin( |\$)" "$GATEWAY_MODULE/go.mod" \
+    || { echo "tests/control-plane/gateway-api/go.mod does not pin $pin (script and module disagree: a bug, not a skip)"; return 1; }
+  # Its go line, too (the check above read only the main module's).
+  need=$(awk '$1 == "go" { print $2; exit }' "$GATEWAY_MODULE/go.mod")
+  if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; then
+    echo "Go $have is older than go $need that tests/control-plane/gateway-api/go.mod requires"
+    return $EXIT_UNAVAILABLE
+  fi
   return 0
 }
 
@@ -110,9 +131,9 @@ check() {
 # and target (a different compiler makes different binaries).
 cache_key() {
   {
-    cat "$MODULE/go.mod" "$MODULE/go.sum"
+    cat "$MODULE/go.mod" "$MODULE/go.sum" "$GATEWAY_MODULE/go.mod" "$GATEWAY_MODULE/go.sum"
     find "$MODULE" -name '*.go' | LC_ALL=C sort | xargs cat
-    printf '%s\n' "$LDFLAGS" "${PACKAGES[@]}" "${STAGE_FILES[@]}"
+    printf '%s\n' "$LDFLAGS" "${PACKAGES[@]}" "${STAGE_FILES[@]}" "$GATEWAY_CRD_DIR" "${GATEWAY_CRDS_NEEDED[@]}"
     go env GOVERSION GOOS GOARCH
     sed -n '/^# ---- build-recipe ----/,/^# ---- end build-recipe ----/p' "$0"
   } | sha256sum | cut -c1-16
@@ -150,7 +171,7 @@ build_into() {
   BUILD_TMP=$tmp
   trap 'rm -rf "$BUILD_TMP"' EXIT
   start=$(date +%s)
-  log "building Kubernetes $KUBE_VERSION, etcd $ETCD_VERSION and kwok $KWOK_VERSION into $dir (a cold build takes several minutes)"
+  log "building Kubernetes $KUBE_VERSION, etcd $ETCD_VERSION and kwok $KWOK_VERSION (and copying the Gateway API $GATEWAY_API_VERSION CRDs) into $dir (a cold build takes several minutes)"
   mkdir -p "$tmp/bin" "$tmp/stages"
   # -mod=readonly: go.mod and go.sum are committed and must be complete;
   # a build never edits them. CGO off: static binaries, no C toolchain.
@@ -171,6 +192,20 @@ build_into() {
     cp "$kwok_dir/$f" "$tmp/stages/" || die "kwok $KWOK_VERSION has no $f"
   done
   chmod -R u+w "$tmp/stages"   # the module cache is read-only
+  # The Gateway API CRDs: downloaded (and checked against go.sum) by their
+  # own module, then copied as they are.
+  local gw_dir
+  gw_dir=$(cd "$GATEWAY_MODULE" && GOTOOLCHAIN=local go mod download -json sigs.k8s.io/gateway-api \
+    | awk -F'"' '$2 == "Dir" { print $4 }') || die "cannot download the gateway-api module"
+  if [ -z "$gw_dir" ] || ! [ -d "$gw_dir/$GATEWAY_CRD_DIR" ]; then
+    die "gateway-api $GATEWAY_API_VERSION has no $GATEWAY_CRD_DIR"
+  fi
+  mkdir -p "$tmp/gateway-api"
+  cp "$gw_dir/$GATEWAY_CRD_DIR"/*.yaml "$tmp/gateway-api/" || die "cannot copy gateway-api $GATEWAY_CRD_DIR"
+  for f in "${GATEWAY_CRDS_NEEDED[@]}"; do
+    [ -f "$tmp/gateway-api/gateway.networking.k8s.io_$f.yaml" ] || die "gateway-api $GATEWAY_API_VERSION has no $f CRD"
+  done
+  chmod -R u+w "$tmp/gateway-api"
   printf 'built %s in %ss with %s\n' "$(date -u +%FT%TZ)" "$(( $(date +%s) - start ))" "$(go env GOVERSION)" > "$tmp/BUILD"
   # Atomic: either the whole folder appears or none of it.
   mv -T "$tmp" "$dir"
@@ -439,6 +474,22 @@ node_taints_are() {
   [ "$(printf '%s\n' "$have" | sed '/^$/d' | LC_ALL=C sort)" = "$want" ]
 }
 
+# crd_established NAME: the CRD's Established condition is True.
+crd_established() {
+  [ "$(admin_kubectl get crd "$1" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" = True ]
+}
+# gateway_discovered: /apis lists gateway.networking.k8s.io and its v1 lists
+# every resource the daemon's routes need.
+gateway_discovered() {
+  local apis v1 r
+  apis=$(admin_kubectl get --raw /apis) || return 1
+  [[ $apis == *'"gateway.networking.k8s.io/v1"'* ]] || return 1
+  v1=$(admin_kubectl get --raw /apis/gateway.networking.k8s.io/v1) || return 1
+  for r in "${GATEWAY_CRDS_NEEDED[@]}"; do
+    [[ $v1 == *"\"name\":\"$r\""* ]] || return 1
+  done
+}
+
 # The sim node's binary: $KUBEGATE_BIN (an absolute path), else the
 # checkout's debug build. Sets SIM_NODE_EXE (canonical, for stop's check),
 # or leaves it empty when KUBEGATE_CP_SIM_NODE=0 skips the sim node.
@@ -681,6 +732,22 @@ EOF
       --capacity "$SIM_NODE_CAPACITY"
   fi
 
+  # The Gateway API (standard channel): its CRDs and their upgrade guard,
+  # applied server-side (the CRDs are too large for client-side apply's
+  # last-applied annotation) once kwok and the sim node are launched, so
+  # the apply (about 3 s) overlaps their start; they become Established
+  # meanwhile, and the wait is at the end.
+  local gateway_crds
+  # (A longer request timeout than admin_kubectl's 5 s, the last flag
+  # winning: the HTTPRoute CRD is 430 KB, and a loaded machine is slow to
+  # store it.)
+  gateway_crds=$(admin_kubectl apply --server-side --field-manager=kubegate-control-plane \
+      --request-timeout="${WAIT_SECONDS}s" \
+      -f "$CACHE_DIR/gateway-api/" -o name 2>"$DIR/logs/gateway-api.log") \
+    || fail gateway-api "cannot apply the Gateway API $GATEWAY_API_VERSION CRDs"
+  gateway_crds=$(printf '%s\n' "$gateway_crds" | sed -n 's|^customresourcedefinition.apiextensions.k8s.io/||p')
+  [ -n "$gateway_crds" ] || fail gateway-api "applying $CACHE_DIR/gateway-api/ made no CRD"
+
   wait_for kwok "Node $NODE_NAME Ready" node_ready "$NODE_NAME"
   # kwok reports no ephemeral storage, so the scheduler refuses any pod that
   # asks for some (a session's pods do): give the Node what a kubelet would
@@ -704,6 +771,13 @@ EOF
       node_taints_are "$SIM_NODE_NAME" "$SIM_NODE_TAINT"
   fi
   wait_for kube-controller-manager "ServiceAccount default/default" admin_kubectl get serviceaccount default -n default
+  # Each Gateway API CRD Established, and the group in discovery with the
+  # resources the daemon uses (discovery follows Established a little later).
+  local crd
+  for crd in $gateway_crds; do
+    wait_for kube-apiserver "CRD $crd Established" crd_established "$crd"
+  done
+  wait_for kube-apiserver "gateway.networking.k8s.io/v1 in discovery" gateway_discovered
   wait_for kube-scheduler "/healthz" curl -fsSk "https://127.0.0.1:$sched_port/healthz"
   wait_for kube-controller-manager "/healthz" curl -fsSk "https://127.0.0.1:$kcm_port/healthz"
 
@@ -751,6 +825,7 @@ EOF
     kv KUBEGATE_REAL_KUBE_VERSION "$KUBE_VERSION"
     kv KUBEGATE_REAL_ETCD_VERSION "$ETCD_VERSION"
     kv KUBEGATE_REAL_KWOK_VERSION "$KWOK_VERSION"
+    kv KUBEGATE_REAL_GATEWAY_API_VERSION "$GATEWAY_API_VERSION"
     kv KUBEGATE_REAL_START_SECONDS "$elapsed"
   } > "$DIR/env"
 

@@ -87,9 +87,10 @@ const SIM_ONLY: &[(&str, &str, &[&str], &str)] = &[
 
 const GATEWAY_API: &str = "gateway.networking.k8s.io";
 const GATEWAY_WHY: &str =
-    "gateway routing: the real plane serves no Gateway API (its CRDs are not \
-     part of Kubernetes, and installing them on the plane the whole run shares would change the \
-     discovery the other real-plane tests read); tests/rbac.rs (drive_gateway) uses it on the sim";
+    "gateway routing: the real plane serves the Gateway API v1.6.3 CRDs, but this run's \
+     daemons route by Ingress (a gateway-routed session would need another agent-backed \
+     session here); tests/rbac.rs (drive_gateway) uses these grants on the sim, and \
+     tests/routes_real.rs creates the daemon's HTTPRoutes on the real plane as the admin";
 
 /// The debug stream of a session's first app (`INSPECT_BASE_PORT`), and
 /// the workspace agent's port.

@@ -477,8 +477,43 @@ fn selectors_deletes_and_discovery() -> Vec<Step> {
         step("discovery-present-group", "GET", "/apis/apps"),
         step("discovery-absent-group", "GET", "/apis/nope.example.com"),
         step("discovery-absent-version", "GET", "/apis/apps/v9"),
+        // The Gateway API: served by the sim natively, by the real plane
+        // from the v1.6.3 CRDs (docs/control-plane.md#the-gateway-api).
+        step(
+            "discovery-gateway-group",
+            "GET",
+            "/apis/gateway.networking.k8s.io",
+        ),
+        step(
+            "discovery-gateway-v1",
+            "GET",
+            "/apis/gateway.networking.k8s.io/v1",
+        ),
+        step("httproute-create", "POST", ROUTES).json(route("r1", "a.dev.example.com")),
+        step("httproute-bad-host", "POST", ROUTES).json(route("r2", "bad_host.example.com")),
+        step("httproute-upper-host", "POST", ROUTES).json(route("r3", "A.dev.example.com")),
+        step("httproute-long-host", "POST", ROUTES).json(route(
+            "r4",
+            &format!("{}.example.com", vec!["a".repeat(60); 4].join(".")),
+        )),
+        step("httproute-ip-host", "POST", ROUTES).json(route("r5", "10.0.0.1")),
         step("version", "GET", "/version"),
     ]
+}
+
+const ROUTES: &str = "/apis/gateway.networking.k8s.io/v1/namespaces/{ns}/httproutes";
+
+/// An HTTPRoute with one host (its Gateway need not exist).
+fn route(name: &str, host: &str) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": name},
+        "spec": {
+            "parentRefs": [{"name": "gw"}],
+            "hostnames": [host],
+            "rules": [{"backendRefs": [{"name": "svc", "port": 80}]}],
+        },
+    })
 }
 
 /// A Deployment's scale subresource, ServiceAccounts and pods.

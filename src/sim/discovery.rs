@@ -140,6 +140,13 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 m.insert("categories".into(), json!(["all"]));
             }
         }
+        // The Gateway API CRDs put every kind in the `gateway-api`
+        // category (`kubectl get gateway-api`).
+        if r.group == "gateway.networking.k8s.io" {
+            if let Value::Object(m) = &mut e {
+                m.insert("categories".into(), json!(["gateway-api"]));
+            }
+        }
         resources.push(e);
         for sub in r.subresources {
             resources.push(subresource_entry(r, sub));

@@ -6,8 +6,7 @@
 //! (`sim::gateway`): a create starts without one.
 
 use super::{arr, obj_field, str_at, Causes};
-use crate::sim::rules::check_dns1123_subdomain;
-use crate::sim::store::{FieldCause, Obj};
+use crate::sim::store::{CauseKind, FieldCause, Obj};
 use serde_json::{json, Value};
 
 /// `spec.controllerName` is required.
@@ -106,21 +105,66 @@ pub(super) fn http_route_defaults(obj: &mut Obj) {
     }
 }
 
-/// Host names (a DNS subdomain, or one with a `*.` prefix; no IP), each
+/// The CRD's `Hostname` pattern (v1.6.3, standard channel).
+const HOSTNAME_PATTERN: &str =
+    r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// Whether `host` matches [`HOSTNAME_PATTERN`]: dot-separated labels of
+/// `[a-z0-9-]` with alphanumeric ends (no length per label), after an
+/// optional `*.`.
+fn matches_hostname_pattern(host: &str) -> bool {
+    let rest = host.strip_prefix("*.").unwrap_or(host);
+    !rest.is_empty()
+        && rest.split('.').all(|l| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
+}
+
+/// Host names as the CRD's schema checks them (1 to 253 characters, the
+/// `Hostname` pattern: an IP address passes, as it does there), each
 /// parentRef's name, each backendRef's name and, for a Service, its port.
 pub(super) fn validate_http_route(obj: &Obj, causes: &mut Causes) {
+    let mut too_long = false;
     for (i, h) in arr(obj.pointer("/spec/hostnames")).iter().enumerate() {
         let f = format!("spec.hostnames[{i}]");
         let host = h.as_str().unwrap_or_default();
-        if host.parse::<std::net::IpAddr>().is_ok() {
-            causes.push(FieldCause::invalid(
-                f,
-                host,
-                "must be a DNS name, not an IP address",
+        if host.len() > 253 {
+            too_long = true;
+            causes.push(FieldCause::new(
+                CauseKind::TooLong,
+                f.clone(),
+                None,
+                "may not be more than 253 bytes",
             ));
-        } else if let Err(e) = check_dns1123_subdomain(host.strip_prefix("*.").unwrap_or(host)) {
-            causes.push(FieldCause::invalid(f, host, e));
         }
+        if host.is_empty() {
+            causes.push(FieldCause::invalid(
+                f.clone(),
+                host,
+                format!("{f} in body should be at least 1 chars long"),
+            ));
+        } else if !matches_hostname_pattern(host) {
+            causes.push(FieldCause::invalid(
+                f.clone(),
+                host,
+                format!("{f} in body should match '{HOSTNAME_PATTERN}'"),
+            ));
+        }
+    }
+    // A value past a maxLength makes the API server skip the CRD's CEL
+    // rules (their cost was estimated from the maxLength), and it says so
+    // in a cause without a field, which it prints `<nil>`.
+    if too_long {
+        causes.push(FieldCause::invalid_raw(
+            "<nil>",
+            "null",
+            "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+        ));
     }
     for (i, r) in arr(obj.pointer("/spec/parentRefs")).iter().enumerate() {
         if str_at(r, &["name"]).is_empty() {

@@ -303,4 +303,18 @@ pub(super) fn validate_ingress(obj: &Obj, causes: &mut Causes) {
             }
         }
     }
+    // The TLS entries' hosts, after the rules (upstream's
+    // validateIngressTLS): a DNS subdomain, `*.` allowed; no IP check here.
+    for (i, t) in arr(spec.get("tls")).iter().enumerate() {
+        for (j, h) in arr(t.get("hosts")).iter().enumerate() {
+            let host = h.as_str().unwrap_or_default();
+            if let Err(e) = check_dns1123_subdomain(host.strip_prefix("*.").unwrap_or(host)) {
+                causes.push(FieldCause::invalid(
+                    format!("spec.tls[{i}].hosts[{j}]"),
+                    host,
+                    e,
+                ));
+            }
+        }
+    }
 }
