@@ -2,8 +2,8 @@
 //! and faults, the checks at the end, the wind-down.
 
 use crate::args::Args;
-use crate::execs::exec_worker;
 use crate::args::Cluster;
+use crate::execs::exec_worker;
 use crate::faults::{inject, plan, proxy_call, sim_addr};
 use crate::report::{report, Report};
 use crate::samples::{proc_figures, sample, Sample};

@@ -55,10 +55,7 @@ pub fn parse_capacity(s: &str) -> Result<Vec<(String, String)>, String> {
                 .split_once('=')
                 .ok_or_else(|| format!("{p:?}: expected RESOURCE=QUANTITY"))?;
             if !CAPACITY_RESOURCES.contains(&k) {
-                return Err(format!(
-                    "{k:?}: one of {}",
-                    CAPACITY_RESOURCES.join(", ")
-                ));
+                return Err(format!("{k:?}: one of {}", CAPACITY_RESOURCES.join(", ")));
             }
             match crate::kube::quantity::Quantity::parse(v) {
                 Ok(q) if q.is_positive() => Ok((k.to_string(), v.to_string())),
