@@ -835,6 +835,15 @@ fn a_restarted_node_reports_its_lost_containers(b: &Backend) {
                 .then_some(())
         },
     );
+    // Its log went with the node's processes: said as a kubelet says it.
+    let out = kubectl(b, &["logs", "lost-never"], None);
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr_str()
+            .contains("container \"main\" in pod \"lost-never\" is terminated"),
+        "{}",
+        out.stderr_str()
+    );
     wait_for("lost-always restarted", Duration::from_secs(60), || {
         let p = pod_json(b, "lost-always");
         let c = &p["status"]["containerStatuses"][0];

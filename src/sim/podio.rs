@@ -719,10 +719,25 @@ impl PodStreams for Kubelet {
                     t.container
                 )
             } else {
-                format!(
-                    "container \"{}\" in pod \"{pod_name}\" is waiting to start: ContainerCreating",
-                    t.container
-                )
+                // As the kubelet's validateContainerLogStatus words it from
+                // the container's state: a container with no process left
+                // (a node restarted under it) is terminated; one not started
+                // yet names why it waits.
+                let st = container_status(&t.pod, &t.container);
+                if st["state"].get("terminated").is_some() {
+                    format!(
+                        "container \"{}\" in pod \"{pod_name}\" is terminated",
+                        t.container
+                    )
+                } else {
+                    let reason = st["state"]["waiting"]["reason"]
+                        .as_str()
+                        .unwrap_or("ContainerCreating");
+                    format!(
+                        "container \"{}\" in pod \"{pod_name}\" is waiting to start: {reason}",
+                        t.container
+                    )
+                }
             };
             return bad_request(&msg);
         };
@@ -853,6 +868,17 @@ impl Kubelet {
             handle,
         })
     }
+}
+
+/// The status of `container` in `pod` (init or app), or null.
+fn container_status<'a>(pod: &'a Value, container: &str) -> &'a Value {
+    static NULL: Value = Value::Null;
+    ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .filter_map(|l| pod["status"][*l].as_array())
+        .flatten()
+        .find(|c| c["name"] == container)
+        .unwrap_or(&NULL)
 }
 
 /// Prefixes each line start in `data` with a timestamp.

@@ -131,6 +131,28 @@ impl Handler for Api {
     }
 }
 
+/// A refusal of `podio`'s (a JSON Status, as the sim's API server
+/// answers) as the kubelet writes one: its message as plain text, which
+/// the API server then puts in its own Status (`kubectl logs` shows
+/// `container "c" in pod "p" is terminated`, not a Status inside one).
+fn plain_errors(reply: Reply) -> Reply {
+    match reply {
+        Reply::Response(r) if r.status >= 400 => {
+            let message = match &r.body {
+                crate::http::Body::Bytes(b) => serde_json::from_slice::<serde_json::Value>(b)
+                    .ok()
+                    .and_then(|v| v["message"].as_str().map(str::to_string)),
+                _ => None,
+            };
+            match message {
+                Some(m) => text(r.status, &m),
+                None => Reply::Response(r),
+            }
+        }
+        other => other,
+    }
+}
+
 impl Api {
     /// `podio`'s log with the container from the path (`tail` is the
     /// kubelet's old name of `tailLines`; `tail=all` means no limit).
@@ -159,7 +181,7 @@ impl Api {
             }
         }
         r.query.push(("container".into(), container.into()));
-        PodStreams::log(&*self.kubelet, &r, ns, pod)
+        plain_errors(PodStreams::log(&*self.kubelet, &r, ns, pod))
     }
 
     /// The kubelet's checks before it asks the runtime (`getExec`,
