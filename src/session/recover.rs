@@ -68,6 +68,50 @@ pub fn lines_after(body: &[u8], after_ns: u64) -> Vec<(u64, Bytes)> {
     out
 }
 
+/// Of the log's `lines` (read from a margin before `since_ns`, the last
+/// output's arrival), those no viewer was given. A line stamped before
+/// that arrival can still have been in flight when the stream was cut
+/// (the kubelet, an API server's stream translator, proxies between), so
+/// the time alone does not tell: the longest run of leading lines whose
+/// bytes end what was delivered (`delivered_tail`) was delivered, and
+/// what follows it was not (a run starts where a delivered line starts:
+/// `delivered_tail` holds one byte more than the lines, or all there was).
+/// Without such a run, the lines stamped after
+/// `since_ns` (the time rule alone). Identical lines at the boundary
+/// cannot be told apart: the longest run wins.
+pub fn undelivered(
+    lines: Vec<(u64, Bytes)>,
+    since_ns: u64,
+    delivered_tail: &[u8],
+) -> Vec<(u64, Bytes)> {
+    let mut best = None;
+    let mut len = 0;
+    for (k, (_, l)) in lines.iter().enumerate() {
+        len += l.len();
+        if len > delivered_tail.len() {
+            break;
+        }
+        // Do lines[..=k] end the delivered bytes, from a line's start?
+        let start = delivered_tail.len() - len;
+        if start > 0 && delivered_tail[start - 1] != b'\n' {
+            continue;
+        }
+        let mut at = start;
+        let matches = lines[..=k].iter().all(|(_, c)| {
+            let ok = delivered_tail.get(at..at + c.len()) == Some(&c[..]);
+            at += c.len();
+            ok
+        });
+        if matches {
+            best = Some(k + 1);
+        }
+    }
+    match best {
+        Some(k) => lines.into_iter().skip(k).collect(),
+        None => lines.into_iter().filter(|(ts, _)| *ts > since_ns).collect(),
+    }
+}
+
 /// How many of `lines` (in order) are stamped at or after `ns`: the lines
 /// the new attach delivers as well, once it catches up.
 pub fn stamped_from(lines: &[(u64, Bytes)], ns: u64) -> usize {
@@ -79,6 +123,50 @@ mod tests {
     use super::*;
 
     const T: u64 = 1_700_000_000_000_000_000;
+
+    fn stamped(lines: &[(u64, &'static str)]) -> Vec<(u64, Bytes)> {
+        lines
+            .iter()
+            .map(|(t, l)| (*t, Bytes::from_static(l.as_bytes())))
+            .collect()
+    }
+
+    fn texts(lines: &[(u64, Bytes)]) -> Vec<String> {
+        lines
+            .iter()
+            .map(|(_, l)| String::from_utf8_lossy(l).into_owned())
+            .collect()
+    }
+
+    /// Lines stamped before the last output's arrival but still in flight
+    /// when the stream was cut are recovered; those delivered are not.
+    #[test]
+    fn what_was_in_flight_is_recovered_and_what_was_delivered_is_not() {
+        let log = stamped(&[
+            (T, "5\n"),
+            (T + 100, "6\n"),
+            (T + 200, "7\n"),
+            (T + 300, "8\n"),
+            (T + 400, "9\n"),
+        ]);
+        // 6 arrived at T + 350 (it was the last delivered): 7 and 8 were
+        // stamped before that, in flight.
+        let got = undelivered(log.clone(), T + 350, b"4\n5\n6\n");
+        assert_eq!(texts(&got), ["7\n", "8\n", "9\n"]);
+        // Everything delivered: nothing to recover.
+        assert!(undelivered(log.clone(), T + 450, b"5\n6\n7\n8\n9\n").is_empty());
+        // The tail shares nothing with the log (it was rotated, or the
+        // ring was emptied): the time rule alone.
+        let got = undelivered(log.clone(), T + 250, b"x\n");
+        assert_eq!(texts(&got), ["8\n", "9\n"]);
+        // Nothing delivered yet: the time rule (here: all of it).
+        assert_eq!(undelivered(log, 0, b"").len(), 5);
+        // A line that ends the tail only inside a longer line ("12" in
+        // "112") was not delivered: the time rule decides.
+        let log = stamped(&[(T, "12\n"), (T + 100, "13\n")]);
+        let got = undelivered(log, T - 1, b"112\n");
+        assert_eq!(texts(&got), ["12\n", "13\n"]);
+    }
 
     #[test]
     fn since_time_is_the_whole_second_or_nothing() {

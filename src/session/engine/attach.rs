@@ -116,6 +116,9 @@ struct RecoverTarget<'a> {
 /// How long a re-adoption waits for the new attach to deliver the lines
 /// the log stamped after the attach began (so they are recovered once).
 const ATTACH_CATCH_UP: Duration = Duration::from_secs(1);
+/// How far before the last output's arrival the recovery reads the log:
+/// what was in flight when the stream was cut (2 s).
+const IN_FLIGHT_MARGIN_NS: u64 = 2_000_000_000;
 /// The waits before reading a container log again after a transient
 /// failure (see [`recover_output`]).
 const LOG_RETRIES: [Duration; 3] = [
@@ -149,9 +152,16 @@ fn recover_output(
     tty: bool,
     max_bytes: usize,
 ) {
+    // From a margin before the last output: a line stamped before its
+    // arrival may not have reached the daemon (`recover::undelivered`).
+    let from_ns = if since_ns == 0 {
+        0
+    } else {
+        since_ns.saturating_sub(IN_FLIGHT_MARGIN_NS)
+    };
     let params = LogParams {
         container: Some(t.container.to_string()),
-        since_time: crate::session::recover::since_time(since_ns),
+        since_time: crate::session::recover::since_time(from_ns),
         timestamps: true,
         tail_lines: None,
     };
@@ -177,7 +187,13 @@ fn recover_output(
     }
     let recovered = match read {
         Ok(log) => {
-            let stamped = crate::session::recover::lines_after(&log.body, since_ns);
+            let stamped = crate::session::recover::lines_after(&log.body, from_ns);
+            let span: usize = stamped.iter().map(|(_, l)| l.len()).sum();
+            let stamped = crate::session::recover::undelivered(
+                stamped,
+                since_ns,
+                &io.delivered_tail(span + 1),
+            );
             let late =
                 attached_at_ns.map_or(0, |t| crate::session::recover::stamped_from(&stamped, t));
             let lines: Vec<tungstenite::Bytes> = stamped.into_iter().map(|(_, l)| l).collect();

@@ -281,6 +281,31 @@ impl AppIo {
         self.state.lock().held.is_some()
     }
 
+    /// The last `max` bytes of output the ring holds (every stream, in
+    /// seq order, gap notices left out): what viewers were given last,
+    /// which a log recovery compares with the log's lines.
+    pub fn delivered_tail(&self, max: usize) -> Vec<u8> {
+        let st = self.state.lock();
+        let mut parts: Vec<&Bytes> = Vec::new();
+        let mut len = 0;
+        for f in st.ring.iter().rev() {
+            if f.stream == GAP_STREAM {
+                continue;
+            }
+            if len >= max {
+                break;
+            }
+            len += f.data.len();
+            parts.push(&f.data);
+        }
+        let mut out = Vec::with_capacity(len);
+        for p in parts.into_iter().rev() {
+            out.extend_from_slice(p);
+        }
+        let cut = out.len().saturating_sub(max);
+        out.split_off(cut)
+    }
+
     /// Whether output is held and some has arrived since the hold began
     /// (a re-attach's stream is delivering).
     pub fn held_has_output(&self) -> bool {

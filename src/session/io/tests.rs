@@ -124,6 +124,21 @@ fn held_output_waits_for_the_recovered_output_without_the_overlap() {
 /// at most 16 KiB, never one per line: a viewer's queue counts frames, and
 /// a burst of thousands cut the very viewer it was for (seen in
 /// `scripts/soak.sh --real`). Nothing is lost or reordered.
+/// What viewers were given last, for a recovery to compare with the
+/// log: data of every stream in seq order, no gap notices, cut to `max`.
+#[test]
+fn the_delivered_tail_is_the_rings_last_output() {
+    let io = AppIo::new(1 << 20);
+    assert!(io.delivered_tail(10).is_empty());
+    io.push(OutStream::Stdout, b"a\n".to_vec());
+    io.push(OutStream::Stderr, b"b\n".to_vec());
+    io.hold();
+    io.release(Recovered::Unavailable, OutStream::Stdout);
+    io.push(OutStream::Stdout, b"cd\n".to_vec());
+    assert_eq!(io.delivered_tail(100), b"a\nb\ncd\n");
+    assert_eq!(io.delivered_tail(4), b"\ncd\n");
+}
+
 #[test]
 fn recovered_lines_are_joined_into_few_frames() {
     let io = Arc::new(AppIo::new(4 << 20));
