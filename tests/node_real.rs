@@ -562,28 +562,40 @@ fn watch_until_deleted(b: &Backend, name: &str, act: impl FnOnce()) -> Vec<(Stri
         .stderr(Stdio::null());
     let mut child = child.spawn().expect("kubectl get -w");
     let mut out = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = out.read_to_end(&mut buf);
-        let _ = tx.send(buf);
+        let mut chunk = [0u8; 16384];
+        while let Ok(n) = out.read(&mut chunk) {
+            if n == 0 || tx.send(chunk[..n].to_vec()).is_err() {
+                break;
+            }
+        }
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // The watch's first event (the pod as it is) before acting, then every
+    // event until its DELETED, each wait with a deadline.
+    let mut buf = Vec::new();
+    let first = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("kubectl's watch printed the pod within 30 s");
+    buf.extend_from_slice(&first);
     act();
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut seen = Vec::new();
-    loop {
-        // The watch is read whole once kubectl is stopped: stop it once
-        // the pod is gone.
-        let gone = kubectl(b, &["get", "pod", name], None).code != Some(0);
-        if gone || Instant::now() > deadline {
-            break;
+    let deleted = |buf: &[u8]| {
+        serde_json::Deserializer::from_slice(buf)
+            .into_iter::<Value>()
+            .filter_map(Result::ok)
+            .any(|ev| ev["type"] == "DELETED")
+    };
+    while !deleted(&buf) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(more) => buf.extend_from_slice(&more),
+            Err(_) => break,
         }
-        std::thread::sleep(Duration::from_millis(200));
     }
     let _ = child.kill();
     let _ = child.wait();
-    let buf = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+    let mut seen = Vec::new();
     let mut de = serde_json::Deserializer::from_slice(&buf).into_iter::<Value>();
     while let Some(Ok(ev)) = de.next() {
         seen.push((
