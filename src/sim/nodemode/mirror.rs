@@ -88,17 +88,31 @@ impl Mirror {
 
 fn run(watcher: Watcher<Value>, store: &Store, gone: &Gone) {
     let mut last_error_log: Option<Instant> = None;
+    // Uids this thread has put in the mirror, until the API server says
+    // they are gone: one the mirror no longer holds was finished by the
+    // kubelet (its graceful delete done, the final delete on its way), and
+    // the API server's events for it until then must not bring it back (a
+    // new pod thread would run its containers again).
+    let mut known: HashSet<String> = HashSet::new();
     for ev in watcher {
         match ev {
-            Ok(WatchEvent::Added(p)) | Ok(WatchEvent::Modified(p)) => put(store, p),
-            Ok(WatchEvent::Deleted(p)) => remove(store, gone, &p),
+            Ok(WatchEvent::Added(p)) | Ok(WatchEvent::Modified(p)) => {
+                put(store, p, &mut known);
+            }
+            Ok(WatchEvent::Deleted(p)) => {
+                if let Some(uid) = p["metadata"]["uid"].as_str() {
+                    known.remove(uid);
+                }
+                remove(store, gone, &p);
+            }
             Ok(WatchEvent::Resynced { items, .. }) => {
                 let live: HashSet<String> = items
                     .iter()
                     .filter_map(|p| p["metadata"]["uid"].as_str().map(str::to_string))
                     .collect();
+                known.retain(|uid| live.contains(uid));
                 for p in items {
-                    put(store, p);
+                    put(store, p, &mut known);
                 }
                 let (mirrored, _) = store.list(Resource::Pod, None, &Selectors::default());
                 for p in mirrored {
@@ -119,12 +133,24 @@ fn run(watcher: Watcher<Value>, store: &Store, gone: &Gone) {
     }
 }
 
-/// Mirrors one pod (its namespace first: the kubelet's Events need it).
-fn put(store: &Store, pod: Value) {
+/// Mirrors one pod (its namespace first: the kubelet's Events need it),
+/// unless the kubelet has finished it (see `known` in [`run`]).
+fn put(store: &Store, pod: Value, known: &mut HashSet<String>) {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or("");
-    if ns.is_empty() || pod["metadata"]["uid"].as_str().unwrap_or("").is_empty() {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("");
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+    if ns.is_empty() || uid.is_empty() {
         return;
     }
+    if known.contains(uid) {
+        let held = store
+            .get(Resource::Pod, ns, name)
+            .is_ok_and(|p| p["metadata"]["uid"] == uid);
+        if !held {
+            return;
+        }
+    }
+    known.insert(uid.to_string());
     if store.get(Resource::Namespace, "", ns).is_err() {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
         match store.create(Resource::Namespace, "", obj) {
@@ -150,5 +176,46 @@ fn remove(store: &Store, gone: &Gone, pod: &Value) {
     match store.delete(Resource::Pod, ns, name, &pre) {
         Ok(_) | Err(StoreError::NotFound { .. }) | Err(StoreError::Conflict { .. }) => {}
         Err(e) => log::warn!("node: removing pod {ns}/{name}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::store::StoreConfig;
+    use serde_json::json;
+
+    fn pod(uid: &str, rv: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "p", "namespace": "ns", "uid": uid, "resourceVersion": rv},
+               "spec": {"containers": [{"name": "c", "image": "i"}]},
+               "status": {"phase": "Running"}})
+    }
+
+    /// A pod the kubelet finished (its graceful delete done, so it left
+    /// the mirror) is not brought back by the API server's events that
+    /// still come for it before its DELETED; a new pod of that name is
+    /// mirrored. It used to come back, and a second pod thread ran its
+    /// containers again and sent a Running status with its final delete.
+    #[test]
+    fn a_finished_pod_is_not_mirrored_again() {
+        let store = Store::new(StoreConfig::default());
+        let mut known = HashSet::new();
+        put(&store, pod("u1", "1"), &mut known);
+        assert!(store.get(Resource::Pod, "ns", "p").is_ok());
+        // The kubelet finishes it.
+        let pre = Preconditions {
+            uid: Some("u1".into()),
+            resource_version: None,
+        };
+        store
+            .delete(Resource::Pod, "ns", "p", &pre)
+            .expect("delete");
+        put(&store, pod("u1", "2"), &mut known);
+        assert!(store.get(Resource::Pod, "ns", "p").is_err(), "brought back");
+        // A new pod of the same name.
+        put(&store, pod("u2", "3"), &mut known);
+        let got = store.get(Resource::Pod, "ns", "p").expect("the new pod");
+        assert_eq!(got["metadata"]["uid"], "u2");
     }
 }

@@ -187,6 +187,11 @@ fn sweep(s: &Shared, seen: &HashSet<String>) {
     let mut any = false;
     for (uid, e) in t.pods.iter_mut() {
         if !seen.contains(uid) && !e.delete {
+            log::debug!(
+                "node: pod {}/{} left the mirror unseen: final delete",
+                e.ns,
+                e.name
+            );
             e.delete = true;
             any = true;
         }
@@ -209,6 +214,14 @@ fn note(s: &Shared, pod: &Value, deleted: bool) {
         return;
     }
     let status = upstream_status(&pod["status"]);
+    if deleted {
+        log::debug!(
+            "node: pod {}/{} left the mirror (phase {})",
+            meta["namespace"],
+            meta["name"],
+            status["phase"]
+        );
+    }
     let e = t.pods.entry(uid.to_string()).or_insert_with(|| Entry {
         ns: meta["namespace"].as_str().unwrap_or("").to_string(),
         name: meta["name"].as_str().unwrap_or("").to_string(),
@@ -359,6 +372,10 @@ fn write(
     match s.client.send(&req) {
         Ok(_) => {
             s.deletes.fetch_add(1, Ordering::Relaxed);
+            log::debug!(
+                "node: pod {ns}/{name} deleted after its status (phase {})",
+                status["phase"]
+            );
             Outcome::Done { deleted: true }
         }
         Err(e) => failed(ns, name, "delete", &e),
