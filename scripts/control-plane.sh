@@ -218,7 +218,11 @@ build_into() {
 
 NODE_NAME=kwok-node-0
 NODE_LABEL=kubegate.test/node=kwok
-POD_CIDR=127.243.0.0/16
+# Both pod blocks can be moved (KUBEGATE_CP_POD_CIDR,
+# KUBEGATE_CP_SIM_NODE_CIDR) so that a second plane on the same host (a
+# benchmark beside a test run) has pod IPs of its own; keep them out of
+# the embedded sims' 127.1-127.239 (docs/sim.md).
+POD_CIDR=${KUBEGATE_CP_POD_CIDR:-127.243.0.0/16}
 # The second Node: kubegate's simulated kubelet (`kubegate sim node`), which
 # runs pods as local processes. Its taint keeps every pod off it but those
 # of namespaces that ask for it (PodNodeSelector and PodTolerationRestriction
@@ -232,7 +236,7 @@ SIM_NODE_TAINT=kubegate.test/node=sim:NoSchedule
 # for at once (each session's containers request up to 1 CPU and 1 GiB),
 # not the host's two CPUs.
 SIM_NODE_CAPACITY=cpu=512,memory=2Ti,pods=5000
-SIM_NODE_CIDR=127.244.0.0/16
+SIM_NODE_CIDR=${KUBEGATE_CP_SIM_NODE_CIDR:-127.244.0.0/16}
 # Two users in different groups besides the admin; no RBAC binds them, so
 # tests grant exactly what they mean to test.
 USERS=(alice bob)

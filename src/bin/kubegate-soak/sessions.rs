@@ -64,7 +64,15 @@ impl SessState {
             if n > self.next {
                 self.lost_lines += n - self.next;
                 self.lost_bytes += (self.next..n).map(line_len).sum::<u64>();
-                self.note(format!("lines {}..{} missing", self.next, n - 1));
+                let run = format!("lines {}..{} missing", self.next, n - 1);
+                // Every run, with when it was seen, to match with the
+                // daemon's log (the notices keep 10 a session).
+                eprintln!(
+                    "soak: {} session {}: {run}",
+                    kubegate::kube::time::rfc3339(std::time::SystemTime::now()),
+                    self.id
+                );
+                self.note(run);
             }
             self.next = n + 1;
             self.lines += 1;
@@ -252,6 +260,7 @@ pub(crate) fn start_session(
         .ok_or_else(|| SoakError::Answer("no sessionId in the answer".into()))?
         .to_string();
     *s.id.lock() = id.clone();
+    s.st.lock().id = id.clone();
     let (tx, rx) = crossbeam_channel::bounded::<String>(64);
     let (sh2, s2) = (sh.clone(), s.clone());
     let sse = std::thread::Builder::new()

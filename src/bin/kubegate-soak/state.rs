@@ -36,6 +36,8 @@ impl Shared {
 
 #[derive(Default)]
 pub(crate) struct SessState {
+    /// The session's id, once started (for the driver's own log lines).
+    pub(crate) id: String,
     /// The next line number expected.
     pub(crate) next: u64,
     pub(crate) lines: u64,

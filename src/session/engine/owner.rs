@@ -269,7 +269,7 @@ impl Owner {
                 } => self.attach(pod, app, container, tty, recover),
                 Command::CloseAttaches { pod } => self.close_attaches(pod),
                 Command::Output { app, stream, text } => {
-                    self.handle.io(&app).push(stream, text.into_bytes());
+                    self.handle.io(&app).push_notice(stream, text.into_bytes());
                 }
             }
         }

@@ -61,6 +61,9 @@ pub(super) struct Stored {
     pub(super) seq: u32,
     pub(super) stream: u8,
     pub(super) data: Bytes,
+    /// kubegate's own text in the app's stream ([`AppIo::push_notice`]),
+    /// not the app's output.
+    pub(super) own: bool,
 }
 
 pub(super) type SlowHook = Box<dyn FnOnce(CloseFrame) + Send>;
@@ -98,21 +101,24 @@ pub(super) struct State {
     pub(super) held: Option<Box<Held>>,
 }
 
-/// Output that came while held: stream byte and data, oldest first,
-/// bounded like the ring (`lost` once the oldest had to go).
+/// Output that came while held: stream byte, data and whether it is
+/// kubegate's own text ([`AppIo::push_notice`]), oldest first, bounded
+/// like the ring (`lost` once the oldest had to go).
 #[derive(Default)]
 pub(super) struct Held {
-    pub(super) frames: VecDeque<(u8, Bytes)>,
+    pub(super) frames: VecDeque<(u8, Bytes, bool)>,
     pub(super) bytes: usize,
     pub(super) lost: bool,
 }
 
 impl Held {
-    /// The held bytes, every stream, in order.
+    /// The app's held bytes, every stream, in order (kubegate's own text
+    /// left out: no container log has it).
     fn head(&self) -> Vec<u8> {
         self.frames
             .iter()
-            .flat_map(|(_, d)| d.iter().copied())
+            .filter(|(_, _, own)| !own)
+            .flat_map(|(_, d, _)| d.iter().copied())
             .collect()
     }
 }
@@ -161,7 +167,20 @@ impl AppIo {
     /// seq at the release), or once u32 seqs are exhausted (4 billion
     /// frames).
     pub fn push(&self, stream: OutStream, data: impl Into<Bytes>) -> Option<u32> {
-        let data: Bytes = data.into();
+        self.push_frame(stream, data.into(), false)
+    }
+
+    /// Appends kubegate's own text to the app's stream (`[kubegate] attach
+    /// lost…`), as [`AppIo::push`] does the app's output, but marked as not
+    /// the app's: it is not the last output a log recovery starts from
+    /// ([`AppIo::last_output_ns`]), nor part of what the recovery compares
+    /// with the container log ([`AppIo::delivered_tail`]), which never has
+    /// it. Viewers see it as any other frame.
+    pub fn push_notice(&self, stream: OutStream, data: impl Into<Bytes>) -> Option<u32> {
+        self.push_frame(stream, data.into(), true)
+    }
+
+    fn push_frame(&self, stream: OutStream, data: Bytes, own: bool) -> Option<u32> {
         if data.is_empty() {
             return None;
         }
@@ -174,10 +193,10 @@ impl AppIo {
             }
             if let Some(h) = st.held.as_mut() {
                 h.bytes += data.len() + FRAME_COST;
-                h.frames.push_back((stream, data));
+                h.frames.push_back((stream, data, own));
                 while h.bytes > self.ring_bytes {
                     match h.frames.pop_front() {
-                        Some((_, d)) => {
+                        Some((_, d, _)) => {
                             h.bytes -= d.len() + FRAME_COST;
                             h.lost = true;
                         }
@@ -186,7 +205,7 @@ impl AppIo {
                 }
                 return None;
             }
-            self.append(&mut st, stream, data, &mut slow)
+            self.append(&mut st, stream, data, own, &mut slow)
         };
         run_slow_hooks(slow);
         seq
@@ -201,6 +220,7 @@ impl AppIo {
         st: &mut State,
         stream: u8,
         data: Bytes,
+        own: bool,
         slow: &mut Vec<Arc<SubShared>>,
     ) -> Option<u32> {
         if st.next_seq == u32::MAX {
@@ -208,7 +228,7 @@ impl AppIo {
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        if stream != GAP_STREAM {
+        if stream != GAP_STREAM && !own {
             st.last_output_ns = now_ns();
         }
         st.bytes += data.len() + FRAME_COST;
@@ -216,6 +236,7 @@ impl AppIo {
             seq,
             stream,
             data: data.clone(),
+            own,
         });
         while st.bytes > self.ring_bytes {
             match st.ring.pop_front() {
@@ -258,7 +279,7 @@ impl AppIo {
             if st.ended.is_some() {
                 return None;
             }
-            self.append(&mut st, GAP_STREAM, Bytes::new(), &mut slow)
+            self.append(&mut st, GAP_STREAM, Bytes::new(), false, &mut slow)
         };
         run_slow_hooks(slow);
         seq
@@ -281,15 +302,16 @@ impl AppIo {
         self.state.lock().held.is_some()
     }
 
-    /// The last `max` bytes of output the ring holds (every stream, in
-    /// seq order, gap notices left out): what viewers were given last,
-    /// which a log recovery compares with the log's lines.
+    /// The last `max` bytes of the app's output the ring holds (every
+    /// stream, in seq order, gap notices and kubegate's own text left out):
+    /// what viewers were given last, which a log recovery compares with the
+    /// log's lines.
     pub fn delivered_tail(&self, max: usize) -> Vec<u8> {
         let st = self.state.lock();
         let mut parts: Vec<&Bytes> = Vec::new();
         let mut len = 0;
         for f in st.ring.iter().rev() {
-            if f.stream == GAP_STREAM {
+            if f.stream == GAP_STREAM || f.own {
                 continue;
             }
             if len >= max {
@@ -313,7 +335,7 @@ impl AppIo {
             .lock()
             .held
             .as_ref()
-            .is_some_and(|h| !h.frames.is_empty())
+            .is_some_and(|h| h.frames.iter().any(|(_, _, own)| !own))
     }
 
     /// Ends a hold: appends what was recovered of the downtime's output
@@ -339,24 +361,24 @@ impl AppIo {
                     let dup = held_overlap(&lines, &held.head());
                     lines.truncate(lines.len() - dup);
                     for r in coalesce(lines) {
-                        self.append(&mut st, s, r, &mut slow);
+                        self.append(&mut st, s, r, false, &mut slow);
                     }
                 }
                 Recovered::Truncated(lines) => {
                     for r in coalesce(lines) {
-                        self.append(&mut st, s, r, &mut slow);
+                        self.append(&mut st, s, r, false, &mut slow);
                     }
-                    self.append(&mut st, GAP_STREAM, Bytes::new(), &mut slow);
+                    self.append(&mut st, GAP_STREAM, Bytes::new(), false, &mut slow);
                 }
                 Recovered::Unavailable => {
-                    self.append(&mut st, GAP_STREAM, Bytes::new(), &mut slow);
+                    self.append(&mut st, GAP_STREAM, Bytes::new(), false, &mut slow);
                 }
             }
             if held.lost {
-                self.append(&mut st, GAP_STREAM, Bytes::new(), &mut slow);
+                self.append(&mut st, GAP_STREAM, Bytes::new(), false, &mut slow);
             }
-            for (s, d) in held.frames {
-                self.append(&mut st, s, d, &mut slow);
+            for (s, d, own) in held.frames {
+                self.append(&mut st, s, d, own, &mut slow);
             }
         }
         run_slow_hooks(slow);
@@ -404,7 +426,12 @@ impl AppIo {
             let skip = img.frames.len() - keep;
             for (seq, stream, data) in img.frames.into_iter().skip(skip) {
                 st.bytes += data.len() + FRAME_COST;
-                st.ring.push_back(Stored { seq, stream, data });
+                st.ring.push_back(Stored {
+                    seq,
+                    stream,
+                    data,
+                    own: false,
+                });
             }
             while st.bytes > ring_bytes {
                 match st.ring.pop_front() {

@@ -120,10 +120,6 @@ fn held_output_waits_for_the_recovered_output_without_the_overlap() {
     assert_eq!(frame(s.recv()), (4, 1, b"3\n".to_vec()));
 }
 
-/// A long recovery (minutes of output after an outage) is a few frames of
-/// at most 16 KiB, never one per line: a viewer's queue counts frames, and
-/// a burst of thousands cut the very viewer it was for (seen in
-/// `scripts/soak.sh --real`). Nothing is lost or reordered.
 /// What viewers were given last, for a recovery to compare with the
 /// log: data of every stream in seq order, no gap notices, cut to `max`.
 #[test]
@@ -139,6 +135,56 @@ fn the_delivered_tail_is_the_rings_last_output() {
     assert_eq!(io.delivered_tail(4), b"\ncd\n");
 }
 
+/// kubegate's own text in an app's stream (`[kubegate] attach lost…`,
+/// pushed when a stream is cut) is not the app's output: viewers get it,
+/// but the log recovery neither starts from it nor compares it with the
+/// container log. Counted as output, it ended the delivered tail (no log
+/// line matched) and moved the time rule past the lines in flight at the
+/// cut: one burst of the soak's app lost at nearly every cut on a real
+/// API server (`scripts/soak.sh --real`).
+#[test]
+fn kubegates_own_notices_are_not_the_apps_output() {
+    let io = Arc::new(AppIo::new(1 << 20));
+    io.push(OutStream::Stdout, b"a\n".to_vec());
+    let last = io.last_output_ns();
+    assert!(last > 0);
+    std::thread::sleep(Duration::from_millis(2));
+    let n = io.push_notice(
+        OutStream::Stderr,
+        b"\r\n[kubegate] attach lost\r\n".to_vec(),
+    );
+    assert_eq!(n, Some(2), "viewers get the notice in seq order");
+    assert_eq!(io.last_output_ns(), last, "a notice is not the last output");
+    assert_eq!(io.delivered_tail(100), b"a\n");
+    // Held: a notice is not the attach delivering, nor part of the held
+    // output the recovered lines overlap.
+    io.hold();
+    io.push_notice(OutStream::Stderr, b"[kubegate] again\r\n".to_vec());
+    assert!(!io.held_has_output());
+    io.push(OutStream::Stdout, b"c\n".to_vec());
+    assert!(io.held_has_output());
+    let rec = vec![Bytes::from_static(b"b\n"), Bytes::from_static(b"c\n")];
+    assert_eq!(io.held_covers(&rec), 1);
+    io.release(Recovered::Complete(rec), OutStream::Stdout);
+    assert_eq!(io.delivered_tail(100), b"a\nb\nc\n");
+    let mut s = io.subscribe(Some(0));
+    let got: Vec<Vec<u8>> = (0..5).map(|_| frame(s.recv()).2).collect();
+    assert_eq!(
+        got,
+        [
+            &b"a\n"[..],
+            b"\r\n[kubegate] attach lost\r\n",
+            b"b\n",
+            b"[kubegate] again\r\n",
+            b"c\n"
+        ]
+    );
+}
+
+/// A long recovery (minutes of output after an outage) is a few frames of
+/// at most 16 KiB, never one per line: a viewer's queue counts frames, and
+/// a burst of thousands cut the very viewer it was for (seen in
+/// `scripts/soak.sh --real`). Nothing is lost or reordered.
 #[test]
 fn recovered_lines_are_joined_into_few_frames() {
     let io = Arc::new(AppIo::new(4 << 20));
