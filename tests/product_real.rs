@@ -34,9 +34,9 @@ mod common;
 use common::daemon::{DaemonProc, SseClient, SseEvent};
 use common::pty::Pty;
 use common::real_daemon::{
-    apply_rbac, config_with, create_deployment_with, no_refusal_logged,
+    apply_rbac, config_with, create_echo_deployment, no_refusal_logged,
     plane_with_sim_node_or_skip, running_pod, status_of, until_status, wait_published,
-    write_kubeconfig, Namespaces, NsOptions, Plane, WAIT, WORKSPACE_UID,
+    write_kubeconfig, Namespaces, NsOptions, Plane, ECHO_PY, WAIT, WORKSPACE_UID,
 };
 use common::{run_with_timeout, temp_dir, terminate, wait_for, Output, KUBEGATE};
 use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL as IO_PROTOCOL};
@@ -51,34 +51,9 @@ use tungstenite::Message;
 
 const TAG: &str = "product-real";
 
-/// A TCP echo on `$POD_IP:7000` (half-closes after the client's EOF).
-const ECHO_PY: &str = r#"
-import os, socket, threading
-def echo(c):
-    try:
-        while True:
-            d = c.recv(65536)
-            if not d:
-                break
-            c.sendall(d)
-        c.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-    finally:
-        c.close()
-def echo_server():
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((os.environ["POD_IP"], 7000))
-    s.listen(64)
-    while True:
-        c, _ = s.accept()
-        threading.Thread(target=echo, args=(c,), daemon=True).start()
-"#;
-
-/// The session's `web` app: the echo above, HTTP on 8080 and 8081, and on
-/// its inspect address a debug stream that declares the port written in
-/// the workspace's `port.txt` whenever it changes.
+/// The session's `web` app: the TCP echo on 7000 (`ECHO_PY`), HTTP on
+/// 8080 and 8081, and on its inspect address a debug stream that declares
+/// the port written in the workspace's `port.txt` whenever it changes.
 const WEB_PY: &str = r#"
 import http.server, json, time
 class App(http.server.BaseHTTPRequestHandler):
@@ -717,24 +692,7 @@ fn the_product_runs_end_to_end_on_the_real_planes_sim_node() {
     let kubeconfig = write_kubeconfig(&plane, &sa_token, &dir);
     // The workspace Deployment: the demo's, plus an echo container for the
     // Deployment tunnel.
-    create_deployment_with(&plane, &ns.workspace, |d| {
-        let containers = d["spec"]["template"]["spec"]["containers"]
-            .as_array_mut()
-            .expect("containers");
-        containers.push(json!({
-            "name": "echo", "image": "python",
-            "command": ["python3", "-c", format!("{ECHO_PY}\necho_server()\n")],
-            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-        }));
-    });
-    let dep_pods = plane.list(&ns.workspace, "pods", "app=hello");
-    assert!(
-        !dep_pods.is_empty()
-            && dep_pods
-                .iter()
-                .all(|p| p["spec"]["nodeName"] == node.as_str()),
-        "the Deployment's pods run on {node}: {dep_pods:#?}"
-    );
+    create_echo_deployment(&plane, &ns.workspace, &node);
     let set_up = t0.elapsed();
 
     let (token, digest) = common::daemon::random_token();

@@ -3,8 +3,9 @@
 //! test's namespaces with the file's moved there
 //! (`common::rbac_file::adapted`), a TokenRequest token in a kubeconfig of
 //! its own, `kubegate serve` in `mode = "kubeconfig"`, and what both
-//! tests/rbac_real.rs (on kwok's Node) and tests/product_real.rs (on the
-//! sim node) read back from the plane.
+//! tests/rbac_real.rs (on kwok's Node, its impersonation phase on the sim
+//! node) and tests/product_real.rs (on the sim node) read back from the
+//! plane.
 
 use super::daemon::{DaemonProc, SseClient, SseEvent};
 use super::rbac_file::{
@@ -138,18 +139,27 @@ pub fn plane_or_skip(tag: &str) -> Option<Plane> {
 pub fn plane_with_sim_node_or_skip(tag: &str) -> Option<Plane> {
     let why = match Plane::from_env(tag) {
         Ok(p) if p.sim_node.is_some() => return Some(p),
-        Ok(_) => "KUBEGATE_REAL_SIM_NODE is empty or unset: no sim node in this run \
-                  (docs/control-plane.md#the-sim-node)"
-            .to_string(),
+        Ok(_) => NO_SIM_NODE.to_string(),
         Err(why) => why,
     };
+    skip_without_sim_node(tag, &why);
+    None
+}
+
+pub const NO_SIM_NODE: &str = "KUBEGATE_REAL_SIM_NODE is empty or unset: no sim node in this \
+                               run (docs/control-plane.md#the-sim-node)";
+
+/// Says on stderr that `what` is skipped for want of the sim node, and
+/// why; under `KUBEGATE_REAL_REQUIRED=1` panics instead, unless the plane
+/// says it was started without one on purpose (`KUBEGATE_REAL_SIM_NODE`
+/// set and empty), as `common::backend::on_sim_node` does.
+pub fn skip_without_sim_node(what: &str, why: &str) {
     if std::env::var("KUBEGATE_REAL_REQUIRED").as_deref() == Ok("1")
         && std::env::var_os("KUBEGATE_REAL_SIM_NODE").is_none_or(|v| !v.is_empty())
     {
-        panic!("the real control plane's sim node is required here: {why}");
+        panic!("the real control plane's sim node is required here ({what}): {why}");
     }
-    eprintln!("{tag}: skipped: {why}");
-    None
+    eprintln!("{what}: skipped: {why}");
 }
 
 /// This test's namespaces on the plane, and what it made outside them;
@@ -159,40 +169,52 @@ pub struct Namespaces<'a> {
     pub session: String,
     pub workspace: String,
     pub gateway: String,
-    /// A second workspace namespace, where the developers' group may look
-    /// but not exec (rbac_real's phase 4); empty unless asked for.
+    /// The principals' project of rbac_real's phase 4 (impersonation),
+    /// its pods on the sim node; empty unless asked for.
+    pub identity: String,
+    /// A second project of phase 4, where the developers' group may look
+    /// but not exec, its pods on the sim node; empty unless asked for.
     pub denied: String,
 }
 
 /// What [`Namespaces::create`] makes besides the file's three.
 #[derive(Clone, Copy, Default)]
 pub struct NsOptions {
-    /// The `denied` namespace too.
-    pub denied: bool,
+    /// The `identity` and `denied` namespaces too, both sending their
+    /// pods to the sim node.
+    pub identity: bool,
     /// The session and workspace namespaces send their pods to the sim
     /// node (`common::backend::sim_node_annotations`).
     pub on_sim_node: bool,
 }
 
 impl<'a> Namespaces<'a> {
-    /// `t-TAG-PID-{s,w,g[,d]}`.
+    /// `t-TAG-PID-{s,w,g[,i,d]}`.
     pub fn create(plane: &'a Plane, tag: &str, opts: NsOptions) -> Namespaces<'a> {
         let base = format!("t-{tag}-{}", std::process::id());
+        let phase4 = |suffix: &str| {
+            if opts.identity {
+                format!("{base}-{suffix}")
+            } else {
+                String::new()
+            }
+        };
         let ns = Namespaces {
             plane,
             session: format!("{base}-s"),
             workspace: format!("{base}-w"),
             gateway: format!("{base}-g"),
-            denied: if opts.denied {
-                format!("{base}-d")
-            } else {
-                String::new()
-            },
+            identity: phase4("i"),
+            denied: phase4("d"),
         };
-        let pods_here = [&ns.session, &ns.workspace];
+        let on_sim_node = |n: &String| {
+            (opts.on_sim_node && (*n == ns.session || *n == ns.workspace))
+                || *n == ns.identity
+                || *n == ns.denied
+        };
         for n in ns.all() {
             let mut meta = json!({"name": n, "labels": {"kubegate.dev/test": "true"}});
-            if opts.on_sim_node && pods_here.contains(&n) {
+            if on_sim_node(n) {
                 meta["annotations"] = json!(super::backend::sim_node_annotations());
             }
             let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta});
@@ -229,9 +251,15 @@ impl<'a> Namespaces<'a> {
 
     /// Every namespace made.
     pub fn all(&self) -> impl Iterator<Item = &String> {
-        [&self.session, &self.workspace, &self.gateway, &self.denied]
-            .into_iter()
-            .filter(|n| !n.is_empty())
+        [
+            &self.session,
+            &self.workspace,
+            &self.gateway,
+            &self.identity,
+            &self.denied,
+        ]
+        .into_iter()
+        .filter(|n| !n.is_empty())
     }
 
     /// The daemon's identity as the API server names it.
@@ -318,6 +346,62 @@ pub fn create_deployment_with(plane: &Plane, ns: &str, edit: impl FnOnce(&mut Va
         (v["status"]["readyReplicas"] == 1).then_some(())
     });
 }
+
+/// The demo Deployment with a second container, `echo`: a TCP echo on
+/// `$POD_IP:`[`ECHO_PORT`] ([`ECHO_PY`]), for Deployment tunnels to a
+/// server the pod itself runs (the sim node's pods). Ready, and every pod
+/// of it on Node `node`.
+pub fn create_echo_deployment(plane: &Plane, ns: &str, node: &str) {
+    create_deployment_with(plane, ns, |d| {
+        let containers = d["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .expect("containers");
+        containers.push(json!({
+            "name": "echo", "image": "python",
+            "command": ["python3", "-c", format!("{ECHO_PY}\necho_server()\n")],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+        }));
+    });
+    deployment_pods_on(plane, ns, node);
+}
+
+/// Every pod of the demo Deployment in `ns` is bound to Node `node`.
+pub fn deployment_pods_on(plane: &Plane, ns: &str, node: &str) {
+    let pods = plane.list(ns, "pods", "app=hello");
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| p["spec"]["nodeName"] == node),
+        "the Deployment's pods in {ns} run on {node}: {pods:#?}"
+    );
+}
+
+/// The port of [`ECHO_PY`]'s server.
+pub const ECHO_PORT: u16 = 7000;
+
+/// A TCP echo on `$POD_IP:7000` (half-closes after the client's EOF):
+/// `echo_server()` serves it.
+pub const ECHO_PY: &str = r#"
+import os, socket, threading
+def echo(c):
+    try:
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            c.sendall(d)
+        c.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    finally:
+        c.close()
+def echo_server():
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((os.environ["POD_IP"], 7000))
+    s.listen(64)
+    while True:
+        c, _ = s.accept()
+        threading.Thread(target=echo, args=(c,), daemon=True).start()
+"#;
 
 /// The daemon's configuration on the plane: `cluster` adds `[cluster]`
 /// keys, `sessions` `[sessions]` keys, `principal` is the one
