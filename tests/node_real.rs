@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::backend::{on_sim_node, watchdog, Backend};
+use common::backend::{on_sim_node, sim_node_ip_prefix, watchdog, Backend};
 use common::{run_with_timeout, wait_for, Output};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -491,7 +491,7 @@ fn status_and_events_as_a_kubelet_writes_them(b: &Backend) {
     assert!(
         st["podIP"]
             .as_str()
-            .is_some_and(|ip| ip.starts_with("127.244.")),
+            .is_some_and(|ip| ip.starts_with(&sim_node_ip_prefix())),
         "{st}"
     );
     assert_eq!(

@@ -431,7 +431,10 @@ fn session(plane: &Plane, ns: &Namespaces, d: &DaemonProc, node: &str) -> (Strin
     until_status(&mut sse, "running");
     let pod = running_pod(plane, &ns.session, &id, node);
     let ip = pod["status"]["podIP"].as_str().expect("podIP");
-    assert!(ip.starts_with("127.244."), "a sim node pod IP: {ip}");
+    assert!(
+        ip.starts_with(&common::backend::sim_node_ip_prefix()),
+        "a sim node pod IP: {ip}"
+    );
     let base = format!("/v1/sessions/{id}");
     // The seeded files, read back through the workspace agent.
     let (st, v) = d.json(

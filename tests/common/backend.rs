@@ -254,6 +254,19 @@ pub fn sim_node_annotations() -> BTreeMap<String, String> {
     ])
 }
 
+/// What every pod IP of the sim node starts with (`127.B.`): its `/16`
+/// block from `KUBEGATE_REAL_SIM_NODE_CIDR` in DIR/env (a second plane on
+/// one host moves it), else scripts/control-plane.sh's 127.244.0.0/16.
+#[allow(dead_code)]
+pub fn sim_node_ip_prefix() -> String {
+    let cidr = std::env::var("KUBEGATE_REAL_SIM_NODE_CIDR")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "127.244.0.0/16".to_string());
+    let octets: Vec<&str> = cidr.split('.').take(2).collect();
+    format!("{}.", octets.join("."))
+}
+
 /// Runs `body` on the real plane in a namespace whose pods go to the sim
 /// node ([`Backend::real_on_sim_node`]), or says on stderr why it cannot.
 /// Under `KUBEGATE_REAL_REQUIRED=1` a missing sim node fails instead,
