@@ -147,6 +147,14 @@ NS
 session_namespace = \"$session_ns\""
   driver_cluster=(--real-kubeconfig "$KUBEGATE_REAL_KUBECONFIG" --proxy "$proxy_ctl" --session-namespace "$session_ns")
   where="real plane (Kubernetes $KUBEGATE_REAL_KUBE_VERSION, node $KUBEGATE_REAL_SIM_NODE), proxy $proxy_ctl (pid $proxy_pid)"
+  # The proxy's outage cuts the attach streams too (the sim's keeps them),
+  # so the app's output of the whole outage and of the re-attach's
+  # back-off (up to 18 s, about 33 KiB) comes back at once from its
+  # container log: 32 KiB rings evicted it before a viewer away for a
+  # second came back (a gap in 2 of 20 sessions in 2 runs of 4). 64 KiB
+  # rings hold it and that second; they fill in about 34 s, inside the
+  # warm-up of any run long enough for the RSS bar (420 s).
+  ring_bytes=65536
 else
 # --no-auth: the driver reaches the sim's API and /sim/faults without a
 # token (a loopback sim that lives for this run only; the daemon still
@@ -161,6 +169,7 @@ if ! sim_url=$(first_line "$dir/sim.out" "kubegate sim listening on " "$sim_pid"
   exit 2
 fi
 cluster_extra=""
+ring_bytes=32768
 driver_cluster=(--sim "$sim_url")
 where="sim $sim_url (pid $sim_pid)"
 fi
@@ -197,7 +206,7 @@ idle_secs = 86400
 # Small rings fill during the warm-up, so a full ring is not read as drift
 # (docs/RELIABILITY.md); they still hold ~10 s of an app's output, more
 # than a reconnecting client is away.
-io_ring_bytes = 32768
+io_ring_bytes = $ring_bytes
 # Under app-runner (the default) every output line is also a debug log
 # frame in the session's event history: 100 events fill within seconds.
 sse_history_events = 100

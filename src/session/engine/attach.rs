@@ -7,16 +7,24 @@ use super::{now_ns, Msg};
 use crate::kube::client::{Api, Client, LogParams, Pod};
 use crate::kube::remote::RemoteError;
 use crate::session::io::attach::attach;
-use crate::session::io::ring::{AppIo, Recovered};
+use crate::session::io::ring::{AppIo, Hold, Recovered};
 use crate::session::machine::{Input, OutStream};
 use std::time::{Duration, Instant};
 
 impl Owner {
     /// Attaches to an app container on a worker; the stream's end comes
-    /// back as an input (a failure on the app's own channel). With
-    /// `recover` (a re-adoption), the app's output is held from before
-    /// the attach starts until what it wrote while the daemon was down is
-    /// read from the container log ([`recover_output`]) and goes first.
+    /// back as an input (a failure on the app's own channel). The app's
+    /// output is held from before the attach starts until what the
+    /// attach could not deliver is read from the container log
+    /// ([`recover_output`]) and goes first:
+    ///
+    /// - `recover` (a re-adoption, a re-attach after a cut): what the app
+    ///   wrote since the last output, read before the attach is answered;
+    /// - otherwise (a new pod's container): what it wrote before the
+    ///   attach was delivering, its whole log so far, read after the
+    ///   attach is answered, so `running` does not wait for it. A real API
+    ///   server answers an attach's upgrade before its own stream to the
+    ///   kubelet is up, and an app's first lines fell in between.
     pub(super) fn attach(
         &self,
         pod: String,
@@ -26,16 +34,18 @@ impl Owner {
         recover: bool,
     ) {
         let io = self.handle.io(&app);
-        let since = io.last_output_ns();
-        if recover {
-            io.hold();
-        }
+        // None: a new container, whose whole log is new output.
+        let since = recover.then(|| io.last_output_ns());
+        // Taken here, on the owner's thread, in the order the attaches are
+        // made: a later attach's hold replaces this one's.
+        let hold = io.hold();
         let conn = self.engine.conn.clone();
         let client = self.engine.client.clone();
         let ns = self.engine.settings.pod.namespace.clone();
         let log_bytes = self.engine.settings.io_ring_bytes.saturating_add(64 << 10);
         let attaches = self.attaches.clone();
         let tx = self.inbox_tx.clone();
+        let answer_tx = self.inbox_tx.clone();
         let sid = self.handle.id.clone();
         let held = io.clone();
         let spawned = self.work_opt(move || {
@@ -53,44 +63,66 @@ impl Owner {
             };
             let r = attach(&conn, &ns, &pod, &container, tty, io.clone(), on_end);
             let attached_at = r.is_ok().then(now_ns);
-            if recover && r.is_err() {
-                // No attach, so nothing to put the recovery before: the
-                // next attempt recovers from the same last output. Reading
-                // the log now (the API server is likely out) would only
-                // announce a gap that attempt fills.
-                io.release(Recovered::Complete(Vec::new()), main_stream(tty));
-            } else if recover {
-                let what = RecoverTarget {
-                    session: &sid,
-                    namespace: &ns,
-                    pod: &pod,
-                    container: &container,
-                };
-                recover_output(&client, &what, &io, since, attached_at, tty, log_bytes);
+            log::debug!(
+                "session {sid}: {container}: attach {} (last output {since:?})",
+                match &r {
+                    Ok(_) => "made".to_string(),
+                    Err(e) => format!("failed: {e}"),
+                }
+            );
+            let what = RecoverTarget {
+                session: &sid,
+                namespace: &ns,
+                pod: &pod,
+                container: &container,
+                max_bytes: log_bytes,
+            };
+            if r.is_err() {
+                // No attach, so nothing to put a recovery before: the next
+                // attempt recovers from the same last output. Reading the
+                // log now (the API server is likely out) would only
+                // announce a gap that attempt fills. (Its hold has nothing
+                // of its own; an earlier attach's, replaced, is not ended.)
+                io.release(hold, Recovered::Complete(Vec::new()), main_stream(tty));
+            } else if since.is_some() {
+                recover_output(&client, &what, &io, hold, since, attached_at, tty);
             }
-            match r {
+            let answer = match r {
                 Ok(h) => {
                     let mut g = attaches.lock();
                     if g.closed.contains(&pod) {
                         drop(g);
                         h.close();
+                        io.release(hold, Recovered::Complete(Vec::new()), main_stream(tty));
                         return None;
                     }
                     let open = g.open.entry(pod.clone()).or_default();
                     // Attaches that ended (a re-attach replaces one).
                     open.retain(|h| !h.is_finished());
                     open.push(h);
-                    Some(Input::AttachOk { pod, app })
+                    Input::AttachOk {
+                        pod: pod.clone(),
+                        app,
+                    }
                 }
-                Err(e) => Some(Input::AttachFailed {
-                    pod,
-                    app,
-                    message: e.to_string(),
-                }),
+                Err(e) => {
+                    return Some(Input::AttachFailed {
+                        pod,
+                        app,
+                        message: e.to_string(),
+                    })
+                }
+            };
+            if since.is_some() {
+                return Some(answer);
             }
+            // A new container: answered first, then its early output.
+            let _ = answer_tx.send(Msg::Input(answer));
+            recover_output(&client, &what, &io, hold, None, attached_at, tty);
+            None
         });
-        if recover && !spawned {
-            held.release(Recovered::Unavailable, main_stream(tty));
+        if !spawned {
+            held.release(hold, Recovered::Unavailable, main_stream(tty));
         }
     }
 }
@@ -105,12 +137,13 @@ fn main_stream(tty: bool) -> OutStream {
     }
 }
 
-/// Whose log [`recover_output`] reads.
+/// Whose log [`recover_output`] reads, and how much of it at most.
 struct RecoverTarget<'a> {
     session: &'a str,
     namespace: &'a str,
     pod: &'a str,
     container: &'a str,
+    max_bytes: usize,
 }
 
 /// How long a re-adoption waits for the new attach to deliver the lines
@@ -136,8 +169,9 @@ const ATTACH_FIRST_OUTPUT: Duration = Duration::from_secs(2);
 
 /// Reads what the app wrote after `since_ns` (the last output the daemon
 /// pushed before it stopped) from its container log (`timestamps=true`,
-/// `sinceTime`; at most `max_bytes`) and releases `io`'s held output
-/// behind it (see `session::recover`). Lines stamped at or after
+/// `sinceTime`; at most `t.max_bytes`) and releases `hold` (`io`'s held
+/// output) behind it (see `session::recover`); nothing once a newer
+/// attach's hold replaced it. Lines stamped at or after
 /// `attached_at_ns` (the new attach was up) come through the attach too:
 /// the release waits (at most [`ATTACH_CATCH_UP`]) until the held output
 /// starts with them, so the overlap is dropped once, not delivered twice;
@@ -147,17 +181,17 @@ fn recover_output(
     client: &Client,
     t: &RecoverTarget<'_>,
     io: &AppIo,
-    since_ns: u64,
+    hold: Hold,
+    since: Option<u64>,
     attached_at_ns: Option<u64>,
     tty: bool,
-    max_bytes: usize,
 ) {
     // From a margin before the last output: a line stamped before its
     // arrival may not have reached the daemon (`recover::undelivered`).
-    let from_ns = if since_ns == 0 {
-        0
-    } else {
-        since_ns.saturating_sub(IN_FLIGHT_MARGIN_NS)
+    // A new container (`None`): all of its log.
+    let from_ns = match since {
+        None | Some(0) => 0,
+        Some(ns) => ns.saturating_sub(IN_FLIGHT_MARGIN_NS),
     };
     let params = LogParams {
         container: Some(t.container.to_string()),
@@ -167,20 +201,30 @@ fn recover_output(
     };
     if attached_at_ns.is_some() {
         let deadline = Instant::now() + ATTACH_FIRST_OUTPUT;
-        while !io.held_has_output() && Instant::now() < deadline {
+        while !io.held_has_output(hold) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+    if !io.holds(hold) {
+        // A newer attach took over (this one's stream was cut meanwhile):
+        // its recovery reads the same window and more.
+        log::debug!(
+            "session {}: {}: a newer attach took over this one's recovery",
+            t.session,
+            t.container
+        );
+        return;
     }
     let api = Api::<Pod>::namespaced(client, t.namespace);
     // A cut of the connection to the API server just after the attach was
     // made (the same blip that cut the last one) is not yet a gap: the log
     // is read again, 0.5 s then 1 s then 2 s later, before one is said.
-    let mut read = api.logs(t.pod, &params, max_bytes);
+    let mut read = api.logs(t.pod, &params, t.max_bytes);
     for wait in LOG_RETRIES {
         match &read {
             Err(e) if e.is_retryable() => {
                 std::thread::sleep(wait);
-                read = api.logs(t.pod, &params, max_bytes);
+                read = api.logs(t.pod, &params, t.max_bytes);
             }
             _ => break,
         }
@@ -189,13 +233,28 @@ fn recover_output(
         Ok(log) => {
             let stamped = crate::session::recover::lines_after(&log.body, from_ns);
             let span: usize = stamped.iter().map(|(_, l)| l.len()).sum();
-            let stamped = crate::session::recover::undelivered(
-                stamped,
-                since_ns,
-                &io.delivered_tail(span + 1),
-            );
+            let read_lines = stamped.len();
+            // What viewers were given before is another container's
+            // output when this one is new: nothing to compare.
+            let stamped = match since {
+                Some(ns) => {
+                    crate::session::recover::undelivered(stamped, ns, &io.delivered_tail(span + 1))
+                }
+                None => stamped,
+            };
             let late =
                 attached_at_ns.map_or(0, |t| crate::session::recover::stamped_from(&stamped, t));
+            // Counts and times only: an app's output never goes to the log.
+            log::debug!(
+                "session {}: {}: log read from {from_ns} (last output {since:?}, attached {}): \
+                 {read_lines} lines, {} not delivered (stamped {}..{}), {late} after the attach",
+                t.session,
+                t.container,
+                attached_at_ns.unwrap_or(0),
+                stamped.len(),
+                stamped.first().map_or(0, |l| l.0),
+                stamped.last().map_or(0, |l| l.0),
+            );
             let lines: Vec<tungstenite::Bytes> = stamped.into_iter().map(|(_, l)| l).collect();
             if late > 0 && !log.truncated {
                 // A bounded poll on this worker: the attach's pump pushes
@@ -204,17 +263,31 @@ fn recover_output(
                 // lines (the attach delivers from its own start, which may
                 // come after lines the log stamped as late).
                 let deadline = Instant::now() + ATTACH_CATCH_UP;
-                while io.held_covers(&lines) == 0 && Instant::now() < deadline {
+                while io.held_covers(hold, &lines) == 0 && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
             let n: usize = lines.iter().map(|l| l.len()).sum();
-            log::info!(
-                "session {}: {}: {n} bytes written since the last output read from the container log{}",
-                t.session,
-                t.container,
-                if log.truncated { " (its start only: announcing a gap after it)" } else { "" }
-            );
+            let cut = if log.truncated {
+                " (its start only: announcing a gap after it)"
+            } else {
+                ""
+            };
+            if since.is_some() {
+                log::info!(
+                    "session {}: {}: {n} bytes written since the last output read from the container log{cut}",
+                    t.session,
+                    t.container,
+                );
+            } else {
+                // Every start: what the attach delivers as well is dropped
+                // at the release.
+                log::debug!(
+                    "session {}: {}: {n} bytes of a new container's log read{cut}",
+                    t.session,
+                    t.container,
+                );
+            }
             if log.truncated {
                 Recovered::Truncated(lines)
             } else {
@@ -230,5 +303,12 @@ fn recover_output(
             Recovered::Unavailable
         }
     };
-    io.release(recovered, main_stream(tty));
+    if !io.holds(hold) {
+        log::debug!(
+            "session {}: {}: a newer attach took over while the log was read",
+            t.session,
+            t.container
+        );
+    }
+    io.release(hold, recovered, main_stream(tty));
 }

@@ -160,7 +160,7 @@ impl Owner {
             if io.is_holding() {
                 // A re-adoption still recovering: what it could not
                 // recover is announced as a gap, and the held output kept.
-                io.release(Recovered::Unavailable, OutStream::Stdout);
+                io.release_any(Recovered::Unavailable, OutStream::Stdout);
             }
             // Ended first: nothing gets a seq after the image is taken, so
             // every seq a viewer saw is in the file.

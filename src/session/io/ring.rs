@@ -99,13 +99,22 @@ pub(super) struct State {
     /// while the daemon was down ([`AppIo::hold`]). Boxed: an app that is
     /// not being re-adopted pays one pointer.
     pub(super) held: Option<Box<Held>>,
+    /// The id the next [`AppIo::hold`] gets.
+    pub(super) next_hold: u64,
 }
+
+/// One hold of an app's output ([`AppIo::hold`]): only the attach that made
+/// it releases it, and only while no later hold has replaced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold(u64);
 
 /// Output that came while held: stream byte, data and whether it is
 /// kubegate's own text ([`AppIo::push_notice`]), oldest first, bounded
 /// like the ring (`lost` once the oldest had to go).
 #[derive(Default)]
 pub(super) struct Held {
+    /// Which hold this is ([`Hold`]).
+    pub(super) id: u64,
     pub(super) frames: VecDeque<(u8, Bytes, bool)>,
     pub(super) bytes: usize,
     pub(super) lost: bool,
@@ -148,6 +157,7 @@ impl AppIo {
                 ended: None,
                 last_output_ns: 0,
                 held: None,
+                next_hold: 0,
             }),
             input: Mutex::new(InputSlot::default()),
         }
@@ -287,19 +297,47 @@ impl AppIo {
 
     /// From now on, output is held back (bounded like the ring: the
     /// oldest held frames go first, and the release announces a gap for
-    /// them) until [`AppIo::release`]. A re-adoption holds an app's output
-    /// while it recovers, from the container log, what the app wrote while
-    /// the daemon was down, so the recovered bytes get their seqs first.
-    pub fn hold(&self) {
+    /// them) until [`AppIo::release`] with the returned [`Hold`]. An attach
+    /// that recovers (a re-adoption, a re-attach after a cut) holds an
+    /// app's output while it reads, from the container log, what the app
+    /// wrote while nobody was attached, so the recovered bytes get their
+    /// seqs first.
+    ///
+    /// A hold replaces one still in place, and drops what that one held:
+    /// a newer attach is made only once the older one's stream is gone,
+    /// nothing was released meanwhile (so the last output, where the newer
+    /// recovery reads the log from, has not moved), and that log holds
+    /// what the older stream delivered. The older attach's release is then
+    /// nothing. Before holds had owners, a re-attach that failed while an
+    /// earlier one was still recovering released that one's hold with
+    /// nothing recovered: its held lines came out after a hole, and the
+    /// earlier recovery found no hold to fill it (one second of output
+    /// lost at a cut followed by an outage, `scripts/soak.sh --real`).
+    pub fn hold(&self) -> Hold {
         let mut st = self.state.lock();
-        if st.held.is_none() {
-            st.held = Some(Box::default());
-        }
+        let id = st.next_hold;
+        st.next_hold += 1;
+        st.held = Some(Box::new(Held {
+            id,
+            ..Held::default()
+        }));
+        Hold(id)
+    }
+
+    /// Whether `hold` is the hold in place.
+    fn is_current(st: &State, hold: Hold) -> bool {
+        st.held.as_ref().is_some_and(|h| h.id == hold.0)
     }
 
     /// Whether output is held ([`AppIo::hold`]).
     pub fn is_holding(&self) -> bool {
         self.state.lock().held.is_some()
+    }
+
+    /// Whether `hold` is still the hold in place (not released, not
+    /// replaced by a newer attach's): its recovery still matters.
+    pub fn holds(&self, hold: Hold) -> bool {
+        Self::is_current(&self.state.lock(), hold)
     }
 
     /// The last `max` bytes of the app's output the ring holds (every
@@ -328,14 +366,14 @@ impl AppIo {
         out.split_off(cut)
     }
 
-    /// Whether output is held and some has arrived since the hold began
-    /// (a re-attach's stream is delivering).
-    pub fn held_has_output(&self) -> bool {
-        self.state
-            .lock()
-            .held
-            .as_ref()
-            .is_some_and(|h| h.frames.iter().any(|(_, _, own)| !own))
+    /// Whether the app's output has arrived since `hold` began (its
+    /// attach is delivering), or `hold` is over (nothing left to wait for).
+    pub fn held_has_output(&self, hold: Hold) -> bool {
+        let st = self.state.lock();
+        match st.held.as_ref() {
+            Some(h) if h.id == hold.0 => h.frames.iter().any(|(_, _, own)| !own),
+            _ => true,
+        }
     }
 
     /// Ends a hold: appends what was recovered of the downtime's output
@@ -343,11 +381,29 @@ impl AppIo {
     /// starts with: the attach was already streaming when the log was
     /// read, see [`held_overlap`]) or a gap notice where it could not be,
     /// then a gap notice if held frames had to be dropped, then the held
-    /// frames. Atomic with `push`; nothing when output is not held.
-    pub fn release(&self, recovered: Recovered, stream: OutStream) {
+    /// frames. Atomic with `push`; nothing unless `hold` is the hold in
+    /// place (released already, by a stop for one, or replaced by a newer
+    /// attach's).
+    pub fn release(&self, hold: Hold, recovered: Recovered, stream: OutStream) {
+        let current = Self::is_current(&self.state.lock(), hold);
+        if current {
+            self.release_held(Some(hold), recovered, stream);
+        }
+    }
+
+    /// Ends whichever hold is in place as [`AppIo::release`] does (the
+    /// daemon stopping: what is still being recovered becomes a gap).
+    pub fn release_any(&self, recovered: Recovered, stream: OutStream) {
+        self.release_held(None, recovered, stream);
+    }
+
+    fn release_held(&self, hold: Option<Hold>, recovered: Recovered, stream: OutStream) {
         let mut slow = Vec::new();
         {
             let mut st = self.state.lock();
+            if hold.is_some_and(|h| !Self::is_current(&st, h)) {
+                return;
+            }
             // Not holding (released already, e.g. by a stop): nothing to do.
             let Some(held) = st.held.take() else {
                 return;
@@ -384,15 +440,17 @@ impl AppIo {
         run_slow_hooks(slow);
     }
 
-    /// How many trailing `recovered` chunks the held output already starts
-    /// with ([`held_overlap`]; 0 when not holding): a re-adoption waits
-    /// (briefly) for the attach to deliver the lines the log stamped after
-    /// the attach began, so they are not recovered twice.
-    pub fn held_covers(&self, recovered: &[Bytes]) -> usize {
+    /// How many trailing `recovered` chunks the output held by `hold`
+    /// already starts with ([`held_overlap`]); all of them once `hold` is
+    /// over (nothing left to wait for). A recovery waits (briefly) for the
+    /// attach to deliver the lines the log stamped after the attach began,
+    /// so they are not recovered twice.
+    pub fn held_covers(&self, hold: Hold, recovered: &[Bytes]) -> usize {
         let st = self.state.lock();
-        st.held
-            .as_ref()
-            .map_or(0, |h| held_overlap(recovered, &h.head()))
+        match st.held.as_ref() {
+            Some(h) if h.id == hold.0 => held_overlap(recovered, &h.head()),
+            _ => recovered.len(),
+        }
     }
 
     /// When the newest output was pushed, in ns since the Unix epoch (0:

@@ -65,7 +65,7 @@ fn held_output_waits_for_the_recovered_output_without_the_overlap() {
     let io = Arc::new(AppIo::new(1 << 20));
     io.push(OutStream::Stdout, b"before\n".to_vec());
     let mut s = io.subscribe(Some(1));
-    io.hold();
+    let h = io.hold();
     assert!(io.is_holding());
     // The new attach streams while the log is read: held, no seq yet.
     assert_eq!(io.push(OutStream::Stdout, b"c\nd".to_vec()), None);
@@ -75,8 +75,8 @@ fn held_output_waits_for_the_recovered_output_without_the_overlap() {
     // The log holds a, b, and c and d again (written after the attach
     // began): they are dropped from the recovery.
     let lines = ["a\n", "b\n", "c\n", "d\n"].map(|l| Bytes::from_static(l.as_bytes()));
-    assert_eq!(io.held_covers(&lines), 2);
-    io.release(Recovered::Complete(lines.to_vec()), OutStream::Stdout);
+    assert_eq!(io.held_covers(h, &lines), 2);
+    io.release(h, Recovered::Complete(lines.to_vec()), OutStream::Stdout);
     assert!(!io.is_holding());
     // The recovered lines come as one frame (a viewer's queue counts
     // frames), then the held output as it came.
@@ -89,16 +89,18 @@ fn held_output_waits_for_the_recovered_output_without_the_overlap() {
             (4, 2, b"\ne\n".to_vec())
         ]
     );
-    assert_eq!(io.held_covers(&lines), 0, "not holding");
+    assert!(!io.holds(h), "released");
+    assert_eq!(io.held_covers(h, &lines), 4, "nothing left to wait for");
     // No log: a gap notice where the downtime's output would be.
-    io.hold();
+    let h = io.hold();
     io.push(OutStream::Stdout, b"f\n".to_vec());
-    io.release(Recovered::Unavailable, OutStream::Stdout);
+    io.release(h, Recovered::Unavailable, OutStream::Stdout);
     assert_eq!(s.recv(), Some(Item::Gap { from: 5, to: 5 }));
     assert_eq!(frame(s.recv()), (6, 1, b"f\n".to_vec()));
     // Only the oldest part of a long log: it, then a gap notice.
-    io.hold();
+    let h = io.hold();
     io.release(
+        h,
         Recovered::Truncated(vec![Bytes::from_static(b"g\n")]),
         OutStream::Stdout,
     );
@@ -106,11 +108,12 @@ fn held_output_waits_for_the_recovered_output_without_the_overlap() {
     assert_eq!(s.recv(), Some(Item::Gap { from: 8, to: 8 }));
     // Held output over the bound: the oldest goes, and a gap says so.
     let io = Arc::new(AppIo::new(2 * (2 + FRAME_COST)));
-    io.hold();
+    let h = io.hold();
     for x in [b"1\n", b"2\n", b"3\n"] {
         io.push(OutStream::Stdout, x.to_vec());
     }
     io.release(
+        h,
         Recovered::Complete(vec![Bytes::from_static(b"r\n")]),
         OutStream::Stdout,
     );
@@ -128,11 +131,56 @@ fn the_delivered_tail_is_the_rings_last_output() {
     assert!(io.delivered_tail(10).is_empty());
     io.push(OutStream::Stdout, b"a\n".to_vec());
     io.push(OutStream::Stderr, b"b\n".to_vec());
-    io.hold();
-    io.release(Recovered::Unavailable, OutStream::Stdout);
+    let h = io.hold();
+    io.release(h, Recovered::Unavailable, OutStream::Stdout);
     io.push(OutStream::Stdout, b"cd\n".to_vec());
     assert_eq!(io.delivered_tail(100), b"a\nb\ncd\n");
     assert_eq!(io.delivered_tail(4), b"\ncd\n");
+}
+
+/// A re-attach cut while its recovery still reads the log, then a newer
+/// one that fails, then one that works (a cut just before an outage): the
+/// failed one does not end the first one's hold (that let its held lines
+/// out after a hole its own recovery never filled), and only the last
+/// attach's recovery counts. Nothing is lost, nothing repeated.
+#[test]
+fn only_the_newest_hold_is_released_and_a_failed_attach_ends_no_other() {
+    let io = Arc::new(AppIo::new(1 << 20));
+    let line = |n: u32| Bytes::from(format!("{n}\n"));
+    io.push(OutStream::Stdout, line(1));
+    let mut s = io.subscribe(Some(1));
+    // Attach A: up, delivers 4 (2 and 3 were written before it was up),
+    // then its stream is cut; its recovery is still reading.
+    let a = io.hold();
+    io.push(OutStream::Stdout, line(4));
+    assert!(io.held_has_output(a));
+    // Attach B (the cut's re-attach) fails in the outage.
+    let b = io.hold();
+    assert!(!io.holds(a) && io.holds(b));
+    assert!(io.held_has_output(a), "A has nothing left to wait for");
+    io.release(b, Recovered::Complete(Vec::new()), OutStream::Stdout);
+    // A's recovery ends late: replaced, it releases nothing.
+    io.release(
+        a,
+        Recovered::Complete(vec![line(2), line(3), line(4)]),
+        OutStream::Stdout,
+    );
+    assert!(
+        s.recv_timeout(Duration::from_millis(20)).is_err(),
+        "nothing yet"
+    );
+    // Attach C after the outage: up, delivers 7; its recovery reads the
+    // log from the same last output (1), up to 7.
+    let c = io.hold();
+    io.push(OutStream::Stdout, line(7));
+    let log: Vec<Bytes> = (2..=7).map(line).collect();
+    assert_eq!(io.held_covers(c, &log), 1);
+    io.release(c, Recovered::Complete(log), OutStream::Stdout);
+    let mut got = Vec::new();
+    while let Ok(i) = s.recv_timeout(Duration::from_millis(20)) {
+        got.extend(frame(i).2);
+    }
+    assert_eq!(got, b"2\n3\n4\n5\n6\n7\n");
 }
 
 /// kubegate's own text in an app's stream (`[kubegate] attach lost…`,
@@ -158,14 +206,14 @@ fn kubegates_own_notices_are_not_the_apps_output() {
     assert_eq!(io.delivered_tail(100), b"a\n");
     // Held: a notice is not the attach delivering, nor part of the held
     // output the recovered lines overlap.
-    io.hold();
+    let h = io.hold();
     io.push_notice(OutStream::Stderr, b"[kubegate] again\r\n".to_vec());
-    assert!(!io.held_has_output());
+    assert!(!io.held_has_output(h));
     io.push(OutStream::Stdout, b"c\n".to_vec());
-    assert!(io.held_has_output());
+    assert!(io.held_has_output(h));
     let rec = vec![Bytes::from_static(b"b\n"), Bytes::from_static(b"c\n")];
-    assert_eq!(io.held_covers(&rec), 1);
-    io.release(Recovered::Complete(rec), OutStream::Stdout);
+    assert_eq!(io.held_covers(h, &rec), 1);
+    io.release(h, Recovered::Complete(rec), OutStream::Stdout);
     assert_eq!(io.delivered_tail(100), b"a\nb\nc\n");
     let mut s = io.subscribe(Some(0));
     let got: Vec<Vec<u8>> = (0..5).map(|_| frame(s.recv()).2).collect();
@@ -189,12 +237,12 @@ fn kubegates_own_notices_are_not_the_apps_output() {
 fn recovered_lines_are_joined_into_few_frames() {
     let io = Arc::new(AppIo::new(4 << 20));
     let mut s = io.subscribe(Some(0));
-    io.hold();
+    let h = io.hold();
     let lines: Vec<Bytes> = (0..5000)
         .map(|i| Bytes::from(format!("line {i:05} ........\n")))
         .collect();
     let want: Vec<u8> = lines.iter().flat_map(|l| l.iter().copied()).collect();
-    io.release(Recovered::Complete(lines), OutStream::Stdout);
+    io.release(h, Recovered::Complete(lines), OutStream::Stdout);
     let mut got = Vec::new();
     let mut frames = 0;
     while got.len() < want.len() {
