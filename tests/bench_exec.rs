@@ -33,12 +33,13 @@
 mod common;
 
 use common::bench::{bar, clock_ticks, cpu_ticks, median, percentile, status_field};
-
 use common::daemon::DaemonProc;
+use common::exec_bench::{
+    head_cmd, mbps, runs, spread, throughput_direct, throughput_kubectl, throughput_ws, Target,
+};
 use common::{wait_for, KUBEGATE};
-use kubegate::exec::frames::{ClientFrame, ServerFrame, SUBPROTOCOL, TYPE_STDOUT};
 use kubegate::kube::connection::Connection;
-use kubegate::kube::remote::{self, ExecOptions, Output, TermSize};
+use kubegate::kube::remote::{self, ExecOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -46,37 +47,14 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use tungstenite::Message;
 
 const BYTES: u64 = 268_435_456;
-const KEYSTROKES: usize = 2_000;
-const WARMUP_KEYS: usize = 50;
 const RATE_CALLERS: usize = 8;
 const RATE_WINDOW: Duration = Duration::from_secs(5);
 const KUBECTL_RATE_WINDOW: Duration = Duration::from_secs(4);
 const DIRECT_RATE_WINDOW: Duration = Duration::from_secs(3);
 const SERIAL_WINDOW: Duration = Duration::from_secs(2);
 const IDLE_WINDOW: Duration = Duration::from_secs(10);
-/// The prompt the tty `cat` prints once the terminal is raw.
-const READY: &[u8] = b"READY";
-const TTY_CAT: &str = "stty raw -echo; echo READY; exec cat";
-
-type Ws = tungstenite::WebSocket<TcpStream>;
-
-fn runs() -> usize {
-    std::env::var("BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3usize)
-        .max(1)
-}
-
-fn spread(v: &[f64]) -> (f64, f64) {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo, hi)
-}
-
 // ---------------------------------------------------------------- /proc
 
 /// This process's own CPU plus that of its waited-for children (kubectl,
@@ -253,62 +231,6 @@ fn print_breakdown(title: &str, rows: &[(String, f64, usize)], total: f64) {
 
 // ------------------------------------------------------ daemon clients
 
-fn interactive_path(cmd: &[&str], tty: bool, stdin: bool) -> String {
-    let mut p = "/v1/exec/interactive?project=demo&uid=demo-uid&deployment=hello".to_string();
-    for c in cmd {
-        p.push_str("&command=");
-        p.push_str(&kubegate::kube::client::api::encode_segment(c));
-    }
-    p.push_str(&format!("&tty={tty}&stdin={stdin}"));
-    p
-}
-
-/// Opens an interactive exec through the daemon and reads its target frame.
-fn open_ws(d: &DaemonProc, cmd: &[&str], tty: bool, stdin: bool) -> Ws {
-    let auth = format!("Bearer {}", d.token);
-    let (mut ws, _) = d
-        .ws(
-            &interactive_path(cmd, tty, stdin),
-            &[("Authorization", &auth)],
-            &[SUBPROTOCOL],
-        )
-        .unwrap_or_else(|(st, b)| panic!("upgrade refused: {st} {}", String::from_utf8_lossy(&b)));
-    match ws.read() {
-        Ok(m) => match ServerFrame::decode(&m) {
-            Ok(Some(ServerFrame::Target(_))) => {}
-            other => panic!("first frame {other:?}"),
-        },
-        Err(e) => panic!("no target frame: {e}"),
-    }
-    ws
-}
-
-/// The next stdout bytes from the daemon (stderr and text frames skipped;
-/// an error frame or the end of the stream panics).
-fn ws_stdout(ws: &mut Ws) -> Vec<u8> {
-    loop {
-        match ws.read() {
-            Ok(Message::Binary(b)) if b.first() == Some(&TYPE_STDOUT) => return b[1..].to_vec(),
-            Ok(m @ Message::Text(_)) => {
-                if let Ok(Some(f @ (ServerFrame::Error(_) | ServerFrame::Exit(_)))) =
-                    ServerFrame::decode(&m)
-                {
-                    panic!("stream ended while waiting for output: {f:?}");
-                }
-            }
-            Ok(Message::Close(c)) => panic!("closed while waiting for output: {c:?}"),
-            Ok(_) => {}
-            Err(e) => panic!("websocket: {e}"),
-        }
-    }
-}
-
-/// Closes the session (`close` frame) and reads until the socket ends.
-fn ws_finish(mut ws: Ws) {
-    let _ = ws.send(ClientFrame::Close.encode());
-    while ws.read().is_ok() {}
-}
-
 /// A minimal keep-alive HTTP/1.1 client for `POST /v1/exec`.
 /// Answers of the daemon that closed a keep-alive connection.
 static HTTP_CLOSES: AtomicU64 = AtomicU64::new(0);
@@ -387,81 +309,6 @@ impl Http {
 
 // ------------------------------------------------------ figure 1
 
-fn head_cmd() -> Vec<String> {
-    ["head", "-c", &BYTES.to_string(), "/dev/zero"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-}
-
-/// Seconds for 256 MiB through the daemon into a WebSocket client that
-/// discards them (upgrade and target resolution included), and the number
-/// of stdout frames they came in.
-fn throughput_ws(d: &DaemonProc) -> (f64, u64) {
-    let cmd = head_cmd();
-    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-    let t0 = Instant::now();
-    let mut ws = open_ws(d, &cmd, false, false);
-    let (mut n, mut frames, mut exit) = (0u64, 0u64, None);
-    loop {
-        match ws.read() {
-            Ok(Message::Binary(b)) => {
-                if b.first() == Some(&TYPE_STDOUT) {
-                    n += b.len() as u64 - 1;
-                    frames += 1;
-                }
-            }
-            Ok(m @ Message::Text(_)) => match ServerFrame::decode(&m) {
-                Ok(Some(ServerFrame::Exit(e))) => exit = Some(e.exit_code),
-                Ok(Some(ServerFrame::Error(e))) => panic!("error frame: {e:?}"),
-                _ => {}
-            },
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    assert_eq!(exit, Some(0), "exit frame");
-    assert_eq!(n, BYTES, "stdout bytes through the daemon");
-    (secs, frames)
-}
-
-/// The daemon's upstream leg alone: 256 MiB through `kube::remote`
-/// straight to the sim, discarded; seconds and chunks.
-fn throughput_direct(conn: &Connection, pod: &str) -> (f64, u64) {
-    let opts = ExecOptions {
-        stderr: false,
-        ..ExecOptions::default()
-    };
-    let t0 = Instant::now();
-    let p = remote::exec(conn, "demo", pod, Some("main"), &head_cmd(), opts).expect("exec");
-    let (mut n, mut chunks) = (0u64, 0u64);
-    for c in p.output().iter() {
-        if let Output::Stdout(b) = c {
-            n += b.len() as u64;
-            chunks += 1;
-        }
-    }
-    assert_eq!(p.wait().map(|s| s.code), Ok(0));
-    let secs = t0.elapsed().as_secs_f64();
-    assert_eq!(n, BYTES, "stdout bytes straight from the sim");
-    (secs, chunks)
-}
-
-fn throughput_kubectl(d: &DaemonProc, pod: &str) -> f64 {
-    let mut c = d.kubectl();
-    c.args(["exec", "-n", "demo", pod, "-c", "main", "--"])
-        .args(head_cmd())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    let t0 = Instant::now();
-    let st = c.status().expect("kubectl");
-    let secs = t0.elapsed().as_secs_f64();
-    assert!(st.success(), "kubectl exec: {st}");
-    secs
-}
-
 fn cli_command(d: &DaemonProc) -> Command {
     let mut c = Command::new(KUBEGATE);
     c.args(["exec", "--server", &d.url, "--token", &d.token])
@@ -492,7 +339,7 @@ fn cli_available() -> bool {
 /// /dev/null; Err with its stderr when the CLI fails.
 fn throughput_cli(d: &DaemonProc) -> Result<f64, String> {
     let mut c = cli_command(d);
-    c.args(head_cmd())
+    c.args(head_cmd(BYTES))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -510,11 +357,8 @@ fn throughput_cli(d: &DaemonProc) -> Result<f64, String> {
     }
 }
 
-fn mbps(secs: f64) -> f64 {
-    BYTES as f64 / 1e6 / secs
-}
-
 fn figure_throughput(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
+    let t = Target::demo(pod);
     let pid = d.child.id();
     let runs = runs();
     let cli = cli_available();
@@ -524,19 +368,19 @@ fn figure_throughput(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
     let mut cli_error = None;
     // Interleaved, so drift on a shared machine hits every path alike.
     for i in 0..runs {
-        let (s, cpu) = with_cpu(pid, tck, || throughput_kubectl(d, pod));
-        k.push(mbps(s));
+        let (s, cpu) = with_cpu(pid, tck, || throughput_kubectl(d.kubectl(), &t, BYTES));
+        k.push(mbps(BYTES, s));
         kc.push(cpu);
-        let ((s, _), cpu) = with_cpu(pid, tck, || throughput_ws(d));
-        w.push(mbps(s));
+        let ((s, _), cpu) = with_cpu(pid, tck, || throughput_ws(d, &t, BYTES));
+        w.push(mbps(BYTES, s));
         wc.push(cpu);
-        let ((s, _), cpu) = with_cpu(pid, tck, || throughput_direct(conn, pod));
-        r.push(mbps(s));
+        let ((s, _), cpu) = with_cpu(pid, tck, || throughput_direct(conn, &t, BYTES));
+        r.push(mbps(BYTES, s));
         rc.push(cpu);
         if cli && cli_error.is_none() {
             match with_cpu(pid, tck, || throughput_cli(d)) {
                 (Ok(s), cpu) => {
-                    c.push(mbps(s));
+                    c.push(mbps(BYTES, s));
                     cc.push(cpu);
                 }
                 (Err(e), _) => cli_error = Some(e),
@@ -600,12 +444,12 @@ fn figure_throughput(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
     );
     // One more run through the daemon, sampled per thread (not in the medians).
     let sampler = Sampler::start(pid);
-    let (secs, frames) = throughput_ws(d);
+    let (secs, frames) = throughput_ws(d, &t, BYTES);
     let (rows, total) = sampler.finish(tck);
     print_breakdown(
         &format!(
             "breakdown: one more WebSocket relay run ({:.0} MB/s, {frames} stdout frames of {} bytes on average), daemon CPU by thread",
-            mbps(secs),
+            mbps(BYTES, secs),
             BYTES / frames.max(1)
         ),
         &rows,
@@ -615,204 +459,8 @@ fn figure_throughput(d: &DaemonProc, conn: &Connection, pod: &str, tck: f64) {
 
 // ------------------------------------------------------ figure 2
 
-/// The tty `cat` printed its whole prompt line (so no newline is left to
-/// arrive after it and be taken for an echo).
-fn ready(seen: &[u8]) -> bool {
-    seen.windows(READY.len()).any(|w| w == READY) && seen.last() == Some(&b'\n')
-}
-
-fn key(i: usize) -> u8 {
-    b'a' + (i % 26) as u8
-}
-
-/// Microseconds per keystroke (after warm-up) through the daemon.
-fn keys_daemon(d: &DaemonProc, tty: bool) -> Vec<f64> {
-    let cmd: &[&str] = if tty {
-        &["sh", "-c", TTY_CAT]
-    } else {
-        &["cat"]
-    };
-    let mut ws = open_ws(d, cmd, tty, true);
-    if tty {
-        let mut seen = Vec::new();
-        while !ready(&seen) {
-            seen.extend(ws_stdout(&mut ws));
-        }
-    }
-    let mut lat = Vec::with_capacity(KEYSTROKES);
-    for i in 0..WARMUP_KEYS + KEYSTROKES {
-        let b = key(i);
-        let msg = ClientFrame::Stdin {
-            data: vec![b],
-            eof: false,
-        }
-        .encode();
-        let t = Instant::now();
-        ws.send(msg).expect("send keystroke");
-        let echo = ws_stdout(&mut ws);
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        assert_eq!(echo, [b], "echo of keystroke {i}");
-        if i >= WARMUP_KEYS {
-            lat.push(us);
-        }
-    }
-    ws_finish(ws);
-    lat
-}
-
-/// The same through `kube::remote` straight to the sim.
-fn keys_direct(conn: &Connection, pod: &str, tty: bool) -> Vec<f64> {
-    let cmd: Vec<String> = if tty {
-        vec!["sh".into(), "-c".into(), TTY_CAT.into()]
-    } else {
-        vec!["cat".into()]
-    };
-    let opts = ExecOptions {
-        stdin: true,
-        stderr: !tty,
-        tty,
-        initial_size: tty.then_some(TermSize {
-            width: 80,
-            height: 24,
-        }),
-        ..ExecOptions::default()
-    };
-    let p = remote::exec(conn, "demo", pod, Some("main"), &cmd, opts).expect("exec");
-    let out = p.output();
-    let mut stdin = p.stdin();
-    let next = || loop {
-        match out.recv_timeout(Duration::from_secs(60)) {
-            Ok(Output::Stdout(b)) if !b.is_empty() => return b,
-            Ok(_) => {}
-            Err(e) => panic!("direct exec output ended: {e}"),
-        }
-    };
-    if tty {
-        let mut seen = Vec::new();
-        while !ready(&seen) {
-            seen.extend(next());
-        }
-    }
-    let mut lat = Vec::with_capacity(KEYSTROKES);
-    for i in 0..WARMUP_KEYS + KEYSTROKES {
-        let b = key(i);
-        let t = Instant::now();
-        stdin.write(&[b]).expect("stdin");
-        let echo = next();
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        assert_eq!(echo, [b], "echo of keystroke {i}");
-        if i >= WARMUP_KEYS {
-            lat.push(us);
-        }
-    }
-    let _ = p.controller().cancel();
-    drop(stdin);
-    drop(out);
-    let _ = p.wait();
-    lat
-}
-
-/// The same through `kubectl exec -i` (no tty: kubectl refuses one on
-/// pipes) driven over its stdin and stdout pipes.
-fn keys_kubectl(d: &DaemonProc, pod: &str) -> Vec<f64> {
-    let mut c = d.kubectl();
-    c.args(["exec", "-i", "-n", "demo", pod, "-c", "main", "--", "cat"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut child = c.spawn().expect("kubectl");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut lat = Vec::with_capacity(KEYSTROKES);
-    for i in 0..WARMUP_KEYS + KEYSTROKES {
-        let b = key(i);
-        let t = Instant::now();
-        stdin.write_all(&[b]).expect("kubectl stdin");
-        let mut echo = [0u8; 1];
-        stdout.read_exact(&mut echo).expect("kubectl stdout");
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        assert_eq!(echo, [b], "echo of keystroke {i}");
-        if i >= WARMUP_KEYS {
-            lat.push(us);
-        }
-    }
-    drop(stdin);
-    let mut rest = Vec::new();
-    let _ = stdout.read_to_end(&mut rest);
-    common::terminate(&mut child, Duration::from_secs(20));
-    lat
-}
-
-/// Median over runs of each run's p50 and p99, in ms.
-struct Pct {
-    p50: Vec<f64>,
-    p99: Vec<f64>,
-}
-
-impl Pct {
-    fn new() -> Pct {
-        Pct {
-            p50: Vec::new(),
-            p99: Vec::new(),
-        }
-    }
-    fn push(&mut self, us: &[f64]) {
-        self.p50.push(percentile(us, 50.0) / 1e3);
-        self.p99.push(percentile(us, 99.0) / 1e3);
-    }
-    fn med(&self) -> (f64, f64) {
-        (median(&self.p50), median(&self.p99))
-    }
-}
-
 fn figure_keystrokes(d: &DaemonProc, conn: &Connection, pod: &str) {
-    let runs = runs();
-    let (mut dn, mut cn, mut kn, mut dt, mut ct) =
-        (Pct::new(), Pct::new(), Pct::new(), Pct::new(), Pct::new());
-    for i in 0..runs {
-        dn.push(&keys_daemon(d, false));
-        cn.push(&keys_direct(conn, pod, false));
-        kn.push(&keys_kubectl(d, pod));
-        dt.push(&keys_daemon(d, true));
-        ct.push(&keys_direct(conn, pod, true));
-        eprintln!(
-            "keystroke run {}: p50 ms daemon {:.3} direct {:.3} kubectl {:.3}; tty daemon {:.3} direct {:.3}",
-            i + 1,
-            dn.p50[i],
-            cn.p50[i],
-            kn.p50[i],
-            dt.p50[i],
-            ct.p50[i]
-        );
-    }
-    println!();
-    println!(
-        "### keystroke round trip: interactive cat, {KEYSTROKES} single bytes each timed to its echo (ms; median over {runs} runs of each run's p50/p99)"
-    );
-    println!();
-    println!("| path | tty | p50 ms | p99 ms | bar (added by the daemon <= 1 ms each) |");
-    println!("|---|---|---|---|---|");
-    let row = |name: &str, tty: &str, p: &Pct| {
-        let (a, b) = p.med();
-        println!("| {name} | {tty} | {a:.3} | {b:.3} | |");
-    };
-    let added = |tty: &str, dp: &Pct, cp: &Pct| {
-        // Per run, then the median: both sides ran back to back.
-        let a50: Vec<f64> = dp.p50.iter().zip(&cp.p50).map(|(x, y)| x - y).collect();
-        let a99: Vec<f64> = dp.p99.iter().zip(&cp.p99).map(|(x, y)| x - y).collect();
-        let (a, b) = (median(&a50), median(&a99));
-        println!(
-            "| **added by the daemon** (daemon - kube::remote) | {tty} | {a:.3} | {b:.3} | {} |",
-            bar(a <= 1.0 && b <= 1.0)
-        );
-    };
-    row("kubegate daemon, WebSocket client", "no", &dn);
-    row("kube::remote straight to the sim", "no", &cn);
-    row("kubectl exec -i straight to the sim (pipes)", "no", &kn);
-    added("no", &dn, &cn);
-    row("kubegate daemon, WebSocket client", "yes (raw)", &dt);
-    row("kube::remote straight to the sim", "yes (raw)", &ct);
-    added("yes (raw)", &dt, &ct);
+    common::exec_bench::figure_keystrokes(d, conn, &Target::demo(pod), || d.kubectl(), "the sim");
 }
 
 // ------------------------------------------------------ figure 3

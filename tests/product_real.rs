@@ -681,14 +681,7 @@ fn the_product_runs_end_to_end_on_the_real_planes_sim_node() {
     };
     let node = plane.sim_node.clone().expect("the sim node");
     let t0 = Instant::now();
-    let ns = Namespaces::create(
-        &plane,
-        TAG,
-        NsOptions {
-            on_sim_node: true,
-            ..NsOptions::default()
-        },
-    );
+    let ns = Namespaces::create(&plane, TAG, NsOptions::on_sim_node());
     let sa_token = apply_rbac(&plane, &ns);
     let dir = temp_dir(TAG);
     let kubeconfig = write_kubeconfig(&plane, &sa_token, &dir);

@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod bench;
 pub mod daemon;
+pub mod exec_bench;
 pub mod issuer;
 pub mod oidc_provider;
 pub mod pod_fixture;

@@ -67,15 +67,21 @@ impl Plane {
         })
     }
 
-    /// kubectl as the admin.
-    pub fn kubectl(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    /// The plane's kubectl as the admin, to add arguments to.
+    pub fn command(&self) -> Command {
         let mut c = Command::new(&self.kubectl);
         c.arg("--kubeconfig")
             .arg(&self.admin)
             .arg("--cache-dir")
             .arg(&self.cache)
-            .arg("--request-timeout=30s")
-            .args(args);
+            .arg("--request-timeout=30s");
+        c
+    }
+
+    /// kubectl as the admin.
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        let mut c = self.command();
+        c.args(args);
         run_with_timeout(c, stdin, WAIT)
     }
 
@@ -186,6 +192,16 @@ pub struct NsOptions {
     /// The session and workspace namespaces send their pods to the sim
     /// node (`common::backend::sim_node_annotations`).
     pub on_sim_node: bool,
+}
+
+impl NsOptions {
+    /// The file's three namespaces, pods on the sim node.
+    pub fn on_sim_node() -> NsOptions {
+        NsOptions {
+            on_sim_node: true,
+            ..NsOptions::default()
+        }
+    }
 }
 
 impl<'a> Namespaces<'a> {
