@@ -405,7 +405,7 @@ impl AppIo {
                 return;
             }
             // Not holding (released already, e.g. by a stop): nothing to do.
-            let Some(held) = st.held.take() else {
+            let Some(mut held) = st.held.take() else {
                 return;
             };
             if st.ended.is_some() {
@@ -414,8 +414,15 @@ impl AppIo {
             let s = stream_byte(stream);
             match recovered {
                 Recovered::Complete(mut lines) => {
-                    let dup = held_overlap(&lines, &held.head());
+                    let head = held.head();
+                    let dup = held_overlap(&lines, &head);
                     lines.truncate(lines.len() - dup);
+                    if dup == 0 && held_within(&lines, &head) {
+                        // The log was read after the attach's stream had
+                        // ended (a cut, a retried read): it has all the
+                        // attach delivered and more. The log's copy goes.
+                        held.frames.retain(|(_, _, own)| *own);
+                    }
                     for r in coalesce(lines) {
                         self.append(&mut st, s, r, false, &mut slow);
                     }
@@ -620,6 +627,26 @@ impl AppIo {
     pub(super) fn unsubscribe(&self, id: u64) {
         self.state.lock().subs.retain(|s| s.id != id);
     }
+}
+
+/// Whether all of the `held` output (non-empty) is in the `recovered`
+/// chunks, starting where a chunk starts: a log read after the attach's
+/// stream had ended holds what the attach delivered, and what it wrote
+/// after. Repetitive output cannot be told apart, as for
+/// [`held_overlap`].
+pub fn held_within(recovered: &[Bytes], held: &[u8]) -> bool {
+    if held.is_empty() {
+        return false;
+    }
+    let joined: Vec<u8> = recovered.iter().flat_map(|c| c.iter().copied()).collect();
+    let mut at = 0;
+    for c in recovered {
+        if joined.get(at..at + held.len()) == Some(held) {
+            return true;
+        }
+        at += c.len();
+    }
+    false
 }
 
 /// How many trailing `recovered` chunks the `held` output starts with:

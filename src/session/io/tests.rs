@@ -183,6 +183,43 @@ fn only_the_newest_hold_is_released_and_a_failed_attach_ends_no_other() {
     assert_eq!(got, b"2\n3\n4\n5\n6\n7\n");
 }
 
+/// A recovery that read the log only after its attach's stream was cut
+/// (the read failed at the cut and was tried again): the log holds the
+/// lines the attach delivered into the hold and those written after. They
+/// come once, in order, from the log; the held copy goes (it was once
+/// appended after them: lines repeated, and the next recovery, matching
+/// the log against that tail, lost the lines after it).
+#[test]
+fn a_log_read_after_the_stream_ended_replaces_the_held_copy() {
+    let io = Arc::new(AppIo::new(1 << 20));
+    let line = |n: u32| Bytes::from(format!("{n}\n"));
+    io.push(OutStream::Stdout, line(1));
+    let mut s = io.subscribe(Some(1));
+    let h = io.hold();
+    io.push(OutStream::Stdout, line(3));
+    io.push(OutStream::Stdout, line(4));
+    io.push_notice(OutStream::Stderr, b"[kubegate] attach lost\r\n".to_vec());
+    let log: Vec<Bytes> = (2..=6).map(line).collect();
+    assert!(held_within(&log, b"3\n4\n"));
+    assert!(!held_within(&log, b"4\n3\n"));
+    assert!(!held_within(&log, b""));
+    assert_eq!(io.held_covers(h, &log), 0);
+    io.release(h, Recovered::Complete(log), OutStream::Stdout);
+    let mut out = Vec::new();
+    let mut notices = Vec::new();
+    while let Ok(i) = s.recv_timeout(Duration::from_millis(20)) {
+        let (_, stream, data) = frame(i);
+        if stream == 1 {
+            out.extend(data);
+        } else {
+            notices.extend(data);
+        }
+    }
+    assert_eq!(out, b"2\n3\n4\n5\n6\n");
+    assert_eq!(notices, b"[kubegate] attach lost\r\n");
+    assert_eq!(io.delivered_tail(100), b"1\n2\n3\n4\n5\n6\n");
+}
+
 /// kubegate's own text in an app's stream (`[kubegate] attach lost…`,
 /// pushed when a stream is cut) is not the app's output: viewers get it,
 /// but the log recovery neither starts from it nor compares it with the
