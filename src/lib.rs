@@ -13,6 +13,7 @@ pub mod config;
 pub mod exec;
 pub mod exit;
 pub mod files;
+pub mod ha;
 pub mod http;
 pub mod kube;
 pub mod metrics;
