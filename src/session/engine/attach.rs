@@ -294,6 +294,18 @@ fn recover_output(
                 Recovered::Complete(lines)
             }
         }
+        // A new container: whether it wrote anything before the attach is
+        // not known, so a gap announced at every start of a cluster that
+        // refuses the read would be noise; said in the daemon's log.
+        Err(e) if since.is_none() => {
+            log::warn!(
+                "session {}: {}: the container log is not available ({e}): \
+                 what the app printed before the attach was up is not recovered",
+                t.session,
+                t.container
+            );
+            Recovered::Complete(Vec::new())
+        }
         Err(e) => {
             log::warn!(
                 "session {}: {}: the container log is not available ({e}): announcing a gap",
