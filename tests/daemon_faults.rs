@@ -45,6 +45,19 @@ fn fault(sim: &SimProc, body: Value) {
     assert_eq!(r.status().as_u16(), 200);
 }
 
+/// A session app's io socket (`query`: `app=…` and the rest).
+fn open_io(d: &DaemonProc, id: &str, query: &str) -> tungstenite::WebSocket<std::net::TcpStream> {
+    let a = format!("Bearer {}", d.token);
+    let (ws, _) = d
+        .ws(
+            &format!("/v1/sessions/{id}/io?{query}"),
+            &[("Authorization", &a)],
+            &[kubegate::session::io::wire::SUBPROTOCOL],
+        )
+        .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)));
+    ws
+}
+
 fn metric(d: &DaemonProc, series: &str) -> i64 {
     let (st, m) = d.request("GET", "/metrics", Some(&d.token), None);
     assert_eq!(st, 200);
@@ -103,7 +116,7 @@ fn metrics_count_api_retries_and_watch_restarts() {
 /// cannot be, announced as a gap).
 #[test]
 fn a_cut_attach_is_made_again_and_the_missed_output_recovered() {
-    use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL};
+    use kubegate::session::io::wire::decode_frame;
     use tungstenite::Message;
     let _wd = common::bench::watchdog("a cut attach", 120);
     let mut sim = SimProc::start(&[]);
@@ -116,14 +129,7 @@ fn a_cut_attach_is_made_again_and_the_missed_output_recovered() {
     });
     let (id, mut sse) = d.create_session(&body);
     sse.until(|e| e.event == "status" && e.data["status"] == "running");
-    let a = format!("Bearer {}", d.token);
-    let (mut ws, _) = d
-        .ws(
-            &format!("/v1/sessions/{id}/io?app=tick"),
-            &[("Authorization", &a)],
-            &[SUBPROTOCOL],
-        )
-        .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)));
+    let mut ws = open_io(&d, &id, "app=tick");
     // Every tick number seen on stdout, the notices on stderr, gaps.
     let (mut stdout, mut notices, mut gaps) = (String::new(), String::new(), 0);
     let read_until = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>,
@@ -189,7 +195,7 @@ fn a_cut_attach_is_made_again_and_the_missed_output_recovered() {
 /// did not recover them.
 #[test]
 fn a_new_apps_first_output_before_its_attach_reaches_viewers_once() {
-    use kubegate::session::io::wire::{decode_frame, SUBPROTOCOL};
+    use kubegate::session::io::wire::decode_frame;
     use tungstenite::Message;
     let _wd = common::bench::watchdog("a new app's first output", 120);
     let mut sim = SimProc::start(&[]);
@@ -208,14 +214,7 @@ fn a_new_apps_first_output_before_its_attach_reaches_viewers_once() {
     let (id, mut sse) = d.create_session(&body);
     sse.until(|e| e.event == "status" && e.data["status"] == "running");
     fault(&sim, json!({"latencyMs": 0}));
-    let a = format!("Bearer {}", d.token);
-    let (mut ws, _) = d
-        .ws(
-            &format!("/v1/sessions/{id}/io?app=early&lastSeq=0"),
-            &[("Authorization", &a)],
-            &[SUBPROTOCOL],
-        )
-        .unwrap_or_else(|(st, b)| panic!("{st} {}", String::from_utf8_lossy(&b)));
+    let mut ws = open_io(&d, &id, "app=early&lastSeq=0");
     ws.send(Message::Binary(b"go\n".to_vec().into()))
         .expect("stdin");
     let mut stdout = String::new();

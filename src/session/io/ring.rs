@@ -385,10 +385,7 @@ impl AppIo {
     /// place (released already, by a stop for one, or replaced by a newer
     /// attach's).
     pub fn release(&self, hold: Hold, recovered: Recovered, stream: OutStream) {
-        let current = Self::is_current(&self.state.lock(), hold);
-        if current {
-            self.release_held(Some(hold), recovered, stream);
-        }
+        self.release_held(Some(hold), recovered, stream);
     }
 
     /// Ends whichever hold is in place as [`AppIo::release`] does (the

@@ -146,7 +146,6 @@ fn the_delivered_tail_is_the_rings_last_output() {
 #[test]
 fn only_the_newest_hold_is_released_and_a_failed_attach_ends_no_other() {
     let io = Arc::new(AppIo::new(1 << 20));
-    let line = |n: u32| Bytes::from(format!("{n}\n"));
     io.push(OutStream::Stdout, line(1));
     let mut s = io.subscribe(Some(1));
     // Attach A: up, delivers 4 (2 and 3 were written before it was up),
@@ -176,10 +175,7 @@ fn only_the_newest_hold_is_released_and_a_failed_attach_ends_no_other() {
     let log: Vec<Bytes> = (2..=7).map(line).collect();
     assert_eq!(io.held_covers(c, &log), 1);
     io.release(c, Recovered::Complete(log), OutStream::Stdout);
-    let mut got = Vec::new();
-    while let Ok(i) = s.recv_timeout(Duration::from_millis(20)) {
-        got.extend(frame(i).2);
-    }
+    let got: Vec<u8> = queued(&mut s).into_iter().flat_map(|f| f.1).collect();
     assert_eq!(got, b"2\n3\n4\n5\n6\n7\n");
 }
 
@@ -192,7 +188,6 @@ fn only_the_newest_hold_is_released_and_a_failed_attach_ends_no_other() {
 #[test]
 fn a_log_read_after_the_stream_ended_replaces_the_held_copy() {
     let io = Arc::new(AppIo::new(1 << 20));
-    let line = |n: u32| Bytes::from(format!("{n}\n"));
     io.push(OutStream::Stdout, line(1));
     let mut s = io.subscribe(Some(1));
     let h = io.hold();
@@ -205,10 +200,8 @@ fn a_log_read_after_the_stream_ended_replaces_the_held_copy() {
     assert!(!held_within(&log, b""));
     assert_eq!(io.held_covers(h, &log), 0);
     io.release(h, Recovered::Complete(log), OutStream::Stdout);
-    let mut out = Vec::new();
-    let mut notices = Vec::new();
-    while let Ok(i) = s.recv_timeout(Duration::from_millis(20)) {
-        let (_, stream, data) = frame(i);
+    let (mut out, mut notices) = (Vec::new(), Vec::new());
+    for (stream, data) in queued(&mut s) {
         if stream == 1 {
             out.extend(data);
         } else {
@@ -307,6 +300,21 @@ fn the_overlap_is_the_longest_run_of_trailing_lines_the_held_output_starts_with(
     // Repeated lines: the longest match.
     assert_eq!(held_overlap(&b(&["x\n", "x\n", "x\n"]), b"x\nx\n"), 2);
     assert_eq!(held_overlap(&[], b"x"), 0);
+}
+
+/// Line `n` of a recovery test's app.
+fn line(n: u32) -> Bytes {
+    Bytes::from(format!("{n}\n"))
+}
+
+/// The frames a subscription has queued now (stream, data), in order.
+fn queued(s: &mut Subscription) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Ok(i) = s.recv_timeout(Duration::from_millis(20)) {
+        let (_, stream, data) = frame(i);
+        out.push((stream, data));
+    }
+    out
 }
 
 fn frame(i: Option<Item>) -> (u32, u8, Vec<u8>) {
