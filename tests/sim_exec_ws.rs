@@ -209,15 +209,34 @@ fn idle_pings_are_answered_and_attachers_share_output() {
         "pong took {:?}",
         t0.elapsed()
     );
-    a.send(Message::Binary(b"\x00x\n".to_vec().into()))
-        .expect("stdin");
+    // An attach is answered (101) before it subscribes to the output, as
+    // a kubelet's is, and nothing is replayed: a line said before b's
+    // subscription reaches only a. So a line goes in every half second
+    // until both attachers have seen one said.
     for ws in [&mut a, &mut b] {
-        let mut got = Vec::new();
-        while !String::from_utf8_lossy(&got).contains("said:x") {
-            if let Message::Binary(d) = ws.read().expect("read") {
-                if d.first() == Some(&1) {
-                    got.extend_from_slice(&d[1..]);
-                }
+        ws.get_mut()
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .expect("timeout");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = [Vec::new(), Vec::new()];
+    while !got
+        .iter()
+        .all(|g| String::from_utf8_lossy(g).contains("said:x"))
+    {
+        assert!(Instant::now() < deadline, "not both attachers: {got:?}");
+        a.send(Message::Binary(b"\x00x\n".to_vec().into()))
+            .expect("stdin");
+        for (ws, g) in [&mut a, &mut b].into_iter().zip(got.iter_mut()) {
+            match ws.read() {
+                Ok(Message::Binary(d)) if d.first() == Some(&1) => g.extend_from_slice(&d[1..]),
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("read: {e}"),
             }
         }
     }
